@@ -1,0 +1,68 @@
+# vsci top-level build.  `make` builds everything into build/ (a staged
+# prefix: bin/, lib/, include/, lib/pkgconfig/, examples/, tests/, bench/).
+# Shell scripts in scripts/ wrap this for the README's two commands.
+
+BUILD    ?= $(CURDIR)/build
+PREFIX   ?= /usr/local
+CC       ?= cc
+CFLAGS   ?= -O2 -g -Wall -Wextra -Werror=implicit-function-declaration
+CARGO    ?= cargo
+
+C_INC    := -I$(BUILD)/include
+C_LIBS   := -L$(BUILD)/lib -Wl,-rpath,$(BUILD)/lib -lsisci -lpthread
+
+EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
+CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/*.c))
+BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
+C_COMMON := $(wildcard tests/c/common/*.h examples/common/*.h bench/common/*.h)
+
+.PHONY: all rust stage c test demo bench install clean
+
+all: c
+
+rust:
+	$(CARGO) build --release --workspace
+
+stage: rust
+	@mkdir -p $(BUILD)/bin $(BUILD)/lib/pkgconfig $(BUILD)/include
+	install -m 0755 target/release/vscid target/release/vsci $(BUILD)/bin/
+	install -m 0755 target/release/libsisci.so $(BUILD)/lib/libsisci.so
+	install -m 0644 target/release/libsisci.a $(BUILD)/lib/libsisci.a
+	install -m 0644 include/sisci_api.h include/sisci_types.h include/sisci_error.h $(BUILD)/include/
+	sed -e 's|@PREFIX@|$(BUILD)|' pkgconfig/sisci.pc.in > $(BUILD)/lib/pkgconfig/sisci.pc
+
+c: stage $(EXAMPLES) $(CTESTS) $(BENCHES)
+
+$(BUILD)/examples/%: examples/%.c $(C_COMMON) include/*.h | stage
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(C_INC) -o $@ $< $(C_LIBS)
+
+$(BUILD)/tests/%: tests/c/%.c $(C_COMMON) include/*.h | stage
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(C_INC) -Itests/c -o $@ $< $(C_LIBS)
+
+$(BUILD)/bench/%: bench/%.c $(C_COMMON) include/*.h | stage
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(C_INC) -Ibench -o $@ $< $(C_LIBS) -lm
+
+test: all
+	VSCI_BUILD=$(BUILD) $(CARGO) test --release --workspace -- --test-threads=2
+
+demo: all
+	$(BUILD)/bin/vsci demo
+
+bench: all
+	$(BUILD)/bin/vsci bench
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
+	install -m 0755 $(BUILD)/bin/vscid $(BUILD)/bin/vsci $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(BUILD)/lib/libsisci.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 0644 $(BUILD)/lib/libsisci.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 0644 include/sisci_api.h include/sisci_types.h include/sisci_error.h $(DESTDIR)$(PREFIX)/include/
+	sed -e 's|@PREFIX@|$(PREFIX)|' pkgconfig/sisci.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/sisci.pc
+	-ldconfig
+
+clean:
+	rm -rf $(BUILD)
+	$(CARGO) clean

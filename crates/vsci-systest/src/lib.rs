@@ -1,0 +1,1 @@
+//! System tests live in tests/; this crate has no library code.

@@ -1,0 +1,160 @@
+/*
+ * sisci_api.h - the SISCI shared-memory API, as implemented by vsci.
+ *
+ * Function names and signatures follow Dolphin's SISCI so that existing
+ * programs build unchanged:  cc prog.c $(pkg-config --cflags --libs sisci)
+ *
+ * Every call reports through its trailing `sci_error_t *error`, except
+ * SCIFlush, SCIStoreBarrier and SCIDMAQueueState, which have none, and the
+ * getters that return a value directly.  See docs/api.md for what vsci
+ * does with each call and flag.
+ */
+#ifndef SISCI_API_H
+#define SISCI_API_H
+
+#include "sisci_types.h"
+#include "sisci_error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SISCI_API_VERSION_MAJOR 1
+#define SISCI_API_VERSION_MINOR 0
+
+/* ---- Library, descriptors, nodes ---------------------------------------- */
+void SCIInitialize(unsigned int flags, sci_error_t *error);
+void SCITerminate(void);
+void SCIOpen(sci_desc_t *sd, unsigned int flags, sci_error_t *error);
+void SCIClose(sci_desc_t sd, unsigned int flags, sci_error_t *error);
+void SCIQuery(unsigned int command, void *data, unsigned int flags, sci_error_t *error);
+const char *SCIGetErrorString(sci_error_t error);
+void SCIGetLocalNodeId(unsigned int adapterNo, unsigned int *nodeId,
+                       unsigned int flags, sci_error_t *error);
+int  SCIProbeNode(sci_desc_t sd, unsigned int localAdapterNo, unsigned int nodeId,
+                  unsigned int flags, sci_error_t *error);
+
+/* ---- Local segments ------------------------------------------------------ */
+void SCICreateSegment(sci_desc_t sd, sci_local_segment_t *segment,
+                      unsigned int segmentId, size_t size,
+                      sci_cb_local_segment_t callback, void *callbackArg,
+                      unsigned int flags, sci_error_t *error);
+void SCIPrepareSegment(sci_local_segment_t segment, unsigned int localAdapterNo,
+                       unsigned int flags, sci_error_t *error);
+void SCISetSegmentAvailable(sci_local_segment_t segment, unsigned int localAdapterNo,
+                            unsigned int flags, sci_error_t *error);
+void SCISetSegmentUnavailable(sci_local_segment_t segment, unsigned int localAdapterNo,
+                              unsigned int flags, sci_error_t *error);
+void SCIRemoveSegment(sci_local_segment_t segment, unsigned int flags, sci_error_t *error);
+size_t SCIGetLocalSegmentSize(sci_local_segment_t segment);
+unsigned int SCIGetLocalSegmentId(sci_local_segment_t segment);
+sci_segment_cb_reason_t SCIWaitForLocalSegmentEvent(sci_local_segment_t segment,
+                      unsigned int *sourcenodeId, unsigned int *localAdapterNo,
+                      unsigned int timeout, unsigned int flags, sci_error_t *error);
+void SCIRegisterSegmentMemory(void *address, size_t size, sci_local_segment_t segment,
+                              unsigned int flags, sci_error_t *error);
+
+/* ---- Remote segments ----------------------------------------------------- */
+void SCIConnectSegment(sci_desc_t sd, sci_remote_segment_t *segment,
+                       unsigned int nodeId, unsigned int segmentId,
+                       unsigned int localAdapterNo,
+                       sci_cb_remote_segment_t callback, void *callbackArg,
+                       unsigned int timeout, unsigned int flags, sci_error_t *error);
+void SCIDisconnectSegment(sci_remote_segment_t segment, unsigned int flags,
+                          sci_error_t *error);
+size_t SCIGetRemoteSegmentSize(sci_remote_segment_t segment);
+unsigned int SCIGetRemoteSegmentId(sci_remote_segment_t segment);
+unsigned int SCIGetRemoteSegmentNodeId(sci_remote_segment_t segment);
+sci_segment_cb_reason_t SCIWaitForRemoteSegmentEvent(sci_remote_segment_t segment,
+                      sci_error_t *status, unsigned int timeout,
+                      unsigned int flags, sci_error_t *error);
+
+/* ---- Mapping ------------------------------------------------------------- */
+volatile void *SCIMapLocalSegment(sci_local_segment_t segment, sci_map_t *map,
+                                  size_t offset, size_t size, void *addr,
+                                  unsigned int flags, sci_error_t *error);
+volatile void *SCIMapRemoteSegment(sci_remote_segment_t segment, sci_map_t *map,
+                                   size_t offset, size_t size, void *addr,
+                                   unsigned int flags, sci_error_t *error);
+void SCIUnmapSegment(sci_map_t map, unsigned int flags, sci_error_t *error);
+
+/* ---- PIO, ordering, error checking --------------------------------------- */
+void SCIMemCpy(sci_sequence_t sequence, void *memAddr, sci_map_t remoteMap,
+               size_t remoteOffset, size_t size, unsigned int flags,
+               sci_error_t *error);
+void SCIMemWrite(void *memAddr, volatile void *remoteAddr, size_t size,
+                 unsigned int flags, sci_error_t *error);
+void SCIFlush(sci_sequence_t sequence, unsigned int flags);
+void SCIStoreBarrier(sci_sequence_t sequence, unsigned int flags);
+void SCICreateMapSequence(sci_map_t map, sci_sequence_t *sequence,
+                          unsigned int flags, sci_error_t *error);
+void SCIRemoveSequence(sci_sequence_t sequence, unsigned int flags, sci_error_t *error);
+sci_sequence_status_t SCIStartSequence(sci_sequence_t sequence, unsigned int flags,
+                                       sci_error_t *error);
+sci_sequence_status_t SCICheckSequence(sci_sequence_t sequence, unsigned int flags,
+                                       sci_error_t *error);
+
+/* ---- Interrupts ---------------------------------------------------------- */
+void SCICreateInterrupt(sci_desc_t sd, sci_local_interrupt_t *interrupt,
+                        unsigned int localAdapterNo, unsigned int *interruptNo,
+                        sci_cb_interrupt_t callback, void *callbackArg,
+                        unsigned int flags, sci_error_t *error);
+void SCIRemoveInterrupt(sci_local_interrupt_t interrupt, unsigned int flags,
+                        sci_error_t *error);
+void SCIWaitForInterrupt(sci_local_interrupt_t interrupt, unsigned int timeout,
+                         unsigned int flags, sci_error_t *error);
+void SCIConnectInterrupt(sci_desc_t sd, sci_remote_interrupt_t *interrupt,
+                         unsigned int nodeId, unsigned int localAdapterNo,
+                         unsigned int interruptNo, unsigned int timeout,
+                         unsigned int flags, sci_error_t *error);
+void SCIDisconnectInterrupt(sci_remote_interrupt_t interrupt, unsigned int flags,
+                            sci_error_t *error);
+void SCITriggerInterrupt(sci_remote_interrupt_t interrupt, unsigned int flags,
+                         sci_error_t *error);
+
+/* ---- Data interrupts ----------------------------------------------------- */
+void SCICreateDataInterrupt(sci_desc_t sd, sci_local_data_interrupt_t *interrupt,
+                            unsigned int localAdapterNo, unsigned int *interruptNo,
+                            sci_cb_data_interrupt_t callback, void *callbackArg,
+                            unsigned int flags, sci_error_t *error);
+void SCIRemoveDataInterrupt(sci_local_data_interrupt_t interrupt, unsigned int flags,
+                            sci_error_t *error);
+void SCIWaitForDataInterrupt(sci_local_data_interrupt_t interrupt, void *data,
+                             unsigned int *length, unsigned int timeout,
+                             unsigned int flags, sci_error_t *error);
+void SCIConnectDataInterrupt(sci_desc_t sd, sci_remote_data_interrupt_t *interrupt,
+                             unsigned int nodeId, unsigned int localAdapterNo,
+                             unsigned int interruptNo, unsigned int timeout,
+                             unsigned int flags, sci_error_t *error);
+void SCIDisconnectDataInterrupt(sci_remote_data_interrupt_t interrupt,
+                                unsigned int flags, sci_error_t *error);
+void SCITriggerDataInterrupt(sci_remote_data_interrupt_t interrupt, void *data,
+                             unsigned int length, unsigned int flags,
+                             sci_error_t *error);
+
+/* ---- DMA ----------------------------------------------------------------- */
+void SCICreateDMAQueue(sci_desc_t sd, sci_dma_queue_t *dq, unsigned int localAdapterNo,
+                       unsigned int maxEntries, unsigned int flags, sci_error_t *error);
+void SCIRemoveDMAQueue(sci_dma_queue_t dq, unsigned int flags, sci_error_t *error);
+void SCIAbortDMAQueue(sci_dma_queue_t dq, unsigned int flags, sci_error_t *error);
+sci_dma_queue_state_t SCIDMAQueueState(sci_dma_queue_t dq);
+sci_dma_queue_state_t SCIWaitForDMAQueue(sci_dma_queue_t dq, unsigned int timeout,
+                                         unsigned int flags, sci_error_t *error);
+void SCIStartDmaTransfer(sci_dma_queue_t dq, sci_local_segment_t localSegment,
+                         sci_remote_segment_t remoteSegment, size_t localOffset,
+                         size_t size, size_t remoteOffset, sci_cb_dma_t callback,
+                         void *callbackArg, unsigned int flags, sci_error_t *error);
+void SCIStartDmaTransferMem(sci_dma_queue_t dq, void *localAddress,
+                            sci_remote_segment_t remoteSegment, size_t size,
+                            size_t remoteOffset, sci_cb_dma_t callback,
+                            void *callbackArg, unsigned int flags, sci_error_t *error);
+void SCIStartDmaTransferVec(sci_dma_queue_t dq, sci_local_segment_t localSegment,
+                            sci_remote_segment_t remoteSegment, size_t vecLength,
+                            dis_dma_vec_t *disDmaVec, sci_cb_dma_t callback,
+                            void *callbackArg, unsigned int flags, sci_error_t *error);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SISCI_API_H */
