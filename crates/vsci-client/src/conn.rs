@@ -1,0 +1,307 @@
+//! The control connection: request/reply matching, the reader thread and
+//! the event dispatcher.
+
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use vsci_proto::wire::{self, Received};
+use vsci_proto::{ClientMsg, Event, ObjId, Reply, Request, SciError, SegmentEvent, ServerMsg, PROTOCOL_VERSION};
+
+use crate::wait::WaitPolicy;
+use crate::Result;
+
+/// A segment event as a program sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegEvent {
+    pub reason: SegmentEvent,
+    pub node_id: u32,
+    pub status: SciError,
+}
+
+type Callback = Box<dyn FnMut(SegEvent) -> bool + Send>;
+
+/// Where one object's segment events go: a queue for
+/// `SCIWaitFor*SegmentEvent`, or a callback run on the dispatcher thread.
+#[derive(Default)]
+pub struct EventQueue {
+    queue: Mutex<VecDeque<SegEvent>>,
+    ready: Condvar,
+    callback: Mutex<Option<Callback>>,
+    has_callback: AtomicBool,
+    /// Raised (before any callback runs) when a LOST event arrives.
+    pub(crate) lost: AtomicBool,
+}
+
+impl EventQueue {
+    /// Install a callback; it returns `false` to cancel itself, after which
+    /// events queue up again.
+    pub fn set_callback(&self, cb: Callback) {
+        *self.callback.lock().unwrap() = Some(cb);
+        self.has_callback.store(true, Ordering::SeqCst);
+    }
+
+    pub fn has_callback(&self) -> bool {
+        self.has_callback.load(Ordering::SeqCst)
+    }
+
+    fn deliver(&self, ev: SegEvent) {
+        let mut cb = self.callback.lock().unwrap();
+        if let Some(f) = cb.as_mut() {
+            if !f(ev) {
+                *cb = None;
+                self.has_callback.store(false, Ordering::SeqCst);
+            }
+            return;
+        }
+        drop(cb);
+        self.queue.lock().unwrap().push_back(ev);
+        self.ready.notify_all();
+    }
+
+    /// Wait up to `timeout_ms` for the next event.
+    pub fn wait(&self, timeout_ms: u32) -> Result<SegEvent> {
+        let deadline = crate::wait::deadline(timeout_ms);
+        let mut q = self.queue.lock().unwrap();
+        loop {
+            if let Some(ev) = q.pop_front() {
+                return Ok(ev);
+            }
+            let wait = match deadline {
+                None => Duration::from_secs(3600),
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(w) if !w.is_zero() => w,
+                    _ => return Err(SciError::Timeout),
+                },
+            };
+            q = self.ready.wait_timeout(q, wait).unwrap().0;
+        }
+    }
+}
+
+struct Pending {
+    slots: HashMap<u64, SyncSender<std::result::Result<(Reply, Vec<OwnedFd>), SciError>>>,
+}
+
+pub(crate) struct Inner {
+    sock: OwnedFd,
+    next_tag: AtomicU64,
+    pending: Mutex<Pending>,
+    dead: AtomicBool,
+    /// Event sinks by daemon object id (segments and connections).
+    sinks: Mutex<HashMap<ObjId, Weak<EventQueue>>>,
+    /// Flags to raise when the daemon says an interrupt connection is gone.
+    intr_gone: Mutex<HashMap<ObjId, Weak<AtomicBool>>>,
+    dispatch: Mutex<Option<Sender<(Arc<EventQueue>, SegEvent)>>>,
+    pub(crate) node_id: u32,
+    pub(crate) wait: WaitPolicy,
+    pub(crate) max_segment_size: u64,
+}
+
+/// One control connection to `vscid` (one SISCI descriptor).
+#[derive(Clone)]
+pub struct Client {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl Client {
+    /// Connect to the daemon at `path` and introduce ourselves.
+    pub fn connect(path: &std::path::Path, name: &str) -> Result<Client> {
+        let sock = wire::connect(path).map_err(|_| SciError::NoLinkAccess)?;
+        let hello = ClientMsg { tag: 0, req: Request::Hello { version: PROTOCOL_VERSION, name: name.to_owned() } };
+        wire::send(sock.as_fd(), &hello, &[]).map_err(|_| SciError::NoLinkAccess)?;
+        let msg = wire::recv(sock.as_fd()).map_err(|_| SciError::NoLinkAccess)?;
+        let (node_id, mode, spin_us, max_segment_size) = match msg.decode::<ServerMsg>() {
+            Ok(ServerMsg::Reply { tag: 0, result: Ok(Reply::Hello { node_id, wait_mode, spin_us, max_segment_size }) }) => {
+                (node_id, wait_mode, spin_us, max_segment_size)
+            }
+            Ok(ServerMsg::Reply { result: Err(e), .. }) => return Err(e),
+            _ => return Err(SciError::InconsistentVersions),
+        };
+        let inner = Arc::new(Inner {
+            sock,
+            next_tag: AtomicU64::new(1),
+            pending: Mutex::new(Pending { slots: HashMap::new() }),
+            dead: AtomicBool::new(false),
+            sinks: Mutex::new(HashMap::new()),
+            intr_gone: Mutex::new(HashMap::new()),
+            dispatch: Mutex::new(None),
+            node_id,
+            wait: WaitPolicy::from_env(mode, spin_us),
+            max_segment_size,
+        });
+        let (dtx, drx) = channel();
+        *inner.dispatch.lock().unwrap() = Some(dtx);
+        std::thread::Builder::new()
+            .name("vsci-events".into())
+            .spawn(move || dispatcher(drx))
+            .map_err(|_| SciError::System)?;
+        let weak = Arc::downgrade(&inner);
+        let rsock = inner.sock.as_fd().try_clone_to_owned().map_err(|_| SciError::System)?;
+        std::thread::Builder::new()
+            .name("vsci-reader".into())
+            .spawn(move || reader(rsock, weak))
+            .map_err(|_| SciError::System)?;
+        Ok(Client { inner })
+    }
+
+    pub fn node_id(&self) -> u32 {
+        self.inner.node_id
+    }
+
+    pub fn wait_policy(&self) -> WaitPolicy {
+        self.inner.wait
+    }
+
+    pub fn is_alive(&self) -> bool {
+        !self.inner.dead.load(Ordering::SeqCst)
+    }
+
+    /// Close the connection: the daemon releases everything it holds for
+    /// us and tells our peers.
+    pub fn close(&self) {
+        self.inner.dead.store(true, Ordering::SeqCst);
+        let _ = nix::sys::socket::shutdown(self.inner.sock.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+    }
+
+    /// Send a request and wait for its reply and descriptors.
+    pub(crate) fn call(&self, req: Request) -> Result<(Reply, Vec<OwnedFd>)> {
+        self.inner.call(req)
+    }
+
+    pub(crate) fn register_sink(&self, id: ObjId, q: &Arc<EventQueue>) {
+        self.inner.sinks.lock().unwrap().insert(id, Arc::downgrade(q));
+    }
+
+    pub(crate) fn unregister(&self, id: ObjId) {
+        self.inner.sinks.lock().unwrap().remove(&id);
+        self.inner.intr_gone.lock().unwrap().remove(&id);
+    }
+
+    pub(crate) fn register_intr_conn(&self, id: ObjId, gone: &Arc<AtomicBool>) {
+        self.inner.intr_gone.lock().unwrap().insert(id, Arc::downgrade(gone));
+    }
+
+    /// Daemon status (used by `vsci status`).
+    pub fn status(&self) -> Result<vsci_proto::NodeStatus> {
+        match self.call(Request::Status)? {
+            (Reply::Status(s), _) => Ok(*s),
+            _ => Err(SciError::System),
+        }
+    }
+
+    pub fn probe_node(&self, node_id: u32) -> Result<bool> {
+        match self.call(Request::ProbeNode { node_id })? {
+            (Reply::Probe { reachable }, _) => Ok(reachable),
+            _ => Err(SciError::System),
+        }
+    }
+}
+
+impl Inner {
+    fn call(&self, req: Request) -> Result<(Reply, Vec<OwnedFd>)> {
+        if self.dead.load(Ordering::SeqCst) {
+            return Err(SciError::NoLinkAccess);
+        }
+        let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = sync_channel(1);
+        self.pending.lock().unwrap().slots.insert(tag, tx);
+        if wire::send(self.sock.as_fd(), &ClientMsg { tag, req }, &[]).is_err() {
+            self.pending.lock().unwrap().slots.remove(&tag);
+            return Err(SciError::NoLinkAccess);
+        }
+        rx.recv().unwrap_or(Err(SciError::NoLinkAccess))
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let _ = nix::sys::socket::shutdown(self.sock.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+    }
+}
+
+fn reader(sock: OwnedFd, inner: Weak<Inner>) {
+    loop {
+        let msg: Received = match wire::recv(sock.as_fd()) {
+            Ok(m) => m,
+            Err(_) => break,
+        };
+        let Some(inner) = inner.upgrade() else { return };
+        let decoded = match msg.decode::<ServerMsg>() {
+            Ok(m) => m,
+            Err(e) => {
+                log::error!("vsci: undecodable message from vscid ({e}); closing");
+                break;
+            }
+        };
+        match decoded {
+            ServerMsg::Reply { tag, result } => {
+                let slot = inner.pending.lock().unwrap().slots.remove(&tag);
+                if let Some(tx) = slot {
+                    let _ = tx.send(result.map(|r| (r, msg.fds)));
+                }
+            }
+            ServerMsg::Event(ev) => on_event(&inner, ev),
+        }
+    }
+    // The daemon went away (shutdown, crash, or we closed): fail every
+    // waiting call and tell every connector its segment is lost.
+    if let Some(inner) = inner.upgrade() {
+        inner.dead.store(true, Ordering::SeqCst);
+        inner.pending.lock().unwrap().slots.clear();
+        let sinks: Vec<(ObjId, Weak<EventQueue>)> = inner.sinks.lock().unwrap().drain().collect();
+        for (_, q) in sinks {
+            if let Some(q) = q.upgrade() {
+                dispatch(&inner, q, SegEvent { reason: SegmentEvent::Lost, node_id: inner.node_id, status: SciError::NoLinkAccess });
+            }
+        }
+        for (_, g) in inner.intr_gone.lock().unwrap().drain() {
+            if let Some(g) = g.upgrade() {
+                g.store(true, Ordering::SeqCst);
+            }
+        }
+        *inner.dispatch.lock().unwrap() = None;
+    }
+}
+
+fn on_event(inner: &Arc<Inner>, ev: Event) {
+    let (id, sev) = match ev {
+        Event::LocalSegment { seg, reason, node_id } => (seg, SegEvent { reason, node_id, status: SciError::Ok }),
+        Event::RemoteSegment { conn, reason, status } => {
+            (conn, SegEvent { reason, node_id: inner.node_id, status })
+        }
+        Event::InterruptGone { conn } => {
+            if let Some(g) = inner.intr_gone.lock().unwrap().get(&conn).and_then(Weak::upgrade) {
+                g.store(true, Ordering::SeqCst);
+            }
+            return;
+        }
+        Event::Shutdown => {
+            inner.dead.store(true, Ordering::SeqCst);
+            return; // the socket closes next; the reader's exit path reports LOST
+        }
+    };
+    if let Some(q) = inner.sinks.lock().unwrap().get(&id).and_then(Weak::upgrade) {
+        dispatch(inner, q, sev);
+    }
+}
+
+fn dispatch(inner: &Inner, q: Arc<EventQueue>, ev: SegEvent) {
+    if ev.reason == SegmentEvent::Lost {
+        q.lost.store(true, Ordering::SeqCst);
+    }
+    if let Some(tx) = inner.dispatch.lock().unwrap().as_ref() {
+        let _ = tx.send((q, ev));
+    }
+}
+
+/// Runs callbacks off the reader thread, so a callback may itself make
+/// SISCI calls (which need the reader to deliver their replies).
+fn dispatcher(rx: Receiver<(Arc<EventQueue>, SegEvent)>) {
+    for (q, ev) in rx {
+        q.deliver(ev);
+    }
+}

@@ -1,0 +1,378 @@
+//! Interrupts and data interrupts.
+//!
+//! A trigger is a store into the interrupt's shared page (a counter for
+//! plain interrupts, a slot of a bounded multi-producer queue for data
+//! interrupts) followed by an eventfd write only if the creator has
+//! announced that it sleeps. Waiting follows the [`WaitPolicy`].
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
+use vsci_proto::intr::{self, Shared, DATA_MAX, RING_SLOTS};
+use vsci_proto::{IntrKind, ObjId, Reply, Request, SciError};
+
+use crate::conn::Client;
+use crate::wait::{self, WaitPolicy, Waited};
+use crate::Result;
+
+/// A mapping of an interrupt's shared page.
+struct Page {
+    ptr: NonNull<Shared>,
+}
+
+// SAFETY: the page is a MAP_SHARED mapping owned by `Page`; everything in
+// `Shared` that is accessed concurrently is atomic.
+unsafe impl Send for Page {}
+// SAFETY: as above.
+unsafe impl Sync for Page {}
+
+impl Page {
+    fn map(fd: &OwnedFd) -> Result<Page> {
+        let st = nix::sys::stat::fstat(std::os::fd::AsRawFd::as_raw_fd(fd)).map_err(|_| SciError::System)?;
+        if (st.st_size as usize) < intr::SHARED_SIZE {
+            return Err(SciError::System);
+        }
+        // SAFETY: mapping SHARED_SIZE bytes of a memfd whose size we just
+        // checked (and which the daemon sealed against shrinking).
+        let p = unsafe {
+            mmap(
+                None,
+                std::num::NonZeroUsize::new(intr::SHARED_SIZE).expect("nonzero"),
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_SHARED,
+                fd.as_fd(),
+                0,
+            )
+        }
+        .map_err(|_| SciError::Nospc)?;
+        let page = Page { ptr: p.cast() };
+        if page.get().magic.load(Ordering::Acquire) != intr::MAGIC {
+            return Err(SciError::System);
+        }
+        Ok(page)
+    }
+
+    fn get(&self) -> &Shared {
+        // SAFETY: the mapping is at least size_of::<Shared>() bytes, page
+        // aligned, and lives as long as `self`; all-zero or any other bit
+        // pattern is a valid value for the atomics and byte arrays in it.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl Drop for Page {
+    fn drop(&mut self) {
+        // SAFETY: ptr/len are those of the mapping made in `map`.
+        unsafe {
+            let _ = munmap(self.ptr.cast(), intr::SHARED_SIZE);
+        }
+    }
+}
+
+pub struct LocalInterrupt {
+    client: Client,
+    id: ObjId,
+    pub kind: IntrKind,
+    pub number: u32,
+    page: Page,
+    eventfd: OwnedFd,
+    /// Triggers consumed so far (plain interrupts).
+    consumed: AtomicU64,
+    /// Next queue position to drain (data interrupts); the lock serialises
+    /// threads of this process that wait on the same interrupt.
+    tail: Mutex<u64>,
+    removed: AtomicBool,
+    pub policy: WaitPolicy,
+}
+
+pub struct RemoteInterrupt {
+    client: Client,
+    id: ObjId,
+    pub kind: IntrKind,
+    pub node_id: u32,
+    pub number: u32,
+    page: Page,
+    eventfd: OwnedFd,
+    gone: Arc<AtomicBool>,
+}
+
+fn two_fds(mut fds: Vec<OwnedFd>) -> Result<(OwnedFd, OwnedFd)> {
+    if fds.len() != 2 {
+        return Err(SciError::System);
+    }
+    let e = fds.pop().expect("len 2");
+    let m = fds.pop().expect("len 2");
+    Ok((m, e))
+}
+
+impl Client {
+    pub fn create_interrupt(&self, kind: IntrKind, hint: u32, fixed: bool) -> Result<Arc<LocalInterrupt>> {
+        let (reply, fds) = self.call(Request::CreateInterrupt { kind, hint, fixed })?;
+        let Reply::Interrupt { intr, number } = reply else { return Err(SciError::System) };
+        let (memfd, eventfd) = two_fds(fds)?;
+        Ok(Arc::new(LocalInterrupt {
+            client: self.clone(),
+            id: intr,
+            kind,
+            number,
+            page: Page::map(&memfd)?,
+            eventfd,
+            consumed: AtomicU64::new(0),
+            tail: Mutex::new(0),
+            removed: AtomicBool::new(false),
+            policy: self.wait_policy(),
+        }))
+    }
+
+    pub fn connect_interrupt(&self, kind: IntrKind, node_id: u32, number: u32, timeout_ms: u32) -> Result<Arc<RemoteInterrupt>> {
+        let (reply, fds) = self.call(Request::ConnectInterrupt { kind, node_id, number, timeout_ms })?;
+        let Reply::InterruptConnected { conn } = reply else { return Err(SciError::System) };
+        let (memfd, eventfd) = two_fds(fds)?;
+        let r = Arc::new(RemoteInterrupt {
+            client: self.clone(),
+            id: conn,
+            kind,
+            node_id,
+            number,
+            page: Page::map(&memfd)?,
+            eventfd,
+            gone: Arc::new(AtomicBool::new(false)),
+        });
+        self.register_intr_conn(conn, &r.gone);
+        Ok(r)
+    }
+}
+
+/// Outcome of a data-interrupt wait.
+pub enum DataWait {
+    /// A message of this many bytes was copied out.
+    Got(usize),
+    /// The next message needs a buffer of this many bytes; it stays queued.
+    TooSmall(usize),
+}
+
+impl LocalInterrupt {
+    fn try_consume(&self) -> bool {
+        let shared = self.page.get();
+        loop {
+            let c = self.consumed.load(Ordering::Acquire);
+            if shared.triggers.load(Ordering::Acquire) <= c {
+                return false;
+            }
+            if self.consumed.compare_exchange(c, c + 1, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                return true;
+            }
+        }
+    }
+
+    fn pending(&self) -> bool {
+        let shared = self.page.get();
+        match self.kind {
+            IntrKind::Plain => shared.triggers.load(Ordering::Acquire) > self.consumed.load(Ordering::Acquire),
+            IntrKind::Data => {
+                let t = *self.tail.lock().unwrap();
+                shared.slots[(t as usize) % RING_SLOTS].seq.load(Ordering::Acquire) == t + 1
+            }
+        }
+    }
+
+    /// If other threads of ours sleep and triggers remain, pass the wake-up
+    /// on (one eventfd read drains several triggers' writes).
+    fn pass_on(&self) {
+        if self.page.get().sleepers.load(Ordering::SeqCst) > 0 && self.pending() {
+            wait::kick(self.eventfd.as_fd());
+        }
+    }
+
+    fn check_live(&self) -> Result<()> {
+        if self.removed.load(Ordering::SeqCst) {
+            return Err(SciError::Cancelled);
+        }
+        if !self.client.is_alive() {
+            return Err(SciError::NoLinkAccess);
+        }
+        Ok(())
+    }
+
+    /// Consume one trigger, waiting up to `timeout_ms`.
+    pub fn wait(&self, timeout_ms: u32) -> Result<()> {
+        self.check_live()?;
+        let deadline = wait::deadline(timeout_ms);
+        let shared = self.page.get();
+        loop {
+            let r = wait::wait_until(self.policy, deadline, &shared.sleepers, self.eventfd.as_fd(), || {
+                self.pending() || self.removed.load(Ordering::Relaxed)
+            });
+            self.check_live()?;
+            match r {
+                Waited::TimedOut => {
+                    if self.try_consume() {
+                        return Ok(());
+                    }
+                    return Err(SciError::Timeout);
+                }
+                Waited::Ready => {
+                    if self.try_consume() {
+                        self.pass_on();
+                        return Ok(());
+                    }
+                    // Another thread of ours took it; wait again.
+                }
+            }
+        }
+    }
+
+    /// Receive one data-interrupt message into `buf`, waiting up to
+    /// `timeout_ms`.
+    pub fn wait_data(&self, buf: &mut [u8], timeout_ms: u32) -> Result<DataWait> {
+        self.check_live()?;
+        let deadline = wait::deadline(timeout_ms);
+        let shared = self.page.get();
+        loop {
+            if let Some(r) = self.try_take(buf) {
+                self.pass_on();
+                return Ok(r);
+            }
+            let r = wait::wait_until(self.policy, deadline, &shared.sleepers, self.eventfd.as_fd(), || {
+                self.pending() || self.removed.load(Ordering::Relaxed)
+            });
+            self.check_live()?;
+            if let Waited::TimedOut = r {
+                return self.try_take(buf).ok_or(SciError::Timeout);
+            }
+        }
+    }
+
+    /// Take the next message if one is complete. The length is copied out
+    /// and clamped before use: the page is writable by every connector.
+    fn try_take(&self, buf: &mut [u8]) -> Option<DataWait> {
+        let shared = self.page.get();
+        let mut tail = self.tail.lock().unwrap();
+        let pos = *tail;
+        let slot = &shared.slots[(pos as usize) % RING_SLOTS];
+        if slot.seq.load(Ordering::Acquire) != pos + 1 {
+            return None;
+        }
+        let len = (slot.len.load(Ordering::Relaxed) as usize).min(DATA_MAX);
+        if len > buf.len() {
+            return Some(DataWait::TooSmall(len));
+        }
+        // SAFETY: `slot.data` is DATA_MAX bytes inside the mapping and
+        // len <= DATA_MAX; the producer finished writing it before it
+        // published `seq` (Release, paired with our Acquire). A hostile
+        // producer could still be writing, which garbles bytes but cannot
+        // go out of bounds; a volatile copy keeps the compiler honest.
+        unsafe {
+            let src = slot.data.as_ptr();
+            for (i, b) in buf.iter_mut().take(len).enumerate() {
+                *b = std::ptr::read_volatile(src.add(i));
+            }
+        }
+        slot.seq.store(pos + RING_SLOTS as u64, Ordering::Release);
+        *tail = pos + 1;
+        shared.tail.store(pos + 1, Ordering::Relaxed);
+        Some(DataWait::Got(len))
+    }
+
+    /// Remove the interrupt; waiters get `SCI_ERR_CANCELLED`.
+    pub fn remove(&self) -> Result<()> {
+        if self.removed.load(Ordering::SeqCst) {
+            return Err(SciError::IllegalParameter);
+        }
+        let r = self.client.call(Request::RemoveInterrupt { intr: self.id });
+        self.removed.store(true, Ordering::SeqCst);
+        wait::kick(self.eventfd.as_fd());
+        match r {
+            Ok(_) | Err(SciError::NoLinkAccess) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::SeqCst)
+    }
+}
+
+/// How long a trigger on a full data-interrupt queue keeps retrying.
+const FULL_QUEUE_WAIT: Duration = Duration::from_secs(1);
+
+impl RemoteInterrupt {
+    fn check_live(&self) -> Result<&Shared> {
+        let shared = self.page.get();
+        if self.gone.load(Ordering::SeqCst) || shared.state.load(Ordering::Acquire) != intr::STATE_LIVE {
+            return Err(SciError::NotConnected);
+        }
+        Ok(shared)
+    }
+
+    fn wake(&self, shared: &Shared) {
+        if shared.sleepers.load(Ordering::SeqCst) > 0 {
+            wait::kick(self.eventfd.as_fd());
+        }
+    }
+
+    pub fn trigger(&self) -> Result<()> {
+        let shared = self.check_live()?;
+        shared.triggers.fetch_add(1, Ordering::SeqCst);
+        self.wake(shared);
+        Ok(())
+    }
+
+    pub fn trigger_data(&self, data: &[u8]) -> Result<()> {
+        if data.len() > DATA_MAX {
+            return Err(SciError::OutOfRange);
+        }
+        let shared = self.check_live()?;
+        let give_up = Instant::now() + FULL_QUEUE_WAIT;
+        let mut pos = shared.head.load(Ordering::Relaxed);
+        let slot = loop {
+            let slot = &shared.slots[(pos as usize) % RING_SLOTS];
+            let seq = slot.seq.load(Ordering::Acquire);
+            let diff = seq as i64 - pos as i64;
+            if diff == 0 {
+                match shared.head.compare_exchange_weak(pos, pos + 1, Ordering::AcqRel, Ordering::Relaxed) {
+                    Ok(_) => break slot,
+                    Err(p) => pos = p,
+                }
+            } else if diff < 0 {
+                // Full: the creator is not draining. Back off, then give up.
+                if Instant::now() >= give_up {
+                    return Err(SciError::Busy);
+                }
+                self.wake(shared);
+                std::thread::yield_now();
+                self.check_live()?;
+                pos = shared.head.load(Ordering::Relaxed);
+            } else {
+                pos = shared.head.load(Ordering::Relaxed);
+            }
+        };
+        // SAFETY: we own this slot until we publish `seq`; data.len() <=
+        // DATA_MAX so the copy stays inside `slot.data`. The page is shared
+        // memory, so we write through a raw pointer, never a &mut.
+        unsafe {
+            let dst = slot.data.as_ptr() as *mut u8;
+            std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len());
+        }
+        slot.len.store(data.len() as u32, Ordering::Relaxed);
+        slot.seq.store(pos + 1, Ordering::Release);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.wake(shared);
+        Ok(())
+    }
+
+    pub fn disconnect(&self) -> Result<()> {
+        self.client.unregister(self.id);
+        if self.gone.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        match self.client.call(Request::DisconnectInterrupt { conn: self.id }) {
+            Ok(_) | Err(SciError::IllegalParameter | SciError::NoLinkAccess) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}

@@ -1,0 +1,25 @@
+//! Client side of vsci: everything `libsisci` does, as a safe Rust API.
+//!
+//! A [`Client`] is one control connection to the node's `vscid` (one SISCI
+//! descriptor). Objects it creates hold the memfds and eventfds the daemon
+//! handed out; data moves through `mmap`ed memory and interrupt triggers
+//! through a shared page, without the daemon.
+
+mod conn;
+mod interrupt;
+mod map;
+mod segment;
+mod wait;
+
+pub use conn::{Client, EventQueue, SegEvent};
+pub use interrupt::{LocalInterrupt, RemoteInterrupt};
+pub use map::{Map, MapFlags, MapTarget};
+pub use segment::{LocalSegment, RemoteSegment};
+pub use vsci_proto::{IntrKind, SciError, SegmentEvent, WaitMode};
+pub use wait::WaitPolicy;
+
+/// Result type of every client call.
+pub type Result<T> = std::result::Result<T, SciError>;
+
+/// Timeout in milliseconds, SISCI-style: `u32::MAX` waits forever.
+pub const INFINITE: u32 = u32::MAX;

@@ -1,0 +1,157 @@
+//! Local segments (created here) and remote segments (connected here).
+//! Both are backed by the memfd the daemon created; mapping one is a plain
+//! `mmap` of that memfd, so every map of a segment is the same memory.
+
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use vsci_proto::{ObjId, Reply, Request, SciError};
+
+use crate::conn::{Client, EventQueue};
+use crate::Result;
+
+pub struct LocalSegment {
+    pub(crate) client: Client,
+    pub(crate) id: ObjId,
+    pub segment_id: u32,
+    pub size: u64,
+    pub(crate) memfd: OwnedFd,
+    pub events: Arc<EventQueue>,
+    pub(crate) maps: AtomicUsize,
+    pub(crate) removed: AtomicBool,
+}
+
+pub struct RemoteSegment {
+    pub(crate) client: Client,
+    pub(crate) id: ObjId,
+    pub node_id: u32,
+    pub segment_id: u32,
+    pub size: u64,
+    pub(crate) memfd: OwnedFd,
+    pub events: Arc<EventQueue>,
+    pub(crate) maps: AtomicUsize,
+}
+
+fn expect_fd(mut fds: Vec<OwnedFd>) -> Result<OwnedFd> {
+    if fds.len() != 1 {
+        return Err(SciError::System);
+    }
+    Ok(fds.remove(0))
+}
+
+impl Client {
+    /// Create a segment. `segment_id = None` lets the node pick one.
+    pub fn create_segment(&self, segment_id: Option<u32>, size: u64) -> Result<Arc<LocalSegment>> {
+        if size == 0 {
+            return Err(SciError::IllegalParameter);
+        }
+        let req = Request::CreateSegment {
+            segment_id: segment_id.unwrap_or(0),
+            auto_id: segment_id.is_none(),
+            size,
+            events: true,
+        };
+        let (reply, fds) = self.call(req)?;
+        let Reply::Segment { seg, segment_id, size } = reply else { return Err(SciError::System) };
+        let memfd = expect_fd(fds)?;
+        let s = Arc::new(LocalSegment {
+            client: self.clone(),
+            id: seg,
+            segment_id,
+            size,
+            memfd,
+            events: Arc::new(EventQueue::default()),
+            maps: AtomicUsize::new(0),
+            removed: AtomicBool::new(false),
+        });
+        self.register_sink(seg, &s.events);
+        Ok(s)
+    }
+
+    /// Connect to segment `segment_id` of node `node_id`, waiting up to
+    /// `timeout_ms` for it to exist and be available.
+    pub fn connect_segment(&self, node_id: u32, segment_id: u32, timeout_ms: u32) -> Result<Arc<RemoteSegment>> {
+        let (reply, fds) = self.call(Request::ConnectSegment { node_id, segment_id, timeout_ms })?;
+        let Reply::Connected { conn, node_id, segment_id, size } = reply else { return Err(SciError::System) };
+        let memfd = expect_fd(fds)?;
+        let s = Arc::new(RemoteSegment {
+            client: self.clone(),
+            id: conn,
+            node_id,
+            segment_id,
+            size,
+            memfd,
+            events: Arc::new(EventQueue::default()),
+            maps: AtomicUsize::new(0),
+        });
+        self.register_sink(conn, &s.events);
+        Ok(s)
+    }
+}
+
+impl LocalSegment {
+    fn simple(&self, req: Request) -> Result<()> {
+        if self.removed.load(Ordering::SeqCst) {
+            return Err(SciError::IllegalParameter);
+        }
+        self.client.call(req).map(|_| ())
+    }
+
+    pub fn prepare(&self) -> Result<()> {
+        self.simple(Request::PrepareSegment { seg: self.id })
+    }
+
+    pub fn set_available(&self) -> Result<()> {
+        self.simple(Request::SetAvailable { seg: self.id })
+    }
+
+    pub fn set_unavailable(&self, notify: bool, force_disconnect: bool) -> Result<()> {
+        self.simple(Request::SetUnavailable { seg: self.id, notify, force_disconnect })
+    }
+
+    /// Remove the segment. Fails with `SCI_ERR_BUSY` while we still map it.
+    pub fn remove(&self) -> Result<()> {
+        if self.maps.load(Ordering::SeqCst) > 0 {
+            return Err(SciError::Busy);
+        }
+        self.simple(Request::RemoveSegment { seg: self.id })?;
+        self.removed.store(true, Ordering::SeqCst);
+        self.client.unregister(self.id);
+        Ok(())
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl RemoteSegment {
+    /// True once the owner removed the segment, forced us off, or the node
+    /// went away (the LOST flag is raised before any callback runs).
+    pub fn is_lost(&self) -> bool {
+        self.events.lost.load(Ordering::SeqCst) || !self.client.is_alive()
+    }
+
+    /// Disconnect. Fails with `SCI_ERR_BUSY` while we still map it.
+    pub fn disconnect(&self) -> Result<()> {
+        if self.maps.load(Ordering::SeqCst) > 0 {
+            return Err(SciError::Busy);
+        }
+        self.client.unregister(self.id);
+        if self.events.lost.load(Ordering::SeqCst) {
+            return Ok(()); // the owner already dropped us
+        }
+        match self.client.call(Request::DisconnectSegment { conn: self.id }) {
+            Ok(_) => Ok(()),
+            // The owner removed it between our check and the call, or the
+            // node is gone: either way we are disconnected.
+            Err(SciError::IllegalParameter | SciError::NoLinkAccess) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+}

@@ -1,0 +1,127 @@
+//! How interrupt waits wait: poll, block, or spin then block.
+//!
+//! A blocking wake-up through an eventfd costs tens of microseconds on the
+//! machines we measured (48 µs one way), while a polled shared-memory flag
+//! is seen in about 0.1 µs. Adaptive waiting spins for about the price of
+//! one blocking wake-up before it sleeps: it never costs more than twice the
+//! better of the two fixed strategies.
+
+use std::os::fd::{AsFd, BorrowedFd};
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags};
+use vsci_proto::WaitMode;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitPolicy {
+    pub mode: WaitMode,
+    pub spin: Duration,
+}
+
+impl WaitPolicy {
+    /// The node's default, overridden by `VSCI_WAIT` and `VSCI_SPIN_US`.
+    pub fn from_env(node_mode: WaitMode, node_spin_us: u32) -> WaitPolicy {
+        let mode = std::env::var("VSCI_WAIT").ok().and_then(|v| v.parse().ok()).unwrap_or(node_mode);
+        let spin_us = std::env::var("VSCI_SPIN_US").ok().and_then(|v| v.parse().ok()).unwrap_or(node_spin_us);
+        WaitPolicy { mode, spin: Duration::from_micros(spin_us.into()) }
+    }
+}
+
+/// Absolute deadline for a SISCI millisecond timeout (`None` = forever).
+pub fn deadline(timeout_ms: u32) -> Option<Instant> {
+    (timeout_ms != u32::MAX).then(|| Instant::now() + Duration::from_millis(timeout_ms.into()))
+}
+
+/// Outcome of [`wait_until`].
+pub enum Waited {
+    Ready,
+    TimedOut,
+}
+
+/// Wait until `ready()` is true or the deadline passes, following `policy`.
+///
+/// `sleepers` is the shared counter triggerers read to decide whether an
+/// eventfd write is needed; `eventfd` is what they write. The order —
+/// announce, re-check, then sleep — closes the window in which a trigger
+/// could land between our last check and the sleep.
+pub fn wait_until(
+    policy: WaitPolicy,
+    deadline: Option<Instant>,
+    sleepers: &std::sync::atomic::AtomicU32,
+    eventfd: BorrowedFd<'_>,
+    mut ready: impl FnMut() -> bool,
+) -> Waited {
+    use std::sync::atomic::Ordering::SeqCst;
+    if ready() {
+        return Waited::Ready;
+    }
+    let spin_until = match policy.mode {
+        WaitMode::Poll => None,
+        WaitMode::Adaptive => Some(Instant::now() + policy.spin),
+        WaitMode::Block => Some(Instant::now()),
+    };
+    // Spin phase.
+    let mut n: u32 = 0;
+    loop {
+        if ready() {
+            return Waited::Ready;
+        }
+        n = n.wrapping_add(1);
+        if n % 64 == 0 {
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Waited::TimedOut;
+            }
+            if spin_until.is_some_and(|s| now >= s) {
+                break;
+            }
+            if policy.mode == WaitMode::Poll && n % (64 * 1024) == 0 {
+                // Let the peer run if it shares our core.
+                std::thread::yield_now();
+            }
+        }
+        std::hint::spin_loop();
+    }
+    // Block phase.
+    loop {
+        sleepers.fetch_add(1, SeqCst);
+        if ready() {
+            sleepers.fetch_sub(1, SeqCst);
+            return Waited::Ready;
+        }
+        let timeout = match deadline {
+            None => nix::poll::PollTimeout::NONE,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    sleepers.fetch_sub(1, SeqCst);
+                    return Waited::TimedOut;
+                }
+                // Round up so we never wake just before the deadline.
+                let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+                nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX)
+            }
+        };
+        let mut fds = [PollFd::new(eventfd.as_fd(), PollFlags::POLLIN)];
+        let _ = nix::poll::poll(&mut fds, timeout);
+        drain(eventfd);
+        sleepers.fetch_sub(1, SeqCst);
+        if ready() {
+            return Waited::Ready;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Waited::TimedOut;
+        }
+    }
+}
+
+/// Empty a non-blocking eventfd.
+pub fn drain(eventfd: BorrowedFd<'_>) {
+    let mut buf = [0u8; 8];
+    while nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&eventfd), &mut buf).is_ok() {}
+}
+
+/// Wake sleepers: write 1 to the eventfd.
+pub fn kick(eventfd: BorrowedFd<'_>) {
+    let _ = nix::unistd::write(eventfd, &1u64.to_ne_bytes());
+}

@@ -1,0 +1,42 @@
+//! The control protocol spoken between `vscid` and its clients (`libsisci`,
+//! the `vsci` CLI).
+//!
+//! Messages travel over a `SOCK_SEQPACKET` UNIX socket: one datagram is one
+//! message, so file descriptors passed with `SCM_RIGHTS` are always attached
+//! to the message they belong to and a truncated or oversized message is
+//! detectable. Bodies are `postcard`-encoded serde enums; anything that does
+//! not decode is a protocol violation and the peer is dropped.
+//!
+//! Only control traffic uses this socket. Segment memory and interrupt
+//! state are shared as memfds/eventfds and never pass through the daemon.
+
+pub mod error;
+pub mod intr;
+pub mod msg;
+pub mod wire;
+
+pub use error::SciError;
+pub use msg::*;
+
+/// Bumped whenever a message changes shape.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest message either side accepts, in bytes.
+pub const MAX_MESSAGE: usize = 64 * 1024;
+
+/// Most file descriptors carried by one message.
+pub const MAX_FDS: usize = 4;
+
+/// Socket path used when `VSCI_SOCKET` is not set.
+pub const DEFAULT_SOCKET: &str = "/tmp/vscid.sock";
+
+/// The environment variable naming the daemon's control socket.
+pub const SOCKET_ENV: &str = "VSCI_SOCKET";
+
+/// Resolve the control socket path the way every client does.
+pub fn socket_path() -> std::path::PathBuf {
+    std::env::var_os(SOCKET_ENV)
+        .filter(|v| !v.is_empty())
+        .map(Into::into)
+        .unwrap_or_else(|| DEFAULT_SOCKET.into())
+}

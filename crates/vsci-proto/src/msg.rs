@@ -1,0 +1,176 @@
+//! Request, reply and event messages.
+//!
+//! Handles (`ObjId`) are chosen by the daemon, are unique for the daemon's
+//! lifetime and are only meaningful on the connection that received them:
+//! the daemon looks every handle up in the requesting connection's own
+//! table, so a client cannot name another client's objects.
+
+use serde::{Deserialize, Serialize};
+
+use crate::SciError;
+
+/// A daemon-side object handle.
+pub type ObjId = u64;
+
+/// Longest client name accepted in `Hello`.
+pub const MAX_NAME: usize = 256;
+
+/// Interrupt kind: plain doorbell or data interrupt (separate number spaces).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum IntrKind {
+    Plain,
+    Data,
+}
+
+/// How interrupt waits wait (see docs/api.md, "Waiting").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WaitMode {
+    Adaptive,
+    Poll,
+    Block,
+}
+
+impl std::str::FromStr for WaitMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "adaptive" => Ok(WaitMode::Adaptive),
+            "poll" => Ok(WaitMode::Poll),
+            "block" => Ok(WaitMode::Block),
+            other => Err(format!("unknown wait mode {other:?} (adaptive, poll, block)")),
+        }
+    }
+}
+
+impl std::fmt::Display for WaitMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WaitMode::Adaptive => "adaptive",
+            WaitMode::Poll => "poll",
+            WaitMode::Block => "block",
+        })
+    }
+}
+
+/// Client → daemon.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClientMsg {
+    /// Echoed in the reply so a multi-threaded client can match them.
+    pub tag: u64,
+    pub req: Request,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Request {
+    /// First message on every connection.
+    Hello { version: u32, name: String },
+    /// Reply carries the segment memfd.
+    CreateSegment { segment_id: u32, auto_id: bool, size: u64, events: bool },
+    PrepareSegment { seg: ObjId },
+    SetAvailable { seg: ObjId },
+    SetUnavailable { seg: ObjId, notify: bool, force_disconnect: bool },
+    RemoveSegment { seg: ObjId },
+    /// Waits up to `timeout_ms` (`u32::MAX` = forever) for the segment.
+    /// Reply carries the segment memfd.
+    ConnectSegment { node_id: u32, segment_id: u32, timeout_ms: u32 },
+    DisconnectSegment { conn: ObjId },
+    /// Reply carries [shared state memfd, eventfd].
+    CreateInterrupt { kind: IntrKind, hint: u32, fixed: bool },
+    RemoveInterrupt { intr: ObjId },
+    /// Reply carries [shared state memfd, eventfd].
+    ConnectInterrupt { kind: IntrKind, node_id: u32, number: u32, timeout_ms: u32 },
+    DisconnectInterrupt { conn: ObjId },
+    ProbeNode { node_id: u32 },
+    Status,
+}
+
+/// Daemon → client.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ServerMsg {
+    Reply { tag: u64, result: Result<Reply, SciError> },
+    Event(Event),
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Reply {
+    Hello { node_id: u32, wait_mode: WaitMode, spin_us: u32, max_segment_size: u64 },
+    Done,
+    Segment { seg: ObjId, segment_id: u32, size: u64 },
+    Connected { conn: ObjId, node_id: u32, segment_id: u32, size: u64 },
+    Interrupt { intr: ObjId, number: u32 },
+    InterruptConnected { conn: ObjId },
+    Probe { reachable: bool },
+    Status(Box<NodeStatus>),
+}
+
+/// Segment callback reasons, with SISCI's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[repr(u32)]
+pub enum SegmentEvent {
+    Connect = 1,
+    Disconnect = 2,
+    NotOperational = 3,
+    Operational = 4,
+    Lost = 5,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum Event {
+    /// To a segment's owner: a peer connected or disconnected.
+    LocalSegment { seg: ObjId, reason: SegmentEvent, node_id: u32 },
+    /// To a connector: the segment went away or asked peers to leave.
+    RemoteSegment { conn: ObjId, reason: SegmentEvent, status: SciError },
+    /// To a connector of an interrupt whose creator removed it.
+    InterruptGone { conn: ObjId },
+    /// The node is shutting down; every handle is dead.
+    Shutdown,
+}
+
+/// What `vsci status` prints.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub node_id: u32,
+    pub pid: u32,
+    pub socket: String,
+    pub uptime_ms: u64,
+    pub wait_mode: String,
+    pub clients: Vec<ClientInfo>,
+    pub segments: Vec<SegmentInfo>,
+    pub connections: Vec<ConnectionInfo>,
+    pub interrupts: Vec<InterruptInfo>,
+    pub open_fds: u32,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ClientInfo {
+    pub client: u64,
+    pub pid: i32,
+    pub uid: u32,
+    pub gid: u32,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SegmentInfo {
+    pub segment_id: u32,
+    pub size: u64,
+    pub owner: u64,
+    pub prepared: bool,
+    pub available: bool,
+    pub connections: u32,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ConnectionInfo {
+    pub client: u64,
+    pub node_id: u32,
+    pub segment_id: u32,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct InterruptInfo {
+    pub number: u32,
+    pub data: bool,
+    pub owner: u64,
+    pub connections: u32,
+}

@@ -1,0 +1,187 @@
+//! `vscid`: the vsci node daemon.
+//!
+//! It owns one node: the segment and interrupt registry, the access policy
+//! and the life cycle of every client. It is on the control path only;
+//! segment data and interrupt triggers go straight between processes
+//! through the memfds and eventfds it hands out.
+
+mod client;
+mod memory;
+mod registry;
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use log::{error, info, warn};
+use nix::fcntl::{Flock, FlockArg};
+use vsci_proto::WaitMode;
+
+use crate::registry::{Config, Node};
+
+/// vsci node daemon: serves the SISCI API to the processes of one host.
+#[derive(Parser, Debug)]
+#[command(name = "vscid", version)]
+struct Args {
+    /// This node's id (1..=65535), as SCIGetLocalNodeId reports it.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=65535))]
+    node_id: u32,
+
+    /// Control socket path [default: $VSCI_SOCKET, else /tmp/vscid.sock].
+    #[arg(long)]
+    socket: Option<PathBuf>,
+
+    /// Default way for interrupt waits to wait: adaptive, poll or block.
+    #[arg(long, default_value = "adaptive")]
+    wait_mode: WaitMode,
+
+    /// Spin time before blocking in adaptive mode, in microseconds.
+    #[arg(long, default_value_t = 50)]
+    spin_us: u32,
+
+    /// Largest segment a client may create, in bytes (K/M/G suffixes).
+    #[arg(long, default_value = "16G", value_parser = parse_size)]
+    max_segment_size: u64,
+
+    /// Most segments + connections + interrupts one client may hold.
+    #[arg(long, default_value_t = 4096)]
+    max_objects_per_client: usize,
+
+    /// More log output (-v debug, -vv trace). RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<u64>().ok().and_then(|n| n.checked_mul(mult)).ok_or_else(|| format!("bad size {s:?}"))
+}
+
+/// Holds the node's lock file: only one live vscid per socket path.
+struct SocketGuard {
+    socket: PathBuf,
+    lock_path: PathBuf,
+    _lock: Flock<File>,
+}
+
+impl Drop for SocketGuard {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_file(&self.lock_path);
+    }
+}
+
+/// Take the socket path: refuse if a live node holds it, recover a stale
+/// socket file left by a node that died without cleaning up.
+fn claim_socket(socket: &Path) -> Result<(SocketGuard, OwnedFd)> {
+    if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let mut lock_path = socket.as_os_str().to_owned();
+    lock_path.push(".lock");
+    let lock_path = PathBuf::from(lock_path);
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| format!("opening lock file {}", lock_path.display()))?;
+    let lock = match Flock::lock(lock, FlockArg::LockExclusiveNonblock) {
+        Ok(l) => l,
+        Err(_) => bail!("another vscid is running on {} (lock {} is held)", socket.display(), lock_path.display()),
+    };
+    if socket.exists() {
+        // We hold the lock, so whoever made this file is gone; but if
+        // something still answers on it, it is not ours to take.
+        if vsci_proto::wire::connect(socket).is_ok() {
+            bail!("{} is in use by a live process that is not a vscid holding its lock", socket.display());
+        }
+        warn!("removing stale socket {}", socket.display());
+        std::fs::remove_file(socket).with_context(|| format!("removing stale socket {}", socket.display()))?;
+    }
+    let listener = vsci_proto::wire::listen(socket).with_context(|| format!("listening on {}", socket.display()))?;
+    Ok((SocketGuard { socket: socket.to_owned(), lock_path, _lock: lock }, listener))
+}
+
+fn main() {
+    let args = Args::parse();
+    let level = match args.verbose {
+        0 => "info",
+        1 => "debug",
+        _ => "trace",
+    };
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
+        .format_timestamp_micros()
+        .init();
+    if let Err(e) = run(args) {
+        error!("{e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: Args) -> Result<()> {
+    let socket = args.socket.clone().unwrap_or_else(vsci_proto::socket_path);
+    let (guard, listener) = claim_socket(&socket)?;
+    let cfg = Config {
+        node_id: args.node_id,
+        socket: socket.display().to_string(),
+        wait_mode: args.wait_mode,
+        spin_us: args.spin_us,
+        max_segment_size: args.max_segment_size,
+        max_objects_per_client: args.max_objects_per_client,
+        max_waiting_per_client: 64,
+    };
+    let node = Node::new(cfg);
+    info!(
+        "vscid node {} listening on {} (wait mode {}, spin {} us)",
+        args.node_id,
+        socket.display(),
+        args.wait_mode,
+        args.spin_us
+    );
+
+    let accept_node = node.clone();
+    std::thread::Builder::new().name("vscid-accept".into()).spawn(move || loop {
+        match nix::sys::socket::accept4(listener.as_fd().as_raw_fd(), nix::sys::socket::SockFlag::SOCK_CLOEXEC) {
+            Ok(raw) => {
+                // SAFETY: accept4 returned a new descriptor that we now own.
+                let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+                let node = accept_node.clone();
+                if let Err(e) = std::thread::Builder::new().name("vscid-client".into()).spawn(move || client::serve(node, fd)) {
+                    warn!("cannot start a client thread: {e}");
+                }
+            }
+            Err(nix::Error::EINTR | nix::Error::ECONNABORTED) => {}
+            Err(nix::Error::EMFILE | nix::Error::ENFILE) => {
+                warn!("out of file descriptors; pausing accept");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => {
+                error!("accept failed: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    })?;
+
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
+    let sig = signals.forever().next().unwrap_or(signal_hook::consts::SIGTERM);
+    info!("signal {sig}: shutting down, telling {} client(s)", node.lock().clients.len());
+    node.lock().broadcast_shutdown();
+    // Give writer threads a moment to deliver the shutdown notices.
+    let deadline = std::time::Instant::now() + Duration::from_millis(500);
+    while std::time::Instant::now() < deadline && !node.lock().clients.is_empty() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(guard);
+    info!("vscid node {} stopped", args.node_id);
+    Ok(())
+}

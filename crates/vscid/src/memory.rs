@@ -1,0 +1,101 @@
+//! Memory and notification objects the daemon hands out: sealed memfds for
+//! segments and interrupt pages, eventfds for sleeping waiters.
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+
+use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
+use vsci_proto::intr::{self, Shared};
+
+/// Create a zero-filled memfd of `size` bytes whose size can never change.
+///
+/// The seals matter for isolation: every process that maps a segment gets
+/// this fd, and without `F_SEAL_SHRINK` one of them could truncate it and
+/// make every other mapper fault with SIGBUS.
+pub fn sealed_memfd(name: &str, size: u64) -> nix::Result<OwnedFd> {
+    let cname = CString::new(name).unwrap_or_else(|_| CString::new("vsci").unwrap());
+    let fd = memfd_create(&cname, MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING)?;
+    let len = i64::try_from(size).map_err(|_| nix::Error::EINVAL)?;
+    nix::unistd::ftruncate(&fd, len)?;
+    fcntl(
+        fd.as_raw_fd(),
+        FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL),
+    )?;
+    Ok(fd)
+}
+
+/// Duplicate a descriptor so it can travel in a message after the registry
+/// lock is released.
+pub fn dup(fd: BorrowedFd<'_>) -> nix::Result<OwnedFd> {
+    fd.try_clone_to_owned().map_err(|e| nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EBADF)))
+}
+
+/// An interrupt's shared page and eventfd, as kept by the daemon.
+pub struct IntrObjects {
+    pub memfd: OwnedFd,
+    pub eventfd: OwnedFd,
+    page: NonNull<Shared>,
+}
+
+// SAFETY: `page` points into a MAP_SHARED mapping owned by this struct; all
+// fields of `Shared` that are written concurrently are atomics.
+unsafe impl Send for IntrObjects {}
+
+impl IntrObjects {
+    pub fn new(name: &str) -> nix::Result<IntrObjects> {
+        let memfd = sealed_memfd(name, intr::SHARED_SIZE as u64)?;
+        let eventfd: OwnedFd = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?.into();
+        // SAFETY: mapping a fresh memfd of exactly SHARED_SIZE bytes at an
+        // address of the kernel's choosing cannot alias any Rust object.
+        let ptr = unsafe {
+            mmap(
+                None,
+                std::num::NonZeroUsize::new(intr::SHARED_SIZE).expect("nonzero"),
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_SHARED,
+                memfd.as_fd(),
+                0,
+            )?
+        };
+        let page = ptr.cast::<Shared>();
+        // SAFETY: the mapping is SHARED_SIZE >= size_of::<Shared>() bytes,
+        // page-aligned, zero-filled (a valid bit pattern for all atomics),
+        // and not yet visible to any other process.
+        let shared = unsafe { page.as_ref() };
+        use std::sync::atomic::Ordering::*;
+        for (i, slot) in shared.slots.iter().enumerate() {
+            slot.seq.store(i as u64, Relaxed);
+        }
+        shared.state.store(intr::STATE_LIVE, Relaxed);
+        shared.magic.store(intr::MAGIC, Release);
+        Ok(IntrObjects { memfd, eventfd, page })
+    }
+
+    /// Mark the interrupt removed and wake any sleeper so it notices.
+    pub fn mark_removed(&self) {
+        // SAFETY: see `new`; the mapping lives as long as `self`.
+        let shared = unsafe { self.page.as_ref() };
+        shared.state.store(intr::STATE_REMOVED, std::sync::atomic::Ordering::SeqCst);
+        let _ = nix::unistd::write(self.eventfd.as_fd(), &1u64.to_ne_bytes());
+    }
+}
+
+impl Drop for IntrObjects {
+    fn drop(&mut self) {
+        // SAFETY: `page` was returned by mmap with this length and is not
+        // referenced after drop.
+        unsafe {
+            let _ = munmap(self.page.cast(), intr::SHARED_SIZE);
+        }
+    }
+}
+
+/// Number of descriptors this process has open (for `vsci status` and the
+/// leak tests).
+pub fn open_fd_count() -> u32 {
+    std::fs::read_dir("/proc/self/fd").map(|d| d.count().saturating_sub(1) as u32).unwrap_or(0)
+}

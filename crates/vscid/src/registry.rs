@@ -1,0 +1,628 @@
+//! The node's registry of clients, segments, connections and interrupts,
+//! and the request handlers that change it.
+//!
+//! All state sits behind one mutex: control operations are rare and short,
+//! and a single lock makes the clean-up of a dead client atomic with respect
+//! to everyone else's requests. Nothing in here blocks: messages to clients
+//! go through bounded per-client queues (see `client.rs`), and requests
+//! that must wait (connect with a timeout) are parked on `Node::changed`
+//! from their own thread.
+
+use std::collections::{HashMap, HashSet};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use log::{debug, info, warn};
+use vsci_proto::{
+    ClientInfo, ConnectionInfo, Event, InterruptInfo, IntrKind, NodeStatus, ObjId, Reply,
+    SciError, SegmentEvent, SegmentInfo, ServerMsg, WaitMode,
+};
+
+use crate::memory::{self, IntrObjects};
+
+pub type ClientId = u64;
+
+/// A message queued for one client, with the descriptors it carries.
+pub struct Outgoing {
+    pub msg: ServerMsg,
+    pub fds: Vec<OwnedFd>,
+}
+
+impl Outgoing {
+    pub fn reply(tag: u64, result: Result<Reply, SciError>) -> Outgoing {
+        Outgoing { msg: ServerMsg::Reply { tag, result }, fds: Vec::new() }
+    }
+    fn event(ev: Event) -> Outgoing {
+        Outgoing { msg: ServerMsg::Event(ev), fds: Vec::new() }
+    }
+}
+
+/// Node-wide settings, fixed at start.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub node_id: u32,
+    pub socket: String,
+    pub wait_mode: WaitMode,
+    pub spin_us: u32,
+    pub max_segment_size: u64,
+    /// Segments + connections + interrupts one client may hold.
+    pub max_objects_per_client: usize,
+    /// Requests of one client that may wait (connect with timeout) at once.
+    pub max_waiting_per_client: usize,
+}
+
+pub struct ClientEntry {
+    pub info: ClientInfo,
+    pub tx: SyncSender<Outgoing>,
+    /// Shut down to evict a client whose queue overflowed.
+    pub sock: Arc<OwnedFd>,
+    objects: usize,
+    waiting: usize,
+}
+
+struct Segment {
+    owner: ClientId,
+    segment_id: u32,
+    size: u64,
+    memfd: OwnedFd,
+    prepared: bool,
+    available: bool,
+    conns: HashSet<ObjId>,
+}
+
+struct SegConn {
+    client: ClientId,
+    seg: ObjId,
+}
+
+struct Intr {
+    owner: ClientId,
+    kind: IntrKind,
+    number: u32,
+    objects: IntrObjects,
+    conns: HashSet<ObjId>,
+}
+
+struct IntrConn {
+    client: ClientId,
+    intr: ObjId,
+}
+
+#[derive(Default)]
+pub struct Registry {
+    next_id: u64,
+    pub clients: HashMap<ClientId, ClientEntry>,
+    segments: HashMap<ObjId, Segment>,
+    seg_by_id: HashMap<u32, ObjId>,
+    seg_conns: HashMap<ObjId, SegConn>,
+    intrs: HashMap<ObjId, Intr>,
+    intr_by_num: HashMap<(IntrKind, u32), ObjId>,
+    intr_conns: HashMap<ObjId, IntrConn>,
+}
+
+impl Registry {
+    fn new_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Queue a message for a client. A client that does not drain its queue
+    /// is evicted rather than allowed to stall the node.
+    fn send(&self, client: ClientId, out: Outgoing) {
+        let Some(c) = self.clients.get(&client) else { return };
+        match c.tx.try_send(out) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_)) => {
+                warn!("client {} (pid {}) is not reading its messages; disconnecting it", client, c.info.pid);
+                let _ = nix::sys::socket::shutdown(
+                    std::os::fd::AsRawFd::as_raw_fd(&*c.sock),
+                    nix::sys::socket::Shutdown::Both,
+                );
+            }
+            Err(TrySendError::Disconnected(_)) => {}
+        }
+    }
+
+    fn charge(&mut self, client: ClientId, max: usize) -> Result<(), SciError> {
+        let c = self.clients.get_mut(&client).ok_or(SciError::NoLinkAccess)?;
+        if c.objects >= max {
+            return Err(SciError::Nospc);
+        }
+        c.objects += 1;
+        Ok(())
+    }
+
+    fn uncharge(&mut self, client: ClientId) {
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.objects = c.objects.saturating_sub(1);
+        }
+    }
+
+    fn owned_segment(&mut self, client: ClientId, seg: ObjId) -> Result<&mut Segment, SciError> {
+        match self.segments.get_mut(&seg) {
+            Some(s) if s.owner == client => Ok(s),
+            _ => Err(SciError::IllegalParameter),
+        }
+    }
+
+    // ---- segments ---------------------------------------------------------
+
+    fn create_segment(
+        &mut self,
+        cfg: &Config,
+        client: ClientId,
+        segment_id: u32,
+        auto_id: bool,
+        size: u64,
+    ) -> Result<Outgoing, SciError> {
+        if size == 0 {
+            return Err(SciError::IllegalParameter);
+        }
+        if size > cfg.max_segment_size {
+            return Err(SciError::Nospc);
+        }
+        let segment_id = if auto_id {
+            (0x4000_0000u32..u32::MAX).find(|id| !self.seg_by_id.contains_key(id)).ok_or(SciError::Nospc)?
+        } else {
+            if self.seg_by_id.contains_key(&segment_id) {
+                return Err(SciError::SegmentidUsed);
+            }
+            segment_id
+        };
+        let memfd = memory::sealed_memfd(&format!("vsci-seg-{segment_id}"), size).map_err(|e| {
+            warn!("cannot allocate segment {segment_id} of {size} bytes: {e}");
+            SciError::Nospc
+        })?;
+        let fd = memory::dup(memfd.as_fd()).map_err(|_| SciError::System)?;
+        self.charge(client, cfg.max_objects_per_client)?;
+        let seg = self.new_id();
+        self.segments.insert(
+            seg,
+            Segment { owner: client, segment_id, size, memfd, prepared: false, available: false, conns: HashSet::new() },
+        );
+        self.seg_by_id.insert(segment_id, seg);
+        debug!("client {client} created segment {segment_id} ({size} bytes)");
+        Ok(Outgoing { msg: reply_ok(0, Reply::Segment { seg, segment_id, size }), fds: vec![fd] })
+    }
+
+    fn remove_segment(&mut self, seg: ObjId) {
+        let Some(s) = self.segments.remove(&seg) else { return };
+        self.seg_by_id.remove(&s.segment_id);
+        for conn in &s.conns {
+            if let Some(c) = self.seg_conns.remove(conn) {
+                self.uncharge(c.client);
+                self.send(
+                    c.client,
+                    Outgoing::event(Event::RemoteSegment { conn: *conn, reason: SegmentEvent::Lost, status: SciError::Ok }),
+                );
+            }
+        }
+        self.uncharge(s.owner);
+        debug!("segment {} removed", s.segment_id);
+    }
+
+    fn connect_segment(&mut self, cfg: &Config, client: ClientId, segment_id: u32) -> Result<Outgoing, SciError> {
+        let seg = *self.seg_by_id.get(&segment_id).ok_or(SciError::NoSuchSegment)?;
+        let s = &self.segments[&seg];
+        if !s.available {
+            return Err(SciError::ConnectionRefused);
+        }
+        let (owner, size) = (s.owner, s.size);
+        let fd = memory::dup(s.memfd.as_fd()).map_err(|_| SciError::System)?;
+        self.charge(client, cfg.max_objects_per_client)?;
+        let conn = self.new_id();
+        self.seg_conns.insert(conn, SegConn { client, seg });
+        self.segments.get_mut(&seg).expect("checked").conns.insert(conn);
+        self.send(owner, Outgoing::event(Event::LocalSegment { seg, reason: SegmentEvent::Connect, node_id: cfg.node_id }));
+        Ok(Outgoing {
+            msg: reply_ok(0, Reply::Connected { conn, node_id: cfg.node_id, segment_id, size }),
+            fds: vec![fd],
+        })
+    }
+
+    fn disconnect_segment(&mut self, cfg: &Config, conn: ObjId) {
+        let Some(c) = self.seg_conns.remove(&conn) else { return };
+        self.uncharge(c.client);
+        if let Some(s) = self.segments.get_mut(&c.seg) {
+            s.conns.remove(&conn);
+            let owner = s.owner;
+            self.send(owner, Outgoing::event(Event::LocalSegment { seg: c.seg, reason: SegmentEvent::Disconnect, node_id: cfg.node_id }));
+        }
+    }
+
+    // ---- interrupts -------------------------------------------------------
+
+    fn create_interrupt(
+        &mut self,
+        cfg: &Config,
+        client: ClientId,
+        kind: IntrKind,
+        hint: u32,
+        fixed: bool,
+    ) -> Result<Outgoing, SciError> {
+        let number = if fixed {
+            if self.intr_by_num.contains_key(&(kind, hint)) {
+                return Err(SciError::Busy);
+            }
+            hint
+        } else if !self.intr_by_num.contains_key(&(kind, hint)) {
+            hint
+        } else {
+            (0..u32::MAX).find(|n| !self.intr_by_num.contains_key(&(kind, *n))).ok_or(SciError::Nospc)?
+        };
+        let objects = IntrObjects::new(&format!("vsci-intr-{number}")).map_err(|e| {
+            warn!("cannot create interrupt objects: {e}");
+            SciError::Nospc
+        })?;
+        let fds = vec![
+            memory::dup(objects.memfd.as_fd()).map_err(|_| SciError::System)?,
+            memory::dup(objects.eventfd.as_fd()).map_err(|_| SciError::System)?,
+        ];
+        self.charge(client, cfg.max_objects_per_client)?;
+        let intr = self.new_id();
+        self.intrs.insert(intr, Intr { owner: client, kind, number, objects, conns: HashSet::new() });
+        self.intr_by_num.insert((kind, number), intr);
+        Ok(Outgoing { msg: reply_ok(0, Reply::Interrupt { intr, number }), fds })
+    }
+
+    fn remove_interrupt(&mut self, intr: ObjId) {
+        let Some(i) = self.intrs.remove(&intr) else { return };
+        self.intr_by_num.remove(&(i.kind, i.number));
+        i.objects.mark_removed();
+        for conn in &i.conns {
+            if let Some(c) = self.intr_conns.remove(conn) {
+                self.uncharge(c.client);
+                self.send(c.client, Outgoing::event(Event::InterruptGone { conn: *conn }));
+            }
+        }
+        self.uncharge(i.owner);
+    }
+
+    fn connect_interrupt(
+        &mut self,
+        cfg: &Config,
+        client: ClientId,
+        kind: IntrKind,
+        number: u32,
+    ) -> Result<Outgoing, SciError> {
+        let intr = *self.intr_by_num.get(&(kind, number)).ok_or(SciError::ConnectionRefused)?;
+        let i = &self.intrs[&intr];
+        let fds = vec![
+            memory::dup(i.objects.memfd.as_fd()).map_err(|_| SciError::System)?,
+            memory::dup(i.objects.eventfd.as_fd()).map_err(|_| SciError::System)?,
+        ];
+        self.charge(client, cfg.max_objects_per_client)?;
+        let conn = self.new_id();
+        self.intr_conns.insert(conn, IntrConn { client, intr });
+        self.intrs.get_mut(&intr).expect("checked").conns.insert(conn);
+        Ok(Outgoing { msg: reply_ok(0, Reply::InterruptConnected { conn }), fds })
+    }
+
+    fn disconnect_interrupt(&mut self, conn: ObjId) {
+        let Some(c) = self.intr_conns.remove(&conn) else { return };
+        self.uncharge(c.client);
+        if let Some(i) = self.intrs.get_mut(&c.intr) {
+            i.conns.remove(&conn);
+        }
+    }
+
+    // ---- clients ----------------------------------------------------------
+
+    /// Release everything a client holds and tell its peers. Called when
+    /// its socket closes, whatever the reason (exit, SIGKILL, eviction).
+    pub fn remove_client(&mut self, cfg: &Config, client: ClientId) {
+        let segs: Vec<ObjId> = self.segments.iter().filter(|(_, s)| s.owner == client).map(|(k, _)| *k).collect();
+        let sconns: Vec<ObjId> = self.seg_conns.iter().filter(|(_, c)| c.client == client).map(|(k, _)| *k).collect();
+        let intrs: Vec<ObjId> = self.intrs.iter().filter(|(_, i)| i.owner == client).map(|(k, _)| *k).collect();
+        let iconns: Vec<ObjId> = self.intr_conns.iter().filter(|(_, c)| c.client == client).map(|(k, _)| *k).collect();
+        for s in segs {
+            self.remove_segment(s);
+        }
+        for c in sconns {
+            self.disconnect_segment(cfg, c);
+        }
+        for i in intrs {
+            self.remove_interrupt(i);
+        }
+        for c in iconns {
+            self.disconnect_interrupt(c);
+        }
+        if let Some(c) = self.clients.remove(&client) {
+            info!("client {} (pid {}, uid {}, {:?}) gone", client, c.info.pid, c.info.uid, c.info.name);
+        }
+    }
+
+    pub fn register_client(&mut self, info: ClientInfo, tx: SyncSender<Outgoing>, sock: Arc<OwnedFd>) -> ClientId {
+        let id = self.new_id();
+        let mut info = info;
+        info.client = id;
+        self.clients.insert(id, ClientEntry { info, tx, sock, objects: 0, waiting: 0 });
+        id
+    }
+
+    pub fn broadcast_shutdown(&self) {
+        for id in self.clients.keys() {
+            self.send(*id, Outgoing::event(Event::Shutdown));
+        }
+    }
+
+    fn status(&self, cfg: &Config, started: Instant) -> NodeStatus {
+        let mut st = NodeStatus {
+            node_id: cfg.node_id,
+            pid: std::process::id(),
+            socket: cfg.socket.clone(),
+            uptime_ms: started.elapsed().as_millis() as u64,
+            wait_mode: cfg.wait_mode.to_string(),
+            open_fds: memory::open_fd_count(),
+            ..Default::default()
+        };
+        st.clients = self.clients.values().map(|c| c.info.clone()).collect();
+        st.clients.sort_by_key(|c| c.client);
+        st.segments = self
+            .segments
+            .values()
+            .map(|s| SegmentInfo {
+                segment_id: s.segment_id,
+                size: s.size,
+                owner: s.owner,
+                prepared: s.prepared,
+                available: s.available,
+                connections: s.conns.len() as u32,
+            })
+            .collect();
+        st.segments.sort_by_key(|s| s.segment_id);
+        st.connections = self
+            .seg_conns
+            .values()
+            .map(|c| ConnectionInfo {
+                client: c.client,
+                node_id: cfg.node_id,
+                segment_id: self.segments.get(&c.seg).map(|s| s.segment_id).unwrap_or(0),
+            })
+            .collect();
+        st.interrupts = self
+            .intrs
+            .values()
+            .map(|i| InterruptInfo { number: i.number, data: i.kind == IntrKind::Data, owner: i.owner, connections: i.conns.len() as u32 })
+            .collect();
+        st.interrupts.sort_by_key(|i| (i.data, i.number));
+        st
+    }
+}
+
+fn reply_ok(tag: u64, r: Reply) -> ServerMsg {
+    ServerMsg::Reply { tag, result: Ok(r) }
+}
+
+/// Fill in the request tag of a reply built by a handler.
+fn tagged(mut out: Outgoing, tag: u64) -> Outgoing {
+    if let ServerMsg::Reply { tag: t, .. } = &mut out.msg {
+        *t = tag;
+    }
+    out
+}
+
+/// The node: configuration plus the registry and its change signal.
+pub struct Node {
+    pub cfg: Config,
+    pub started: Instant,
+    pub reg: Mutex<Registry>,
+    /// Signalled on every change a parked request might be waiting for.
+    pub changed: Condvar,
+}
+
+/// What a handler decided.
+pub enum Handled {
+    Reply(Outgoing),
+    /// The reply will be sent later by a waiting thread.
+    Deferred,
+}
+
+impl Node {
+    pub fn new(cfg: Config) -> Arc<Node> {
+        Arc::new(Node { cfg, started: Instant::now(), reg: Mutex::new(Registry::default()), changed: Condvar::new() })
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, Registry> {
+        // A panic while holding the lock would leave the registry in an
+        // unknown state; the handlers do not panic, and if one ever did the
+        // node should keep serving rather than cascade.
+        self.reg.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn check_node(&self, node_id: u32) -> Result<(), SciError> {
+        if node_id == self.cfg.node_id {
+            Ok(())
+        } else {
+            Err(SciError::NoSuchNodeid)
+        }
+    }
+
+    /// Handle one validated request from `client`.
+    pub fn handle(self: &Arc<Self>, client: ClientId, tag: u64, req: vsci_proto::Request) -> Handled {
+        use vsci_proto::Request as R;
+        let cfg = &self.cfg;
+        let mut reg = self.lock();
+        let result: Result<Outgoing, SciError> = match req {
+            R::Hello { .. } => Err(SciError::IllegalOperation),
+            R::CreateSegment { segment_id, auto_id, size, events: _ } => {
+                let r = reg.create_segment(cfg, client, segment_id, auto_id, size);
+                self.changed.notify_all();
+                r
+            }
+            R::PrepareSegment { seg } => reg.owned_segment(client, seg).map(|s| {
+                s.prepared = true;
+                done()
+            }),
+            R::SetAvailable { seg } => {
+                let r = reg.owned_segment(client, seg).and_then(|s| {
+                    if !s.prepared {
+                        return Err(SciError::SegmentNotPrepared);
+                    }
+                    s.available = true;
+                    Ok(done())
+                });
+                self.changed.notify_all();
+                r
+            }
+            R::SetUnavailable { seg, notify, force_disconnect } => {
+                match reg.owned_segment(client, seg).and_then(|s| {
+                    if !s.prepared {
+                        return Err(SciError::SegmentNotPrepared);
+                    }
+                    s.available = false;
+                    Ok(s.conns.iter().copied().collect::<Vec<_>>())
+                }) {
+                    Err(e) => Err(e),
+                    Ok(conns) => {
+                        for conn in conns {
+                            let Some(c) = reg.seg_conns.get(&conn) else { continue };
+                            let connector = c.client;
+                            if force_disconnect {
+                                reg.seg_conns.remove(&conn);
+                                reg.uncharge(connector);
+                                if let Some(s) = reg.segments.get_mut(&seg) {
+                                    s.conns.remove(&conn);
+                                }
+                                reg.send(connector, Outgoing::event(Event::RemoteSegment { conn, reason: SegmentEvent::Lost, status: SciError::Ok }));
+                            } else if notify {
+                                reg.send(connector, Outgoing::event(Event::RemoteSegment { conn, reason: SegmentEvent::Disconnect, status: SciError::Ok }));
+                            }
+                        }
+                        Ok(done())
+                    }
+                }
+            }
+            R::RemoveSegment { seg } => reg.owned_segment(client, seg).map(|_| ()).map(|()| {
+                reg.remove_segment(seg);
+                done()
+            }),
+            R::ConnectSegment { node_id, segment_id, timeout_ms } => {
+                match self.check_node(node_id).and_then(|()| reg.connect_segment(cfg, client, segment_id)) {
+                    Err(e @ (SciError::NoSuchSegment | SciError::ConnectionRefused)) if timeout_ms > 0 => {
+                        return self.defer(reg, client, tag, timeout_ms, e, move |reg, cfg| {
+                            reg.connect_segment(cfg, client, segment_id)
+                        });
+                    }
+                    r => r,
+                }
+            }
+            R::DisconnectSegment { conn } => match reg.seg_conns.get(&conn) {
+                Some(c) if c.client == client => {
+                    reg.disconnect_segment(cfg, conn);
+                    Ok(done())
+                }
+                _ => Err(SciError::IllegalParameter),
+            },
+            R::CreateInterrupt { kind, hint, fixed } => {
+                let r = reg.create_interrupt(cfg, client, kind, hint, fixed);
+                self.changed.notify_all();
+                r
+            }
+            R::RemoveInterrupt { intr } => match reg.intrs.get(&intr) {
+                Some(i) if i.owner == client => {
+                    reg.remove_interrupt(intr);
+                    Ok(done())
+                }
+                _ => Err(SciError::IllegalParameter),
+            },
+            R::ConnectInterrupt { kind, node_id, number, timeout_ms } => {
+                match self.check_node(node_id).and_then(|()| reg.connect_interrupt(cfg, client, kind, number)) {
+                    Err(e @ SciError::ConnectionRefused) if timeout_ms > 0 => {
+                        return self.defer(reg, client, tag, timeout_ms, e, move |reg, cfg| {
+                            reg.connect_interrupt(cfg, client, kind, number)
+                        });
+                    }
+                    r => r,
+                }
+            }
+            R::DisconnectInterrupt { conn } => match reg.intr_conns.get(&conn) {
+                Some(c) if c.client == client => {
+                    reg.disconnect_interrupt(conn);
+                    Ok(done())
+                }
+                _ => Err(SciError::IllegalParameter),
+            },
+            R::ProbeNode { node_id } => Ok(simple(Reply::Probe { reachable: node_id == cfg.node_id })),
+            R::Status => Ok(simple(Reply::Status(Box::new(reg.status(cfg, self.started))))),
+        };
+        Handled::Reply(match result {
+            Ok(out) => tagged(out, tag),
+            Err(e) => Outgoing::reply(tag, Err(e)),
+        })
+    }
+
+    /// Park a request until `attempt` succeeds, the client goes away, or
+    /// `timeout_ms` passes (then reply `last_err`). Runs on its own thread
+    /// so the client's other requests keep flowing.
+    fn defer<F>(
+        self: &Arc<Self>,
+        mut reg: MutexGuard<'_, Registry>,
+        client: ClientId,
+        tag: u64,
+        timeout_ms: u32,
+        mut last_err: SciError,
+        attempt: F,
+    ) -> Handled
+    where
+        F: Fn(&mut Registry, &Config) -> Result<Outgoing, SciError> + Send + 'static,
+    {
+        let Some(c) = reg.clients.get_mut(&client) else { return Handled::Deferred };
+        if c.waiting >= self.cfg.max_waiting_per_client {
+            return Handled::Reply(Outgoing::reply(tag, Err(SciError::Nospc)));
+        }
+        c.waiting += 1;
+        drop(reg);
+        let deadline = (timeout_ms != u32::MAX).then(|| Instant::now() + Duration::from_millis(timeout_ms.into()));
+        let node = Arc::clone(self);
+        std::thread::spawn(move || {
+            let mut reg = node.lock();
+            loop {
+                if !reg.clients.contains_key(&client) {
+                    return; // client gone; nothing to answer
+                }
+                match attempt(&mut reg, &node.cfg) {
+                    Ok(out) => {
+                        finish_wait(&mut reg, client, tagged(out, tag));
+                        return;
+                    }
+                    Err(e @ (SciError::NoSuchSegment | SciError::ConnectionRefused)) => last_err = e,
+                    Err(e) => {
+                        finish_wait(&mut reg, client, Outgoing::reply(tag, Err(e)));
+                        return;
+                    }
+                }
+                let wait = match deadline {
+                    None => Duration::from_secs(3600),
+                    Some(d) => {
+                        let now = Instant::now();
+                        if now >= d {
+                            finish_wait(&mut reg, client, Outgoing::reply(tag, Err(last_err)));
+                            return;
+                        }
+                        d - now
+                    }
+                };
+                reg = node.changed.wait_timeout(reg, wait).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
+            }
+        });
+        Handled::Deferred
+    }
+}
+
+fn finish_wait(reg: &mut Registry, client: ClientId, out: Outgoing) {
+    if let Some(c) = reg.clients.get_mut(&client) {
+        c.waiting = c.waiting.saturating_sub(1);
+    }
+    reg.send(client, out);
+}
+
+fn done() -> Outgoing {
+    simple(Reply::Done)
+}
+
+fn simple(r: Reply) -> Outgoing {
+    Outgoing { msg: reply_ok(0, r), fds: Vec::new() }
+}
