@@ -1,0 +1,1314 @@
+//! `libsisci`: the SISCI C API (see include/sisci_api.h and docs/api.md)
+//! implemented on top of `vsci-client`.
+//!
+//! Every exported function validates its arguments before acting: handles
+//! through the handle table, out-pointers for NULL, flags against the set
+//! the call accepts, sizes and offsets against the object. Errors are
+//! reported through `sci_error_t *error` with SISCI's numeric values.
+
+#![allow(non_snake_case, clippy::missing_safety_doc)]
+
+mod handles;
+
+use std::ffi::{c_char, c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use handles::{Desc, Entry, LocalIntr, Obj, Sequence};
+use vsci_client::{Client, IntrKind, Map, MapFlags, MapTarget, SciError, SegEvent, SegmentEvent};
+
+type SciErr = c_uint;
+type Handle = *mut c_void;
+
+// Flag values, as in sisci_types.h.
+const FLAG_USE_CALLBACK: c_uint = 0x1;
+const FLAG_EMPTY: c_uint = 0x2;
+const FLAG_PRIVATE: c_uint = 0x4;
+const FLAG_DMA_SOURCE_ONLY: c_uint = 0x8;
+const FLAG_AUTO_ID: c_uint = 0x2000_0000;
+const FLAG_ASYNCHRONOUS_CONNECT: c_uint = 0x10000;
+const FLAG_FORCE_DISCONNECT: c_uint = 0x20000;
+const FLAG_NOTIFY: c_uint = 0x80000;
+const FLAG_THREAD_SAFE: c_uint = 0x40_0000;
+const FLAG_FIXED_MAP_ADDR: c_uint = 0x1;
+const FLAG_READONLY_MAP: c_uint = 0x2;
+const FLAG_BROADCAST: c_uint = 0x40000;
+const FLAG_CONDITIONAL_INTERRUPT_MAP: c_uint = 0x8;
+const FLAG_UNCONDITIONAL_DATA_INTERRUPT_MAP: c_uint = 0x10;
+/// Map flags that only tune hardware paths; memory maps accept and ignore them.
+const MAP_HINT_FLAGS: c_uint = 0x4 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800 | 0x1000 | 0x2000 | 0x4000 | 0x0800_0000;
+const FLAG_BLOCK_READ: c_uint = 0x40;
+const FLAG_ERROR_CHECK: c_uint = 0x80;
+const FLAG_FLUSH_CPU_BUFFERS_ONLY: c_uint = 0x100;
+const FLAG_NO_FLUSH: c_uint = 0x200;
+const FLAG_NO_STORE_BARRIER: c_uint = 0x400;
+const FLAG_FAST_BARRIER: c_uint = 0x1000;
+const FLAG_FIXED_INTNO: c_uint = 0x2;
+const FLAG_SHARED_INT: c_uint = 0x4;
+const FLAG_COUNTING_INT: c_uint = 0x20;
+
+const SEQ_OK: c_uint = 0;
+const SEQ_NOT_RETRIABLE: c_uint = 2;
+const CALLBACK_CANCEL: c_uint = 1;
+
+// Query commands and sub-commands, as in sisci_types.h.
+const Q_VENDORID: c_uint = 1;
+const Q_API: c_uint = 2;
+const Q_ADAPTER: c_uint = 3;
+const Q_SYSTEM: c_uint = 4;
+const Q_LOCAL_SEGMENT: c_uint = 5;
+const Q_REMOTE_SEGMENT: c_uint = 6;
+const Q_MAP: c_uint = 7;
+const Q_MAP_MAPPED_TO_LOCAL_TARGET: c_uint = 0x500;
+const ADAPTER_CARD_TYPE_VSCI: c_uint = 0x7653;
+
+type CbLocalSeg = Option<unsafe extern "C" fn(*mut c_void, Handle, c_uint, c_uint, c_uint, SciErr) -> c_uint>;
+type CbRemoteSeg = Option<unsafe extern "C" fn(*mut c_void, Handle, c_uint, SciErr) -> c_uint>;
+type CbIntr = Option<unsafe extern "C" fn(*mut c_void, Handle, SciErr) -> c_uint>;
+type CbDataIntr = Option<unsafe extern "C" fn(*mut c_void, Handle, *mut c_void, c_uint, SciErr) -> c_uint>;
+
+/// Write `e` through the caller's error pointer, if it gave one.
+unsafe fn set(error: *mut SciErr, e: SciError) {
+    if !error.is_null() {
+        // SAFETY: the caller passed a pointer to its sci_error_t (checked
+        // non-NULL); writing one 32-bit value is all the API promises.
+        unsafe { error.write_unaligned(e as c_uint) };
+    }
+}
+
+/// Run `f` and report its outcome through `error`; on failure return `dflt`.
+unsafe fn report<T>(error: *mut SciErr, dflt: T, f: impl FnOnce() -> Result<T, SciError>) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => {
+            // SAFETY: see `set`.
+            unsafe { set(error, SciError::Ok) };
+            v
+        }
+        Ok(Err(e)) => {
+            // SAFETY: see `set`.
+            unsafe { set(error, e) };
+            dflt
+        }
+        Err(_) => {
+            // A bug of ours must not unwind into C.
+            // SAFETY: see `set`.
+            unsafe { set(error, SciError::System) };
+            dflt
+        }
+    }
+}
+
+fn check_flags(flags: c_uint, allowed: c_uint) -> Result<(), SciError> {
+    if flags & !allowed != 0 {
+        Err(SciError::IllegalFlag)
+    } else {
+        Ok(())
+    }
+}
+
+fn check_adapter(adapter: c_uint) -> Result<(), SciError> {
+    if adapter == 0 {
+        Ok(())
+    } else {
+        Err(SciError::NoSuchAdapterno)
+    }
+}
+
+/// Write an output value through a caller pointer, or fail on NULL.
+unsafe fn out<T>(p: *mut T, v: T) -> Result<(), SciError> {
+    if p.is_null() {
+        return Err(SciError::IllegalParameter);
+    }
+    // SAFETY: non-NULL pointer supplied by the caller for exactly this
+    // output; unaligned write tolerates packed caller structs.
+    unsafe { p.write_unaligned(v) };
+    Ok(())
+}
+
+fn h(p: Handle) -> usize {
+    p as usize
+}
+
+fn as_handle(v: usize) -> Handle {
+    v as Handle
+}
+
+fn verbose() -> bool {
+    !matches!(std::env::var("VSCI_LOG").as_deref(), Ok("off" | "0" | "none"))
+}
+
+fn open_client() -> Result<Client, SciError> {
+    let path = vsci_proto::socket_path();
+    let name = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "sisci".into());
+    Client::connect(&path, &name).inspect_err(|e| {
+        if verbose() {
+            eprintln!("vsci: cannot reach vscid at {} ({}); is the node running? (VSCI_SOCKET selects the socket)", path.display(), e.c_name());
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Library, descriptors, nodes
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIInitialize(_flags: c_uint, error: *mut SciErr) {
+    // Nothing to set up: SCIOpen connects lazily. Flags are reserved.
+    // SAFETY: see `set`.
+    unsafe { set(error, SciError::Ok) };
+}
+
+#[no_mangle]
+pub extern "C" fn SCITerminate() {
+    for d in handles::descriptors() {
+        close_descriptor(d);
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIOpen(sd: *mut Handle, flags: c_uint, error: *mut SciErr) {
+    // SAFETY: report/out only write through caller pointers after NULL checks.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, FLAG_THREAD_SAFE)?;
+            if sd.is_null() {
+                return Err(SciError::IllegalParameter);
+            }
+            let client = open_client()?;
+            let hnd = handles::insert(Obj::Desc(Arc::new(Desc { client })), 0);
+            out(sd, as_handle(hnd))
+        })
+    }
+}
+
+fn close_descriptor(d: usize) {
+    let Some(Entry { obj: Obj::Desc(desc), .. }) = handles::remove(d) else { return };
+    for (_, e) in handles::remove_children(d) {
+        match e.obj {
+            Obj::Map(m) => m.unmap(),
+            Obj::LocalIntr(i) | Obj::LocalDataIntr(i) => {
+                let _ = i.intr.remove();
+            }
+            _ => {}
+        }
+    }
+    desc.client.close();
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIClose(sd: Handle, flags: c_uint, error: *mut SciErr) {
+    // SAFETY: see `set`.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, 0)?;
+            handles::desc(h(sd))?;
+            close_descriptor(h(sd));
+            Ok(())
+        })
+    }
+}
+
+/// Ask the node for its id (used where no descriptor is at hand).
+fn local_node_id() -> Result<u32, SciError> {
+    let c = open_client()?;
+    let id = c.node_id();
+    c.close();
+    Ok(id)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIGetLocalNodeId(adapter: c_uint, node_id: *mut c_uint, flags: c_uint, error: *mut SciErr) {
+    // SAFETY: see `set` and `out`.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, 0)?;
+            check_adapter(adapter)?;
+            if node_id.is_null() {
+                return Err(SciError::IllegalParameter);
+            }
+            out(node_id, local_node_id()?)
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIProbeNode(sd: Handle, adapter: c_uint, node_id: c_uint, flags: c_uint, error: *mut SciErr) -> c_int {
+    // SAFETY: see `set`.
+    unsafe {
+        report(error, 0, || {
+            check_flags(flags, 0)?;
+            check_adapter(adapter)?;
+            let d = handles::desc(h(sd))?;
+            if d.client.probe_node(node_id)? {
+                Ok(1)
+            } else {
+                Err(SciError::NoSuchNodeid)
+            }
+        })
+    }
+}
+
+#[repr(C)]
+struct QueryString {
+    s: *mut c_char,
+    length: c_uint,
+}
+
+#[repr(C)]
+struct QueryAdapter {
+    local_adapter_no: c_uint,
+    port_no: c_uint,
+    subcommand: c_uint,
+    data: *mut c_void,
+}
+
+#[repr(C)]
+struct QuerySystem {
+    subcommand: c_uint,
+    data: *mut c_void,
+}
+
+#[repr(C)]
+struct QueryMap {
+    map: Handle,
+    subcommand: c_uint,
+    data: c_uint,
+}
+
+unsafe fn fill_string(q: *mut QueryString, text: &str) -> Result<(), SciError> {
+    if q.is_null() {
+        return Err(SciError::IllegalParameter);
+    }
+    // SAFETY: non-NULL caller struct, read by value.
+    let qs = unsafe { q.read_unaligned() };
+    if qs.s.is_null() || qs.length == 0 {
+        return Err(SciError::IllegalParameter);
+    }
+    let n = text.len().min(qs.length as usize - 1);
+    // SAFETY: the caller promises `length` writable bytes at `s`; we write
+    // n + 1 <= length of them.
+    unsafe {
+        std::ptr::copy_nonoverlapping(text.as_ptr(), qs.s.cast::<u8>(), n);
+        qs.s.add(n).write(0);
+    }
+    Ok(())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIQuery(command: c_uint, data: *mut c_void, flags: c_uint, error: *mut SciErr) {
+    // SAFETY: every pointer is NULL-checked before it is read or written.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, 0)?;
+            match command {
+                Q_VENDORID => fill_string(data.cast(), "vsci (software SISCI interconnect)"),
+                Q_API => fill_string(data.cast(), concat!("vsci SISCI API ", env!("CARGO_PKG_VERSION"))),
+                Q_ADAPTER => {
+                    let q = data.cast::<QueryAdapter>();
+                    if q.is_null() {
+                        return Err(SciError::IllegalParameter);
+                    }
+                    let qa = q.read_unaligned();
+                    check_adapter(qa.local_adapter_no)?;
+                    let value: c_uint = match qa.subcommand {
+                        0x100 | 0x101 => 8,         // DMA size / offset alignment
+                        0x102 => 1 << 20,           // DMA MTU
+                        0x103 | 0x104 => 4096,      // suggested min DMA / block size
+                        0x105 => local_node_id()?,  // NODEID
+                        0x106 => 0x7653_0000 | local_node_id()?, // SERIAL_NUMBER
+                        0x107 => ADAPTER_CARD_TYPE_VSCI,
+                        0x108 => 1,                 // NUMBER_OF_STREAMS
+                        0x109 => 4096,              // STREAM_BUFFER_SIZE
+                        0x10A | 0x10B | 0x10C | 0x10F => 1, // CONFIGURED, LINK_OPERATIONAL, HW_LINK_STATUS_IS_OK, FIRMWARE_OK
+                        0x10D | 0x10E => 0,         // adapter NUMBER / INSTANCE_NUMBER
+                        0x110 => 0,                 // CONNECTED_TO_SWITCH
+                        0x111 => 4096,              // ATT_PAGE_SIZE
+                        0x114 => 0,                 // DMA_AVAILABLE: no DMA engine yet
+                        _ => return Err(SciError::IllegalQuery),
+                    };
+                    out(qa.data.cast::<c_uint>(), value)
+                }
+                Q_SYSTEM => {
+                    let q = data.cast::<QuerySystem>();
+                    if q.is_null() {
+                        return Err(SciError::IllegalParameter);
+                    }
+                    let qs = q.read_unaligned();
+                    let value: c_uint = match qs.subcommand {
+                        0x200 => 1,         // HOSTBRIDGE: unknown
+                        0x201 | 0x202 => 1, // write posting / combining: stores are posted
+                        _ => return Err(SciError::IllegalQuery),
+                    };
+                    out(qs.data.cast::<c_uint>(), value)
+                }
+                Q_MAP => {
+                    let q = data.cast::<QueryMap>();
+                    if q.is_null() {
+                        return Err(SciError::IllegalParameter);
+                    }
+                    let qm = q.read_unaligned();
+                    let m = handles::map(h(qm.map))?;
+                    match qm.subcommand {
+                        Q_MAP_MAPPED_TO_LOCAL_TARGET => {
+                            // Every map of a vsci segment on this node is local memory.
+                            let local = match &m.target {
+                                MapTarget::Local(_) => true,
+                                MapTarget::Remote(r) => r.node_id == r.client().node_id(),
+                            };
+                            let field = std::ptr::addr_of_mut!((*q).data);
+                            field.write_unaligned(local as c_uint);
+                            Ok(())
+                        }
+                        _ => Err(SciError::IllegalQuery),
+                    }
+                }
+                Q_LOCAL_SEGMENT | Q_REMOTE_SEGMENT => Err(SciError::IllegalQuery),
+                _ => Err(SciError::IllegalQuery),
+            }
+        })
+    }
+}
+
+static ERROR_STRINGS: std::sync::OnceLock<Vec<(u32, std::ffi::CString)>> = std::sync::OnceLock::new();
+
+#[no_mangle]
+pub extern "C" fn SCIGetErrorString(error: SciErr) -> *const c_char {
+    let table = ERROR_STRINGS.get_or_init(|| {
+        SciError::ALL
+            .iter()
+            .map(|e| (*e as u32, std::ffi::CString::new(format!("{}: {}", e.c_name(), e.description())).unwrap()))
+            .collect()
+    });
+    static UNKNOWN: &[u8] = b"Unknown SISCI error code\0";
+    table
+        .iter()
+        .find(|(v, _)| *v == error)
+        .map(|(_, s)| s.as_ptr())
+        .unwrap_or(UNKNOWN.as_ptr().cast())
+}
+
+// ---------------------------------------------------------------------------
+// Local segments
+
+#[no_mangle]
+pub unsafe extern "C" fn SCICreateSegment(
+    sd: Handle,
+    segment: *mut Handle,
+    segment_id: c_uint,
+    size: usize,
+    callback: CbLocalSeg,
+    callback_arg: *mut c_void,
+    flags: c_uint,
+    error: *mut SciErr,
+) {
+    // SAFETY: pointers are NULL-checked; callbacks are called with the
+    // argument the program gave us.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, FLAG_USE_CALLBACK | FLAG_AUTO_ID | FLAG_EMPTY | FLAG_PRIVATE | FLAG_DMA_SOURCE_ONLY)?;
+            if flags & (FLAG_EMPTY | FLAG_PRIVATE) != 0 {
+                return Err(SciError::FlagNotImplemented);
+            }
+            if segment.is_null() || size == 0 {
+                return Err(SciError::IllegalParameter);
+            }
+            let use_cb = flags & FLAG_USE_CALLBACK != 0;
+            if use_cb && callback.is_none() {
+                return Err(SciError::IllegalParameter);
+            }
+            let d = handles::desc(h(sd))?;
+            let id = (flags & FLAG_AUTO_ID == 0).then_some(segment_id);
+            let seg = d.client.create_segment(id, size as u64)?;
+            let hnd = handles::insert(Obj::LocalSeg(seg.clone()), h(sd));
+            if use_cb {
+                let cb = callback.expect("checked");
+                let arg = callback_arg as usize;
+                seg.events.set_callback(Box::new(move |ev: SegEvent| {
+                    // SAFETY: calling the program's callback with its own
+                    // argument, as SISCI specifies.
+                    let action = cb(arg as *mut c_void, as_handle(hnd), ev.reason as c_uint, ev.node_id, 0, SciError::Ok as c_uint);
+                    action != CALLBACK_CANCEL
+                }));
+            }
+            out(segment, as_handle(hnd))
+        })
+    }
+}
+
+macro_rules! seg_op {
+    ($name:ident, $allowed:expr, |$s:ident, $flags:ident| $body:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(segment: Handle, adapter: c_uint, $flags: c_uint, error: *mut SciErr) {
+            // SAFETY: see `set`.
+            unsafe {
+                report(error, (), || {
+                    check_flags($flags, $allowed)?;
+                    let $s = handles::local_seg(h(segment))?;
+                    check_adapter(adapter)?;
+                    $body
+                })
+            }
+        }
+    };
+}
+
+seg_op!(SCIPrepareSegment, FLAG_DMA_SOURCE_ONLY, |s, _f| s.prepare());
+seg_op!(SCISetSegmentAvailable, 0, |s, _f| s.set_available());
+seg_op!(SCISetSegmentUnavailable, FLAG_NOTIFY | FLAG_FORCE_DISCONNECT, |s, f| s
+    .set_unavailable(f & FLAG_NOTIFY != 0, f & FLAG_FORCE_DISCONNECT != 0));
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIRemoveSegment(segment: Handle, flags: c_uint, error: *mut SciErr) {
+    // SAFETY: see `set`.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, 0)?;
+            let s = handles::local_seg(h(segment))?;
+            s.remove()?;
+            handles::remove(h(segment));
+            Ok(())
+        })
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn SCIGetLocalSegmentSize(segment: Handle) -> usize {
+    handles::local_seg(h(segment)).map(|s| s.size as usize).unwrap_or(0)
+}
+
+#[no_mangle]
+pub extern "C" fn SCIGetLocalSegmentId(segment: Handle) -> c_uint {
+    handles::local_seg(h(segment)).map(|s| s.segment_id).unwrap_or(0)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIWaitForLocalSegmentEvent(
+    segment: Handle,
+    source_node_id: *mut c_uint,
+    local_adapter_no: *mut c_uint,
+    timeout: c_uint,
+    flags: c_uint,
+    error: *mut SciErr,
+) -> c_uint {
+    // SAFETY: out-pointers are optional here and NULL-checked.
+    unsafe {
+        report(error, 0, || {
+            check_flags(flags, 0)?;
+            let s = handles::local_seg(h(segment))?;
+            if s.events.has_callback() {
+                return Err(SciError::IllegalOperation);
+            }
+            let ev = s.events.wait(timeout)?;
+            if !source_node_id.is_null() {
+                source_node_id.write_unaligned(ev.node_id);
+            }
+            if !local_adapter_no.is_null() {
+                local_adapter_no.write_unaligned(0);
+            }
+            Ok(ev.reason as c_uint)
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIRegisterSegmentMemory(
+    _address: *mut c_void,
+    _size: usize,
+    _segment: Handle,
+    _flags: c_uint,
+    error: *mut SciErr,
+) {
+    // Attaching program memory to a segment (SCI_FLAG_EMPTY) is not offered
+    // by any issue yet: segments are always daemon-allocated memfds.
+    // SAFETY: see `set`.
+    unsafe { set(error, SciError::NotImplemented) };
+}
+
+// ---------------------------------------------------------------------------
+// Remote segments
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIConnectSegment(
+    sd: Handle,
+    segment: *mut Handle,
+    node_id: c_uint,
+    segment_id: c_uint,
+    adapter: c_uint,
+    callback: CbRemoteSeg,
+    callback_arg: *mut c_void,
+    timeout: c_uint,
+    flags: c_uint,
+    error: *mut SciErr,
+) {
+    // SAFETY: see SCICreateSegment.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, FLAG_USE_CALLBACK | FLAG_ASYNCHRONOUS_CONNECT)?;
+            if segment.is_null() {
+                return Err(SciError::IllegalParameter);
+            }
+            let use_cb = flags & FLAG_USE_CALLBACK != 0;
+            if use_cb && callback.is_none() {
+                return Err(SciError::IllegalParameter);
+            }
+            let d = handles::desc(h(sd))?;
+            check_adapter(adapter)?;
+            let rs = d.client.connect_segment(node_id, segment_id, timeout)?;
+            let hnd = handles::insert(Obj::RemoteSeg(rs.clone()), h(sd));
+            if use_cb {
+                let cb = callback.expect("checked");
+                let arg = callback_arg as usize;
+                let f = move |ev: SegEvent| {
+                    // SAFETY: the program's callback with its own argument.
+                    let action = cb(arg as *mut c_void, as_handle(hnd), ev.reason as c_uint, ev.status as c_uint);
+                    action != CALLBACK_CANCEL
+                };
+                // An asynchronous connect reports completion through the
+                // callback; ours completed already, so say so at once.
+                let keep = if flags & FLAG_ASYNCHRONOUS_CONNECT != 0 {
+                    f(SegEvent { reason: SegmentEvent::Connect, node_id, status: SciError::Ok })
+                } else {
+                    true
+                };
+                if keep {
+                    rs.events.set_callback(Box::new(f));
+                }
+            }
+            out(segment, as_handle(hnd))
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIDisconnectSegment(segment: Handle, flags: c_uint, error: *mut SciErr) {
+    // SAFETY: see `set`.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, 0)?;
+            let s = handles::remote_seg(h(segment))?;
+            s.disconnect()?;
+            handles::remove(h(segment));
+            Ok(())
+        })
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn SCIGetRemoteSegmentSize(segment: Handle) -> usize {
+    handles::remote_seg(h(segment)).map(|s| s.size as usize).unwrap_or(0)
+}
+
+#[no_mangle]
+pub extern "C" fn SCIGetRemoteSegmentId(segment: Handle) -> c_uint {
+    handles::remote_seg(h(segment)).map(|s| s.segment_id).unwrap_or(0)
+}
+
+#[no_mangle]
+pub extern "C" fn SCIGetRemoteSegmentNodeId(segment: Handle) -> c_uint {
+    handles::remote_seg(h(segment)).map(|s| s.node_id).unwrap_or(0)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIWaitForRemoteSegmentEvent(
+    segment: Handle,
+    status: *mut SciErr,
+    timeout: c_uint,
+    flags: c_uint,
+    error: *mut SciErr,
+) -> c_uint {
+    // SAFETY: `status` is optional and NULL-checked.
+    unsafe {
+        report(error, 0, || {
+            check_flags(flags, 0)?;
+            let s = handles::remote_seg(h(segment))?;
+            if s.events.has_callback() {
+                return Err(SciError::IllegalOperation);
+            }
+            let ev = s.events.wait(timeout)?;
+            if !status.is_null() {
+                status.write_unaligned(ev.status as c_uint);
+            }
+            Ok(ev.reason as c_uint)
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Maps
+
+fn map_flags(flags: c_uint, addr: *mut c_void) -> Result<MapFlags, SciError> {
+    check_flags(
+        flags,
+        FLAG_FIXED_MAP_ADDR
+            | FLAG_READONLY_MAP
+            | MAP_HINT_FLAGS
+            | FLAG_BROADCAST
+            | FLAG_CONDITIONAL_INTERRUPT_MAP
+            | FLAG_UNCONDITIONAL_DATA_INTERRUPT_MAP,
+    )?;
+    if flags & (FLAG_BROADCAST | FLAG_CONDITIONAL_INTERRUPT_MAP | FLAG_UNCONDITIONAL_DATA_INTERRUPT_MAP) != 0 {
+        return Err(SciError::FlagNotImplemented);
+    }
+    let fixed_addr = if flags & FLAG_FIXED_MAP_ADDR != 0 {
+        if addr.is_null() {
+            return Err(SciError::IllegalAddress);
+        }
+        Some(addr as usize)
+    } else {
+        None
+    };
+    Ok(MapFlags { readonly: flags & FLAG_READONLY_MAP != 0, fixed_addr })
+}
+
+unsafe fn do_map(
+    target: MapTarget,
+    desc: usize,
+    map: *mut Handle,
+    offset: usize,
+    size: usize,
+    addr: *mut c_void,
+    flags: c_uint,
+) -> Result<*mut c_void, SciError> {
+    let mf = map_flags(flags, addr)?;
+    if map.is_null() {
+        return Err(SciError::IllegalParameter);
+    }
+    let m = Arc::new(Map::new(target, offset as u64, size as u64, mf)?);
+    let p = m.addr.cast::<c_void>();
+    let hnd = handles::insert(Obj::Map(m), desc);
+    // SAFETY: NULL-checked above.
+    unsafe { out(map, as_handle(hnd))? };
+    Ok(p)
+}
+
+fn owner_desc(h: usize) -> usize {
+    handles::get(h).map(|e| e.desc).unwrap_or(0)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIMapLocalSegment(
+    segment: Handle,
+    map: *mut Handle,
+    offset: usize,
+    size: usize,
+    addr: *mut c_void,
+    flags: c_uint,
+    error: *mut SciErr,
+) -> *mut c_void {
+    // SAFETY: see `do_map`.
+    unsafe {
+        report(error, std::ptr::null_mut(), || {
+            let s = handles::local_seg(h(segment))?;
+            do_map(MapTarget::Local(s), owner_desc(h(segment)), map, offset, size, addr, flags)
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIMapRemoteSegment(
+    segment: Handle,
+    map: *mut Handle,
+    offset: usize,
+    size: usize,
+    addr: *mut c_void,
+    flags: c_uint,
+    error: *mut SciErr,
+) -> *mut c_void {
+    // SAFETY: see `do_map`.
+    unsafe {
+        report(error, std::ptr::null_mut(), || {
+            let s = handles::remote_seg(h(segment))?;
+            do_map(MapTarget::Remote(s), owner_desc(h(segment)), map, offset, size, addr, flags)
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIUnmapSegment(map: Handle, flags: c_uint, error: *mut SciErr) {
+    // SAFETY: see `set`.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, 0)?;
+            let m = handles::map(h(map))?;
+            handles::remove(h(map));
+            m.unmap();
+            Ok(())
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// PIO, ordering, sequences
+
+fn lost_error(m: &Map) -> Result<(), SciError> {
+    if m.target.is_lost() {
+        Err(SciError::TransferFailed)
+    } else {
+        Ok(())
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIMemCpy(
+    sequence: Handle,
+    mem_addr: *mut c_void,
+    remote_map: Handle,
+    remote_offset: usize,
+    size: usize,
+    flags: c_uint,
+    error: *mut SciErr,
+) {
+    // SAFETY: the map range is bounds-checked against the live mapping; the
+    // program vouches for `mem_addr..+size` as SISCI requires.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, FLAG_BLOCK_READ | FLAG_ERROR_CHECK)?;
+            if !sequence.is_null() {
+                handles::seq(h(sequence))?;
+            }
+            let m = handles::map(h(remote_map))?;
+            let end = remote_offset.checked_add(size).ok_or(SciError::OutOfRange)?;
+            if end > m.size {
+                return Err(SciError::OutOfRange);
+            }
+            if size == 0 {
+                return Ok(());
+            }
+            if mem_addr.is_null() {
+                return Err(SciError::IllegalParameter);
+            }
+            let remote = m.addr.add(remote_offset);
+            if flags & FLAG_BLOCK_READ != 0 {
+                std::sync::atomic::fence(Ordering::SeqCst);
+                std::ptr::copy(remote, mem_addr.cast::<u8>(), size);
+            } else {
+                if m.readonly {
+                    return Err(SciError::IllegalOperation);
+                }
+                std::ptr::copy(mem_addr.cast::<u8>(), remote, size);
+                std::sync::atomic::fence(Ordering::SeqCst);
+            }
+            if flags & FLAG_ERROR_CHECK != 0 {
+                lost_error(&m)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIMemWrite(mem_addr: *mut c_void, remote_addr: *mut c_void, size: usize, flags: c_uint, error: *mut SciErr) {
+    // SAFETY: the destination must lie inside one live map of ours, which
+    // we check; the source is the program's own memory.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, FLAG_ERROR_CHECK)?;
+            if size == 0 {
+                return Ok(());
+            }
+            if mem_addr.is_null() {
+                return Err(SciError::IllegalParameter);
+            }
+            let m = handles::map_containing(remote_addr as usize, size).ok_or(SciError::IllegalAddress)?;
+            if m.readonly {
+                return Err(SciError::IllegalOperation);
+            }
+            std::ptr::copy(mem_addr.cast::<u8>(), remote_addr.cast::<u8>(), size);
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if flags & FLAG_ERROR_CHECK != 0 {
+                lost_error(&m)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// On one host every map is coherent memory: a full fence orders all earlier
+/// stores before all later ones, which is what a flush and a store barrier
+/// promise.
+#[no_mangle]
+pub extern "C" fn SCIFlush(_sequence: Handle, _flags: c_uint) {
+    std::sync::atomic::fence(Ordering::SeqCst);
+}
+
+#[no_mangle]
+pub extern "C" fn SCIStoreBarrier(_sequence: Handle, _flags: c_uint) {
+    std::sync::atomic::fence(Ordering::SeqCst);
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCICreateMapSequence(map: Handle, sequence: *mut Handle, flags: c_uint, error: *mut SciErr) {
+    // SAFETY: see `out`.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, FLAG_FAST_BARRIER)?;
+            if sequence.is_null() {
+                return Err(SciError::IllegalParameter);
+            }
+            let m = handles::map(h(map))?;
+            let hnd = handles::insert(Obj::Seq(Arc::new(Sequence { map: m })), owner_desc(h(map)));
+            out(sequence, as_handle(hnd))
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIRemoveSequence(sequence: Handle, flags: c_uint, error: *mut SciErr) {
+    // SAFETY: see `set`.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, 0)?;
+            handles::seq(h(sequence))?;
+            handles::remove(h(sequence));
+            Ok(())
+        })
+    }
+}
+
+unsafe fn sequence_status(sequence: Handle, flags: c_uint, error: *mut SciErr) -> c_uint {
+    // SAFETY: see `set`.
+    unsafe {
+        let r = (|| {
+            check_flags(flags, FLAG_NO_FLUSH | FLAG_NO_STORE_BARRIER | FLAG_FLUSH_CPU_BUFFERS_ONLY)?;
+            let s = handles::seq(h(sequence))?;
+            if flags & FLAG_NO_STORE_BARRIER == 0 {
+                std::sync::atomic::fence(Ordering::SeqCst);
+            }
+            Ok::<_, SciError>(s)
+        })();
+        match r {
+            Err(e) => {
+                set(error, e);
+                SEQ_NOT_RETRIABLE
+            }
+            Ok(s) => match lost_error(&s.map) {
+                Ok(()) => {
+                    set(error, SciError::Ok);
+                    SEQ_OK
+                }
+                Err(e) => {
+                    set(error, e);
+                    SEQ_NOT_RETRIABLE
+                }
+            },
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIStartSequence(sequence: Handle, flags: c_uint, error: *mut SciErr) -> c_uint {
+    // SAFETY: see `sequence_status`.
+    unsafe { sequence_status(sequence, flags, error) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCICheckSequence(sequence: Handle, flags: c_uint, error: *mut SciErr) -> c_uint {
+    // SAFETY: see `sequence_status`.
+    unsafe { sequence_status(sequence, flags, error) }
+}
+
+// ---------------------------------------------------------------------------
+// Interrupts and data interrupts
+
+unsafe fn create_intr(
+    kind: IntrKind,
+    sd: Handle,
+    interrupt: *mut Handle,
+    adapter: c_uint,
+    number: *mut c_uint,
+    has_cb: bool,
+    flags: c_uint,
+) -> Result<(usize, Arc<LocalIntr>), SciError> {
+    check_flags(flags, FLAG_USE_CALLBACK | FLAG_FIXED_INTNO | FLAG_SHARED_INT | FLAG_COUNTING_INT)?;
+    if flags & FLAG_SHARED_INT != 0 {
+        return Err(SciError::FlagNotImplemented);
+    }
+    if interrupt.is_null() || number.is_null() {
+        return Err(SciError::IllegalParameter);
+    }
+    if flags & FLAG_USE_CALLBACK != 0 && !has_cb {
+        return Err(SciError::IllegalParameter);
+    }
+    let d = handles::desc(h(sd))?;
+    check_adapter(adapter)?;
+    // SAFETY: NULL-checked above.
+    let hint = unsafe { number.read_unaligned() };
+    let intr = d.client.create_interrupt(kind, hint, flags & FLAG_FIXED_INTNO != 0)?;
+    let li = Arc::new(LocalIntr { intr: intr.clone(), callback_active: Arc::new(AtomicBool::new(false)) });
+    let obj = match kind {
+        IntrKind::Plain => Obj::LocalIntr(li.clone()),
+        IntrKind::Data => Obj::LocalDataIntr(li.clone()),
+    };
+    let hnd = handles::insert(obj, h(sd));
+    // SAFETY: NULL-checked above.
+    unsafe {
+        number.write_unaligned(intr.number);
+        interrupt.write_unaligned(as_handle(hnd));
+    }
+    Ok((hnd, li))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCICreateInterrupt(
+    sd: Handle,
+    interrupt: *mut Handle,
+    adapter: c_uint,
+    interrupt_no: *mut c_uint,
+    callback: CbIntr,
+    callback_arg: *mut c_void,
+    flags: c_uint,
+    error: *mut SciErr,
+) {
+    // SAFETY: see `create_intr`; the callback runs with the program's arg.
+    unsafe {
+        report(error, (), || {
+            let (hnd, li) = create_intr(IntrKind::Plain, sd, interrupt, adapter, interrupt_no, callback.is_some(), flags)?;
+            if flags & FLAG_USE_CALLBACK != 0 {
+                let cb = callback.expect("checked");
+                let arg = callback_arg as usize;
+                li.callback_active.store(true, Ordering::SeqCst);
+                let li2 = li.clone();
+                std::thread::Builder::new()
+                    .name("vsci-intr-cb".into())
+                    .spawn(move || {
+                        while li2.intr.wait(vsci_client::INFINITE).is_ok() {
+                            // SAFETY: the program's callback with its own argument.
+                            if cb(arg as *mut c_void, as_handle(hnd), SciError::Ok as c_uint) == CALLBACK_CANCEL {
+                                break;
+                            }
+                        }
+                        li2.callback_active.store(false, Ordering::SeqCst);
+                    })
+                    .map_err(|_| SciError::System)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCICreateDataInterrupt(
+    sd: Handle,
+    interrupt: *mut Handle,
+    adapter: c_uint,
+    interrupt_no: *mut c_uint,
+    callback: CbDataIntr,
+    callback_arg: *mut c_void,
+    flags: c_uint,
+    error: *mut SciErr,
+) {
+    // SAFETY: see SCICreateInterrupt.
+    unsafe {
+        report(error, (), || {
+            let (hnd, li) = create_intr(IntrKind::Data, sd, interrupt, adapter, interrupt_no, callback.is_some(), flags)?;
+            if flags & FLAG_USE_CALLBACK != 0 {
+                let cb = callback.expect("checked");
+                let arg = callback_arg as usize;
+                li.callback_active.store(true, Ordering::SeqCst);
+                let li2 = li.clone();
+                std::thread::Builder::new()
+                    .name("vsci-dintr-cb".into())
+                    .spawn(move || {
+                        let mut buf = vec![0u8; vsci_proto::intr::DATA_MAX];
+                        while let Ok(vsci_client::DataWait::Got(n)) = li2.intr.wait_data(&mut buf, vsci_client::INFINITE) {
+                            // SAFETY: the program's callback with its own
+                            // argument and a buffer valid for the call.
+                            let action = cb(arg as *mut c_void, as_handle(hnd), buf.as_mut_ptr().cast(), n as c_uint, SciError::Ok as c_uint);
+                            if action == CALLBACK_CANCEL {
+                                break;
+                            }
+                        }
+                        li2.callback_active.store(false, Ordering::SeqCst);
+                    })
+                    .map_err(|_| SciError::System)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIWaitForInterrupt(interrupt: Handle, timeout: c_uint, flags: c_uint, error: *mut SciErr) {
+    // SAFETY: see `set`.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, 0)?;
+            let li = handles::local_intr(h(interrupt))?;
+            if li.callback_active.load(Ordering::SeqCst) {
+                return Err(SciError::IllegalOperation);
+            }
+            li.intr.wait(timeout)
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIWaitForDataInterrupt(
+    interrupt: Handle,
+    data: *mut c_void,
+    length: *mut c_uint,
+    timeout: c_uint,
+    flags: c_uint,
+    error: *mut SciErr,
+) {
+    // SAFETY: `length` and `data` are NULL-checked; the program promises
+    // `*length` writable bytes at `data`.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, 0)?;
+            let li = handles::local_data_intr(h(interrupt))?;
+            if li.callback_active.load(Ordering::SeqCst) {
+                return Err(SciError::IllegalOperation);
+            }
+            if length.is_null() {
+                return Err(SciError::IllegalParameter);
+            }
+            let cap = length.read_unaligned() as usize;
+            if data.is_null() && cap > 0 {
+                return Err(SciError::IllegalParameter);
+            }
+            let buf: &mut [u8] = if cap == 0 { &mut [] } else { std::slice::from_raw_parts_mut(data.cast::<u8>(), cap) };
+            match li.intr.wait_data(buf, timeout)? {
+                vsci_client::DataWait::Got(n) => {
+                    length.write_unaligned(n as c_uint);
+                    Ok(())
+                }
+                vsci_client::DataWait::TooSmall(n) => {
+                    length.write_unaligned(n as c_uint);
+                    Err(SciError::OutOfRange)
+                }
+            }
+        })
+    }
+}
+
+fn remove_local_intr(li: &LocalIntr, hnd: usize) -> Result<(), SciError> {
+    li.intr.remove()?;
+    handles::remove(hnd);
+    Ok(())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIRemoveInterrupt(interrupt: Handle, flags: c_uint, error: *mut SciErr) {
+    // SAFETY: see `set`.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, 0)?;
+            remove_local_intr(&*handles::local_intr(h(interrupt))?, h(interrupt))
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIRemoveDataInterrupt(interrupt: Handle, flags: c_uint, error: *mut SciErr) {
+    // SAFETY: see `set`.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, 0)?;
+            remove_local_intr(&*handles::local_data_intr(h(interrupt))?, h(interrupt))
+        })
+    }
+}
+
+unsafe fn connect_intr(
+    kind: IntrKind,
+    sd: Handle,
+    interrupt: *mut Handle,
+    node_id: c_uint,
+    adapter: c_uint,
+    number: c_uint,
+    timeout: c_uint,
+    flags: c_uint,
+) -> Result<(), SciError> {
+    check_flags(flags, 0)?;
+    if interrupt.is_null() {
+        return Err(SciError::IllegalParameter);
+    }
+    let d = handles::desc(h(sd))?;
+    check_adapter(adapter)?;
+    let ri = d.client.connect_interrupt(kind, node_id, number, timeout)?;
+    let obj = match kind {
+        IntrKind::Plain => Obj::RemoteIntr(ri),
+        IntrKind::Data => Obj::RemoteDataIntr(ri),
+    };
+    let hnd = handles::insert(obj, h(sd));
+    // SAFETY: NULL-checked above.
+    unsafe { out(interrupt, as_handle(hnd)) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIConnectInterrupt(
+    sd: Handle,
+    interrupt: *mut Handle,
+    node_id: c_uint,
+    adapter: c_uint,
+    interrupt_no: c_uint,
+    timeout: c_uint,
+    flags: c_uint,
+    error: *mut SciErr,
+) {
+    // SAFETY: see `connect_intr`.
+    unsafe { report(error, (), || connect_intr(IntrKind::Plain, sd, interrupt, node_id, adapter, interrupt_no, timeout, flags)) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIConnectDataInterrupt(
+    sd: Handle,
+    interrupt: *mut Handle,
+    node_id: c_uint,
+    adapter: c_uint,
+    interrupt_no: c_uint,
+    timeout: c_uint,
+    flags: c_uint,
+    error: *mut SciErr,
+) {
+    // SAFETY: see `connect_intr`.
+    unsafe { report(error, (), || connect_intr(IntrKind::Data, sd, interrupt, node_id, adapter, interrupt_no, timeout, flags)) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIDisconnectInterrupt(interrupt: Handle, flags: c_uint, error: *mut SciErr) {
+    // SAFETY: see `set`.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, 0)?;
+            handles::remote_intr(h(interrupt))?.disconnect()?;
+            handles::remove(h(interrupt));
+            Ok(())
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIDisconnectDataInterrupt(interrupt: Handle, flags: c_uint, error: *mut SciErr) {
+    // SAFETY: see `set`.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, 0)?;
+            handles::remote_data_intr(h(interrupt))?.disconnect()?;
+            handles::remove(h(interrupt));
+            Ok(())
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCITriggerInterrupt(interrupt: Handle, flags: c_uint, error: *mut SciErr) {
+    // SAFETY: see `set`.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, 0)?;
+            handles::remote_intr(h(interrupt))?.trigger()
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCITriggerDataInterrupt(
+    interrupt: Handle,
+    data: *mut c_void,
+    length: c_uint,
+    flags: c_uint,
+    error: *mut SciErr,
+) {
+    // SAFETY: the program promises `length` readable bytes at `data`.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, 0)?;
+            let ri = handles::remote_data_intr(h(interrupt))?;
+            if length as usize > vsci_proto::intr::DATA_MAX {
+                return Err(SciError::OutOfRange);
+            }
+            if data.is_null() && length > 0 {
+                return Err(SciError::IllegalParameter);
+            }
+            let payload: &[u8] = if length == 0 { &[] } else { std::slice::from_raw_parts(data.cast::<u8>(), length as usize) };
+            ri.trigger_data(payload)
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------
+// DMA: the engine arrives with the DMA issue; until then every DMA call says
+// so plainly instead of pretending.
+
+#[no_mangle]
+pub unsafe extern "C" fn SCICreateDMAQueue(_sd: Handle, _dq: *mut Handle, _adapter: c_uint, _max: c_uint, _flags: c_uint, error: *mut SciErr) {
+    // SAFETY: see `set`.
+    unsafe { set(error, SciError::NotImplemented) };
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIRemoveDMAQueue(_dq: Handle, _flags: c_uint, error: *mut SciErr) {
+    // SAFETY: see `set`.
+    unsafe { set(error, SciError::NotImplemented) };
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIAbortDMAQueue(_dq: Handle, _flags: c_uint, error: *mut SciErr) {
+    // SAFETY: see `set`.
+    unsafe { set(error, SciError::NotImplemented) };
+}
+
+#[no_mangle]
+pub extern "C" fn SCIDMAQueueState(_dq: Handle) -> c_uint {
+    5 // SCI_DMAQUEUE_ERROR: no queue can exist yet
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIWaitForDMAQueue(_dq: Handle, _timeout: c_uint, _flags: c_uint, error: *mut SciErr) -> c_uint {
+    // SAFETY: see `set`.
+    unsafe { set(error, SciError::NotImplemented) };
+    5
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIStartDmaTransfer(
+    _dq: Handle,
+    _ls: Handle,
+    _rs: Handle,
+    _loff: usize,
+    _size: usize,
+    _roff: usize,
+    _cb: *mut c_void,
+    _arg: *mut c_void,
+    _flags: c_uint,
+    error: *mut SciErr,
+) {
+    // SAFETY: see `set`.
+    unsafe { set(error, SciError::NotImplemented) };
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIStartDmaTransferMem(
+    _dq: Handle,
+    _mem: *mut c_void,
+    _rs: Handle,
+    _size: usize,
+    _roff: usize,
+    _cb: *mut c_void,
+    _arg: *mut c_void,
+    _flags: c_uint,
+    error: *mut SciErr,
+) {
+    // SAFETY: see `set`.
+    unsafe { set(error, SciError::NotImplemented) };
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIStartDmaTransferVec(
+    _dq: Handle,
+    _ls: Handle,
+    _rs: Handle,
+    _len: usize,
+    _vec: *mut c_void,
+    _cb: *mut c_void,
+    _arg: *mut c_void,
+    _flags: c_uint,
+    error: *mut SciErr,
+) {
+    // SAFETY: see `set`.
+    unsafe { set(error, SciError::NotImplemented) };
+}

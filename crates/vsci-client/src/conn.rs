@@ -98,6 +98,7 @@ pub(crate) struct Inner {
     dispatch: Mutex<Option<Sender<(Arc<EventQueue>, SegEvent)>>>,
     pub(crate) node_id: u32,
     pub(crate) wait: WaitPolicy,
+    #[allow(dead_code)]
     pub(crate) max_segment_size: u64,
 }
 

@@ -10,6 +10,7 @@ mod interrupt;
 mod map;
 mod segment;
 mod wait;
+pub use interrupt::DataWait;
 
 pub use conn::{Client, EventQueue, SegEvent};
 pub use interrupt::{LocalInterrupt, RemoteInterrupt};

@@ -501,8 +501,8 @@ impl Node {
             }),
             R::ConnectSegment { node_id, segment_id, timeout_ms } => {
                 match self.check_node(node_id).and_then(|()| reg.connect_segment(cfg, client, segment_id)) {
-                    Err(e @ (SciError::NoSuchSegment | SciError::ConnectionRefused)) if timeout_ms > 0 => {
-                        return self.defer(reg, client, tag, timeout_ms, e, move |reg, cfg| {
+                    Err(SciError::NoSuchSegment | SciError::ConnectionRefused) if timeout_ms > 0 => {
+                        return self.defer(reg, client, tag, timeout_ms, move |reg, cfg| {
                             reg.connect_segment(cfg, client, segment_id)
                         });
                     }
@@ -530,8 +530,8 @@ impl Node {
             },
             R::ConnectInterrupt { kind, node_id, number, timeout_ms } => {
                 match self.check_node(node_id).and_then(|()| reg.connect_interrupt(cfg, client, kind, number)) {
-                    Err(e @ SciError::ConnectionRefused) if timeout_ms > 0 => {
-                        return self.defer(reg, client, tag, timeout_ms, e, move |reg, cfg| {
+                    Err(SciError::ConnectionRefused) if timeout_ms > 0 => {
+                        return self.defer(reg, client, tag, timeout_ms, move |reg, cfg| {
                             reg.connect_interrupt(cfg, client, kind, number)
                         });
                     }
@@ -555,7 +555,7 @@ impl Node {
     }
 
     /// Park a request until `attempt` succeeds, the client goes away, or
-    /// `timeout_ms` passes (then reply `last_err`). Runs on its own thread
+    /// `timeout_ms` passes (then reply with the last attempt's error). Runs on its own thread
     /// so the client's other requests keep flowing.
     fn defer<F>(
         self: &Arc<Self>,
@@ -563,7 +563,6 @@ impl Node {
         client: ClientId,
         tag: u64,
         timeout_ms: u32,
-        mut last_err: SciError,
         attempt: F,
     ) -> Handled
     where
@@ -579,6 +578,7 @@ impl Node {
         let node = Arc::clone(self);
         std::thread::spawn(move || {
             let mut reg = node.lock();
+            let mut last_err;
             loop {
                 if !reg.clients.contains_key(&client) {
                     return; // client gone; nothing to answer

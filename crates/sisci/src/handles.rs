@@ -1,0 +1,119 @@
+//! The handle table: every SISCI handle a program holds is a token looked up
+//! here, never a pointer we dereference. A NULL, forged, stale or
+//! wrong-kind handle is simply not found and the call fails with
+//! `SCI_ERR_ILLEGAL_PARAMETER` instead of touching memory.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+
+use vsci_client::{Client, LocalInterrupt, LocalSegment, Map, RemoteInterrupt, RemoteSegment, SciError};
+
+pub struct Sequence {
+    pub map: Arc<Map>,
+}
+
+pub struct Desc {
+    pub client: Client,
+}
+
+/// A local interrupt and, if it has one, the state of its callback thread.
+pub struct LocalIntr {
+    pub intr: Arc<LocalInterrupt>,
+    pub callback_active: Arc<AtomicBool>,
+}
+
+#[derive(Clone)]
+pub enum Obj {
+    Desc(Arc<Desc>),
+    LocalSeg(Arc<LocalSegment>),
+    RemoteSeg(Arc<RemoteSegment>),
+    Map(Arc<Map>),
+    Seq(Arc<Sequence>),
+    LocalIntr(Arc<LocalIntr>),
+    RemoteIntr(Arc<RemoteInterrupt>),
+    LocalDataIntr(Arc<LocalIntr>),
+    RemoteDataIntr(Arc<RemoteInterrupt>),
+}
+
+#[derive(Clone)]
+pub struct Entry {
+    pub obj: Obj,
+    /// The descriptor this object was made through (0 for descriptors).
+    pub desc: usize,
+}
+
+#[derive(Default)]
+pub struct Table {
+    pub entries: HashMap<usize, Entry>,
+}
+
+static TABLE: RwLock<Option<Table>> = RwLock::new(None);
+
+/// Handles look like pointers (non-zero, 16-byte aligned, above the first
+/// page) but are never reused, so a stale handle cannot alias a new object.
+static NEXT: AtomicUsize = AtomicUsize::new(0x7a5c_1000);
+
+pub fn insert(obj: Obj, desc: usize) -> usize {
+    let h = NEXT.fetch_add(16, Ordering::Relaxed);
+    let mut t = TABLE.write().unwrap_or_else(|p| p.into_inner());
+    t.get_or_insert_with(Table::default).entries.insert(h, Entry { obj, desc });
+    h
+}
+
+pub fn get(h: usize) -> Option<Entry> {
+    let t = TABLE.read().unwrap_or_else(|p| p.into_inner());
+    t.as_ref()?.entries.get(&h).cloned()
+}
+
+pub fn remove(h: usize) -> Option<Entry> {
+    let mut t = TABLE.write().unwrap_or_else(|p| p.into_inner());
+    t.as_mut()?.entries.remove(&h)
+}
+
+/// Remove and return every object made through descriptor `desc`.
+pub fn remove_children(desc: usize) -> Vec<(usize, Entry)> {
+    let mut t = TABLE.write().unwrap_or_else(|p| p.into_inner());
+    let Some(t) = t.as_mut() else { return Vec::new() };
+    let keys: Vec<usize> = t.entries.iter().filter(|(_, e)| e.desc == desc).map(|(k, _)| *k).collect();
+    keys.into_iter().filter_map(|k| t.entries.remove(&k).map(|e| (k, e))).collect()
+}
+
+/// Every descriptor handle.
+pub fn descriptors() -> Vec<usize> {
+    let t = TABLE.read().unwrap_or_else(|p| p.into_inner());
+    t.as_ref()
+        .map(|t| t.entries.iter().filter(|(_, e)| matches!(e.obj, Obj::Desc(_))).map(|(k, _)| *k).collect())
+        .unwrap_or_default()
+}
+
+/// Find the live map of this process that contains `[p, p+n)`.
+pub fn map_containing(p: usize, n: usize) -> Option<Arc<Map>> {
+    let t = TABLE.read().unwrap_or_else(|p| p.into_inner());
+    t.as_ref()?.entries.values().find_map(|e| match &e.obj {
+        Obj::Map(m) if m.contains(p, n) => Some(m.clone()),
+        _ => None,
+    })
+}
+
+/// Typed lookups: the wrong kind of handle is as invalid as a forged one.
+macro_rules! getter {
+    ($fn:ident, $variant:ident, $t:ty) => {
+        pub fn $fn(h: usize) -> Result<$t, SciError> {
+            match get(h) {
+                Some(Entry { obj: Obj::$variant(x), .. }) => Ok(x),
+                _ => Err(SciError::IllegalParameter),
+            }
+        }
+    };
+}
+
+getter!(desc, Desc, Arc<Desc>);
+getter!(local_seg, LocalSeg, Arc<LocalSegment>);
+getter!(remote_seg, RemoteSeg, Arc<RemoteSegment>);
+getter!(map, Map, Arc<Map>);
+getter!(seq, Seq, Arc<Sequence>);
+getter!(local_intr, LocalIntr, Arc<LocalIntr>);
+getter!(remote_intr, RemoteIntr, Arc<RemoteInterrupt>);
+getter!(local_data_intr, LocalDataIntr, Arc<LocalIntr>);
+getter!(remote_data_intr, RemoteDataIntr, Arc<RemoteInterrupt>);
