@@ -1,1 +1,120 @@
-fn main(){}
+//! `vsci`: the command-line tool of vsci.
+//!
+//! - `vsci status`: what a node holds (clients, segments, connections,
+//!   interrupts), as a table or JSON;
+//! - `vsci demo`: starts a node on embedded defaults and two processes that
+//!   move data and interrupts through it, printing what happened;
+//! - `vsci bench`: runs the benchmark suite against a fresh node.
+
+mod bench;
+mod demo;
+mod node;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "vsci", version, about = "vsci: software SISCI interconnect")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Show a node's clients, segments, connections and interrupts.
+    Status {
+        /// Control socket [default: $VSCI_SOCKET, else /tmp/vscid.sock].
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        /// Print JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start a node and two processes that exchange data and interrupts.
+    Demo {
+        /// Use this running node instead of starting one.
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        /// Interrupt round trips to time.
+        #[arg(long, default_value_t = 2000)]
+        round_trips: u32,
+        /// Bytes to stream through the segment for the bandwidth figure.
+        #[arg(long, default_value_t = 256 << 20)]
+        stream_bytes: u64,
+    },
+    /// Run the benchmark suite (C programs under build/bench) on a fresh node.
+    Bench {
+        /// Seconds-long smoke run instead of the full suite.
+        #[arg(long)]
+        quick: bool,
+        /// Write the JSON results here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Directory with the benchmark binaries [default: next to this program, ../bench].
+        #[arg(long)]
+        bench_dir: Option<PathBuf>,
+    },
+    /// One side of `vsci demo` (run by the demo itself).
+    #[command(hide = true)]
+    DemoPeer {
+        #[arg(long)]
+        role: demo::Role,
+        #[arg(long)]
+        round_trips: u32,
+        #[arg(long)]
+        stream_bytes: u64,
+    },
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Status { socket, json } => status(socket, json),
+        Cmd::Demo { socket, round_trips, stream_bytes } => demo::run(socket, round_trips, stream_bytes),
+        Cmd::DemoPeer { role, round_trips, stream_bytes } => demo::peer(role, round_trips, stream_bytes),
+        Cmd::Bench { quick, json, bench_dir } => bench::run(quick, json, bench_dir),
+    }
+}
+
+fn status(socket: Option<PathBuf>, json: bool) -> Result<()> {
+    let path = socket.unwrap_or_else(vsci_proto::socket_path);
+    let client = vsci_client::Client::connect(&path, "vsci-status")
+        .map_err(|e| anyhow::anyhow!("cannot reach vscid at {}: {}", path.display(), e))?;
+    let st = client.status().map_err(|e| anyhow::anyhow!("status request failed: {e}"))?;
+    client.close();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&st)?);
+        return Ok(());
+    }
+    println!("node {}  pid {}  socket {}  up {:.1} s  wait mode {}  open fds {}", st.node_id, st.pid, st.socket, st.uptime_ms as f64 / 1000.0, st.wait_mode, st.open_fds);
+    // The status request itself is a client; do not list it.
+    let clients: Vec<_> = st.clients.iter().filter(|c| c.name != "vsci-status").collect();
+    println!("\nclients ({})", clients.len());
+    for c in clients {
+        println!("  #{:<5} pid {:<7} uid {:<6} {}", c.client, c.pid, c.uid, c.name);
+    }
+    println!("\nsegments ({})", st.segments.len());
+    for s in &st.segments {
+        println!(
+            "  id {:<10} {:>12} bytes  owner #{:<5} {}{}  connections {}",
+            s.segment_id,
+            s.size,
+            s.owner,
+            if s.prepared { "prepared" } else { "created" },
+            if s.available { ", available" } else { "" },
+            s.connections
+        );
+    }
+    println!("\nconnections ({})", st.connections.len());
+    for c in &st.connections {
+        println!("  client #{:<5} -> node {} segment {}", c.client, c.node_id, c.segment_id);
+    }
+    println!("\ninterrupts ({})", st.interrupts.len());
+    for i in &st.interrupts {
+        println!("  {} {:<6} owner #{:<5} connections {}", if i.data { "data " } else { "plain" }, i.number, i.owner, i.connections);
+    }
+    Ok(())
+}

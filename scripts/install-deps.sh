@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Install what vsci needs to build and test on Debian 12. Idempotent: only
+# missing packages are installed. Uses sudo when not root.
+set -euo pipefail
+
+PKGS=(build-essential pkg-config make gcc libc6-dev curl ca-certificates iproute2 procps)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+missing=()
+for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "vsci: installing Debian packages: ${missing[*]}"
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# Rust: use the toolchain on PATH (or ~/.cargo/bin) if it is recent enough,
+# otherwise install the stable toolchain with rustup.
+export PATH="$HOME/.cargo/bin:$PATH"
+need_rust=1
+if command -v cargo >/dev/null 2>&1; then
+    minor=$(rustc --version | sed -E 's/rustc 1\.([0-9]+).*/\1/')
+    if [ "${minor:-0}" -ge 75 ]; then need_rust=0; fi
+fi
+if [ $need_rust -eq 1 ]; then
+    echo "vsci: installing the Rust stable toolchain with rustup"
+    curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+fi
