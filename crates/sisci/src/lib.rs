@@ -8,6 +8,7 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
+mod dolphin_abi;
 mod handles;
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
