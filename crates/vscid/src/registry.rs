@@ -626,3 +626,118 @@ fn done() -> Outgoing {
 fn simple(r: Reply) -> Outgoing {
     Outgoing { msg: reply_ok(0, r), fds: Vec::new() }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc::{sync_channel, Receiver};
+
+    use vsci_proto::Request as R;
+
+    use super::*;
+
+    fn node() -> Arc<Node> {
+        Node::new(Config {
+            node_id: 7,
+            socket: "test".into(),
+            wait_mode: WaitMode::Adaptive,
+            spin_us: 0,
+            max_segment_size: 1 << 30,
+            max_objects_per_client: 8,
+            max_waiting_per_client: 2,
+        })
+    }
+
+    fn add_client(n: &Node) -> (ClientId, Receiver<Outgoing>) {
+        let (tx, rx) = sync_channel(64);
+        let sock: OwnedFd = nix::sys::eventfd::EventFd::new().unwrap().into();
+        let id = n.lock().register_client(ClientInfo::default(), tx, Arc::new(sock));
+        (id, rx)
+    }
+
+    fn call(n: &Arc<Node>, c: ClientId, req: R) -> (Result<Reply, SciError>, usize) {
+        match n.handle(c, 1, req) {
+            Handled::Reply(Outgoing { msg: ServerMsg::Reply { result, .. }, fds }) => (result, fds.len()),
+            _ => panic!("expected an immediate reply"),
+        }
+    }
+
+    fn seg_of(r: Result<Reply, SciError>) -> ObjId {
+        match r {
+            Ok(Reply::Segment { seg, .. }) => seg,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn segment_life_cycle_and_events() {
+        let n = node();
+        let (a, rx_a) = add_client(&n);
+        let (b, rx_b) = add_client(&n);
+        let (r, nfds) = call(&n, a, R::CreateSegment { segment_id: 5, auto_id: false, size: 4096, events: true });
+        assert_eq!(nfds, 1, "the reply carries the memfd");
+        let seg = seg_of(r);
+        assert_eq!(call(&n, a, R::CreateSegment { segment_id: 5, auto_id: false, size: 1, events: true }).0.unwrap_err(), SciError::SegmentidUsed);
+        assert_eq!(call(&n, b, R::ConnectSegment { node_id: 7, segment_id: 5, timeout_ms: 0 }).0.unwrap_err(), SciError::ConnectionRefused);
+        assert_eq!(call(&n, a, R::SetAvailable { seg }).0.unwrap_err(), SciError::SegmentNotPrepared);
+        call(&n, a, R::PrepareSegment { seg }).0.unwrap();
+        call(&n, a, R::SetAvailable { seg }).0.unwrap();
+        assert_eq!(call(&n, b, R::ConnectSegment { node_id: 8, segment_id: 5, timeout_ms: 0 }).0.unwrap_err(), SciError::NoSuchNodeid);
+        let conn = match call(&n, b, R::ConnectSegment { node_id: 7, segment_id: 5, timeout_ms: 0 }).0 {
+            Ok(Reply::Connected { conn, size: 4096, .. }) => conn,
+            other => panic!("{other:?}"),
+        };
+        assert!(matches!(rx_a.try_recv().unwrap().msg, ServerMsg::Event(Event::LocalSegment { reason: SegmentEvent::Connect, node_id: 7, .. })));
+        // Isolation: B cannot remove or prepare A's segment, A cannot disconnect B.
+        assert_eq!(call(&n, b, R::RemoveSegment { seg }).0.unwrap_err(), SciError::IllegalParameter);
+        assert_eq!(call(&n, a, R::DisconnectSegment { conn }).0.unwrap_err(), SciError::IllegalParameter);
+        // Removing a connected segment succeeds and tells the connector.
+        call(&n, a, R::RemoveSegment { seg }).0.unwrap();
+        assert!(matches!(rx_b.try_recv().unwrap().msg, ServerMsg::Event(Event::RemoteSegment { reason: SegmentEvent::Lost, .. })));
+        let reg = n.lock();
+        assert!(reg.segments.is_empty() && reg.seg_conns.is_empty() && reg.seg_by_id.is_empty());
+    }
+
+    #[test]
+    fn dead_client_releases_everything() {
+        let n = node();
+        let (a, _rx_a) = add_client(&n);
+        let (b, rx_b) = add_client(&n);
+        let seg = seg_of(call(&n, a, R::CreateSegment { segment_id: 0, auto_id: true, size: 8192, events: true }).0);
+        call(&n, a, R::PrepareSegment { seg }).0.unwrap();
+        call(&n, a, R::SetAvailable { seg }).0.unwrap();
+        let id = n.lock().segments[&seg].segment_id;
+        call(&n, b, R::ConnectSegment { node_id: 7, segment_id: id, timeout_ms: 0 }).0.unwrap();
+        let number = match call(&n, a, R::CreateInterrupt { kind: IntrKind::Plain, hint: 3, fixed: true }).0 {
+            Ok(Reply::Interrupt { number, .. }) => number,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(number, 3);
+        assert_eq!(call(&n, b, R::CreateInterrupt { kind: IntrKind::Plain, hint: 3, fixed: true }).0.unwrap_err(), SciError::Busy);
+        match call(&n, b, R::CreateInterrupt { kind: IntrKind::Plain, hint: 3, fixed: false }).0 {
+            Ok(Reply::Interrupt { number, .. }) => assert_ne!(number, 3, "a taken hint gives another number"),
+            other => panic!("{other:?}"),
+        }
+        call(&n, b, R::ConnectInterrupt { kind: IntrKind::Plain, node_id: 7, number: 3, timeout_ms: 0 }).0.unwrap();
+        let cfg = n.cfg.clone();
+        n.lock().remove_client(&cfg, a);
+        let kinds: Vec<_> = rx_b.try_iter().map(|o| o.msg).collect();
+        assert!(kinds.iter().any(|m| matches!(m, ServerMsg::Event(Event::RemoteSegment { reason: SegmentEvent::Lost, .. }))));
+        assert!(kinds.iter().any(|m| matches!(m, ServerMsg::Event(Event::InterruptGone { .. }))));
+        let reg = n.lock();
+        assert!(reg.segments.is_empty() && reg.seg_conns.is_empty());
+        assert_eq!(reg.intrs.len(), 1, "only B's own interrupt is left");
+        assert!(reg.intr_conns.is_empty());
+    }
+
+    #[test]
+    fn limits_are_enforced() {
+        let n = node();
+        let (a, _rx) = add_client(&n);
+        assert_eq!(call(&n, a, R::CreateSegment { segment_id: 1, auto_id: false, size: 0, events: true }).0.unwrap_err(), SciError::IllegalParameter);
+        assert_eq!(call(&n, a, R::CreateSegment { segment_id: 1, auto_id: false, size: 2 << 30, events: true }).0.unwrap_err(), SciError::Nospc);
+        for i in 0..8 {
+            seg_of(call(&n, a, R::CreateSegment { segment_id: 100 + i, auto_id: false, size: 4096, events: true }).0);
+        }
+        assert_eq!(call(&n, a, R::CreateSegment { segment_id: 200, auto_id: false, size: 4096, events: true }).0.unwrap_err(), SciError::Nospc);
+    }
+}
