@@ -60,9 +60,9 @@ pub fn wait_until(
         WaitMode::Adaptive => Some(Instant::now() + policy.spin),
         WaitMode::Block => Some(Instant::now()),
     };
-    // Spin phase.
+    // Spin phase (none at all in block mode: it sleeps at once).
     let mut n: u32 = 0;
-    loop {
+    while policy.mode != WaitMode::Block {
         if ready() {
             return Waited::Ready;
         }
