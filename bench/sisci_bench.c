@@ -8,7 +8,7 @@
  *
  *   a) segment write bandwidth: A memcpy()s into a mapped segment created by
  *      B, with one SCIFlush per iteration (thesis style), vs memcpy() into
- *      private memory of the same size (and vs memcpy()+mfence);
+ *      private memory of the same size (and vs memcpy() + a seq_cst fence);
  *   b) ping-pong latency through segments (message with a flag in its last
  *      4 bytes, written into the peer's segment, busy-wait on one's own
  *      local segment) vs the same protocol on a plain memfd MAP_SHARED
@@ -37,6 +37,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
@@ -77,6 +78,9 @@ typedef struct {
     uint32_t bad;               /* messages that arrived with wrong content  */
     double   med, p99, mean, min, max;     /* RTT/2 in microseconds          */
     uint32_t hist[NB + 1];      /* RTT/2 in 10 us buckets, last = overflow   */
+    double   sleeps;            /* A's voluntary context switches per round
+                                 * trip (c, d): ~0 = never slept, ~1 = slept
+                                 * once per wait; -1 = not measured          */
 } lat_t;
 
 typedef struct {
@@ -116,7 +120,7 @@ static struct {
     /* derived */
     double      bw_time;        /* seconds per bandwidth measurement         */
     int         bw_rounds;      /* best of N                                 */
-    int         pp_warm, pp_min, pp_max;
+    int         pp_warm, pp_min, pp_max, pp_rounds;
     double      pp_budget;      /* seconds per ping-pong measurement         */
     int         in_warm, in_min, in_max;
     double      in_budget;
@@ -150,6 +154,14 @@ static inline void cpu_relax(void)
 }
 
 #define COMPILER_BARRIER() __asm__ __volatile__("" ::: "memory")
+
+/* The reference fence for section a: a C11 seq_cst fence, i.e. the cheapest
+ * full fence the compiler knows (x86-64: `lock or` to the stack, as in a Rust
+ * SeqCst fence), without any library call around it. */
+static inline void full_fence(void)
+{
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
 
 static const char *sci_err_name(sci_error_t e)
 {
@@ -295,6 +307,7 @@ static void make_stats(lat_t *L, uint64_t *rtt_ns, uint32_t n, uint32_t bad)
 {
     memset(L, 0, sizeof *L);
     L->bad = bad;
+    L->sleeps = -1;
     if (n == 0)
         return;
     qsort(rtt_ns, n, sizeof *rtt_ns, cmp_u64);
@@ -341,7 +354,7 @@ static void bw_run(void *dst, const void *src, size_t size, uint64_t n, int kind
         if (kind == BW_SCI)
             SCIFlush(NULL, 0);
         else if (kind == BW_FENCE)
-            __sync_synchronize();
+            full_fence();
         __asm__ __volatile__("" : : "r"(dst) : "memory");
     }
 }
@@ -491,8 +504,12 @@ static inline void pp_send(unsigned char *remote, unsigned char *payload,
 static inline int pp_wait(unsigned char *local, unsigned char *out, size_t size,
                           uint32_t seq)
 {
-    while (__atomic_load_n((uint32_t *)(local + size - 4), __ATOMIC_ACQUIRE) != seq)
+    uint32_t spins = 0;
+    while (__atomic_load_n((uint32_t *)(local + size - 4), __ATOMIC_ACQUIRE) != seq) {
         cpu_relax();
+        if ((++spins & 0xffff) == 0)      /* the peer may share our core: let it run */
+            sched_yield();
+    }
     if (size > 4) {
         uint32_t got;
         memcpy(out, local, size - 4);
@@ -504,27 +521,52 @@ static inline int pp_wait(unsigned char *local, unsigned char *out, size_t size,
 
 static uint32_t pp_seq;     /* identical sequence on both sides */
 
-static void pp_measure(ctx_t *c, unsigned char *local, unsigned char *remote,
-                       size_t size, int sci, lat_t *out, uint64_t *samples,
-                       unsigned char *payload, unsigned char *rbuf)
+/* `count` round trips; A stores each RTT in samples[] (if not NULL).
+ * Returns the number of messages that arrived with a wrong payload. */
+static uint32_t pp_loop(ctx_t *c, unsigned char *local, unsigned char *remote, size_t size,
+                        int sci, uint32_t count, uint64_t *samples,
+                        unsigned char *payload, unsigned char *rbuf)
 {
     uint32_t bad = 0;
-    memset(local, 0, size);                     /* own inbox only */
-    ctl_barrier(c);
-
-    /* warm-up, also used to pick the number of timed iterations */
-    uint64_t t0 = now_ns();
-    for (int i = 0; i < opt.pp_warm; i++) {
+    for (uint32_t i = 0; i < count; i++) {
         uint32_t s = ++pp_seq;
         if (c->role == 0) {
+            uint64_t a = now_ns();
             pp_send(remote, payload, size, s, sci);
             bad += pp_wait(local, rbuf, size, s);
+            uint64_t b = now_ns();
+            if (samples)
+                samples[i] = b - a;
         } else {
             bad += pp_wait(local, rbuf, size, s);
             pp_send(remote, payload, size, s, sci);
         }
     }
+    return bad;
+}
+
+typedef struct {
+    unsigned char *local, *remote;
+    int            sci;
+} pp_path_t;
+
+/* One message size: vsci (path 0) and raw (path 1) alternate in rounds, and
+ * each path's samples are pooled, so that a transient disturbance hits both. */
+static void pp_size(ctx_t *c, const pp_path_t path[2], size_t size, lat_t *out[2],
+                    uint64_t *samples[2], unsigned char *payload, unsigned char *rbuf)
+{
+    uint32_t bad[2] = { 0, 0 };
+    for (int k = 0; k < 2; k++)
+        memset(path[k].local, 0, size);         /* own inboxes only */
+    ctl_barrier(c);
+
+    /* warm-up; vsci's pace sets the number of timed iterations */
+    uint64_t t0 = now_ns();
+    bad[0] += pp_loop(c, path[0].local, path[0].remote, size, 1, (uint32_t)opt.pp_warm,
+                      NULL, payload, rbuf);
     uint64_t warm_ns = now_ns() - t0;
+    bad[1] += pp_loop(c, path[1].local, path[1].remote, size, 0, (uint32_t)opt.pp_warm,
+                      NULL, payload, rbuf);
     uint32_t n;
     if (c->role == 0) {
         n = pick_iters(warm_ns, opt.pp_warm, opt.pp_min, opt.pp_max, opt.pp_budget);
@@ -532,29 +574,28 @@ static void pp_measure(ctx_t *c, unsigned char *local, unsigned char *remote,
     } else {
         n = (uint32_t)ctl_recv(c);
     }
-
-    /* 16 unrecorded rounds after the control message, then n timed rounds */
-    for (uint32_t i = 0; i < n + 16; i++) {
-        uint32_t s = ++pp_seq;
-        if (c->role == 0) {
-            uint64_t a = now_ns();
-            pp_send(remote, payload, size, s, sci);
-            bad += pp_wait(local, rbuf, size, s);
-            uint64_t b = now_ns();
-            if (i >= 16)
-                samples[i - 16] = b - a;
-        } else {
-            bad += pp_wait(local, rbuf, size, s);
-            pp_send(remote, payload, size, s, sci);
+    uint32_t per = n / (uint32_t)opt.pp_rounds;
+    if (per == 0)
+        per = 1;
+    for (int r = 0; r < opt.pp_rounds; r++)
+        for (int k = 0; k < 2; k++) {
+            /* 16 unrecorded rounds after each switch (and the control message) */
+            bad[k] += pp_loop(c, path[k].local, path[k].remote, size, path[k].sci, 16,
+                              NULL, payload, rbuf);
+            bad[k] += pp_loop(c, path[k].local, path[k].remote, size, path[k].sci, per,
+                              c->role == 0 ? samples[k] + (size_t)r * per : NULL,
+                              payload, rbuf);
         }
-    }
 
     /* B reports its receive errors; A records everything */
     if (c->role == 1) {
-        ctl_send(c, bad);
+        ctl_send(c, ((uint64_t)bad[0] << 32) | bad[1]);
     } else {
-        bad += (uint32_t)ctl_recv(c);
-        make_stats(out, samples, n, bad);
+        uint64_t b = ctl_recv(c);
+        bad[0] += (uint32_t)(b >> 32);
+        bad[1] += (uint32_t)b;
+        for (int k = 0; k < 2; k++)
+            make_stats(out[k], samples[k], per * (uint32_t)opt.pp_rounds, bad[k]);
     }
 }
 
@@ -595,14 +636,17 @@ static void phase_pp(ctx_t *c)
 
     unsigned char *payload = xalloc(c, PP_MAX), *rbuf = xalloc(c, PP_MAX);
     memset(payload, 0x5a, PP_MAX);
-    uint64_t *samples = xalloc(c, sizeof(uint64_t) * ((size_t)opt.pp_max + 16));
+    uint64_t *samples[2];
+    for (int k = 0; k < 2; k++)
+        samples[k] = xalloc(c, sizeof(uint64_t) * ((size_t)opt.pp_max + 16));
+    const pp_path_t path[2] = { { local, remote, 1 }, { raw_local, raw_remote, 0 } };
 
     R->pp_n = opt.n_pp;
     for (int s = 0; s < opt.n_pp; s++) {
         size_t size = opt.pp_sizes[s];
+        lat_t *out[2] = { &R->pp_vsci[s], &R->pp_raw[s] };
         R->pp_size[s] = size;
-        pp_measure(c, local, remote, size, 1, &R->pp_vsci[s], samples, payload, rbuf);
-        pp_measure(c, raw_local, raw_remote, size, 0, &R->pp_raw[s], samples, payload, rbuf);
+        pp_size(c, path, size, out, samples, payload, rbuf);
     }
 
     ctl_barrier(c);
@@ -732,6 +776,8 @@ static void in_measure(ctx_t *c, intr_t *I, int k, unsigned len, lat_t *out,
     } else {
         n = (uint32_t)ctl_recv(c);
     }
+    struct rusage ru0, ru1;
+    getrusage(RUSAGE_THREAD, &ru0);
     for (uint32_t i = 0; i < n + 16; i++) {
         uint32_t s = ++in_seq;
         if (c->role == 0) {
@@ -746,11 +792,13 @@ static void in_measure(ctx_t *c, intr_t *I, int k, unsigned len, lat_t *out,
             in_send(c, I, k, buf, len, s);
         }
     }
+    getrusage(RUSAGE_THREAD, &ru1);
     if (c->role == 1) {
         ctl_send(c, bad);
     } else {
         bad += (uint32_t)ctl_recv(c);
         make_stats(out, samples, n, bad);
+        out->sleeps = (double)(ru1.ru_nvcsw - ru0.ru_nvcsw) / (n + 16);
     }
 }
 
@@ -952,6 +1000,18 @@ static int run_phase(int phase, void (*fn)(ctx_t *), int mode)
 
 static char g_kernel[128], g_cpu[128], g_host[128], g_cmd[512], g_date[64];
 static long g_nproc;
+static uint64_t g_clock_step;   /* smallest non-zero step between two readings */
+
+static uint64_t clock_step(void)
+{
+    uint64_t best = UINT64_MAX;
+    for (int i = 0; i < 20000; i++) {
+        uint64_t a = now_ns(), b = now_ns();
+        if (b > a && b - a < best)
+            best = b - a;
+    }
+    return best == UINT64_MAX ? 0 : best;
+}
 
 static const char *fmt_size(size_t s, char *buf, size_t n)
 {
@@ -979,17 +1039,48 @@ static void print_phase_errors(int phase)
 static void lat_cell(const lat_t *L)
 {
     if (L->n)
-        printf(" %9.2f %9.2f", L->med, L->p99);
+        printf(" %9.3f %9.3f", L->med, L->p99);
     else
         printf(" %9s %9s", "-", "-");
 }
 
 static void ratio_cell(const lat_t *v, const lat_t *p)
 {
-    if (v->n && p->n && p->med > 0)
-        printf("  %7.2fx", v->med / p->med);
+    if (v->n && p->n && p->med > 0) {
+        double r = v->med / p->med;
+        printf(r < 0.095 ? "  %7.4fx" : "  %7.2fx", r);
+    } else {
+        printf("  %8s", "-");
+    }
+}
+
+/* The raw memfd polling ping-pong of section b for a given size, if measured. */
+static const lat_t *raw_pp(size_t size)
+{
+    for (int i = 0; i < R->pp_n; i++)
+        if (R->pp_size[i] == size && R->pp_raw[i].n)
+            return &R->pp_raw[i];
+    return NULL;
+}
+
+static void poll_ratio_cell(const lat_t *v, size_t size)
+{
+    const lat_t *p = raw_pp(size);
+    if (p)
+        ratio_cell(v, p);
     else
         printf("  %8s", "-");
+}
+
+static void sleeps_cell(const lat_t *v, const lat_t *p)
+{
+    char a[16] = "-", b[16] = "-", cell[40];
+    if (v->n && v->sleeps >= 0)
+        snprintf(a, sizeof a, "%.2f", v->sleeps);
+    if (p->n && p->sleeps >= 0)
+        snprintf(b, sizeof b, "%.2f", p->sleeps);
+    snprintf(cell, sizeof cell, "%s/%s", a, b);
+    printf(" %11s", cell);
 }
 
 static void bad_note(const lat_t *v, const lat_t *p)
@@ -1062,8 +1153,11 @@ static void print_header(void)
     printf("run     : %s  (mode %s%s; sections %s)\n", g_cmd, opt.quick ? "quick" : "default",
            opt.pin ? ", A pinned to cpu0, B to cpu1" : ", nothing pinned", opt.sections);
     printf("method  : parent forks two worker processes A and B per phase, each with its own\n"
-           "          SCIOpen; times from clock_gettime(CLOCK_MONOTONIC) in A.  MB/s = 10^6 B/s.\n"
-           "          Latencies are RTT/2 in microseconds (median, p99).  ratio = vsci / peer:\n"
+           "          SCIOpen; times from clock_gettime(CLOCK_MONOTONIC) in A (smallest step\n"
+           "          between two readings here: %llu ns).  MB/s = 10^6 B/s.\n",
+           (unsigned long long)g_clock_step);
+    printf("          "
+           "Latencies are RTT/2 in microseconds (median, p99).  ratio = vsci / peer:\n"
            "          for bandwidth higher is better, for latency lower is better (1.00x = peer).\n");
     if (g_nproc <= 2)
         printf("          %ld cores: busy-polling on both sides uses every core; the coordinator\n"
@@ -1079,11 +1173,12 @@ static void print_results(void)
     if (want('a')) {
         printf("\n[a] segment write bandwidth: A memcpy()s a buffer into its map of B's segment\n"
                "    and calls SCIFlush(NULL,0) after each copy (seed 000 thesis style).\n"
-               "    peer = memcpy() into private memory of A; memcpy+mfence shown for reference.\n"
+               "    peer = memcpy() into private memory of A; memcpy + a seq_cst fence\n"
+               "    (`lock or` on x86-64) shown for reference.\n"
                "    best of %d runs of >= %.0f ms each, interleaved.\n",
                opt.bw_rounds, opt.bw_time * 1e3);
         printf("  %9s %12s %12s %9s %15s %10s\n", "size", "vsci MB/s", "peer MB/s",
-               "ratio", "memcpy+mfence", "vs mfence");
+               "ratio", "memcpy+fence", "vs fence");
         for (int i = 0; i < R->bw_n; i++) {
             if (R->bw_vsci[i] <= 0)
                 continue;
@@ -1103,7 +1198,9 @@ static void print_results(void)
                "    SCIStoreBarrier, then a 4-byte flag in the last 4 bytes) into its map of the\n"
                "    peer's segment and busy-waits on its own local segment for the reply.\n"
                "    peer = the same protocol on a plain memfd mapped MAP_SHARED by both\n"
-               "    processes (no SISCI, no barrier call; x86 stores are ordered).\n");
+               "    processes (no SISCI, no barrier call; x86 stores are ordered).\n"
+               "    vsci and peer alternate in %d rounds per size; samples are pooled.\n",
+               opt.pp_rounds);
         printf("  %9s %9s %9s %9s %9s %9s\n", "size", "vsci med", "vsci p99", "peer med",
                "peer p99", "ratio");
         for (int i = 0; i < R->pp_n; i++) {
@@ -1123,18 +1220,21 @@ static void print_results(void)
         printf("\n[c] interrupt latency: SCITriggerInterrupt / SCIWaitForInterrupt ping-pong\n"
                "    between A and B, one fresh pair of processes per VSCI_WAIT strategy.\n"
                "    peer = blocking eventfd ping-pong (write / read) between two processes.\n");
-        printf("  %-9s %9s %9s %9s %9s %9s\n", "wait", "vsci med", "vsci p99", "peer med",
-               "peer p99", "ratio");
+        printf("    \"vs poll\" = vsci median / median of the raw memfd polling ping-pong\n"
+               "    of [b] at 4 B, the physical limit for a polled wake-up.\n");
+        printf("    sleeps = voluntary context switches of A per round trip (vsci/peer):\n"
+               "    0 = the wait never slept in the kernel, 1 = it slept every time.\n");
+        printf("  %-9s %9s %9s %9s %9s %9s %9s %11s\n", "wait", "vsci med", "vsci p99",
+               "peer med", "peer p99", "ratio", "vs poll", "sleeps");
         for (int m = 0; m < NMODES; m++) {
             printf("  %-9s", wait_modes[m]);
             lat_cell(&R->intr[m]);
             lat_cell(&R->intr_peer);
             ratio_cell(&R->intr[m], &R->intr_peer);
+            poll_ratio_cell(&R->intr[m], 4);
+            sleeps_cell(&R->intr[m], &R->intr_peer);
             printf("   (n=%u)\n", R->intr[m].n);
         }
-        if (R->pp_raw[0].n && R->pp_size[0] == 4)
-            printf("  reference for poll: raw memfd polling ping-pong, 4 B, from [b]: "
-                   "median %.2f us, p99 %.2f us\n", R->pp_raw[0].med, R->pp_raw[0].p99);
         const lat_t *cols[] = { &R->intr[0], &R->intr[1], &R->intr[2], &R->intr_peer };
         const char *names[] = { "adaptive", "poll", "block", "eventfd" };
         print_hist("interrupts", cols, names, 4);
@@ -1146,14 +1246,17 @@ static void print_results(void)
         printf("\n[d] data-interrupt latency: SCITriggerDataInterrupt / SCIWaitForDataInterrupt\n"
                "    ping-pong carrying the payload (first word = sequence number, checked).\n"
                "    peer = blocking eventfd ping-pong, payload copied through a memfd mapping.\n");
-        printf("  %-8s %-9s %9s %9s %9s %9s %9s\n", "payload", "wait", "vsci med", "vsci p99",
-               "peer med", "peer p99", "ratio");
+        printf("    \"vs poll\" = vsci median / raw memfd polling ping-pong of [b], same size.\n");
+        printf("  %-8s %-9s %9s %9s %9s %9s %9s %9s %11s\n", "payload", "wait", "vsci med",
+               "vsci p99", "peer med", "peer p99", "ratio", "vs poll", "sleeps");
         for (int d = 0; d < 2; d++)
             for (int m = 0; m < NMODES; m++) {
                 printf("  %-8s %-9s", fmt_size(di_sizes[d], b1, sizeof b1), wait_modes[m]);
                 lat_cell(&R->dint[d][m]);
                 lat_cell(&R->dint_peer[d]);
                 ratio_cell(&R->dint[d][m], &R->dint_peer[d]);
+                poll_ratio_cell(&R->dint[d][m], di_sizes[d]);
+                sleeps_cell(&R->dint[d][m], &R->dint_peer[d]);
                 bad_note(&R->dint[d][m], &R->dint_peer[d]);
                 printf("   (n=%u)\n", R->dint[d][m].n);
             }
@@ -1211,6 +1314,10 @@ static void json_lat(FILE *f, const lat_t *L)
     json_num(f, L->min);
     fputs(", \"max_us\": ", f);
     json_num(f, L->max);
+    if (L->sleeps >= 0) {
+        fputs(", \"sleeps_per_roundtrip\": ", f);
+        json_num(f, L->sleeps);
+    }
     fputs(", \"hist_10us\": [", f);
     for (int b = 0; b <= NB; b++)
         fprintf(f, "%s%u", b ? ", " : "", L->hist[b]);
@@ -1240,7 +1347,8 @@ static int write_json(const char *path)
     fprintf(f, ",\n  \"mode\": \"%s\",\n  \"machine\": {\"hostname\": ",
             opt.quick ? "quick" : "default");
     json_str(f, g_host);
-    fprintf(f, ", \"nproc\": %ld, \"kernel\": ", g_nproc);
+    fprintf(f, ", \"nproc\": %ld, \"clock_step_ns\": %llu, \"kernel\": ", g_nproc,
+            (unsigned long long)g_clock_step);
     json_str(f, g_kernel);
     fputs(", \"cpu\": ", f);
     json_str(f, g_cpu);
@@ -1292,7 +1400,7 @@ static int write_json(const char *path)
         json_num(f, R->bw_mem[i]);
         fputs(", \"ratio\": ", f);
         json_num(f, R->bw_vsci[i] / R->bw_mem[i]);
-        fputs(", \"memcpy_mfence_MBps\": ", f);
+        fputs(", \"memcpy_fence_MBps\": ", f);
         json_num(f, R->bw_fence[i]);
         fputs("}", f);
     }
@@ -1322,6 +1430,11 @@ static int write_json(const char *path)
         json_lat(f, &R->intr[m]);
         fputs(", \"ratio\": ", f);
         json_ratio(f, &R->intr[m], &R->intr_peer);
+        fputs(", \"ratio_vs_raw_poll\": ", f);
+        if (raw_pp(4))
+            json_ratio(f, &R->intr[m], raw_pp(4));
+        else
+            fputs("null", f);
         fputs("}", f);
     }
     fputs("\n  ]},\n", f);
@@ -1339,6 +1452,11 @@ static int write_json(const char *path)
             json_lat(f, &R->dint_peer[d]);
             fputs(", \"ratio\": ", f);
             json_ratio(f, &R->dint[d][m], &R->dint_peer[d]);
+            fputs(", \"ratio_vs_raw_poll\": ", f);
+            if (raw_pp(di_sizes[d]))
+                json_ratio(f, &R->dint[d][m], raw_pp(di_sizes[d]));
+            else
+                fputs("null", f);
             fputs("}", f);
         }
     fputs("\n  ]}\n}\n", f);
@@ -1377,9 +1495,10 @@ static void setup_options(void)
         static const size_t p[] = { 4, 64, 1024, 8192 };
         for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
             opt.pp_sizes[opt.n_pp++] = p[i];
-        opt.bw_time = 0.004;
-        opt.bw_rounds = 1;
+        opt.bw_time = 0.005;
+        opt.bw_rounds = 2;
         opt.pp_warm = 200;  opt.pp_min = 200;  opt.pp_max = 2000;  opt.pp_budget = 0.05;
+        opt.pp_rounds = 2;
         opt.in_warm = 20;   opt.in_min = 100;  opt.in_max = 500;   opt.in_budget = 0.05;
         opt.phase_timeout = 20;
     } else {
@@ -1390,6 +1509,7 @@ static void setup_options(void)
         opt.bw_time = 0.025;
         opt.bw_rounds = 3;
         opt.pp_warm = 2000; opt.pp_min = 1000; opt.pp_max = 50000; opt.pp_budget = 0.4;
+        opt.pp_rounds = 4;
         opt.in_warm = 200;  opt.in_min = 500;  opt.in_max = 10000; opt.in_budget = 0.8;
         opt.phase_timeout = 90;
     }
@@ -1424,6 +1544,7 @@ static void machine_info(int argc, char **argv)
     size_t off = 0;
     for (int i = 0; i < argc && off < sizeof g_cmd - 1; i++)
         off += (size_t)snprintf(g_cmd + off, sizeof g_cmd - off, "%s%s", i ? " " : "", argv[i]);
+    g_clock_step = clock_step();
     time_t t = time(NULL);
     struct tm tm;
     gmtime_r(&t, &tm);
