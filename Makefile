@@ -14,6 +14,7 @@ C_LIBS   := -L$(BUILD)/lib -Wl,-rpath,$(BUILD)/lib -lsisci -lpthread
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/*.c))
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
+TEST_PKGS := -p vsci-proto -p vscid -p vsci-client -p sisci -p vsci-cli -p vsci-systest
 C_COMMON := $(wildcard tests/c/common/*.h examples/common/*.h bench/common/*.h)
 
 .PHONY: all rust stage c test demo bench install clean
@@ -21,7 +22,7 @@ C_COMMON := $(wildcard tests/c/common/*.h examples/common/*.h bench/common/*.h)
 all: c
 
 rust:
-	$(CARGO) build --release --workspace
+	$(CARGO) build --release -p vscid -p vsci-cli -p sisci
 
 stage: rust
 	@mkdir -p $(BUILD)/bin $(BUILD)/lib/pkgconfig $(BUILD)/include
@@ -46,7 +47,7 @@ $(BUILD)/bench/%: bench/%.c $(C_COMMON) include/*.h | stage
 	$(CC) $(CFLAGS) $(C_INC) -Ibench -o $@ $< $(C_LIBS) -lm
 
 test: all
-	VSCI_BUILD=$(BUILD) $(CARGO) test --release --workspace -- --test-threads=2
+	VSCI_BUILD=$(BUILD) $(CARGO) test --release $(TEST_PKGS) -- --test-threads=2
 
 demo: all
 	$(BUILD)/bin/vsci demo

@@ -3,7 +3,8 @@
 # missing packages are installed. Uses sudo when not root.
 set -euo pipefail
 
-PKGS=(build-essential pkg-config make gcc libc6-dev curl ca-certificates iproute2 procps)
+PKGS=(build-essential pkg-config make gcc libc6-dev curl ca-certificates iproute2 procps
+      libfabric-dev libfabric-bin)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

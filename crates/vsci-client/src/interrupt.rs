@@ -130,7 +130,7 @@ impl Client {
 
     pub fn connect_interrupt(&self, kind: IntrKind, node_id: u32, number: u32, timeout_ms: u32) -> Result<Arc<RemoteInterrupt>> {
         let (reply, fds) = self.call(Request::ConnectInterrupt { kind, node_id, number, timeout_ms })?;
-        let Reply::InterruptConnected { conn } = reply else { return Err(SciError::System) };
+        let Reply::InterruptConnected { conn, remote: _ } = reply else { return Err(SciError::System) };
         let (memfd, eventfd) = two_fds(fds)?;
         let r = Arc::new(RemoteInterrupt {
             client: self.clone(),
@@ -317,8 +317,9 @@ impl RemoteInterrupt {
 
     pub fn trigger(&self) -> Result<()> {
         let shared = self.check_live()?;
-        shared.triggers.fetch_add(1, Ordering::SeqCst);
-        self.wake(shared);
+        if shared.trigger() {
+            wait::kick(self.eventfd.as_fd());
+        }
         Ok(())
     }
 
@@ -326,43 +327,28 @@ impl RemoteInterrupt {
         if data.len() > DATA_MAX {
             return Err(SciError::OutOfRange);
         }
-        let shared = self.check_live()?;
         let give_up = Instant::now() + FULL_QUEUE_WAIT;
-        let mut pos = shared.head.load(Ordering::Relaxed);
-        let slot = loop {
-            let slot = &shared.slots[(pos as usize) % RING_SLOTS];
-            let seq = slot.seq.load(Ordering::Acquire);
-            let diff = seq as i64 - pos as i64;
-            if diff == 0 {
-                match shared.head.compare_exchange_weak(pos, pos + 1, Ordering::AcqRel, Ordering::Relaxed) {
-                    Ok(_) => break slot,
-                    Err(p) => pos = p,
+        loop {
+            let shared = self.check_live()?;
+            match shared.try_enqueue(data) {
+                Ok(wake) => {
+                    if wake {
+                        wait::kick(self.eventfd.as_fd());
+                    }
+                    return Ok(());
                 }
-            } else if diff < 0 {
-                // Full: the creator is not draining. Back off, then give up.
-                if Instant::now() >= give_up {
-                    return Err(SciError::Busy);
+                Err(intr::EnqueueError::TooLong) => return Err(SciError::OutOfRange),
+                Err(intr::EnqueueError::Removed) => return Err(SciError::NotConnected),
+                Err(intr::EnqueueError::Full) => {
+                    // The creator is not draining: nudge it, back off, give up later.
+                    if Instant::now() >= give_up {
+                        return Err(SciError::Busy);
+                    }
+                    self.wake(shared);
+                    std::thread::yield_now();
                 }
-                self.wake(shared);
-                std::thread::yield_now();
-                self.check_live()?;
-                pos = shared.head.load(Ordering::Relaxed);
-            } else {
-                pos = shared.head.load(Ordering::Relaxed);
             }
-        };
-        // SAFETY: we own this slot until we publish `seq`; data.len() <=
-        // DATA_MAX so the copy stays inside `slot.data`. The page is shared
-        // memory, so we write through a raw pointer, never a &mut.
-        unsafe {
-            let dst = slot.data.as_ptr() as *mut u8;
-            std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len());
         }
-        slot.len.store(data.len() as u32, Ordering::Relaxed);
-        slot.seq.store(pos + 1, Ordering::Release);
-        std::sync::atomic::fence(Ordering::SeqCst);
-        self.wake(shared);
-        Ok(())
     }
 
     pub fn disconnect(&self) -> Result<()> {

@@ -73,7 +73,7 @@ impl Client {
     /// `timeout_ms` for it to exist and be available.
     pub fn connect_segment(&self, node_id: u32, segment_id: u32, timeout_ms: u32) -> Result<Arc<RemoteSegment>> {
         let (reply, fds) = self.call(Request::ConnectSegment { node_id, segment_id, timeout_ms })?;
-        let Reply::Connected { conn, node_id, segment_id, size } = reply else { return Err(SciError::System) };
+        let Reply::Connected { conn, node_id, segment_id, size, remote: _ } = reply else { return Err(SciError::System) };
         let memfd = expect_fd(fds)?;
         let s = Arc::new(RemoteSegment {
             client: self.clone(),

@@ -54,3 +54,66 @@ pub struct Shared {
 
 /// Bytes to allocate for the shared page(s), rounded to whole pages.
 pub const SHARED_SIZE: usize = (std::mem::size_of::<Shared>() + 4095) & !4095;
+
+/// Why a data message could not be queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EnqueueError {
+    /// Longer than [`DATA_MAX`].
+    TooLong,
+    /// Every slot is taken (the creator is not draining).
+    Full,
+    /// The interrupt was removed.
+    Removed,
+}
+
+impl Shared {
+    pub fn is_live(&self) -> bool {
+        self.state.load(std::sync::atomic::Ordering::Acquire) == STATE_LIVE
+    }
+
+    /// Count one trigger. Returns whether a sleeper must be woken.
+    pub fn trigger(&self) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.triggers.fetch_add(1, SeqCst);
+        self.sleepers.load(SeqCst) > 0
+    }
+
+    /// Try once to queue a data message (a Vyukov bounded-queue enqueue).
+    /// Returns whether a sleeper must be woken.
+    pub fn try_enqueue(&self, data: &[u8]) -> Result<bool, EnqueueError> {
+        use std::sync::atomic::Ordering::*;
+        if data.len() > DATA_MAX {
+            return Err(EnqueueError::TooLong);
+        }
+        if !self.is_live() {
+            return Err(EnqueueError::Removed);
+        }
+        let mut pos = self.head.load(Relaxed);
+        let slot = loop {
+            let slot = &self.slots[(pos as usize) % RING_SLOTS];
+            let seq = slot.seq.load(Acquire);
+            let diff = seq as i64 - pos as i64;
+            if diff == 0 {
+                match self.head.compare_exchange_weak(pos, pos + 1, AcqRel, Relaxed) {
+                    Ok(_) => break slot,
+                    Err(p) => pos = p,
+                }
+            } else if diff < 0 {
+                return Err(EnqueueError::Full);
+            } else {
+                pos = self.head.load(Relaxed);
+            }
+        };
+        // SAFETY: we own this slot until we publish `seq`; data.len() <=
+        // DATA_MAX keeps the copy inside `slot.data`. The page is shared
+        // memory, so we write through a raw pointer, never a &mut.
+        unsafe {
+            let dst = slot.data.as_ptr() as *mut u8;
+            std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len());
+        }
+        slot.len.store(data.len() as u32, Relaxed);
+        slot.seq.store(pos + 1, Release);
+        std::sync::atomic::fence(SeqCst);
+        Ok(self.sleepers.load(SeqCst) > 0)
+    }
+}

@@ -13,6 +13,7 @@
 pub mod error;
 pub mod intr;
 pub mod msg;
+pub mod peer;
 pub mod wire;
 
 pub use error::SciError;

@@ -96,11 +96,32 @@ pub enum Reply {
     Hello { node_id: u32, wait_mode: WaitMode, spin_us: u32, max_segment_size: u64 },
     Done,
     Segment { seg: ObjId, segment_id: u32, size: u64 },
-    Connected { conn: ObjId, node_id: u32, segment_id: u32, size: u64 },
+    /// Local segments carry the segment memfd. Remote ones carry a fresh
+    /// zero-filled *shadow* memfd to map, plus where the owner's memory is.
+    Connected { conn: ObjId, node_id: u32, segment_id: u32, size: u64, remote: Option<RemoteAccess> },
     Interrupt { intr: ObjId, number: u32 },
-    InterruptConnected { conn: ObjId },
+    /// Local interrupts carry [page memfd, eventfd]; remote ones no fds.
+    InterruptConnected { conn: ObjId, remote: Option<RemoteTrigger> },
     Probe { reachable: bool },
     Status(Box<NodeStatus>),
+}
+
+/// How a process reaches a remote segment's memory over the RMA engine.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RemoteAccess {
+    pub region: crate::peer::RmaRegion,
+    /// The owner node's RMA engine address.
+    pub fabric_addr: Vec<u8>,
+    /// RMA engine provider the cluster uses.
+    pub provider: String,
+}
+
+/// How a process triggers a remote interrupt over the RMA engine.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RemoteTrigger {
+    pub token: u64,
+    pub fabric_addr: Vec<u8>,
+    pub provider: String,
 }
 
 /// Segment callback reasons, with SISCI's values.
@@ -139,6 +160,21 @@ pub struct NodeStatus {
     pub connections: Vec<ConnectionInfo>,
     pub interrupts: Vec<InterruptInfo>,
     pub open_fds: u32,
+    /// Other nodes of the cluster (empty for a stand-alone node).
+    #[serde(default)]
+    pub peers: Vec<PeerInfo>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PeerInfo {
+    pub node_id: u32,
+    pub address: String,
+    /// "up", "down" or "not responding".
+    pub state: String,
+    /// Milliseconds since we last heard from it (0 if never).
+    pub last_seen_ms: u64,
+    /// Connections of our clients to its segments and interrupts.
+    pub imports: u32,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -217,7 +217,7 @@ impl Registry {
         self.segments.get_mut(&seg).expect("checked").conns.insert(conn);
         self.send(owner, Outgoing::event(Event::LocalSegment { seg, reason: SegmentEvent::Connect, node_id: cfg.node_id }));
         Ok(Outgoing {
-            msg: reply_ok(0, Reply::Connected { conn, node_id: cfg.node_id, segment_id, size }),
+            msg: reply_ok(0, Reply::Connected { conn, node_id: cfg.node_id, segment_id, size, remote: None }),
             fds: vec![fd],
         })
     }
@@ -297,7 +297,7 @@ impl Registry {
         let conn = self.new_id();
         self.intr_conns.insert(conn, IntrConn { client, intr });
         self.intrs.get_mut(&intr).expect("checked").conns.insert(conn);
-        Ok(Outgoing { msg: reply_ok(0, Reply::InterruptConnected { conn }), fds })
+        Ok(Outgoing { msg: reply_ok(0, Reply::InterruptConnected { conn, remote: None }), fds })
     }
 
     fn disconnect_interrupt(&mut self, conn: ObjId) {
