@@ -395,6 +395,27 @@ pub extern "C" fn SCIGetErrorString(error: SciErr) -> *const c_char {
         .unwrap_or(UNKNOWN.as_ptr().cast())
 }
 
+/// A call that ends a handle's life: check flags and handle, release the
+/// object, then forget the handle (only once the release succeeded, so a
+/// `SCI_ERR_BUSY` leaves the handle usable).
+macro_rules! release_op {
+    ($name:ident, $getter:ident, |$x:ident| $body:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(handle: Handle, flags: c_uint, error: *mut SciErr) {
+            // SAFETY: see `set`.
+            unsafe {
+                report(error, (), || {
+                    check_flags(flags, 0)?;
+                    let $x = handles::$getter(h(handle))?;
+                    $body?;
+                    handles::remove(h(handle));
+                    Ok(())
+                })
+            }
+        }
+    };
+}
+
 // ---------------------------------------------------------------------------
 // Local segments
 
@@ -465,19 +486,7 @@ seg_op!(SCISetSegmentAvailable, 0, |s, _f| s.set_available());
 seg_op!(SCISetSegmentUnavailable, FLAG_NOTIFY | FLAG_FORCE_DISCONNECT, |s, f| s
     .set_unavailable(f & FLAG_NOTIFY != 0, f & FLAG_FORCE_DISCONNECT != 0));
 
-#[no_mangle]
-pub unsafe extern "C" fn SCIRemoveSegment(segment: Handle, flags: c_uint, error: *mut SciErr) {
-    // SAFETY: see `set`.
-    unsafe {
-        report(error, (), || {
-            check_flags(flags, 0)?;
-            let s = handles::local_seg(h(segment))?;
-            s.remove()?;
-            handles::remove(h(segment));
-            Ok(())
-        })
-    }
-}
+release_op!(SCIRemoveSegment, local_seg, |s| s.remove());
 
 #[no_mangle]
 pub extern "C" fn SCIGetLocalSegmentSize(segment: Handle) -> usize {
@@ -587,19 +596,7 @@ pub unsafe extern "C" fn SCIConnectSegment(
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn SCIDisconnectSegment(segment: Handle, flags: c_uint, error: *mut SciErr) {
-    // SAFETY: see `set`.
-    unsafe {
-        report(error, (), || {
-            check_flags(flags, 0)?;
-            let s = handles::remote_seg(h(segment))?;
-            s.disconnect()?;
-            handles::remove(h(segment));
-            Ok(())
-        })
-    }
-}
+release_op!(SCIDisconnectSegment, remote_seg, |s| s.disconnect());
 
 #[no_mangle]
 pub extern "C" fn SCIGetRemoteSegmentSize(segment: Handle) -> usize {
@@ -852,18 +849,7 @@ pub unsafe extern "C" fn SCICreateMapSequence(map: Handle, sequence: *mut Handle
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn SCIRemoveSequence(sequence: Handle, flags: c_uint, error: *mut SciErr) {
-    // SAFETY: see `set`.
-    unsafe {
-        report(error, (), || {
-            check_flags(flags, 0)?;
-            handles::seq(h(sequence))?;
-            handles::remove(h(sequence));
-            Ok(())
-        })
-    }
-}
+release_op!(SCIRemoveSequence, seq, |_s| Ok::<(), SciError>(()));
 
 unsafe fn sequence_status(sequence: Handle, flags: c_uint, error: *mut SciErr) -> c_uint {
     // SAFETY: see `set`.
@@ -1082,33 +1068,9 @@ pub unsafe extern "C" fn SCIWaitForDataInterrupt(
     }
 }
 
-fn remove_local_intr(li: &LocalIntr, hnd: usize) -> Result<(), SciError> {
-    li.intr.remove()?;
-    handles::remove(hnd);
-    Ok(())
-}
+release_op!(SCIRemoveInterrupt, local_intr, |i| i.intr.remove());
 
-#[no_mangle]
-pub unsafe extern "C" fn SCIRemoveInterrupt(interrupt: Handle, flags: c_uint, error: *mut SciErr) {
-    // SAFETY: see `set`.
-    unsafe {
-        report(error, (), || {
-            check_flags(flags, 0)?;
-            remove_local_intr(&*handles::local_intr(h(interrupt))?, h(interrupt))
-        })
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn SCIRemoveDataInterrupt(interrupt: Handle, flags: c_uint, error: *mut SciErr) {
-    // SAFETY: see `set`.
-    unsafe {
-        report(error, (), || {
-            check_flags(flags, 0)?;
-            remove_local_intr(&*handles::local_data_intr(h(interrupt))?, h(interrupt))
-        })
-    }
-}
+release_op!(SCIRemoveDataInterrupt, local_data_intr, |i| i.intr.remove());
 
 unsafe fn connect_intr(
     kind: IntrKind,
@@ -1166,31 +1128,9 @@ pub unsafe extern "C" fn SCIConnectDataInterrupt(
     unsafe { report(error, (), || connect_intr(IntrKind::Data, sd, interrupt, node_id, adapter, interrupt_no, timeout, flags)) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn SCIDisconnectInterrupt(interrupt: Handle, flags: c_uint, error: *mut SciErr) {
-    // SAFETY: see `set`.
-    unsafe {
-        report(error, (), || {
-            check_flags(flags, 0)?;
-            handles::remote_intr(h(interrupt))?.disconnect()?;
-            handles::remove(h(interrupt));
-            Ok(())
-        })
-    }
-}
+release_op!(SCIDisconnectInterrupt, remote_intr, |i| i.disconnect());
 
-#[no_mangle]
-pub unsafe extern "C" fn SCIDisconnectDataInterrupt(interrupt: Handle, flags: c_uint, error: *mut SciErr) {
-    // SAFETY: see `set`.
-    unsafe {
-        report(error, (), || {
-            check_flags(flags, 0)?;
-            handles::remote_data_intr(h(interrupt))?.disconnect()?;
-            handles::remove(h(interrupt));
-            Ok(())
-        })
-    }
-}
+release_op!(SCIDisconnectDataInterrupt, remote_data_intr, |i| i.disconnect());
 
 #[no_mangle]
 pub unsafe extern "C" fn SCITriggerInterrupt(interrupt: Handle, flags: c_uint, error: *mut SciErr) {
