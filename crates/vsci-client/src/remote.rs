@@ -1,0 +1,290 @@
+//! Reaching other nodes' segments and interrupts over the RMA engine.
+//!
+//! A remote segment is mapped as a local *shadow* (a memfd the node gives
+//! us). The program's plain stores land in the shadow; a flusher ships them
+//! to the owner with RMA writes:
+//! - continuously in the background, so stores arrive with no call at all
+//!   (the classic "write data and flag, busy-wait on your own segment"
+//!   ping-pong works across hosts);
+//! - synchronously at `SCIFlush`, `SCIStoreBarrier`, `SCICheckSequence`,
+//!   `SCITriggerInterrupt`, `SCIMemCpy` and unmap, which therefore make
+//!   every earlier store visible at the owner before returning.
+//! Between two such points stores may arrive in any order, as through a
+//! write-combining PCIe window.
+//!
+//! Which bytes changed is found without the program's help: write-protect
+//! tracking of the shadow mapping (userfaultfd async write-protect plus
+//! PAGEMAP_SCAN, or a full compare where the kernel lacks them) gives the
+//! written pages, and a byte diff against a private twin of each page gives
+//! the changed runs, so only bytes this process stored are shipped and
+//! several writers can share a page without clobbering each other.
+//!
+//! Loads from a remote mapping read the shadow: this process's own stores
+//! and what was fetched when the map was made. `SCIMemCpy` with
+//! `SCI_FLAG_BLOCK_READ` reads fresh data from the owner.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use vsci_fabric::{Fabric, Peer, ProgressThread, RemoteRegion};
+use vsci_proto::peer::TriggerMsg;
+use vsci_proto::{RemoteAccess, SciError};
+
+use crate::Result;
+
+/// The process's RMA endpoint, opened on first use.
+pub(crate) struct Rma {
+    fabric: Fabric,
+    peers: Mutex<HashMap<Vec<u8>, Arc<Peer>>>,
+    _progress: ProgressThread,
+}
+
+static RMA: OnceLock<std::result::Result<Arc<Rma>, SciError>> = OnceLock::new();
+
+pub(crate) fn rma(provider: &str) -> Result<Arc<Rma>> {
+    RMA.get_or_init(|| {
+        let fabric = Fabric::open(provider, None).map_err(|e| {
+            log::error!("vsci: cannot open the RMA engine ({provider}): {e}");
+            SciError::NoRemoteLinkAccess
+        })?;
+        let progress = fabric.spawn_progress_thread();
+        Ok(Arc::new(Rma { fabric, peers: Mutex::new(HashMap::new()), _progress: progress }))
+    })
+    .clone()
+}
+
+impl Rma {
+    pub(crate) fn peer(&self, addr: &[u8]) -> Result<Arc<Peer>> {
+        let mut p = self.peers.lock().unwrap();
+        if let Some(peer) = p.get(addr) {
+            return Ok(peer.clone());
+        }
+        let peer = Arc::new(self.fabric.insert_peer(addr).map_err(|_| SciError::NoRemoteLinkAccess)?);
+        p.insert(addr.to_vec(), peer.clone());
+        Ok(peer)
+    }
+}
+
+/// The owner node's RMA engine, as seen from this process.
+pub(crate) struct Endpoint {
+    pub rma: Arc<Rma>,
+    pub peer: Arc<Peer>,
+}
+
+impl Endpoint {
+    pub(crate) fn new(provider: &str, addr: &[u8]) -> Result<Endpoint> {
+        let rma = rma(provider)?;
+        let peer = rma.peer(addr)?;
+        Ok(Endpoint { rma, peer })
+    }
+}
+
+/// Where a remote segment lives.
+pub(crate) struct RemoteTarget {
+    pub ep: Endpoint,
+    pub region: RemoteRegion,
+}
+
+impl RemoteTarget {
+    pub(crate) fn new(access: &RemoteAccess) -> Result<RemoteTarget> {
+        let ep = Endpoint::new(&access.provider, &access.fabric_addr)?;
+        let r = access.region;
+        Ok(RemoteTarget { ep, region: RemoteRegion { base: r.base, key: r.key, len: r.len } })
+    }
+
+    /// Fresh bytes from the owner.
+    pub(crate) fn read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.ep.rma.fabric.read(&self.ep.peer, buf, &self.region, offset).map_err(|e| {
+            log::debug!("vsci: RMA read failed: {e}");
+            SciError::TransferFailed
+        })
+    }
+}
+
+/// One map of a remote segment: its tracker and where to ship.
+pub(crate) struct RemoteMap {
+    target: Arc<RemoteTarget>,
+    /// Segment offset of the start of the (page-aligned) user mapping.
+    seg_off: u64,
+    /// `None` once closed (the tracker must go before the mapping does).
+    tracker: Mutex<Option<vsci_dirty::DiffTracker>>,
+    /// Set when the segment is lost: stop shipping.
+    pub(crate) failed: std::sync::atomic::AtomicBool,
+}
+
+// SAFETY: the tracker points into a mapping owned by the `Map` that owns
+// this `RemoteMap` (it closes the tracker before unmapping), and is only
+// used behind the mutex.
+unsafe impl Send for RemoteMap {}
+// SAFETY: as above.
+unsafe impl Sync for RemoteMap {}
+
+impl RemoteMap {
+    /// Track a fresh user mapping and fill it with the owner's current
+    /// content (written through `fill`, an untracked second mapping of the
+    /// shadow, so the fetch is not mistaken for our own stores).
+    pub(crate) fn new(target: Arc<RemoteTarget>, base: *mut u8, len: usize, seg_off: u64, valid: usize, fill: *mut u8) -> Result<Arc<RemoteMap>> {
+        // Fetch first, through the untracked mapping, then start tracking
+        // with the fetched bytes as the baseline: nothing is shipped back.
+        // SAFETY: `fill` maps the same `len` bytes of the shadow; `valid`
+        // <= len is the part inside the segment.
+        let dst = unsafe { std::slice::from_raw_parts_mut(fill, valid) };
+        target.read(dst, seg_off)?;
+        // SAFETY: `base..base+len` is a page-aligned MAP_SHARED mapping that
+        // the owning `Map` keeps alive until after `close()` drops the
+        // tracker.
+        let tracker = unsafe { vsci_dirty::DiffTracker::new(base, len, MERGE_GAP) }.map_err(|e| {
+            log::error!("vsci: cannot track stores to a remote map: {e}");
+            SciError::System
+        })?;
+        let m = Arc::new(RemoteMap {
+            target,
+            seg_off,
+            tracker: Mutex::new(Some(tracker)),
+            failed: std::sync::atomic::AtomicBool::new(false),
+        });
+        flusher().add(&m);
+        Ok(m)
+    }
+
+    /// Ship every store made so far; returns after they are visible at
+    /// the owner, with whether there was anything to ship.
+    pub(crate) fn flush(&self) -> Result<bool> {
+        if self.failed.load(Ordering::Relaxed) {
+            return Err(SciError::TransferFailed);
+        }
+        let mut runs = Vec::new();
+        let mut guard = self.tracker.lock().unwrap();
+        let Some(t) = guard.as_mut() else { return Ok(false) };
+        t.collect(&mut runs).map_err(|_| SciError::System)?;
+        if runs.is_empty() {
+            return Ok(false);
+        }
+        // Ship the twin's bytes, not the mapping's: they are exactly what
+        // the diff recorded as sent, so a later store of an old value is
+        // still seen as a change.
+        let ops: Vec<(&[u8], u64)> = runs.iter().map(|&run| (t.twin_range(run), self.seg_off + run.0 as u64)).collect();
+        let r = self.target.ep.rma.fabric.write_many(&self.target.ep.peer, &ops, &self.target.region);
+        drop(ops);
+        drop(guard);
+        r.map(|_| true).map_err(|e| {
+            log::debug!("vsci: RMA write failed: {e}");
+            self.failed.store(true, Ordering::Relaxed);
+            SciError::TransferFailed
+        })
+    }
+
+    /// Stop tracking (before the mapping goes away).
+    pub(crate) fn close(&self) {
+        *self.tracker.lock().unwrap() = None;
+    }
+}
+
+/// Unchanged bytes between two changed runs shorter than this are shipped
+/// with them (one RMA write instead of two). They carry this process's view
+/// of those bytes, so a peer's store to them in the same instant could be
+/// overwritten; 16 bytes keeps that window within a few words of our own
+/// stores.
+const MERGE_GAP: usize = 16;
+
+/// Ships stores of every remote map of the process in the background.
+pub(crate) struct Flusher {
+    maps: Mutex<Vec<Weak<RemoteMap>>>,
+    count: AtomicUsize,
+}
+
+static FLUSHER: OnceLock<Arc<Flusher>> = OnceLock::new();
+
+pub(crate) fn flusher() -> &'static Arc<Flusher> {
+    FLUSHER.get_or_init(|| {
+        let f = Arc::new(Flusher { maps: Mutex::new(Vec::new()), count: AtomicUsize::new(0) });
+        let g = f.clone();
+        std::thread::Builder::new().name("vsci-flusher".into()).spawn(move || g.run()).expect("spawn flusher");
+        f
+    })
+}
+
+/// Are there remote maps at all? (Lets local-only programs skip flushing.)
+pub(crate) fn any_remote_maps() -> bool {
+    FLUSHER.get().is_some_and(|f| f.count.load(Ordering::Relaxed) > 0)
+}
+
+/// Make every store to every remote map visible at its owner.
+pub(crate) fn flush_all() -> Result<()> {
+    if !any_remote_maps() {
+        return Ok(());
+    }
+    flusher().flush_all()
+}
+
+impl Flusher {
+    fn add(&self, m: &Arc<RemoteMap>) {
+        let mut v = self.maps.lock().unwrap();
+        v.retain(|w| w.strong_count() > 0);
+        v.push(Arc::downgrade(m));
+        self.count.store(v.len(), Ordering::Relaxed);
+    }
+
+    pub(crate) fn remove(&self, m: &Arc<RemoteMap>) {
+        let mut v = self.maps.lock().unwrap();
+        v.retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), Arc::as_ptr(m)));
+        self.count.store(v.len(), Ordering::Relaxed);
+    }
+
+    fn live(&self) -> Vec<Arc<RemoteMap>> {
+        self.maps.lock().unwrap().iter().filter_map(Weak::upgrade).collect()
+    }
+
+    fn flush_all(&self) -> Result<()> {
+        let mut result = Ok(());
+        for m in self.live() {
+            if let Err(e) = m.flush() {
+                result = Err(e);
+            }
+        }
+        result
+    }
+
+    /// Background shipping. After activity it checks again at once for a
+    /// while (a ping-pong's next message comes soon); when idle it backs
+    /// off to sleeping so an idle process costs almost nothing.
+    fn run(self: Arc<Self>) {
+        const HOT: Duration = Duration::from_millis(2);
+        let mut last_activity = Instant::now();
+        let mut sleep = Duration::from_micros(20);
+        loop {
+            let maps = self.live();
+            let mut shipped = false;
+            for m in &maps {
+                if m.failed.load(Ordering::Relaxed) {
+                    continue;
+                }
+                shipped |= m.flush().unwrap_or(false);
+            }
+            drop(maps);
+            if shipped {
+                last_activity = Instant::now();
+                sleep = Duration::from_micros(20);
+            }
+            if last_activity.elapsed() < HOT {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(sleep);
+                sleep = (sleep * 2).min(Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+/// Send a trigger (plain or with data) to a remote interrupt, after making
+/// every earlier store visible at its owner.
+pub(crate) fn send_trigger(ep: &Endpoint, token: u64, data: Option<&[u8]>) -> Result<()> {
+    flush_all()?;
+    let msg = postcard::to_stdvec(&TriggerMsg { token, data: data.map(<[u8]>::to_vec) }).map_err(|_| SciError::System)?;
+    ep.rma.fabric.send(&ep.peer, &msg).map_err(|e| {
+        log::debug!("vsci: trigger send failed: {e}");
+        SciError::NodeNotResponding
+    })
+}
