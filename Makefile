@@ -47,7 +47,7 @@ $(BUILD)/bench/%: bench/%.c $(C_COMMON) include/*.h | stage
 	$(CC) $(CFLAGS) $(C_INC) -Ibench -o $@ $< $(C_LIBS) -lm
 
 test: all
-	VSCI_BUILD=$(BUILD) $(CARGO) test --release $(TEST_PKGS) -- --test-threads=2
+	VSCI_BUILD=$(BUILD) $(CARGO) test --release --no-fail-fast $(TEST_PKGS) -- --test-threads=2
 
 demo: all
 	$(BUILD)/bin/vsci demo

@@ -180,7 +180,8 @@ static void abuse_as(struct objs *o, enum kind k, void *h, const char *what)
     case K_SEQ: {
         sci_sequence_t s = h;
         sci_sequence_status_t st;
-        ILLEGAL(SCIMemCpy(s, buf, o->h[K_MAP], 0, 16, NO_FLAGS, &err));
+        if (s != NULL)   /* SCIMemCpy takes a NULL sequence */
+            ILLEGAL(SCIMemCpy(s, buf, o->h[K_MAP], 0, 16, NO_FLAGS, &err));
         ILLEGAL(st = SCIStartSequence(s, NO_FLAGS, &err));
         ILLEGAL(st = SCICheckSequence(s, NO_FLAGS, &err));
         (void)st;
@@ -352,9 +353,12 @@ static void other_process_b(struct peer *p)
     void *h[K_COUNT];
     for (int k = 0; k < K_COUNT; k++)
         h[k] = (void *)(uintptr_t)peer_recv(p);
-    /* B has a descriptor and the objects it needs for valid arguments, but
-     * none of its own objects has a handle equal to one of A's. */
+    /* Handle values may be the same in every process (a per-process table),
+     * so B first uses up a set of handle values by creating and releasing
+     * objects; its live objects then have other values than A's. */
     struct objs o;
+    make_objs(&o, 0x200b);
+    check_and_free_objs(&o);
     make_objs(&o, 0x200a);
     for (int k = 0; k < K_COUNT; k++) {
         int own = 0;

@@ -71,8 +71,6 @@ static void map_errors(struct peer *p)
         EXPECT(SCI_ERR_OUT_OF_RANGE, MAP((size_t)-1, 2, NO_FLAGS));
         EXPECT(SCI_ERR_OUT_OF_RANGE, MAP(4096, (size_t)-4096, NO_FLAGS));
         EXPECT(SCI_ERR_ILLEGAL_FLAG, MAP(0, 4096, BAD_FLAG));
-        EXPECT(SCI_ERR_ILLEGAL_FLAG, MAP(0, 4096, SCI_FLAG_LOCK_OPERATION));
-        EXPECT(SCI_ERR_ILLEGAL_FLAG, MAP(0, 4096, SCI_FLAG_BROADCAST));
         EXPECT(SCI_ERR_ILLEGAL_FLAG, MAP(0, 4096, SCI_FLAG_READONLY_MAP | BAD_FLAG));
         if (remote)
             EXPECT_FAIL(SCIMapRemoteSegment(rs, NULL, 0, 4096, NULL, NO_FLAGS, &err));
@@ -101,6 +99,55 @@ static void map_errors(struct peer *p)
     EXPECT(SCI_ERR_OK, SCIUnmapSegment(map, NO_FLAGS, &err));
     EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCIUnmapSegment(map, NO_FLAGS, &err));
     EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCIUnmapSegment(NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIDisconnectSegment(rs, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIRemoveSegment(seg, NO_FLAGS, &err));
+    close_sd(sd);
+}
+
+/* Flags docs/api.md does not list for maps (real SISCI flags of other
+ * calls, or for hardware features) give SCI_ERR_ILLEGAL_FLAG. */
+static void map_unlisted_flags(struct peer *p)
+{
+    (void)p;
+    sci_error_t err;
+    unsigned int node;
+    sci_desc_t sd = open_sd(&node);
+    sci_local_segment_t seg = make_segment(sd, 0x4002, 4096);
+    sci_remote_segment_t rs = connect_segment(sd, node, 0x4002);
+    sci_map_t map;
+    /* docs/api.md: real SISCI map flags vsci does not offer give
+     * SCI_ERR_FLAG_NOT_IMPLEMENTED, hint flags are accepted, any other bit
+     * gives SCI_ERR_ILLEGAL_FLAG. */
+    static const struct { unsigned int flag; const char *name; sci_error_t want; } cases[] = {
+        { SCI_FLAG_LOCK_OPERATION, "SCI_FLAG_LOCK_OPERATION", SCI_ERR_FLAG_NOT_IMPLEMENTED },
+        { SCI_FLAG_CONDITIONAL_INTERRUPT_MAP, "SCI_FLAG_CONDITIONAL_INTERRUPT_MAP", SCI_ERR_FLAG_NOT_IMPLEMENTED },
+        { SCI_FLAG_UNCONDITIONAL_DATA_INTERRUPT_MAP, "SCI_FLAG_UNCONDITIONAL_DATA_INTERRUPT_MAP", SCI_ERR_FLAG_NOT_IMPLEMENTED },
+        { SCI_FLAG_BROADCAST, "SCI_FLAG_BROADCAST", SCI_ERR_FLAG_NOT_IMPLEMENTED },
+        { SCI_FLAG_DMOVE_MAP, "SCI_FLAG_DMOVE_MAP", SCI_ERR_OK },
+        { SCI_FLAG_SHARED_MAP | SCI_FLAG_IO_MAP_IOSPACE, "SCI_FLAG_SHARED_MAP|SCI_FLAG_IO_MAP_IOSPACE", SCI_ERR_OK },
+        { 0x40000000u, "0x40000000 (no such flag)", SCI_ERR_ILLEGAL_FLAG },
+        { 0x00100000u, "0x00100000 (not a map flag)", SCI_ERR_ILLEGAL_FLAG },
+    };
+    int bad = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (int remote = 0; remote < 2; remote++) {
+            err = ERR_SENTINEL;
+            if (remote)
+                SCIMapRemoteSegment(rs, &map, 0, 4096, NULL, cases[i].flag, &err);
+            else
+                SCIMapLocalSegment(seg, &map, 0, 4096, NULL, cases[i].flag, &err);
+            sci_error_t got = err;
+            if (got == SCI_ERR_OK)
+                EXPECT(SCI_ERR_OK, SCIUnmapSegment(map, NO_FLAGS, &err));
+            if (got == cases[i].want)
+                continue;
+            fprintf(stderr, "%s:%d: SCIMap%sSegment with %s: expected %s, got %s\n", __FILE__,
+                    __LINE__, remote ? "Remote" : "Local", cases[i].name,
+                    err_name(cases[i].want), err_name(got));
+            bad++;
+        }
+    }
+    CHECK_MSG(bad == 0, "%d map calls did not treat a flag as docs/api.md says", bad);
     EXPECT(SCI_ERR_OK, SCIDisconnectSegment(rs, NO_FLAGS, &err));
     EXPECT(SCI_ERR_OK, SCIRemoveSegment(seg, NO_FLAGS, &err));
     close_sd(sd);
@@ -415,7 +462,6 @@ static void memcpy_a(struct peer *p)
     volatile unsigned char *m;
     EXPECT(SCI_ERR_OK, m = SCIMapLocalSegment(seg, &map, 0, SEG_SZ, NULL, NO_FLAGS, &err));
     peer_barrier(p);     /* B wrote with SCIMemCpy */
-    peer_barrier(p);
     for (size_t i = 0; i < SEG_SZ; i++) {
         unsigned char want = pat(i, 6);
         if (i >= 65536 + 1000 && i < 65536 + 1000 + 3333)
@@ -627,7 +673,8 @@ struct pp_area {
     volatile unsigned char data[PP_DATA];
 };
 
-static void pingpong(struct peer *p, unsigned int my_id, unsigned int peer_id, int first)
+static void pingpong(struct peer *p, unsigned int my_id, unsigned int peer_id, int first,
+                     int use_calls)
 {
     sci_error_t err;
     unsigned int node;
@@ -657,9 +704,13 @@ static void pingpong(struct peer *p, unsigned int my_id, unsigned int peer_id, i
         }
         for (size_t i = 0; i < PP_DATA; i++)
             theirs->data[i] = (unsigned char)(round * 7 + i);
-        SCIStoreBarrier(NULL, NO_FLAGS);
+        if (use_calls)
+            SCIStoreBarrier(NULL, NO_FLAGS);
+        else
+            __atomic_thread_fence(__ATOMIC_RELEASE);   /* CPU order only, no SISCI call */
         theirs->flag = round;
-        SCIFlush(NULL, NO_FLAGS);
+        if (use_calls)
+            SCIFlush(NULL, NO_FLAGS);
     }
     if (first) {
         /* Wait for the last answer. */
@@ -677,11 +728,69 @@ static void pingpong(struct peer *p, unsigned int my_id, unsigned int peer_id, i
     close_sd(sd);
 }
 
-static void flag_pingpong_a(struct peer *p) { pingpong(p, 0x4080, 0x4081, 1); }
-static void flag_pingpong_b(struct peer *p) { pingpong(p, 0x4081, 0x4080, 0); }
+static void flag_pingpong_a(struct peer *p) { pingpong(p, 0x4080, 0x4081, 1, 1); }
+static void flag_pingpong_b(struct peer *p) { pingpong(p, 0x4081, 0x4080, 0, 1); }
+/* Stores arrive with no SISCI call at all (docs: "without any call, stores
+ * still arrive"). */
+static void flag_nocall_a(struct peer *p) { pingpong(p, 0x4082, 0x4083, 1, 0); }
+static void flag_nocall_b(struct peer *p) { pingpong(p, 0x4083, 0x4082, 0, 0); }
+
+/* SCIUnmapSegment and SCITriggerInterrupt make earlier stores visible. */
+static void visible_a(struct peer *p)
+{
+    sci_error_t err;
+    sci_desc_t sd = open_sd(NULL);
+    sci_local_segment_t seg = make_segment(sd, 0x4090, 65536);
+    sci_map_t map;
+    volatile unsigned char *m;
+    EXPECT(SCI_ERR_OK, m = SCIMapLocalSegment(seg, &map, 0, 65536, NULL, NO_FLAGS, &err));
+    unsigned int no = 0;
+    sci_local_interrupt_t li;
+    EXPECT(SCI_ERR_OK, SCICreateInterrupt(sd, &li, 0, &no, NULL, NULL, NO_FLAGS, &err));
+    peer_send(p, no);
+    peer_barrier(p);          /* B wrote the first half and unmapped */
+    for (size_t i = 0; i < 32768; i++)
+        CHECK_MSG(m[i] == pat(i, 9), "after unmap: offset %zu", i);
+    EXPECT(SCI_ERR_OK, SCIWaitForInterrupt(li, WAIT_LONG, NO_FLAGS, &err));
+    for (size_t i = 32768; i < 65536; i++)
+        CHECK_MSG(m[i] == pat(i, 10), "after trigger: offset %zu", i);
+    peer_barrier(p);
+    EXPECT(SCI_ERR_OK, SCIRemoveInterrupt(li, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIUnmapSegment(map, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIRemoveSegment(seg, NO_FLAGS, &err));
+    close_sd(sd);
+}
+
+static void visible_b(struct peer *p)
+{
+    sci_error_t err;
+    unsigned int node;
+    sci_desc_t sd = open_sd(&node);
+    unsigned int no = (unsigned int)peer_recv(p);
+    sci_remote_segment_t rs = connect_segment(sd, node, 0x4090);
+    sci_map_t map;
+    volatile unsigned char *m;
+    EXPECT(SCI_ERR_OK, m = SCIMapRemoteSegment(rs, &map, 0, 65536, NULL, NO_FLAGS, &err));
+    for (size_t i = 0; i < 32768; i++)
+        m[i] = pat(i, 9);
+    EXPECT(SCI_ERR_OK, SCIUnmapSegment(map, NO_FLAGS, &err));
+    peer_barrier(p);
+    EXPECT(SCI_ERR_OK, m = SCIMapRemoteSegment(rs, &map, 0, 65536, NULL, NO_FLAGS, &err));
+    for (size_t i = 32768; i < 65536; i++)
+        m[i] = pat(i, 10);
+    sci_remote_interrupt_t ri;
+    EXPECT(SCI_ERR_OK, SCIConnectInterrupt(sd, &ri, node, 0, no, WAIT_LONG, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCITriggerInterrupt(ri, NO_FLAGS, &err));
+    peer_barrier(p);
+    EXPECT(SCI_ERR_OK, SCIDisconnectInterrupt(ri, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIUnmapSegment(map, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIDisconnectSegment(rs, NO_FLAGS, &err));
+    close_sd(sd);
+}
 
 static const struct test_case cases[] = {
     { "map_errors", map_errors, NULL, 0 },
+    { "map_unlisted_flags", map_unlisted_flags, NULL, 0 },
     { "same_memory", same_memory_a, same_memory_b, 0 },
     { "unaligned_offsets", unaligned_offsets, NULL, 0 },
     { "readonly_map", readonly_a, readonly_b, 0 },
@@ -690,6 +799,8 @@ static const struct test_case cases[] = {
     { "memwrite", memwrite, NULL, 0 },
     { "sequences", sequences, NULL, 0 },
     { "flag_pingpong", flag_pingpong_a, flag_pingpong_b, 0 },
+    { "flag_pingpong_no_calls", flag_nocall_a, flag_nocall_b, 0 },
+    { "stores_visible_after_unmap_and_trigger", visible_a, visible_b, 0 },
     { NULL, NULL, NULL, 0 },
 };
 

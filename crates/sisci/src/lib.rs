@@ -36,8 +36,13 @@ const FLAG_READONLY_MAP: c_uint = 0x2;
 const FLAG_BROADCAST: c_uint = 0x40000;
 const FLAG_CONDITIONAL_INTERRUPT_MAP: c_uint = 0x8;
 const FLAG_UNCONDITIONAL_DATA_INTERRUPT_MAP: c_uint = 0x10;
-/// Map flags that only tune hardware paths; memory maps accept and ignore them.
-const MAP_HINT_FLAGS: c_uint = 0x4 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800 | 0x1000 | 0x2000 | 0x4000 | 0x0800_0000;
+const FLAG_LOCK_OPERATION: c_uint = 0x4;
+/// Map flags that only tune hardware paths (IO space, prefetch, gathering,
+/// loopback, DMOVE, caching, packet size); memory maps accept and ignore them.
+const MAP_HINT_FLAGS: c_uint = 0x80 | 0x100 | 0x200 | 0x400 | 0x800 | 0x1000 | 0x2000 | 0x4000 | 0x0800_0000;
+/// Real SISCI map flags whose behaviour vsci does not offer yet.
+const MAP_UNIMPLEMENTED_FLAGS: c_uint =
+    FLAG_LOCK_OPERATION | FLAG_BROADCAST | FLAG_CONDITIONAL_INTERRUPT_MAP | FLAG_UNCONDITIONAL_DATA_INTERRUPT_MAP;
 const FLAG_BLOCK_READ: c_uint = 0x40;
 const FLAG_ERROR_CHECK: c_uint = 0x80;
 const FLAG_FLUSH_CPU_BUFFERS_ONLY: c_uint = 0x100;
@@ -155,10 +160,10 @@ fn open_client() -> Result<Client, SciError> {
 // Library, descriptors, nodes
 
 #[no_mangle]
-pub unsafe extern "C" fn SCIInitialize(_flags: c_uint, error: *mut SciErr) {
-    // Nothing to set up: SCIOpen connects lazily. Flags are reserved.
+pub unsafe extern "C" fn SCIInitialize(flags: c_uint, error: *mut SciErr) {
+    // Nothing to set up: SCIOpen connects lazily. No flags are defined.
     // SAFETY: see `set`.
-    unsafe { set(error, SciError::Ok) };
+    unsafe { report(error, (), || check_flags(flags, 0)) }
 }
 
 #[no_mangle]
@@ -640,16 +645,8 @@ pub unsafe extern "C" fn SCIWaitForRemoteSegmentEvent(
 // Maps
 
 fn map_flags(flags: c_uint, addr: *mut c_void) -> Result<MapFlags, SciError> {
-    check_flags(
-        flags,
-        FLAG_FIXED_MAP_ADDR
-            | FLAG_READONLY_MAP
-            | MAP_HINT_FLAGS
-            | FLAG_BROADCAST
-            | FLAG_CONDITIONAL_INTERRUPT_MAP
-            | FLAG_UNCONDITIONAL_DATA_INTERRUPT_MAP,
-    )?;
-    if flags & (FLAG_BROADCAST | FLAG_CONDITIONAL_INTERRUPT_MAP | FLAG_UNCONDITIONAL_DATA_INTERRUPT_MAP) != 0 {
+    check_flags(flags, FLAG_FIXED_MAP_ADDR | FLAG_READONLY_MAP | MAP_HINT_FLAGS | MAP_UNIMPLEMENTED_FLAGS)?;
+    if flags & MAP_UNIMPLEMENTED_FLAGS != 0 {
         return Err(SciError::FlagNotImplemented);
     }
     let fixed_addr = if flags & FLAG_FIXED_MAP_ADDR != 0 {

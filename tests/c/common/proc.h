@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -148,6 +149,37 @@ static inline uint64_t now_ms(void)
         }                                                                      \
     } while (0)
 
+static inline pid_t my_tid(void)
+{
+    return (pid_t)syscall(SYS_gettid);
+}
+
+/* Wait until thread `tid` of this process has been asleep (state S in
+ * /proc) for several samples in a row, e.g. blocked in a wait call. */
+static inline void wait_thread_asleep(pid_t tid, unsigned ms)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+    uint64_t deadline = now_ms() + ms;
+    int asleep = 0;
+    while (asleep < 5) {
+        char buf[512], state = '?';
+        FILE *f = fopen(path, "r");
+        if (f) {
+            size_t n = fread(buf, 1, sizeof buf - 1, f);
+            buf[n] = 0;
+            fclose(f);
+            char *rp = strrchr(buf, ')');
+            if (rp && rp[1] == ' ')
+                state = rp[2];
+        }
+        asleep = state == 'S' ? asleep + 1 : 0;
+        if (now_ms() > deadline)
+            FAILF("thread %d never went to sleep (state %c)", (int)tid, state);
+        sleep_ms(20);
+    }
+}
+
 /* Open a descriptor and return it together with the local node id. */
 static inline sci_desc_t open_sd(unsigned int *node)
 {
@@ -223,7 +255,7 @@ static inline int proc_run_case(const struct test_case *tc)
     printf("[ RUN      ] %s\n", tc->name);
     fflush(stdout);
     pid_t pids[2] = { -1, -1 };
-    int status[2] = { 0, 0 }, done[2] = { 0, 0 };
+    int done[2] = { 0, 0 };
     /* A reads ba, writes ab; B reads ab, writes ba. */
     pids[0] = proc_spawn_role(tc, 0, ba[0], ab[1], ab[0], ba[1]);
     if (tc->b)
@@ -244,7 +276,6 @@ static inline int proc_run_case(const struct test_case *tc)
         if (r < 0)
             continue;
         done[r] = 1;
-        status[r] = st;
         left--;
         int ok = (r == 1 && tc->b_dies)
                      ? (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL)

@@ -1,0 +1,46 @@
+//! The `vsci` command itself: `demo` (the README's main job) and a
+//! seconds-long smoke run of `bench`. Nothing here asserts a timing.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+#[test]
+fn demo_moves_data_and_interrupts() {
+    let out = run(
+        "vsci demo",
+        Command::new(built("bin/vsci")).args(["demo", "--round-trips", "200", "--stream-bytes", "16777216"]),
+        PROGRAM_TIMEOUT,
+    );
+    out.assert_success()
+        .assert_contains("0 wrong")
+        .assert_contains("interrupt ping-pong")
+        .assert_contains("segment event: Disconnect")
+        .assert_contains("demo finished");
+}
+
+#[test]
+fn status_lists_what_a_node_holds() {
+    let d = Daemon::start(9);
+    let out = run("vsci status", Command::new(built("bin/vsci")).arg("status").arg("--socket").arg(&d.socket), PROGRAM_TIMEOUT);
+    out.assert_success().assert_contains("node 9").assert_contains("segments (0)");
+    let out = run("vsci status (no node)", Command::new(built("bin/vsci")).args(["status", "--socket", "/nonexistent/vscid.sock"]), PROGRAM_TIMEOUT);
+    assert!(!out.status.success(), "status against a missing node must fail: {}", out.describe());
+    out.assert_contains("cannot reach vscid");
+}
+
+#[test]
+fn bench_quick_smoke_run_writes_json() {
+    let dir = TempDir::new("bench");
+    let json = dir.path.join("bench.json");
+    let out = run(
+        "vsci bench --quick",
+        Command::new(built("bin/vsci")).args(["bench", "--quick", "--json"]).arg(&json).arg("--bench-dir").arg(build_dir().join("bench")),
+        PROGRAM_TIMEOUT,
+    );
+    out.assert_success();
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("bench wrote its JSON")).expect("valid JSON");
+    assert!(v.is_object(), "bench JSON is an object: {v}");
+}

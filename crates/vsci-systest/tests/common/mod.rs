@@ -1,0 +1,687 @@
+//! Shared pieces of the system tests: where the built binaries are, a fresh
+//! `vscid` per test (killed and cleaned up by `Drop`, also on panic), child
+//! processes with captured output and deadlines, and the daemon's state as
+//! `vsci status --json` and `/proc/<pid>/fd` show it.
+//!
+//! Deadlines only bound hangs (a hang fails the test instead of blocking the
+//! run); no test asserts how fast anything is.
+#![allow(dead_code)]
+
+use std::fs::{self, File};
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+/// How long a C test program or an example may run before it counts as hung.
+pub const PROGRAM_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long to wait for a process to print an expected line.
+pub const LINE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long to wait for the daemon's state to settle after clients go away.
+pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The staged build: `$VSCI_BUILD`, else `<workspace>/build`.
+pub fn build_dir() -> PathBuf {
+    match std::env::var_os("VSCI_BUILD") {
+        Some(p) => PathBuf::from(p),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../build"),
+    }
+}
+
+/// A built file under the build directory; panics with a hint when missing.
+pub fn built(rel: &str) -> PathBuf {
+    let p = build_dir().join(rel);
+    assert!(
+        p.exists(),
+        "{} does not exist: run `make` first (or set VSCI_BUILD)",
+        p.display()
+    );
+    p
+}
+
+/// A directory under the system temp dir, removed on drop.
+pub struct TempDir {
+    pub path: PathBuf,
+}
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let path = std::env::temp_dir().join(format!("vsci-st-{}-{}-{}", std::process::id(), n, tag));
+        let _ = fs::remove_dir_all(&path);
+        fs::create_dir_all(&path).expect("create temp dir");
+        TempDir { path }
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Send a signal to a process.
+pub fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    unsafe {
+        libc::kill(pid as libc::pid_t, sig);
+    }
+}
+
+/// Poll `f` every 20 ms until it returns Some, or panic with `what` after `timeout`.
+pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// ---- child processes ------------------------------------------------------
+
+/// What a finished process left.
+pub struct Output {
+    pub name: String,
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Output {
+    pub fn describe(&self) -> String {
+        format!(
+            "{} ended with {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.name,
+            describe_status(self.status),
+            tail(&self.stdout, 12000),
+            tail(&self.stderr, 12000)
+        )
+    }
+
+    /// Panics (showing all output) unless the process exited 0.
+    pub fn assert_success(&self) -> &Self {
+        assert!(self.status.success(), "{}", self.describe());
+        self
+    }
+
+    /// Panics (showing all output) unless stdout or stderr contains `needle`.
+    pub fn assert_contains(&self, needle: &str) -> &Self {
+        assert!(
+            self.stdout.contains(needle) || self.stderr.contains(needle),
+            "expected \"{needle}\" in the output of {}",
+            self.describe()
+        );
+        self
+    }
+}
+
+pub fn describe_status(s: ExitStatus) -> String {
+    match (s.code(), s.signal()) {
+        (Some(c), _) => format!("exit code {c}"),
+        (None, Some(sig)) => format!("signal {sig}"),
+        _ => format!("{s:?}"),
+    }
+}
+
+fn tail(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut start = s.len() - max;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    &s[start..]
+}
+
+/// A running child with its stdout and stderr captured by reader threads.
+/// Dropping it kills the process if it is still running.
+pub struct Proc {
+    pub name: String,
+    child: Child,
+    stdout: Arc<Mutex<String>>,
+    stderr: Arc<Mutex<String>>,
+    lines: mpsc::Receiver<String>,
+    readers: Vec<JoinHandle<()>>,
+    status: Option<ExitStatus>,
+}
+
+fn reader<R: Read + Send + 'static>(
+    r: R,
+    sink: Arc<Mutex<String>>,
+    lines: Option<mpsc::Sender<String>>,
+) -> JoinHandle<()> {
+    thread::spawn(move || {
+        let mut br = BufReader::new(r);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match br.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let line = String::from_utf8_lossy(&buf).into_owned();
+                    sink.lock().unwrap().push_str(&line);
+                    if let Some(tx) = &lines {
+                        let _ = tx.send(line.trim_end_matches('\n').to_string());
+                    }
+                }
+            }
+        }
+    })
+}
+
+impl Proc {
+    /// Start `cmd` with piped stdout/stderr (stdin as the command set it,
+    /// else /dev/null).
+    pub fn spawn(name: &str, cmd: &mut Command) -> Proc {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"));
+        // (stdin is whatever the caller set; Daemon::client sets /dev/null.)
+        let stdout = Arc::new(Mutex::new(String::new()));
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let r1 = reader(child.stdout.take().unwrap(), stdout.clone(), Some(tx));
+        let r2 = reader(child.stderr.take().unwrap(), stderr.clone(), None);
+        Proc {
+            name: name.to_string(),
+            child,
+            stdout,
+            stderr,
+            lines: rx,
+            readers: vec![r1, r2],
+            status: None,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn signal(&self, sig: i32) {
+        if self.status.is_none() {
+            signal(self.pid(), sig);
+        }
+    }
+
+    fn snapshot(&self) -> String {
+        format!(
+            "--- stdout of {} ---\n{}\n--- stderr ---\n{}",
+            self.name,
+            tail(&self.stdout.lock().unwrap(), 12000),
+            tail(&self.stderr.lock().unwrap(), 12000)
+        )
+    }
+
+    /// Wait until stdout has a line containing `needle`; returns the line.
+    pub fn wait_line(&mut self, needle: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left.min(Duration::from_millis(200))) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if Instant::now() > deadline {
+                        panic!("{}: no line with \"{needle}\" after {timeout:?}\n{}", self.name, self.snapshot());
+                    }
+                    if let Ok(Some(st)) = self.child.try_wait() {
+                        // Give the reader a moment to deliver what is left.
+                        thread::sleep(Duration::from_millis(100));
+                        while let Ok(line) = self.lines.try_recv() {
+                            if line.contains(needle) {
+                                return line;
+                            }
+                        }
+                        self.status = Some(st);
+                        panic!(
+                            "{} ended ({}) before printing \"{needle}\"\n{}",
+                            self.name,
+                            describe_status(st),
+                            self.snapshot()
+                        );
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let st = self.child.wait().ok();
+                    panic!(
+                        "{} closed its output ({}) before printing \"{needle}\"\n{}",
+                        self.name,
+                        st.map(describe_status).unwrap_or_default(),
+                        self.snapshot()
+                    );
+                }
+            }
+        }
+    }
+
+    /// Wait for the process to end; on timeout kill it and panic.
+    pub fn wait(mut self, timeout: Duration) -> Output {
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Some(st) = self.status {
+                break st;
+            }
+            match self.child.try_wait() {
+                Ok(Some(st)) => break st,
+                Ok(None) => {}
+                Err(e) => panic!("waiting for {}: {e}", self.name),
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("{} still running after {timeout:?}; killed it\n{}", self.name, self.snapshot());
+            }
+            thread::sleep(Duration::from_millis(10));
+        };
+        self.status = Some(status);
+        // The pipes close when the process (and anything it forked) is gone.
+        let readers = std::mem::take(&mut self.readers);
+        let until = Instant::now() + Duration::from_secs(10);
+        for r in readers {
+            while !r.is_finished() && Instant::now() < until {
+                thread::sleep(Duration::from_millis(10));
+            }
+            if r.is_finished() {
+                let _ = r.join();
+            }
+        }
+        Output {
+            name: self.name.clone(),
+            status,
+            stdout: self.stdout.lock().unwrap().clone(),
+            stderr: self.stderr.lock().unwrap().clone(),
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if self.status.is_none() {
+            if let Ok(None) = self.child.try_wait() {
+                let _ = self.child.kill();
+            }
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Run a command to completion with a deadline.
+pub fn run(name: &str, cmd: &mut Command, timeout: Duration) -> Output {
+    Proc::spawn(name, cmd).wait(timeout)
+}
+
+// ---- the daemon -------------------------------------------------------------
+
+/// Counts of the daemon's objects, from `vsci status --json` (array lengths).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    pub clients: usize,
+    pub segments: usize,
+    pub connections: usize,
+    pub interrupts: usize,
+}
+
+/// A `vscid` running in the foreground on its own socket.  Dropping it kills
+/// the daemon (SIGKILL if still running) and removes its directory.
+pub struct Daemon {
+    child: Option<Child>,
+    pub socket: PathBuf,
+    pub node_id: u32,
+    pub log: PathBuf,
+    dir: Option<TempDir>,
+}
+
+impl Daemon {
+    /// A fresh daemon in a new temporary directory.
+    pub fn start(node_id: u32) -> Daemon {
+        Daemon::start_with(node_id, &[])
+    }
+
+    /// A fresh daemon with extra command-line options.
+    pub fn start_with(node_id: u32, args: &[&str]) -> Daemon {
+        let dir = TempDir::new(&format!("node{node_id}"));
+        let socket = dir.path.join("vscid.sock");
+        let mut d = Daemon::spawn_at(&socket, node_id, args);
+        d.wait_ready();
+        d.dir = Some(dir);
+        d
+    }
+
+    /// A daemon on a given socket path (whose directory the caller owns).
+    pub fn start_at(socket: &Path, node_id: u32) -> Daemon {
+        let mut d = Daemon::spawn_at(socket, node_id, &[]);
+        d.wait_ready();
+        d
+    }
+
+    /// Start without waiting for the socket.
+    pub fn spawn_at(socket: &Path, node_id: u32, args: &[&str]) -> Daemon {
+        let log = socket.with_extension(format!("node{node_id}.log"));
+        let f = File::create(&log).expect("create daemon log");
+        let child = Command::new(built("bin/vscid"))
+            .arg("--node-id")
+            .arg(node_id.to_string())
+            .arg("--socket")
+            .arg(socket)
+            .args(args)
+            .env_remove("VSCI_SOCKET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(f.try_clone().unwrap()))
+            .stderr(Stdio::from(f))
+            .spawn()
+            .expect("start vscid");
+        Daemon { child: Some(child), socket: socket.to_path_buf(), node_id, log, dir: None }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("daemon was reaped").id()
+    }
+
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// None while running; the exit status once it ended.
+    pub fn try_exit(&mut self) -> Option<ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    pub fn assert_running(&mut self) {
+        if let Some(st) = self.try_exit() {
+            panic!("vscid ended with {}\n--- log ---\n{}", describe_status(st), self.log_text());
+        }
+    }
+
+    /// Wait until the control socket accepts a connection.
+    pub fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            // A daemon that died while starting cannot become ready.
+            if let Some(st) = self.try_exit() {
+                panic!("vscid exited ({}) while starting\n--- log ---\n{}", describe_status(st), self.log_text());
+            }
+            if let Some(fd) = seqpacket_connect(&self.socket) {
+                // SAFETY: fd is a descriptor we own.
+                unsafe { libc::close(fd) };
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!("vscid did not accept on {} within 30 s\n--- log ---\n{}", self.socket.display(), self.log_text());
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Environment for a client of this daemon.
+    pub fn client(&self, program: &Path) -> Command {
+        let mut c = Command::new(program);
+        c.env("VSCI_SOCKET", &self.socket)
+            .env("VSCI_TEST_NODE_ID", self.node_id.to_string())
+            .env_remove("VSCI_WAIT")
+            .env_remove("VSCI_LOG")
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// `vsci status --socket S --json`, parsed.
+    pub fn status(&self) -> serde_json::Value {
+        let out = run(
+            "vsci status",
+            Command::new(built("bin/vsci"))
+                .arg("status")
+                .arg("--socket")
+                .arg(&self.socket)
+                .arg("--json")
+                .stdin(Stdio::null()),
+            Duration::from_secs(60),
+        );
+        out.assert_success();
+        serde_json::from_str(&out.stdout)
+            .unwrap_or_else(|e| panic!("vsci status --json printed no JSON ({e}):\n{}", out.stdout))
+    }
+
+    pub fn counts(&self) -> Counts {
+        let v = self.status();
+        let len = |k: &str| -> usize {
+            v.get(k)
+                .and_then(|a| a.as_array())
+                .map(|a| a.len())
+                .unwrap_or_else(|| panic!("no array \"{k}\" in vsci status --json:\n{v:#}"))
+        };
+        Counts {
+            clients: len("clients"),
+            segments: len("segments"),
+            connections: len("connections"),
+            interrupts: len("interrupts"),
+        }
+    }
+
+    /// Wait until the counts equal `want` (a leak fails after SETTLE_TIMEOUT).
+    pub fn wait_counts(&self, want: Counts, what: &str) {
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        loop {
+            let c = self.counts();
+            if c == want {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "{what}: the daemon's objects did not return to {want:?}; still {c:?}\n{:#}",
+                    self.status()
+                );
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Open descriptors of the daemon process.
+    pub fn fd_count(&self) -> usize {
+        fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .expect("read /proc/<vscid>/fd")
+            .count()
+    }
+
+    pub fn fd_list(&self) -> String {
+        let mut v: Vec<String> = fs::read_dir(format!("/proc/{}/fd", self.pid()))
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .map(|e| {
+                        let t = fs::read_link(e.path()).map(|p| p.display().to_string()).unwrap_or_default();
+                        format!("{} -> {t}", e.file_name().to_string_lossy())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v.join("\n")
+    }
+
+    /// The fd count once it stops changing (after a status query has closed).
+    pub fn settled_fd_count(&self) -> usize {
+        let mut prev = self.fd_count();
+        for _ in 0..50 {
+            thread::sleep(Duration::from_millis(50));
+            let now = self.fd_count();
+            if now == prev {
+                return now;
+            }
+            prev = now;
+        }
+        prev
+    }
+
+    /// Wait until the fd count is back to `want`.
+    pub fn wait_fd_count(&self, want: usize, what: &str) {
+        let deadline = Instant::now() + SETTLE_TIMEOUT;
+        loop {
+            let n = self.fd_count();
+            if n == want {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!("{what}: vscid has {n} open descriptors, baseline {want}:\n{}", self.fd_list());
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn signal(&self, sig: i32) {
+        signal(self.pid(), sig);
+    }
+
+    /// Wait for the daemon to exit and reap it.
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(st) = self.try_exit() {
+                return st;
+            }
+            if Instant::now() > deadline {
+                panic!("vscid still running {timeout:?} after being asked to stop\n--- log ---\n{}", self.log_text());
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILL and reap (the socket file stays behind, as after a crash).
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            if let Ok(None) = c.try_wait() {
+                let _ = c.kill();
+            }
+            let _ = c.wait();
+        }
+        if thread::panicking() {
+            eprintln!("--- vscid node {} log ({}) ---\n{}", self.node_id, self.log.display(), tail(&self.log_text(), 20000));
+        }
+        // The TempDir (if any) removes the socket, lock and log files.
+    }
+}
+
+// ---- raw control-socket access ----------------------------------------------
+
+/// Connect a SOCK_SEQPACKET socket to `path`; None if nobody accepts.
+pub fn seqpacket_connect(path: &Path) -> Option<i32> {
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: sockaddr_un is plain data; all-zero is valid.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.len() >= addr.sun_path.len() {
+        panic!("socket path too long: {}", path.display());
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (i, b) in bytes.iter().enumerate() {
+        addr.sun_path[i] = *b as libc::c_char;
+    }
+    // SAFETY: plain socket(2) call.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
+    assert!(fd >= 0, "socket(AF_UNIX, SOCK_SEQPACKET): {}", std::io::Error::last_os_error());
+    // SAFETY: addr is a valid sockaddr_un and the length matches it.
+    let r = unsafe {
+        libc::connect(
+            fd,
+            &addr as *const libc::sockaddr_un as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        // SAFETY: fd is ours.
+        unsafe { libc::close(fd) };
+        return None;
+    }
+    Some(fd)
+}
+
+/// Send one packet, optionally with descriptors attached (SCM_RIGHTS).
+pub fn send_packet(fd: i32, data: &[u8], fds: &[i32]) -> std::io::Result<()> {
+    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
+    // SAFETY: msghdr is plain data; all-zero is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    let mut cbuf = vec![0u8; 256];
+    if !fds.is_empty() {
+        let payload = std::mem::size_of_val(fds) as u32;
+        // SAFETY: CMSG_SPACE/CMSG_LEN are pure computations.
+        let space = unsafe { libc::CMSG_SPACE(payload) } as usize;
+        assert!(space <= cbuf.len());
+        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = space as _;
+        // SAFETY: msg_control points at `space` writable bytes, enough for one
+        // cmsghdr carrying `fds`.
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(payload) as _;
+            std::ptr::copy_nonoverlapping(fds.as_ptr() as *const u8, libc::CMSG_DATA(c), payload as usize);
+        }
+    }
+    // SAFETY: msg describes valid buffers for the duration of the call.
+    let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Read until the peer closes the connection (EOF or reset).  Returns the
+/// number of bytes the daemon sent before closing; panics if it stays open.
+pub fn expect_dropped(fd: i32, timeout: Duration, what: &str) -> usize {
+    let deadline = Instant::now() + timeout;
+    let mut total = 0;
+    let mut buf = vec![0u8; 1 << 17];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            panic!("{what}: the daemon kept the connection open for {timeout:?}");
+        }
+        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        let r = unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(1000) as i32) };
+        if r <= 0 {
+            continue;
+        }
+        // SAFETY: buf is writable for its length.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT) };
+        if n == 0 {
+            return total;
+        }
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) | Some(libc::EINTR) => continue,
+                Some(libc::ECONNRESET) | Some(libc::EPIPE) => return total,
+                _ => panic!("{what}: recv: {e}"),
+            }
+        }
+        total += n as usize;
+    }
+}
+
+pub fn close_fd(fd: i32) {
+    // SAFETY: the caller owns fd.
+    unsafe { libc::close(fd) };
+}
