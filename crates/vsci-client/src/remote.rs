@@ -19,9 +19,14 @@
 //! the changed runs, so only bytes this process stored are shipped and
 //! several writers can share a page without clobbering each other.
 //!
-//! Loads from a remote mapping read the shadow: this process's own stores
-//! and what was fetched when the map was made. `SCIMemCpy` with
-//! `SCI_FLAG_BLOCK_READ` reads fresh data from the owner.
+//! Loads from a remote mapping read the shadow. It holds this process's own
+//! stores, and the owner's bytes as fetched when the map was made and, for
+//! maps up to `VSCI_REFRESH_MAX` bytes (default 1 MiB), refetched in the
+//! background (every `REFRESH_HOT` while the map is busy, backing off to
+//! `REFRESH_IDLE` when quiet). A refetch never overwrites a word this process
+//! stored since its last shipment: each word is replaced only by a
+//! compare-and-swap from the value last shipped. `SCIMemCpy` with
+//! `SCI_FLAG_BLOCK_READ` always reads fresh data from the owner.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -110,6 +115,12 @@ pub(crate) struct RemoteMap {
     seg_off: u64,
     /// `None` once closed (the tracker must go before the mapping does).
     tracker: Mutex<Option<vsci_dirty::DiffTracker>>,
+    /// The untracked second mapping of the same bytes, and how many of them
+    /// lie inside the segment.
+    fill: usize,
+    valid: usize,
+    /// When the background refetch last ran, and whether it is due often.
+    last_refresh: Mutex<Instant>,
     /// Set when the segment is lost: stop shipping.
     pub(crate) failed: std::sync::atomic::AtomicBool,
 }
@@ -143,6 +154,9 @@ impl RemoteMap {
             target,
             seg_off,
             tracker: Mutex::new(Some(tracker)),
+            fill: fill as usize,
+            valid,
+            last_refresh: Mutex::new(Instant::now()),
             failed: std::sync::atomic::AtomicBool::new(false),
         });
         flusher().add(&m);
@@ -176,10 +190,77 @@ impl RemoteMap {
         })
     }
 
+    /// Refetch the owner's bytes into the shadow, never overwriting a word
+    /// this process stored since its last shipment. Returns whether
+    /// anything changed.
+    pub(crate) fn refresh(&self) -> Result<bool> {
+        if self.failed.load(Ordering::Relaxed) || self.valid > refresh_max() {
+            return Ok(false);
+        }
+        let mut fresh = vec![0u8; self.valid];
+        // Ship our stores first, so the twin is what the owner has from us.
+        self.flush()?;
+        self.target.read(&mut fresh, self.seg_off)?;
+        let mut guard = self.tracker.lock().unwrap();
+        let Some(t) = guard.as_mut() else { return Ok(false) };
+        let twin = t.twin();
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        let words = self.valid / 8;
+        for w in 0..words {
+            let (a, b) = (w * 8, w * 8 + 8);
+            if fresh[a..b] == twin[a..b] {
+                continue;
+            }
+            let old = u64::from_ne_bytes(twin[a..b].try_into().expect("8 bytes"));
+            let new = u64::from_ne_bytes(fresh[a..b].try_into().expect("8 bytes"));
+            // SAFETY: `fill + a` is 8-byte aligned (the mapping is page
+            // aligned) and inside the fill mapping, which lives as long as
+            // the tracker does (we hold it). The memory is shared with the
+            // program's own stores, hence the atomic.
+            let cell = unsafe { &*((self.fill + a) as *const std::sync::atomic::AtomicU64) };
+            if cell.compare_exchange(old, new, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                match runs.last_mut() {
+                    Some(r) if r.0 + r.1 == a => r.1 += 8,
+                    _ => runs.push((a, 8)),
+                }
+            }
+        }
+        for i in words * 8..self.valid {
+            if fresh[i] == twin[i] {
+                continue;
+            }
+            // SAFETY: as above, one byte.
+            let cell = unsafe { &*((self.fill + i) as *const std::sync::atomic::AtomicU8) };
+            if cell.compare_exchange(twin[i], fresh[i], Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                runs.push((i, 1));
+            }
+        }
+        for &(off, len) in &runs {
+            t.note_external_data(off, &fresh[off..off + len]).map_err(|_| SciError::System)?;
+        }
+        *self.last_refresh.lock().unwrap() = Instant::now();
+        Ok(!runs.is_empty())
+    }
+
+    fn refresh_due(&self, hot: bool) -> bool {
+        let every = if hot { REFRESH_HOT } else { REFRESH_IDLE };
+        self.valid <= refresh_max() && self.last_refresh.lock().unwrap().elapsed() >= every
+    }
+
     /// Stop tracking (before the mapping goes away).
     pub(crate) fn close(&self) {
         *self.tracker.lock().unwrap() = None;
     }
+}
+
+/// How often a busy map is refetched, and an idle one.
+const REFRESH_HOT: Duration = Duration::from_micros(200);
+const REFRESH_IDLE: Duration = Duration::from_millis(2);
+
+/// Largest map refetched in the background (`VSCI_REFRESH_MAX` bytes).
+fn refresh_max() -> usize {
+    static MAX: OnceLock<usize> = OnceLock::new();
+    *MAX.get_or_init(|| std::env::var("VSCI_REFRESH_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 20))
 }
 
 /// Unchanged bytes between two changed runs shorter than this are shipped
@@ -257,11 +338,15 @@ impl Flusher {
         loop {
             let maps = self.live();
             let mut shipped = false;
+            let hot = last_activity.elapsed() < HOT;
             for m in &maps {
                 if m.failed.load(Ordering::Relaxed) {
                     continue;
                 }
                 shipped |= m.flush().unwrap_or(false);
+                if m.refresh_due(hot) {
+                    shipped |= m.refresh().unwrap_or(false);
+                }
             }
             drop(maps);
             if shipped {

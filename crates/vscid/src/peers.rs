@@ -183,7 +183,12 @@ impl Peers {
         // Our pseudo-client for this node's imports.
         let (ptx, prx) = sync_channel::<Outgoing>(LINK_QUEUE);
         let info = ClientInfo { client: 0, pid: 0, uid: 0, gid: 0, name: format!("node {peer}") };
-        let pseudo = node.lock().register_client(info, ptx, Arc::new(sock));
+        let pseudo = {
+            let mut reg = node.lock();
+            let id = reg.register_client(info, ptx, Arc::new(sock));
+            reg.set_client_node(id, peer);
+            id
+        };
 
         let old_pseudo = {
             let mut st = self.state.lock().unwrap();

@@ -58,6 +58,8 @@ pub struct ClientEntry {
     pub tx: SyncSender<Outgoing>,
     /// Shut down to evict a client whose queue overflowed.
     pub sock: Arc<OwnedFd>,
+    /// The node the client is on: ours, or the peer a pseudo-client stands for.
+    pub node_id: Option<u32>,
     objects: usize,
     waiting: usize,
 }
@@ -142,6 +144,16 @@ impl Registry {
                 );
             }
             Err(TrySendError::Disconnected(_)) => {}
+        }
+    }
+
+    fn node_of(&self, cfg: &Config, client: ClientId) -> u32 {
+        self.clients.get(&client).and_then(|c| c.node_id).unwrap_or(cfg.node_id)
+    }
+
+    pub fn set_client_node(&mut self, client: ClientId, node_id: u32) {
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.node_id = Some(node_id);
         }
     }
 
@@ -239,7 +251,8 @@ impl Registry {
         let conn = self.new_id();
         self.seg_conns.insert(conn, SegConn { client, seg });
         self.segments.get_mut(&seg).expect("checked").conns.insert(conn);
-        self.send(owner, Outgoing::event(Event::LocalSegment { seg, reason: SegmentEvent::Connect, node_id: cfg.node_id }));
+        let from = self.node_of(cfg, client);
+        self.send(owner, Outgoing::event(Event::LocalSegment { seg, reason: SegmentEvent::Connect, node_id: from }));
         Ok(Outgoing {
             msg: reply_ok(0, Reply::Connected { conn, node_id: cfg.node_id, segment_id, size, remote: None }),
             fds: vec![fd],
@@ -252,7 +265,8 @@ impl Registry {
         if let Some(s) = self.segments.get_mut(&c.seg) {
             s.conns.remove(&conn);
             let owner = s.owner;
-            self.send(owner, Outgoing::event(Event::LocalSegment { seg: c.seg, reason: SegmentEvent::Disconnect, node_id: cfg.node_id }));
+            let from = self.node_of(cfg, c.client);
+            self.send(owner, Outgoing::event(Event::LocalSegment { seg: c.seg, reason: SegmentEvent::Disconnect, node_id: from }));
         }
     }
 
@@ -470,7 +484,7 @@ impl Registry {
         let id = self.new_id();
         let mut info = info;
         info.client = id;
-        self.clients.insert(id, ClientEntry { info, tx, sock, objects: 0, waiting: 0 });
+        self.clients.insert(id, ClientEntry { info, tx, sock, node_id: None, objects: 0, waiting: 0 });
         id
     }
 
