@@ -143,7 +143,42 @@ fn verbose() -> bool {
     !matches!(std::env::var("VSCI_LOG").as_deref(), Ok("off" | "0" | "none"))
 }
 
+/// The library's log lines go to stderr, errors only unless `VSCI_LOG`
+/// asks for more (`warn`, `info`, `debug`, `trace`) or less (`off`): a
+/// library must not chatter into a program's output by default.
+struct StderrLog(log::LevelFilter);
+
+impl log::Log for StderrLog {
+    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+        m.level() <= self.0
+    }
+    fn log(&self, r: &log::Record<'_>) {
+        if self.enabled(r.metadata()) {
+            eprintln!("vsci[{}] {}: {}", std::process::id(), r.level(), r.args());
+        }
+    }
+    fn flush(&self) {}
+}
+
+fn init_logging() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let level = match std::env::var("VSCI_LOG").as_deref() {
+            Ok("off" | "0" | "none") => log::LevelFilter::Off,
+            Ok("warn") => log::LevelFilter::Warn,
+            Ok("info") => log::LevelFilter::Info,
+            Ok("debug") => log::LevelFilter::Debug,
+            Ok("trace") => log::LevelFilter::Trace,
+            _ => log::LevelFilter::Error,
+        };
+        if log::set_boxed_logger(Box::new(StderrLog(level))).is_ok() {
+            log::set_max_level(level);
+        }
+    });
+}
+
 fn open_client() -> Result<Client, SciError> {
+    init_logging();
     let path = vsci_proto::socket_path();
     let name = std::env::current_exe()
         .ok()

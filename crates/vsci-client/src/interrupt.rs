@@ -151,6 +151,9 @@ impl Client {
                 Path::Local { page: Page::map(&memfd)?, eventfd }
             }
         };
+        if let Path::Rma { ep, .. } = &path {
+            crate::remote::watch_interrupt(conn, ep);
+        }
         let r = Arc::new(RemoteInterrupt { client: self.clone(), id: conn, kind, node_id, number, path, gone: Arc::new(AtomicBool::new(false)) });
         self.register_intr_conn(conn, &r.gone);
         Ok(r)
@@ -375,6 +378,7 @@ impl RemoteInterrupt {
 
     pub fn disconnect(&self) -> Result<()> {
         self.client.unregister(self.id);
+        crate::remote::unwatch_interrupt(self.id);
         if self.gone.load(Ordering::SeqCst) {
             return Ok(());
         }

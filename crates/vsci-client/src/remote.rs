@@ -22,8 +22,8 @@
 //! Loads from a remote mapping read the shadow. It holds this process's own
 //! stores, and the owner's bytes as fetched when the map was made and, for
 //! maps up to `VSCI_REFRESH_MAX` bytes (default 1 MiB), refetched in the
-//! background (every `REFRESH_HOT` while the map is busy, backing off to
-//! `REFRESH_IDLE` when quiet). A refetch never overwrites a word this process
+//! background (every `REFRESH_HOT` while the map is busy, `REFRESH_IDLE`
+//! when quiet). A refetch never overwrites a word this process
 //! stored since its last shipment: each word is replaced only by a
 //! compare-and-swap from the value last shipped. `SCIMemCpy` with
 //! `SCI_FLAG_BLOCK_READ` always reads fresh data from the owner.
@@ -73,6 +73,7 @@ impl Rma {
 }
 
 /// The owner node's RMA engine, as seen from this process.
+#[derive(Clone)]
 pub(crate) struct Endpoint {
     pub rma: Arc<Rma>,
     pub peer: Arc<Peer>,
@@ -82,7 +83,65 @@ impl Endpoint {
     pub(crate) fn new(provider: &str, addr: &[u8]) -> Result<Endpoint> {
         let rma = rma(provider)?;
         let peer = rma.peer(addr)?;
+        // The node granted us something just now: it is up (again).
+        rma.fabric.set_peer_down(&peer, false);
         Ok(Endpoint { rma, peer })
+    }
+
+    fn set_down(&self) {
+        self.rma.fabric.set_peer_down(&self.peer, true);
+    }
+}
+
+/// Which endpoint each remote segment (by its event queue) and remote
+/// interrupt (by connection id) uses, so a "node not responding" event can
+/// stop every wait on that node.
+#[derive(Default)]
+struct Watch {
+    segments: HashMap<usize, Endpoint>,
+    interrupts: HashMap<vsci_proto::ObjId, Endpoint>,
+}
+
+static WATCH: OnceLock<Mutex<Watch>> = OnceLock::new();
+
+fn watch() -> &'static Mutex<Watch> {
+    WATCH.get_or_init(Default::default)
+}
+
+pub(crate) fn watch_segment(q: &Arc<crate::conn::EventQueue>, ep: &Endpoint) {
+    watch().lock().unwrap().segments.insert(Arc::as_ptr(q) as usize, ep.clone());
+}
+
+pub(crate) fn unwatch_segment(q: &Arc<crate::conn::EventQueue>) {
+    watch().lock().unwrap().segments.remove(&(Arc::as_ptr(q) as usize));
+}
+
+pub(crate) fn watch_interrupt(conn: vsci_proto::ObjId, ep: &Endpoint) {
+    watch().lock().unwrap().interrupts.insert(conn, ep.clone());
+}
+
+pub(crate) fn unwatch_interrupt(conn: vsci_proto::ObjId) {
+    watch().lock().unwrap().interrupts.remove(&conn);
+}
+
+/// The node behind this segment stopped answering.
+pub(crate) fn node_down_queue(q: &Arc<crate::conn::EventQueue>) {
+    if let Some(ep) = WATCH.get().and_then(|w| w.lock().unwrap().segments.get(&(Arc::as_ptr(q) as usize)).cloned()) {
+        ep.set_down();
+    }
+}
+
+/// The node behind this interrupt connection stopped answering.
+pub(crate) fn node_down(conn: vsci_proto::ObjId) {
+    if let Some(ep) = WATCH.get().and_then(|w| w.lock().unwrap().interrupts.get(&conn).cloned()) {
+        ep.set_down();
+    }
+}
+
+/// Keep a buffer alive forever when the RMA engine may still touch it.
+fn abandoned<T>(e: &vsci_fabric::Error, buf: T) {
+    if matches!(e, vsci_fabric::Error::Abandoned) {
+        std::mem::forget(buf);
     }
 }
 
@@ -99,12 +158,22 @@ impl RemoteTarget {
         Ok(RemoteTarget { ep, region: RemoteRegion { base: r.base, key: r.key, len: r.len } })
     }
 
-    /// Fresh bytes from the owner.
+    /// Fresh bytes from the owner. They land in a buffer of ours first: if
+    /// the node dies mid-read the engine may still write into it later, so
+    /// it must never be the caller's memory.
     pub(crate) fn read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        self.ep.rma.fabric.read(&self.ep.peer, buf, &self.region, offset).map_err(|e| {
-            log::debug!("vsci: RMA read failed: {e}");
-            SciError::TransferFailed
-        })
+        let mut bounce = vec![0u8; buf.len()];
+        match self.ep.rma.fabric.read(&self.ep.peer, &mut bounce, &self.region, offset) {
+            Ok(()) => {
+                buf.copy_from_slice(&bounce);
+                Ok(())
+            }
+            Err(e) => {
+                log::debug!("vsci: RMA read failed: {e}");
+                abandoned(&e, bounce);
+                Err(SciError::TransferFailed)
+            }
+        }
     }
 }
 
@@ -166,13 +235,30 @@ impl RemoteMap {
     /// Ship every store made so far; returns after they are visible at
     /// the owner, with whether there was anything to ship.
     pub(crate) fn flush(&self) -> Result<bool> {
+        self.ship(true)
+    }
+
+    /// Ship stores from a snapshot consistent with the program's store
+    /// order, so a flag is never seen before the data stored ahead of it.
+    /// In the background (`sync` false) a snapshot that keeps changing under
+    /// our feet is simply retried next round; at a flush point the program's
+    /// own thread is not storing, so it settles, and if other threads keep
+    /// storing we ship what we have (their stores race with the flush
+    /// anyway).
+    fn ship(&self, sync: bool) -> Result<bool> {
         if self.failed.load(Ordering::Relaxed) {
             return Err(SciError::TransferFailed);
         }
         let mut runs = Vec::new();
         let mut guard = self.tracker.lock().unwrap();
         let Some(t) = guard.as_mut() else { return Ok(false) };
-        t.collect(&mut runs).map_err(|_| SciError::System)?;
+        let snap = t.collect_consistent(&mut runs, if sync { 64 } else { 4 }).map_err(|_| SciError::System)?;
+        if snap.is_none() {
+            if !sync {
+                return Ok(true); // busy: come back soon
+            }
+            t.collect(&mut runs).map_err(|_| SciError::System)?;
+        }
         if runs.is_empty() {
             return Ok(false);
         }
@@ -182,12 +268,16 @@ impl RemoteMap {
         let ops: Vec<(&[u8], u64)> = runs.iter().map(|&run| (t.twin_range(run), self.seg_off + run.0 as u64)).collect();
         let r = self.target.ep.rma.fabric.write_many(&self.target.ep.peer, &ops, &self.target.region);
         drop(ops);
-        drop(guard);
-        r.map(|_| true).map_err(|e| {
-            log::debug!("vsci: RMA write failed: {e}");
-            self.failed.store(true, Ordering::Relaxed);
-            SciError::TransferFailed
-        })
+        match r {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                log::warn!("RMA write to node failed ({e}); stores to this map are no longer shipped");
+                self.failed.store(true, Ordering::Relaxed);
+                // The engine may still read the twin: never free it.
+                abandoned(&e, guard.take());
+                Err(SciError::TransferFailed)
+            }
+        }
     }
 
     /// Refetch the owner's bytes into the shadow, never overwriting a word
@@ -254,8 +344,8 @@ impl RemoteMap {
 }
 
 /// How often a busy map is refetched, and an idle one.
-const REFRESH_HOT: Duration = Duration::from_micros(200);
-const REFRESH_IDLE: Duration = Duration::from_millis(2);
+const REFRESH_HOT: Duration = Duration::from_millis(1);
+const REFRESH_IDLE: Duration = Duration::from_millis(5);
 
 /// Largest map refetched in the background (`VSCI_REFRESH_MAX` bytes).
 fn refresh_max() -> usize {
@@ -328,13 +418,25 @@ impl Flusher {
         result
     }
 
-    /// Background shipping. After activity it checks again at once for a
-    /// while (a ping-pong's next message comes soon); when idle it backs
-    /// off to sleeping so an idle process costs almost nothing.
+    /// Background shipping. After activity it checks again every few
+    /// microseconds for a while (a ping-pong's next message comes soon);
+    /// when idle it backs off so an idle process costs almost nothing.
+    ///
+    /// It sleeps rather than spins even when busy: the program's own thread
+    /// is usually busy-waiting on its segment, and on a machine with few
+    /// cores a spinning or yielding flusher only runs when the scheduler
+    /// preempts that thread (milliseconds), while a thread waking from a
+    /// short sleep is run promptly.
     fn run(self: Arc<Self>) {
-        const HOT: Duration = Duration::from_millis(2);
+        const HOT: Duration = Duration::from_millis(20);
+        const HOT_SLEEP: Duration = Duration::from_micros(10);
+        // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer
+        // slack; 1 ns lets the short sleeps below be short.
+        unsafe {
+            libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64);
+        }
         let mut last_activity = Instant::now();
-        let mut sleep = Duration::from_micros(20);
+        let mut sleep = HOT_SLEEP;
         loop {
             let maps = self.live();
             let mut shipped = false;
@@ -343,7 +445,7 @@ impl Flusher {
                 if m.failed.load(Ordering::Relaxed) {
                     continue;
                 }
-                shipped |= m.flush().unwrap_or(false);
+                shipped |= m.ship(false).unwrap_or(false);
                 if m.refresh_due(hot) {
                     shipped |= m.refresh().unwrap_or(false);
                 }
@@ -351,10 +453,10 @@ impl Flusher {
             drop(maps);
             if shipped {
                 last_activity = Instant::now();
-                sleep = Duration::from_micros(20);
+                sleep = HOT_SLEEP;
             }
             if last_activity.elapsed() < HOT {
-                std::thread::yield_now();
+                std::thread::sleep(HOT_SLEEP);
             } else {
                 std::thread::sleep(sleep);
                 sleep = (sleep * 2).min(Duration::from_millis(1));
@@ -370,6 +472,7 @@ pub(crate) fn send_trigger(ep: &Endpoint, token: u64, data: Option<&[u8]>) -> Re
     let msg = postcard::to_stdvec(&TriggerMsg { token, data: data.map(<[u8]>::to_vec) }).map_err(|_| SciError::System)?;
     ep.rma.fabric.send(&ep.peer, &msg).map_err(|e| {
         log::debug!("vsci: trigger send failed: {e}");
-        SciError::NodeNotResponding
+        abandoned(&e, msg);
+        SciError::NotConnected
     })
 }

@@ -99,6 +99,9 @@ impl Client {
             maps: AtomicUsize::new(0),
             target,
         });
+        if let Some(t) = &s.target {
+            crate::remote::watch_segment(&s.events, &t.ep);
+        }
         self.register_sink(conn, &s.events);
         Ok(s)
     }
@@ -153,6 +156,9 @@ impl RemoteSegment {
             return Err(SciError::Busy);
         }
         self.client.unregister(self.id);
+        if self.target.is_some() {
+            crate::remote::unwatch_segment(&self.events);
+        }
         if self.events.lost.load(Ordering::SeqCst) {
             return Ok(()); // the owner already dropped us
         }

@@ -97,6 +97,10 @@ pub struct DiffTracker {
     /// `len` bytes rounded up to whole u64 words. Bytes past `len` are unused.
     twin: Vec<u64>,
     dirty: Vec<(usize, usize)>,
+    /// Pages taken from the page layer whose snapshot could not be made
+    /// consistent yet ([`collect_consistent`](Self::collect_consistent)).
+    pending: Vec<(usize, usize)>,
+    snap: Vec<u8>,
 }
 
 // SAFETY: the tracker owns its twin and page tracker; the mapping it reads is
@@ -201,6 +205,8 @@ impl DiffTracker {
             merge_gap,
             twin: vec![0u64; len.div_ceil(8)],
             dirty: Vec::new(),
+            pending: Vec::new(),
+            snap: Vec::new(),
         };
         match initial {
             Initial::Copy => t.sync_all()?,
@@ -376,6 +382,93 @@ impl DiffTracker {
         })
     }
 
+    /// Like [`collect`](Self::collect), but the runs it reports come from a
+    /// snapshot that is consistent with the program's store order: if they
+    /// contain a store S, they also contain every store the program made
+    /// before S (or the owner already has it). A remote reader that sees a
+    /// flag written after data therefore also sees the data.
+    ///
+    /// A plain compare can break that: the program writes data then a flag
+    /// while we compare; we load the data word before its store lands and
+    /// the flag word after, and ship the flag without the data.
+    ///
+    /// How: take the written pages (re-protecting them), copy them to a
+    /// snapshot, then ask the page layer whether ANY page of the range was
+    /// written since. If none was, no store landed during the copy, so the
+    /// snapshot is the memory as it stood at one instant after the scan,
+    /// and everything the program stored before that instant is in it or
+    /// already shipped. Otherwise the written pages join the set and we copy
+    /// again, up to `tries` times; if the program never pauses we ship
+    /// nothing this time (returns `None`) and keep the pages for next time.
+    ///
+    /// In [`Mode::Compare`] the page layer cannot tell, and this is `collect`.
+    pub fn collect_consistent(&mut self, out: &mut Vec<Run>, tries: usize) -> Result<Option<CollectStats>> {
+        if self.pages.mode() == Mode::Compare {
+            return self.collect(out).map(Some);
+        }
+        out.clear();
+        let mut fresh = std::mem::take(&mut self.dirty);
+        for attempt in 0..tries.max(1) {
+            self.pages.take_dirty(&mut fresh)?;
+            merge_ranges(&mut self.pending, &fresh);
+            if self.pending.is_empty() {
+                self.dirty = fresh;
+                return Ok(Some(CollectStats { pages_compared: 0, runs: 0, bytes: 0 }));
+            }
+            // Copy every pending page (word loads: the program may be storing).
+            let total: usize = self.pending.iter().map(|r| r.1).sum();
+            self.snap.resize(total, 0);
+            let mut k = 0;
+            for i in 0..self.pending.len() {
+                let (off, len) = self.pending[i];
+                for j in (0..len).step_by(8) {
+                    let v = self.load_word((off + j) / 8).to_ne_bytes();
+                    let n = (len - j).min(8);
+                    self.snap[k + j..k + j + n].copy_from_slice(&v[..n]);
+                }
+                k += len;
+            }
+            if !self.pages.any_written()? {
+                break;
+            }
+            if attempt + 1 == tries.max(1) {
+                self.dirty = fresh;
+                return Ok(None);
+            }
+        }
+        self.dirty = fresh;
+        let mut b = RunBuilder { out, merge_gap: self.merge_gap, cur: None };
+        let mut k = 0;
+        let mut pages = 0;
+        let ps = self.pages.page_size();
+        let pending = std::mem::take(&mut self.pending);
+        for &(off, len) in &pending {
+            pages += len.div_ceil(ps);
+            let mut j = 0;
+            while j < len {
+                let n = (len - j).min(8);
+                let mut v = [0u8; 8];
+                v[..n].copy_from_slice(&self.snap[k + j..k + j + n]);
+                let w = (off + j) / 8;
+                let t = self.twin[w];
+                let mut tb = t.to_ne_bytes();
+                let val = u64::from_ne_bytes(v);
+                let mask: u64 = if n == 8 { !0 } else { (1u64 << (n * 8)) - 1 };
+                let x = (val ^ t) & mask;
+                if x != 0 {
+                    tb[..n].copy_from_slice(&v[..n]);
+                    self.twin[w] = u64::from_ne_bytes(tb);
+                    emit_word(&mut b, off + j, x, n);
+                }
+                j += 8;
+            }
+            k += len;
+        }
+        b.finish();
+        let bytes = out.iter().map(|r| r.1).sum();
+        Ok(Some(CollectStats { pages_compared: pages, runs: out.len(), bytes }))
+    }
+
     /// Like [`collect`](Self::collect) but compares the whole range whatever
     /// the page layer says: a safety net after events the write-protect mode
     /// cannot see (stores through another mapping that were not announced
@@ -497,4 +590,21 @@ impl std::fmt::Debug for DiffTracker {
             .field("merge_gap", &self.merge_gap)
             .finish()
     }
+}
+
+/// Add page ranges to a sorted, non-overlapping set (merging neighbours).
+fn merge_ranges(set: &mut Vec<(usize, usize)>, add: &[(usize, usize)]) {
+    if add.is_empty() {
+        return;
+    }
+    set.extend_from_slice(add);
+    set.sort_unstable();
+    let mut merged: Vec<(usize, usize)> = Vec::with_capacity(set.len());
+    for &(s, l) in set.iter() {
+        match merged.last_mut() {
+            Some(m) if s <= m.0 + m.1 => m.1 = m.1.max(s + l - m.0),
+            _ => merged.push((s, l)),
+        }
+    }
+    *set = merged;
 }

@@ -360,6 +360,20 @@ impl PageTracker {
         }
     }
 
+    /// Has any page of the range been written since the last
+    /// [`take_dirty`](Self::take_dirty)? Nothing is re-protected. Always
+    /// `false` in [`Mode::Compare`], which cannot tell.
+    pub fn any_written(&mut self) -> Result<bool> {
+        let mut out = Vec::new();
+        match self.wp.as_mut() {
+            None => Ok(false),
+            Some(wp) => {
+                Self::scan(self.base, self.span, self.len, wp, &mut out, sys::PM_SCAN_CHECK_WPASYNC)?;
+                Ok(!out.is_empty())
+            }
+        }
+    }
+
     fn scan(
         base: usize,
         span: usize,

@@ -553,3 +553,57 @@ fn store_then_zap_still_reported() {
     assert_eq!(collect(&mut d), vec![(3 * p + 9, 1)]);
     assert!(collect(&mut d).is_empty());
 }
+
+/// The program stores data, then a flag after it (also across a page
+/// boundary), over and over. Whatever `collect_consistent` reports, applied
+/// in order to a replica, must never show a flag without the data stored
+/// before it: the remote reader of a "data then flag" protocol must never
+/// see a torn message.
+#[test]
+fn consistent_snapshots_keep_store_order() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let len = 8 * 4096;
+    let s = Shm::new(len);
+    let Some(mut t) = wp_diff(&s, len, 0) else { return };
+    let base = s.m1 as usize;
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    // Data words 0..3000 span six pages; the flag is on page 7.
+    let writer = std::thread::spawn(move || {
+        let word = |i: usize| {
+            // SAFETY: i * 8 < len: inside the live tracked mapping.
+            unsafe { &*((base + i * 8) as *const AtomicU64) }
+        };
+        let mut n = 1u64;
+        while !stop2.load(Ordering::Relaxed) {
+            for i in 0..3000 {
+                word(i).store(n, Ordering::Relaxed);
+            }
+            word(3600).store(n, Ordering::Release);
+            n += 1;
+        }
+        n
+    });
+    let mut replica = vec![0u8; len];
+    let mut runs = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(1000);
+    let mut shipped = 0;
+    let mut torn = None;
+    while torn.is_none() && std::time::Instant::now() < deadline {
+        if t.collect_consistent(&mut runs, 4).unwrap().is_none() {
+            continue;
+        }
+        for &r in &runs {
+            replica[r.0..r.0 + r.1].copy_from_slice(t.twin_range(r));
+            shipped += 1;
+        }
+        let w = |i: usize| u64::from_ne_bytes(replica[i * 8..i * 8 + 8].try_into().unwrap());
+        let flag = w(3600);
+        torn = (0..3000).find(|&i| w(i) < flag).map(|i| (i, w(i), flag));
+    }
+    // Stop the writer before asserting: it stores into the mapping.
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    assert_eq!(torn, None, "(data word, its value, flag): the replica saw a flag before its data");
+    assert!(shipped > 0, "nothing was ever shipped while the writer ran");
+}

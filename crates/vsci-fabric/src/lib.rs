@@ -75,6 +75,16 @@ pub enum Error {
         call: &'static str,
         waited: Duration,
     },
+    /// The peer was marked down ([`Fabric::set_peer_down`]) before the
+    /// operation was posted. Nothing was posted.
+    #[error("peer is down")]
+    PeerDown,
+    /// The peer was marked down while the operation was in flight and we
+    /// stopped waiting for it. The provider may still read or write the
+    /// buffers given to that call: the caller must keep them alive for the
+    /// life of the process (leak them).
+    #[error("peer went down with the operation in flight")]
+    Abandoned,
 }
 
 fn strerror(code: i32) -> String {
@@ -223,6 +233,10 @@ struct Inner {
     /// Progress threads running; receivers then sleep on `rx_cv` instead of
     /// polling themselves.
     progress_threads: AtomicUsize,
+    /// Peers (fi_addr) the caller declared down: a silently cut link never
+    /// completes operations on its own (TCP retransmits for many minutes),
+    /// so waits on them are abandoned instead.
+    down: Mutex<std::collections::HashSet<u64>>,
 }
 
 // SAFETY: the raw pointers are libfabric objects opened with FI_THREAD_SAFE
@@ -406,6 +420,7 @@ impl Fabric {
             rx_cv: Condvar::new(),
             repost: Mutex::new(Vec::new()),
             progress_threads: AtomicUsize::new(0),
+            down: Mutex::new(std::collections::HashSet::new()),
         };
         let mut addr = vec![0u8; 256];
         let mut len = addr.len();
@@ -547,6 +562,7 @@ impl Fabric {
         remote: &RemoteRegion,
     ) -> Result<()> {
         self.check_peer(peer)?;
+        self.check_up(peer)?;
         retry_reconnect(|| self.write_many_once(peer, runs, remote))
     }
 
@@ -629,9 +645,30 @@ impl Fabric {
             let raddr = last_raddr + last_buf.len() as u64 - 1;
             result = inner.post_read(&slot, peer, &mut probe, raddr, remote.key, &mut locals);
         }
-        let waited = inner.wait_slot(&slot);
-        drop(locals);
+        let waited = inner.wait_slot(&slot, peer.fi_addr);
+        abandon_locals(&waited, locals);
         result.and(waited)
+    }
+
+    /// Declare a peer down (its node stopped answering) or up again.
+    /// Operations to a down peer fail with [`Error::PeerDown`] without being
+    /// posted, and waits for operations already in flight end with
+    /// [`Error::Abandoned`].
+    pub fn set_peer_down(&self, peer: &Peer, down: bool) {
+        let mut d = self.inner.down.lock().unwrap();
+        if down {
+            d.insert(peer.fi_addr);
+        } else {
+            d.remove(&peer.fi_addr);
+        }
+    }
+
+    fn check_up(&self, peer: &Peer) -> Result<()> {
+        if self.inner.is_down(peer.fi_addr) {
+            Err(Error::PeerDown)
+        } else {
+            Ok(())
+        }
     }
 
     /// Reads `local.len()` bytes from `remote` at `offset`.
@@ -643,6 +680,7 @@ impl Fabric {
         offset: u64,
     ) -> Result<()> {
         self.check_peer(peer)?;
+        self.check_up(peer)?;
         let raddr = remote.addr(offset, local.len())?;
         if local.is_empty() {
             return Ok(());
@@ -662,7 +700,8 @@ impl Fabric {
         let posted = self
             .inner
             .post_read(&slot, peer, local, raddr, remote.key, &mut locals);
-        let waited = self.inner.wait_slot(&slot);
+        let waited = self.inner.wait_slot(&slot, peer.fi_addr);
+        abandon_locals(&waited, locals);
         posted.and(waited)
     }
 
@@ -670,6 +709,7 @@ impl Fabric {
     /// provider reports it sent (the buffer is free again).
     pub fn send(&self, peer: &Peer, data: &[u8]) -> Result<()> {
         self.check_peer(peer)?;
+        self.check_up(peer)?;
         if data.len() > MAX_MSG {
             return Err(Error::MessageTooLarge(data.len()));
         }
@@ -700,7 +740,8 @@ impl Fabric {
                 )
             }
         });
-        let waited = inner.wait_slot(&slot);
+        let waited = inner.wait_slot(&slot, peer.fi_addr);
+        abandon_locals(&waited, locals);
         posted.and(waited)
     }
 
@@ -802,6 +843,16 @@ const RECONNECT_WINDOW: Duration = Duration::from_secs(2);
 /// other traffic to that node for that time. Retrying is safe: RMA writes
 /// and reads are idempotent, and an operation that found no connection did
 /// nothing.
+/// After an abandoned wait the provider may still use the local
+/// registrations of that call: keep them for the life of the process.
+fn abandon_locals<T>(waited: &Result<()>, locals: Vec<T>) {
+    if matches!(waited, Err(Error::Abandoned)) {
+        std::mem::forget(locals);
+    } else {
+        drop(locals);
+    }
+}
+
 fn retry_reconnect(mut op: impl FnMut() -> Result<()>) -> Result<()> {
     let start = Instant::now();
     loop {
@@ -978,13 +1029,22 @@ impl Inner {
         })
     }
 
+    fn is_down(&self, fi_addr: u64) -> bool {
+        self.down.lock().unwrap().contains(&fi_addr)
+    }
+
     /// Waits until every operation posted on `slot` has completed. There is
-    /// deliberately no timeout: the provider may still be using the caller's
-    /// buffers until then. A dead peer surfaces as an error completion when
-    /// its connection breaks.
-    fn wait_slot(&self, slot: &Arc<OpSlot>) -> Result<()> {
+    /// no timeout: the provider may still be using the caller's buffers until
+    /// then. A peer whose connection breaks surfaces as an error completion;
+    /// one that goes silent is only given up on when the caller declares it
+    /// down, and then the call returns [`Error::Abandoned`] (the slot stays
+    /// alive through the provider's own reference to it).
+    fn wait_slot(&self, slot: &Arc<OpSlot>, fi_addr: u64) -> Result<()> {
         let mut idle = 0u32;
         while slot.pending.load(Ordering::Acquire) != 0 {
+            if idle > 0 && idle % 64 == 0 && self.is_down(fi_addr) {
+                return Err(Error::Abandoned);
+            }
             match self.progress() {
                 Ok(0) => {
                     idle = idle.saturating_add(1);

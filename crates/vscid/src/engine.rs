@@ -89,7 +89,14 @@ struct Tables {
     conn_segment: HashMap<ObjId, u64>,
     triggers: HashMap<u64, Arc<TriggerTarget>>,
     conn_token: HashMap<ObjId, u64>,
+    /// Tokens of ended connections, honoured a little longer: a trigger
+    /// sent just before a disconnect travels on the RMA engine while the
+    /// disconnect travels on the node link, and may arrive second.
+    retiring: Vec<(Instant, u64)>,
 }
+
+/// How long a token stays valid after its connection ended.
+const TOKEN_GRACE: Duration = Duration::from_secs(2);
 
 pub struct Engine {
     fabric: Arc<Fabric>,
@@ -169,6 +176,19 @@ impl Engine {
     pub fn remove_trigger_conn(&self, conn: ObjId) {
         let mut t = self.tables.lock().unwrap();
         if let Some(tok) = t.conn_token.remove(&conn) {
+            t.retiring.push((Instant::now() + TOKEN_GRACE, tok));
+        }
+    }
+
+    fn retire_expired(&self) {
+        let mut t = self.tables.lock().unwrap();
+        let now = Instant::now();
+        let expired: Vec<u64> = t.retiring.iter().filter(|(d, _)| *d <= now).map(|(_, tok)| *tok).collect();
+        if expired.is_empty() {
+            return;
+        }
+        t.retiring.retain(|(d, _)| *d > now);
+        for tok in expired {
             t.triggers.remove(&tok);
         }
     }
@@ -176,6 +196,7 @@ impl Engine {
     fn trigger_loop(self: Arc<Self>) {
         let mut bad = 0u64;
         loop {
+            self.retire_expired();
             let Some(m) = self.fabric.recv_timeout(Duration::from_millis(500)) else { continue };
             let msg: TriggerMsg = match postcard::from_bytes(&m.data) {
                 Ok(m) => m,

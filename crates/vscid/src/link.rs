@@ -150,7 +150,8 @@ pub fn accept(mut s: TcpStream, me: u32, key: &[u8], known: impl Fn(u32) -> bool
     let idb = [hello.from.to_le_bytes(), me.to_le_bytes()].concat();
     let m = mac(key, &[b"vsci-accept", &idb, &hello.nonce, &ns]);
     write_plain(&mut s, &LinkChallenge { nonce: ns, mac: m })?;
-    let proof: LinkProof = read_plain(&mut s)?;
+    let proof: LinkProof =
+        read_plain(&mut s).with_context(|| format!("node {} did not answer our challenge (wrong cluster key?)", hello.from))?;
     if !verify(key, &[b"vsci-dial", &idb, &hello.nonce, &ns], &proof.mac) {
         bail!("node {} failed authentication (wrong cluster key)", hello.from);
     }

@@ -141,12 +141,12 @@ impl Peers {
     fn accept_loop(self: &Arc<Self>, node: &Arc<Node>, listener: TcpListener) {
         for conn in listener.incoming() {
             let Ok(stream) = conn else { continue };
-            let from = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+            let from = stream.peer_addr().map(|a| a.ip().to_string()).unwrap_or_default();
             let (p, n) = (self.clone(), node.clone());
             let _ = std::thread::Builder::new().name("vscid-accept-link".into()).spawn(move || {
                 match link::accept(stream, p.me, &p.cluster.key, |id| p.cluster.nodes.contains_key(&id)) {
                     Ok(l) => p.run_link(&n, l),
-                    Err(e) => warn!("refused node link from {from}: {e:#}"),
+                    Err(e) => rate_limited_warn(&from, &format!("refused node link from {from}: {e:#}")),
                 }
             });
         }
@@ -161,8 +161,13 @@ impl Peers {
                     self.run_link(node, l);
                 }
                 Err(e) => {
-                    if !logged {
-                        debug!("cannot link to node {peer} at {addr}: {e:#}");
+                    // An authentication failure is worth an operator's
+                    // attention; a node that is simply not up yet is not.
+                    let text = format!("{e:#}");
+                    if text.contains("authentication") {
+                        rate_limited_warn(&format!("dial {peer}"), &format!("cannot link to node {peer} at {addr}: {text}"));
+                    } else if !logged {
+                        debug!("cannot link to node {peer} at {addr}: {text}");
                         logged = true;
                     }
                 }
@@ -391,7 +396,7 @@ impl Peers {
                     }
                     PeerMsg::SegmentEvent { conn, reason }
                 }
-                ServerMsg::Event(Event::InterruptGone { conn }) => {
+                ServerMsg::Event(Event::InterruptGone { conn, .. }) => {
                     self.engine.remove_trigger_conn(conn);
                     PeerMsg::InterruptGone { conn }
                 }
@@ -510,3 +515,19 @@ impl Peers {
     }
 }
 
+
+/// Log a warning at most once a minute per `key` (a misconfigured or hostile
+/// host retries every few hundred milliseconds; the log must stay readable).
+fn rate_limited_warn(key: &str, text: &str) {
+    static LAST: Mutex<Option<HashMap<String, Instant>>> = Mutex::new(None);
+    let mut last = LAST.lock().unwrap();
+    let map = last.get_or_insert_with(HashMap::new);
+    let now = Instant::now();
+    match map.get(key) {
+        Some(t) if now.duration_since(*t) < Duration::from_secs(60) => debug!("{text}"),
+        _ => {
+            map.insert(key.to_owned(), now);
+            warn!("{text}");
+        }
+    }
+}

@@ -312,7 +312,7 @@ impl Registry {
         for conn in &i.conns {
             if let Some(c) = self.intr_conns.remove(conn) {
                 self.uncharge(c.client);
-                self.send(c.client, Outgoing::event(Event::InterruptGone { conn: *conn }));
+                self.send(c.client, Outgoing::event(Event::InterruptGone { conn: *conn, status: SciError::Ok }));
             }
         }
         self.uncharge(i.owner);
@@ -409,7 +409,7 @@ impl Registry {
         let client = rec.client;
         self.remote_intrs.remove(&conn);
         self.uncharge(client);
-        self.send(client, Outgoing::event(Event::InterruptGone { conn }));
+        self.send(client, Outgoing::event(Event::InterruptGone { conn, status: SciError::Ok }));
     }
 
     /// A node stopped answering: every connection to it is lost.
@@ -424,7 +424,7 @@ impl Registry {
         for conn in intrs {
             let rec = self.remote_intrs.remove(&conn).expect("listed");
             self.uncharge(rec.client);
-            self.send(rec.client, Outgoing::event(Event::InterruptGone { conn }));
+            self.send(rec.client, Outgoing::event(Event::InterruptGone { conn, status: SciError::NodeNotResponding }));
         }
     }
 
