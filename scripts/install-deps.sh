@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PKGS=(build-essential pkg-config make gcc libc6-dev curl ca-certificates iproute2 procps
-      libfabric-dev libfabric-bin)
+      libfabric-dev libfabric-bin sockperf iperf3)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -143,7 +143,42 @@ fn verbose() -> bool {
     !matches!(std::env::var("VSCI_LOG").as_deref(), Ok("off" | "0" | "none"))
 }
 
+/// The library's log lines go to stderr, errors only unless `VSCI_LOG`
+/// asks for more (`warn`, `info`, `debug`, `trace`) or less (`off`): a
+/// library must not chatter into a program's output by default.
+struct StderrLog(log::LevelFilter);
+
+impl log::Log for StderrLog {
+    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
+        m.level() <= self.0
+    }
+    fn log(&self, r: &log::Record<'_>) {
+        if self.enabled(r.metadata()) {
+            eprintln!("vsci[{}] {}: {}", std::process::id(), r.level(), r.args());
+        }
+    }
+    fn flush(&self) {}
+}
+
+fn init_logging() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let level = match std::env::var("VSCI_LOG").as_deref() {
+            Ok("off" | "0" | "none") => log::LevelFilter::Off,
+            Ok("warn") => log::LevelFilter::Warn,
+            Ok("info") => log::LevelFilter::Info,
+            Ok("debug") => log::LevelFilter::Debug,
+            Ok("trace") => log::LevelFilter::Trace,
+            _ => log::LevelFilter::Error,
+        };
+        if log::set_boxed_logger(Box::new(StderrLog(level))).is_ok() {
+            log::set_max_level(level);
+        }
+    });
+}
+
 fn open_client() -> Result<Client, SciError> {
+    init_logging();
     let path = vsci_proto::socket_path();
     let name = std::env::current_exe()
         .ok()
@@ -776,14 +811,20 @@ pub unsafe extern "C" fn SCIMemCpy(
             }
             let remote = m.addr.add(remote_offset);
             if flags & FLAG_BLOCK_READ != 0 {
-                std::sync::atomic::fence(Ordering::SeqCst);
-                std::ptr::copy(remote, mem_addr.cast::<u8>(), size);
+                if m.is_remote() {
+                    // Fresh bytes from the owner, not our shadow.
+                    m.read_fresh(std::slice::from_raw_parts_mut(mem_addr.cast::<u8>(), size), remote_offset)?;
+                } else {
+                    std::sync::atomic::fence(Ordering::SeqCst);
+                    std::ptr::copy(remote, mem_addr.cast::<u8>(), size);
+                }
             } else {
                 if m.readonly {
                     return Err(SciError::IllegalOperation);
                 }
                 std::ptr::copy(mem_addr.cast::<u8>(), remote, size);
-                std::sync::atomic::fence(Ordering::SeqCst);
+                // Visible at the owner before we return.
+                m.flush()?;
             }
             if flags & FLAG_ERROR_CHECK != 0 {
                 lost_error(&m)?;
@@ -811,7 +852,7 @@ pub unsafe extern "C" fn SCIMemWrite(mem_addr: *mut c_void, remote_addr: *mut c_
                 return Err(SciError::IllegalOperation);
             }
             std::ptr::copy(mem_addr.cast::<u8>(), remote_addr.cast::<u8>(), size);
-            std::sync::atomic::fence(Ordering::SeqCst);
+            m.flush()?;
             if flags & FLAG_ERROR_CHECK != 0 {
                 lost_error(&m)?;
             }
@@ -820,17 +861,21 @@ pub unsafe extern "C" fn SCIMemWrite(mem_addr: *mut c_void, remote_addr: *mut c_
     }
 }
 
-/// On one host every map is coherent memory: a full fence orders all earlier
-/// stores before all later ones, which is what a flush and a store barrier
-/// promise.
+/// Make every earlier store visible before any later one: on one host a
+/// full fence (maps are coherent memory); for maps of other nodes' segments
+/// the stores are also shipped and acknowledged. Neither call can report an
+/// error (SISCI gives them none); a failed shipment shows up in
+/// `SCICheckSequence` and `SCI_FLAG_ERROR_CHECK`.
 #[no_mangle]
 pub extern "C" fn SCIFlush(_sequence: Handle, _flags: c_uint) {
     std::sync::atomic::fence(Ordering::SeqCst);
+    let _ = vsci_client::flush_remote_stores();
 }
 
 #[no_mangle]
 pub extern "C" fn SCIStoreBarrier(_sequence: Handle, _flags: c_uint) {
     std::sync::atomic::fence(Ordering::SeqCst);
+    let _ = vsci_client::flush_remote_stores();
 }
 
 #[no_mangle]
@@ -859,6 +904,9 @@ unsafe fn sequence_status(sequence: Handle, flags: c_uint, error: *mut SciErr) -
             let s = handles::seq(h(sequence))?;
             if flags & FLAG_NO_STORE_BARRIER == 0 {
                 std::sync::atomic::fence(Ordering::SeqCst);
+            }
+            if flags & FLAG_NO_FLUSH == 0 {
+                s.map.flush().map_err(|_| SciError::TransferFailed)?;
             }
             Ok::<_, SciError>(s)
         })();

@@ -274,7 +274,10 @@ fn on_event(inner: &Arc<Inner>, ev: Event) {
         Event::RemoteSegment { conn, reason, status } => {
             (conn, SegEvent { reason, node_id: inner.node_id, status })
         }
-        Event::InterruptGone { conn } => {
+        Event::InterruptGone { conn, status } => {
+            if status == SciError::NodeNotResponding {
+                crate::remote::node_down(conn);
+            }
             if let Some(g) = inner.intr_gone.lock().unwrap().get(&conn).and_then(Weak::upgrade) {
                 g.store(true, Ordering::SeqCst);
             }
@@ -293,6 +296,11 @@ fn on_event(inner: &Arc<Inner>, ev: Event) {
 fn dispatch(inner: &Inner, q: Arc<EventQueue>, ev: SegEvent) {
     if ev.reason == SegmentEvent::Lost {
         q.lost.store(true, Ordering::SeqCst);
+    }
+    if ev.status == SciError::NodeNotResponding {
+        // Stop waiting for RMA operations to that node (a silently cut link
+        // never completes them).
+        crate::remote::node_down_queue(&q);
     }
     if let Some(tx) = inner.dispatch.lock().unwrap().as_ref() {
         let _ = tx.send((q, ev));

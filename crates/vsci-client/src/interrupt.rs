@@ -89,14 +89,21 @@ pub struct LocalInterrupt {
     pub policy: WaitPolicy,
 }
 
+/// How a connected interrupt is reached.
+enum Path {
+    /// Same node: the shared page and eventfd.
+    Local { page: Page, eventfd: OwnedFd },
+    /// Another node: trigger messages to its RMA engine.
+    Rma { ep: crate::remote::Endpoint, token: u64 },
+}
+
 pub struct RemoteInterrupt {
     client: Client,
     id: ObjId,
     pub kind: IntrKind,
     pub node_id: u32,
     pub number: u32,
-    page: Page,
-    eventfd: OwnedFd,
+    path: Path,
     gone: Arc<AtomicBool>,
 }
 
@@ -130,18 +137,24 @@ impl Client {
 
     pub fn connect_interrupt(&self, kind: IntrKind, node_id: u32, number: u32, timeout_ms: u32) -> Result<Arc<RemoteInterrupt>> {
         let (reply, fds) = self.call(Request::ConnectInterrupt { kind, node_id, number, timeout_ms })?;
-        let Reply::InterruptConnected { conn, remote: _ } = reply else { return Err(SciError::System) };
-        let (memfd, eventfd) = two_fds(fds)?;
-        let r = Arc::new(RemoteInterrupt {
-            client: self.clone(),
-            id: conn,
-            kind,
-            node_id,
-            number,
-            page: Page::map(&memfd)?,
-            eventfd,
-            gone: Arc::new(AtomicBool::new(false)),
-        });
+        let Reply::InterruptConnected { conn, remote } = reply else { return Err(SciError::System) };
+        let path = match remote {
+            Some(t) => match crate::remote::Endpoint::new(&t.provider, &t.fabric_addr) {
+                Ok(ep) => Path::Rma { ep, token: t.token },
+                Err(e) => {
+                    let _ = self.call(Request::DisconnectInterrupt { conn });
+                    return Err(e);
+                }
+            },
+            None => {
+                let (memfd, eventfd) = two_fds(fds)?;
+                Path::Local { page: Page::map(&memfd)?, eventfd }
+            }
+        };
+        if let Path::Rma { ep, .. } = &path {
+            crate::remote::watch_interrupt(conn, ep);
+        }
+        let r = Arc::new(RemoteInterrupt { client: self.clone(), id: conn, kind, node_id, number, path, gone: Arc::new(AtomicBool::new(false)) });
         self.register_intr_conn(conn, &r.gone);
         Ok(r)
     }
@@ -301,39 +314,51 @@ impl LocalInterrupt {
 const FULL_QUEUE_WAIT: Duration = Duration::from_secs(1);
 
 impl RemoteInterrupt {
-    fn check_live(&self) -> Result<&Shared> {
-        let shared = self.page.get();
-        if self.gone.load(Ordering::SeqCst) || shared.state.load(Ordering::Acquire) != intr::STATE_LIVE {
+    fn check_live(&self) -> Result<()> {
+        if self.gone.load(Ordering::SeqCst) {
             return Err(SciError::NotConnected);
         }
-        Ok(shared)
-    }
-
-    fn wake(&self, shared: &Shared) {
-        if shared.sleepers.load(Ordering::SeqCst) > 0 {
-            wait::kick(self.eventfd.as_fd());
+        if let Path::Local { page, .. } = &self.path {
+            if !page.get().is_live() {
+                return Err(SciError::NotConnected);
+            }
         }
+        Ok(())
     }
 
     pub fn trigger(&self) -> Result<()> {
-        let shared = self.check_live()?;
-        if shared.trigger() {
-            wait::kick(self.eventfd.as_fd());
+        self.check_live()?;
+        match &self.path {
+            Path::Local { page, eventfd } => {
+                // Stores to other nodes' segments must land before the peer
+                // wakes; local memory is coherent already.
+                crate::remote::flush_all()?;
+                if page.get().trigger() {
+                    wait::kick(eventfd.as_fd());
+                }
+                Ok(())
+            }
+            Path::Rma { ep, token } => crate::remote::send_trigger(ep, *token, None),
         }
-        Ok(())
     }
 
     pub fn trigger_data(&self, data: &[u8]) -> Result<()> {
         if data.len() > DATA_MAX {
             return Err(SciError::OutOfRange);
         }
+        self.check_live()?;
+        let (page, eventfd) = match &self.path {
+            Path::Rma { ep, token } => return crate::remote::send_trigger(ep, *token, Some(data)),
+            Path::Local { page, eventfd } => (page, eventfd),
+        };
+        crate::remote::flush_all()?;
         let give_up = Instant::now() + FULL_QUEUE_WAIT;
         loop {
-            let shared = self.check_live()?;
-            match shared.try_enqueue(data) {
+            self.check_live()?;
+            match page.get().try_enqueue(data) {
                 Ok(wake) => {
                     if wake {
-                        wait::kick(self.eventfd.as_fd());
+                        wait::kick(eventfd.as_fd());
                     }
                     return Ok(());
                 }
@@ -344,7 +369,7 @@ impl RemoteInterrupt {
                     if Instant::now() >= give_up {
                         return Err(SciError::Busy);
                     }
-                    self.wake(shared);
+                    wait::kick(eventfd.as_fd());
                     std::thread::yield_now();
                 }
             }
@@ -353,6 +378,7 @@ impl RemoteInterrupt {
 
     pub fn disconnect(&self) -> Result<()> {
         self.client.unregister(self.id);
+        crate::remote::unwatch_interrupt(self.id);
         if self.gone.load(Ordering::SeqCst) {
             return Ok(());
         }

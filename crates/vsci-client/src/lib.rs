@@ -8,6 +8,7 @@
 mod conn;
 mod interrupt;
 mod map;
+mod remote;
 mod segment;
 mod wait;
 pub use interrupt::DataWait;
@@ -18,6 +19,12 @@ pub use map::{Map, MapFlags, MapTarget};
 pub use segment::{LocalSegment, RemoteSegment};
 pub use vsci_proto::{IntrKind, SciError, SegmentEvent, WaitMode};
 pub use wait::WaitPolicy;
+
+/// Make every store to another node's segment made so far visible at its
+/// owner (what SCIFlush, SCIStoreBarrier and SCICheckSequence promise).
+pub fn flush_remote_stores() -> Result<()> {
+    remote::flush_all()
+}
 
 /// Result type of every client call.
 pub type Result<T> = std::result::Result<T, SciError>;

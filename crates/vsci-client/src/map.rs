@@ -9,6 +9,7 @@ use nix::sys::mman::{mmap, munmap, MapFlags as MmapFlags, ProtFlags};
 use vsci_proto::SciError;
 
 use crate::segment::{LocalSegment, RemoteSegment};
+
 use crate::Result;
 
 const PAGE: usize = 4096;
@@ -52,6 +53,11 @@ impl MapTarget {
 
 pub struct Map {
     pub target: MapTarget,
+    /// Stores shipping for maps of another node's segment.
+    remote: Option<Arc<crate::remote::RemoteMap>>,
+    /// Untracked second mapping of the same shadow bytes (remote maps), for
+    /// data the library itself puts there.
+    fill: Option<(NonNull<libc::c_void>, usize)>,
     base: NonNull<libc::c_void>,
     len: usize,
     /// First byte the program sees (base + offset within the first page).
@@ -120,11 +126,26 @@ impl Map {
                 return Err(SciError::IllegalAddress);
             }
         }
-        target.counter().fetch_add(1, Ordering::SeqCst);
         // SAFETY: delta < PAGE <= len, so the result is inside the mapping.
         let addr = unsafe { base.as_ptr().cast::<u8>().add(delta) };
+        let (remote, fill) = match &target {
+            MapTarget::Remote(s) if s.target.is_some() => match Self::track_remote(s, base, len, page_off, prot, fd) {
+                Ok(v) => v,
+                Err(e) => {
+                    // SAFETY: the mapping made above, not yet handed out.
+                    unsafe {
+                        let _ = munmap(base, len);
+                    }
+                    return Err(e);
+                }
+            },
+            _ => (None, None),
+        };
+        target.counter().fetch_add(1, Ordering::SeqCst);
         Ok(Map {
             target,
+            remote,
+            fill,
             base,
             len,
             addr,
@@ -133,6 +154,62 @@ impl Map {
             readonly: flags.readonly,
             unmapped: AtomicBool::new(false),
         })
+    }
+
+    /// Set up store tracking for a map of a remote segment and fill it with
+    /// the owner's current bytes.
+    #[allow(clippy::type_complexity)]
+    fn track_remote(
+        s: &Arc<RemoteSegment>,
+        base: NonNull<libc::c_void>,
+        len: usize,
+        page_off: u64,
+        prot: ProtFlags,
+        fd: std::os::fd::BorrowedFd<'_>,
+    ) -> Result<(Option<Arc<crate::remote::RemoteMap>>, Option<(NonNull<libc::c_void>, usize)>)> {
+        let target = s.target.clone().expect("checked by caller");
+        // SAFETY: a second MAP_SHARED mapping of the same sealed memfd
+        // range; nothing in Rust refers to it but this map.
+        let fill = unsafe {
+            mmap(None, std::num::NonZeroUsize::new(len).expect("len > 0"), ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MmapFlags::MAP_SHARED, fd, page_off as i64)
+        }
+        .map_err(|_| SciError::Nospc)?;
+        let _ = prot;
+        let valid = (s.size - page_off).min(len as u64) as usize;
+        match crate::remote::RemoteMap::new(target, base.as_ptr().cast(), len, page_off, valid, fill.as_ptr().cast()) {
+            Ok(rm) => Ok((Some(rm), Some((fill, len)))),
+            Err(e) => {
+                // SAFETY: the fill mapping made just above.
+                unsafe {
+                    let _ = munmap(fill, len);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Is this a map of another node's segment?
+    pub fn is_remote(&self) -> bool {
+        self.remote.is_some()
+    }
+
+    /// Make every store made through this map visible at the owner.
+    pub fn flush(&self) -> Result<()> {
+        match &self.remote {
+            Some(r) => r.flush().map(|_| ()),
+            None => {
+                std::sync::atomic::fence(Ordering::SeqCst);
+                Ok(())
+            }
+        }
+    }
+
+    /// Read fresh bytes from the owner at `off` within this map.
+    pub fn read_fresh(&self, buf: &mut [u8], off: usize) -> Result<()> {
+        match &self.target {
+            MapTarget::Remote(s) if s.is_remote() => s.read_fresh(buf, self.offset + off as u64),
+            _ => Err(SciError::IllegalOperation),
+        }
     }
 
     /// Does `[p, p+n)` lie inside this map?
@@ -147,10 +224,20 @@ impl Map {
             return;
         }
         std::sync::atomic::fence(Ordering::SeqCst);
+        if let Some(r) = &self.remote {
+            // Unmap makes earlier stores visible at the owner; a lost
+            // segment has nowhere to send them.
+            let _ = r.flush();
+            crate::remote::flusher().remove(r);
+            r.close();
+        }
         // SAFETY: base/len describe the mapping created in `new`; the flag
         // above makes sure it is unmapped once.
         unsafe {
             let _ = munmap(self.base, self.len);
+            if let Some((p, l)) = self.fill {
+                let _ = munmap(p, l);
+            }
         }
         self.target.counter().fetch_sub(1, Ordering::SeqCst);
     }

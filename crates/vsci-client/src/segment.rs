@@ -31,6 +31,9 @@ pub struct RemoteSegment {
     pub(crate) memfd: OwnedFd,
     pub events: Arc<EventQueue>,
     pub(crate) maps: AtomicUsize,
+    /// For a segment of another node: where its memory is (our memfd is
+    /// then a shadow whose stores are shipped there).
+    pub(crate) target: Option<Arc<crate::remote::RemoteTarget>>,
 }
 
 fn expect_fd(mut fds: Vec<OwnedFd>) -> Result<OwnedFd> {
@@ -73,8 +76,18 @@ impl Client {
     /// `timeout_ms` for it to exist and be available.
     pub fn connect_segment(&self, node_id: u32, segment_id: u32, timeout_ms: u32) -> Result<Arc<RemoteSegment>> {
         let (reply, fds) = self.call(Request::ConnectSegment { node_id, segment_id, timeout_ms })?;
-        let Reply::Connected { conn, node_id, segment_id, size, remote: _ } = reply else { return Err(SciError::System) };
+        let Reply::Connected { conn, node_id, segment_id, size, remote } = reply else { return Err(SciError::System) };
         let memfd = expect_fd(fds)?;
+        let target = match &remote {
+            Some(access) => match crate::remote::RemoteTarget::new(access) {
+                Ok(t) => Some(Arc::new(t)),
+                Err(e) => {
+                    let _ = self.call(Request::DisconnectSegment { conn });
+                    return Err(e);
+                }
+            },
+            None => None,
+        };
         let s = Arc::new(RemoteSegment {
             client: self.clone(),
             id: conn,
@@ -84,7 +97,11 @@ impl Client {
             memfd,
             events: Arc::new(EventQueue::default()),
             maps: AtomicUsize::new(0),
+            target,
         });
+        if let Some(t) = &s.target {
+            crate::remote::watch_segment(&s.events, &t.ep);
+        }
         self.register_sink(conn, &s.events);
         Ok(s)
     }
@@ -139,6 +156,9 @@ impl RemoteSegment {
             return Err(SciError::Busy);
         }
         self.client.unregister(self.id);
+        if self.target.is_some() {
+            crate::remote::unwatch_segment(&self.events);
+        }
         if self.events.lost.load(Ordering::SeqCst) {
             return Ok(()); // the owner already dropped us
         }
@@ -153,5 +173,18 @@ impl RemoteSegment {
 
     pub fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// Is this a segment of another node (reached over the RMA engine)?
+    pub fn is_remote(&self) -> bool {
+        self.target.is_some()
+    }
+
+    /// Read fresh bytes from the owner (remote segments only).
+    pub fn read_fresh(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        match &self.target {
+            Some(t) => t.read(buf, offset),
+            None => Err(SciError::IllegalOperation),
+        }
     }
 }

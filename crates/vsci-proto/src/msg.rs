@@ -141,8 +141,9 @@ pub enum Event {
     LocalSegment { seg: ObjId, reason: SegmentEvent, node_id: u32 },
     /// To a connector: the segment went away or asked peers to leave.
     RemoteSegment { conn: ObjId, reason: SegmentEvent, status: SciError },
-    /// To a connector of an interrupt whose creator removed it.
-    InterruptGone { conn: ObjId },
+    /// To a connector of an interrupt whose creator removed it (status
+    /// `Ok`) or whose node stopped answering (`NodeNotResponding`).
+    InterruptGone { conn: ObjId, status: SciError },
     /// The node is shutting down; every handle is dead.
     Shutdown,
 }

@@ -215,9 +215,21 @@ fn sendrecv_small_window() {
 /// Usage errors exit non-zero with a message, without a daemon.
 #[test]
 fn examples_reject_bad_arguments() {
-    for name in ["shmem", "interrupt", "datainterrupt", "memcopy", "chat", "sendrecv"] {
+    for name in ["shmem", "interrupt", "datainterrupt", "memcopy", "chat", "sendrecv", "pingpong"] {
         let out = run(name, Command::new(example(name)).arg("-bogus").stdin(Stdio::null()), PROGRAM_TIMEOUT);
         assert!(!out.status.success(), "{}", out.describe());
         out.assert_contains("usage");
     }
+}
+
+/// The classic ping-pong (plain stores into the peer's segment, busy-wait on
+/// one's own) between two processes of one node.
+#[test]
+fn pingpong_on_one_node() {
+    let mut d = Daemon::start(2);
+    let base = d.counts();
+    let (s, c) = server_client(&d, "pingpong", &["-n", "2000", "-size", "256"], &["-rn", "2", "-n", "2000", "-size", "256"]);
+    s.assert_success();
+    c.assert_success().assert_contains("median");
+    assert_clean(&mut d, base, "after pingpong");
 }

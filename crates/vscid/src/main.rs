@@ -6,7 +6,11 @@
 //! through the memfds and eventfds it hands out.
 
 mod client;
+mod cluster;
+mod engine;
+mod link;
 mod memory;
+mod peers;
 mod registry;
 
 use std::fs::{File, OpenOptions};
@@ -33,6 +37,11 @@ struct Args {
     /// Control socket path [default: $VSCI_SOCKET, else /tmp/vscid.sock].
     #[arg(long)]
     socket: Option<PathBuf>,
+
+    /// Cluster file (TOML): every node's id and address, and the shared key.
+    /// Without it the node stands alone.
+    #[arg(long)]
+    config: Option<PathBuf>,
 
     /// Default way for interrupt waits to wait: adaptive, poll or block.
     #[arg(long, default_value = "adaptive")]
@@ -130,6 +139,10 @@ fn main() {
 
 fn run(args: Args) -> Result<()> {
     let socket = args.socket.clone().unwrap_or_else(vsci_proto::socket_path);
+    let cluster = match &args.config {
+        Some(path) => Some(cluster::Cluster::load(path)?),
+        None => None,
+    };
     let (guard, listener) = claim_socket(&socket)?;
     let cfg = Config {
         node_id: args.node_id,
@@ -141,6 +154,14 @@ fn run(args: Args) -> Result<()> {
         max_waiting_per_client: 64,
     };
     let node = Node::new(cfg);
+    if let Some(cluster) = cluster {
+        let Some(addr) = cluster.nodes.get(&args.node_id).copied() else {
+            bail!("node {} is not listed in {}", args.node_id, args.config.as_ref().expect("set").display());
+        };
+        let engine = engine::Engine::open(&cluster.provider, &addr.ip().to_string())?;
+        info!("RMA engine: libfabric provider {:?} on {}", cluster.provider, addr.ip());
+        peers::Peers::start(&node, cluster, engine)?;
+    }
     info!(
         "vscid node {} listening on {} (wait mode {}, spin {} us)",
         args.node_id,

@@ -58,6 +58,8 @@ pub struct ClientEntry {
     pub tx: SyncSender<Outgoing>,
     /// Shut down to evict a client whose queue overflowed.
     pub sock: Arc<OwnedFd>,
+    /// The node the client is on: ours, or the peer a pseudo-client stands for.
+    pub node_id: Option<u32>,
     objects: usize,
     waiting: usize,
 }
@@ -90,6 +92,22 @@ struct IntrConn {
     intr: ObjId,
 }
 
+/// One of our clients' connections to a segment of another node.
+struct RemoteSeg {
+    client: ClientId,
+    peer: u32,
+    /// The owner node's id for this connection.
+    remote_conn: ObjId,
+    segment_id: u32,
+}
+
+/// One of our clients' connections to an interrupt of another node.
+struct RemoteIntr {
+    client: ClientId,
+    peer: u32,
+    remote_conn: ObjId,
+}
+
 #[derive(Default)]
 pub struct Registry {
     next_id: u64,
@@ -100,6 +118,10 @@ pub struct Registry {
     intrs: HashMap<ObjId, Intr>,
     intr_by_num: HashMap<(IntrKind, u32), ObjId>,
     intr_conns: HashMap<ObjId, IntrConn>,
+    remote_segs: HashMap<ObjId, RemoteSeg>,
+    remote_intrs: HashMap<ObjId, RemoteIntr>,
+    /// The cluster runtime, when this node is part of a cluster.
+    pub links: Option<Arc<crate::peers::Peers>>,
 }
 
 impl Registry {
@@ -123,6 +145,20 @@ impl Registry {
             }
             Err(TrySendError::Disconnected(_)) => {}
         }
+    }
+
+    fn node_of(&self, cfg: &Config, client: ClientId) -> u32 {
+        self.clients.get(&client).and_then(|c| c.node_id).unwrap_or(cfg.node_id)
+    }
+
+    pub fn set_client_node(&mut self, client: ClientId, node_id: u32) {
+        if let Some(c) = self.clients.get_mut(&client) {
+            c.node_id = Some(node_id);
+        }
+    }
+
+    pub fn send_to(&self, client: ClientId, out: Outgoing) {
+        self.send(client, out);
     }
 
     fn charge(&mut self, client: ClientId, max: usize) -> Result<(), SciError> {
@@ -215,7 +251,8 @@ impl Registry {
         let conn = self.new_id();
         self.seg_conns.insert(conn, SegConn { client, seg });
         self.segments.get_mut(&seg).expect("checked").conns.insert(conn);
-        self.send(owner, Outgoing::event(Event::LocalSegment { seg, reason: SegmentEvent::Connect, node_id: cfg.node_id }));
+        let from = self.node_of(cfg, client);
+        self.send(owner, Outgoing::event(Event::LocalSegment { seg, reason: SegmentEvent::Connect, node_id: from }));
         Ok(Outgoing {
             msg: reply_ok(0, Reply::Connected { conn, node_id: cfg.node_id, segment_id, size, remote: None }),
             fds: vec![fd],
@@ -228,7 +265,8 @@ impl Registry {
         if let Some(s) = self.segments.get_mut(&c.seg) {
             s.conns.remove(&conn);
             let owner = s.owner;
-            self.send(owner, Outgoing::event(Event::LocalSegment { seg: c.seg, reason: SegmentEvent::Disconnect, node_id: cfg.node_id }));
+            let from = self.node_of(cfg, c.client);
+            self.send(owner, Outgoing::event(Event::LocalSegment { seg: c.seg, reason: SegmentEvent::Disconnect, node_id: from }));
         }
     }
 
@@ -274,7 +312,7 @@ impl Registry {
         for conn in &i.conns {
             if let Some(c) = self.intr_conns.remove(conn) {
                 self.uncharge(c.client);
-                self.send(c.client, Outgoing::event(Event::InterruptGone { conn: *conn }));
+                self.send(c.client, Outgoing::event(Event::InterruptGone { conn: *conn, status: SciError::Ok }));
             }
         }
         self.uncharge(i.owner);
@@ -308,6 +346,106 @@ impl Registry {
         }
     }
 
+    // ---- connections to other nodes' objects -------------------------------
+
+    /// Record a granted remote segment and build the client's reply: a
+    /// fresh shadow memfd to map, plus how to reach the owner's memory.
+    pub fn add_remote_segment(
+        &mut self,
+        cfg: &Config,
+        client: ClientId,
+        peer: u32,
+        segment_id: u32,
+        grant: &vsci_proto::peer::RemoteSegmentGrant,
+        access: vsci_proto::RemoteAccess,
+    ) -> Result<Outgoing, SciError> {
+        if !self.clients.contains_key(&client) {
+            return Err(SciError::NoLinkAccess);
+        }
+        let shadow = memory::sealed_memfd(&format!("vsci-shadow-{peer}-{segment_id}"), grant.size).map_err(|_| SciError::Nospc)?;
+        self.charge(client, cfg.max_objects_per_client)?;
+        let conn = self.new_id();
+        self.remote_segs.insert(conn, RemoteSeg { client, peer, remote_conn: grant.conn, segment_id });
+        Ok(Outgoing {
+            msg: reply_ok(0, Reply::Connected { conn, node_id: peer, segment_id, size: grant.size, remote: Some(access) }),
+            fds: vec![shadow],
+        })
+    }
+
+    pub fn add_remote_interrupt(
+        &mut self,
+        cfg: &Config,
+        client: ClientId,
+        peer: u32,
+        remote_conn: ObjId,
+        trig: vsci_proto::RemoteTrigger,
+    ) -> Result<Outgoing, SciError> {
+        if !self.clients.contains_key(&client) {
+            return Err(SciError::NoLinkAccess);
+        }
+        self.charge(client, cfg.max_objects_per_client)?;
+        let conn = self.new_id();
+        self.remote_intrs.insert(conn, RemoteIntr { client, peer, remote_conn });
+        Ok(Outgoing { msg: reply_ok(0, Reply::InterruptConnected { conn, remote: Some(trig) }), fds: Vec::new() })
+    }
+
+    /// The owner node reports an event on one of our clients' connections.
+    pub fn remote_segment_event(&mut self, peer: u32, remote_conn: ObjId, reason: SegmentEvent) {
+        let Some((&conn, rec)) = self.remote_segs.iter().find(|(_, r)| r.peer == peer && r.remote_conn == remote_conn) else {
+            return;
+        };
+        let client = rec.client;
+        if reason == SegmentEvent::Lost {
+            self.remote_segs.remove(&conn);
+            self.uncharge(client);
+        }
+        self.send(client, Outgoing::event(Event::RemoteSegment { conn, reason, status: SciError::Ok }));
+    }
+
+    pub fn remote_interrupt_gone(&mut self, peer: u32, remote_conn: ObjId) {
+        let Some((&conn, rec)) = self.remote_intrs.iter().find(|(_, r)| r.peer == peer && r.remote_conn == remote_conn) else {
+            return;
+        };
+        let client = rec.client;
+        self.remote_intrs.remove(&conn);
+        self.uncharge(client);
+        self.send(client, Outgoing::event(Event::InterruptGone { conn, status: SciError::Ok }));
+    }
+
+    /// A node stopped answering: every connection to it is lost.
+    pub fn peer_down(&mut self, peer: u32) {
+        let segs: Vec<ObjId> = self.remote_segs.iter().filter(|(_, r)| r.peer == peer).map(|(k, _)| *k).collect();
+        for conn in segs {
+            let rec = self.remote_segs.remove(&conn).expect("listed");
+            self.uncharge(rec.client);
+            self.send(rec.client, Outgoing::event(Event::RemoteSegment { conn, reason: SegmentEvent::Lost, status: SciError::NodeNotResponding }));
+        }
+        let intrs: Vec<ObjId> = self.remote_intrs.iter().filter(|(_, r)| r.peer == peer).map(|(k, _)| *k).collect();
+        for conn in intrs {
+            let rec = self.remote_intrs.remove(&conn).expect("listed");
+            self.uncharge(rec.client);
+            self.send(rec.client, Outgoing::event(Event::InterruptGone { conn, status: SciError::NodeNotResponding }));
+        }
+    }
+
+    fn disconnect_remote_segment(&mut self, conn: ObjId) {
+        if let Some(rec) = self.remote_segs.remove(&conn) {
+            self.uncharge(rec.client);
+            if let Some(l) = &self.links {
+                l.send(rec.peer, vsci_proto::peer::PeerMsg::DisconnectSegment { conn: rec.remote_conn });
+            }
+        }
+    }
+
+    fn disconnect_remote_interrupt(&mut self, conn: ObjId) {
+        if let Some(rec) = self.remote_intrs.remove(&conn) {
+            self.uncharge(rec.client);
+            if let Some(l) = &self.links {
+                l.send(rec.peer, vsci_proto::peer::PeerMsg::DisconnectInterrupt { conn: rec.remote_conn });
+            }
+        }
+    }
+
     // ---- clients ----------------------------------------------------------
 
     /// Release everything a client holds and tell its peers. Called when
@@ -329,6 +467,14 @@ impl Registry {
         for c in iconns {
             self.disconnect_interrupt(c);
         }
+        let rsegs: Vec<ObjId> = self.remote_segs.iter().filter(|(_, r)| r.client == client).map(|(k, _)| *k).collect();
+        for c in rsegs {
+            self.disconnect_remote_segment(c);
+        }
+        let rintrs: Vec<ObjId> = self.remote_intrs.iter().filter(|(_, r)| r.client == client).map(|(k, _)| *k).collect();
+        for c in rintrs {
+            self.disconnect_remote_interrupt(c);
+        }
         if let Some(c) = self.clients.remove(&client) {
             info!("client {} (pid {}, uid {}, {:?}) gone", client, c.info.pid, c.info.uid, c.info.name);
         }
@@ -338,7 +484,7 @@ impl Registry {
         let id = self.new_id();
         let mut info = info;
         info.client = id;
-        self.clients.insert(id, ClientEntry { info, tx, sock, objects: 0, waiting: 0 });
+        self.clients.insert(id, ClientEntry { info, tx, sock, node_id: None, objects: 0, waiting: 0 });
         id
     }
 
@@ -387,7 +533,15 @@ impl Registry {
             .values()
             .map(|i| InterruptInfo { number: i.number, data: i.kind == IntrKind::Data, owner: i.owner, connections: i.conns.len() as u32 })
             .collect();
+        st.connections.extend(self.remote_segs.values().map(|r| ConnectionInfo { client: r.client, node_id: r.peer, segment_id: r.segment_id }));
         st.interrupts.sort_by_key(|i| (i.data, i.number));
+        if let Some(l) = &self.links {
+            let mut imports: HashMap<u32, u32> = HashMap::new();
+            for p in self.remote_segs.values().map(|r| r.peer).chain(self.remote_intrs.values().map(|r| r.peer)) {
+                *imports.entry(p).or_default() += 1;
+            }
+            st.peers = l.status(&imports);
+        }
         st
     }
 }
@@ -397,7 +551,7 @@ fn reply_ok(tag: u64, r: Reply) -> ServerMsg {
 }
 
 /// Fill in the request tag of a reply built by a handler.
-fn tagged(mut out: Outgoing, tag: u64) -> Outgoing {
+pub fn tagged(mut out: Outgoing, tag: u64) -> Outgoing {
     if let ServerMsg::Reply { tag: t, .. } = &mut out.msg {
         *t = tag;
     }
@@ -499,6 +653,12 @@ impl Node {
                 reg.remove_segment(seg);
                 done()
             }),
+            R::ConnectSegment { node_id, segment_id, timeout_ms } if reg.links.as_ref().is_some_and(|l| l.is_member(node_id)) => {
+                let links = reg.links.clone().expect("checked");
+                drop(reg);
+                links.connect_segment(Arc::clone(self), client, tag, node_id, segment_id, timeout_ms);
+                return Handled::Deferred;
+            }
             R::ConnectSegment { node_id, segment_id, timeout_ms } => {
                 match self.check_node(node_id).and_then(|()| reg.connect_segment(cfg, client, segment_id)) {
                     Err(SciError::NoSuchSegment | SciError::ConnectionRefused) if timeout_ms > 0 => {
@@ -509,9 +669,13 @@ impl Node {
                     r => r,
                 }
             }
-            R::DisconnectSegment { conn } => match reg.seg_conns.get(&conn) {
-                Some(c) if c.client == client => {
+            R::DisconnectSegment { conn } => match (reg.seg_conns.get(&conn), reg.remote_segs.get(&conn)) {
+                (Some(c), _) if c.client == client => {
                     reg.disconnect_segment(cfg, conn);
+                    Ok(done())
+                }
+                (_, Some(r)) if r.client == client => {
+                    reg.disconnect_remote_segment(conn);
                     Ok(done())
                 }
                 _ => Err(SciError::IllegalParameter),
@@ -528,6 +692,12 @@ impl Node {
                 }
                 _ => Err(SciError::IllegalParameter),
             },
+            R::ConnectInterrupt { kind, node_id, number, timeout_ms } if reg.links.as_ref().is_some_and(|l| l.is_member(node_id)) => {
+                let links = reg.links.clone().expect("checked");
+                drop(reg);
+                links.connect_interrupt(Arc::clone(self), client, tag, node_id, kind, number, timeout_ms);
+                return Handled::Deferred;
+            }
             R::ConnectInterrupt { kind, node_id, number, timeout_ms } => {
                 match self.check_node(node_id).and_then(|()| reg.connect_interrupt(cfg, client, kind, number)) {
                     Err(SciError::ConnectionRefused) if timeout_ms > 0 => {
@@ -538,14 +708,25 @@ impl Node {
                     r => r,
                 }
             }
-            R::DisconnectInterrupt { conn } => match reg.intr_conns.get(&conn) {
-                Some(c) if c.client == client => {
+            R::DisconnectInterrupt { conn } => match (reg.intr_conns.get(&conn), reg.remote_intrs.get(&conn)) {
+                (Some(c), _) if c.client == client => {
                     reg.disconnect_interrupt(conn);
+                    Ok(done())
+                }
+                (_, Some(r)) if r.client == client => {
+                    reg.disconnect_remote_interrupt(conn);
                     Ok(done())
                 }
                 _ => Err(SciError::IllegalParameter),
             },
-            R::ProbeNode { node_id } => Ok(simple(Reply::Probe { reachable: node_id == cfg.node_id })),
+            R::ProbeNode { node_id } => {
+                let reachable = node_id == cfg.node_id || reg.links.as_ref().is_some_and(|l| l.is_up(node_id));
+                if !reachable && reg.links.as_ref().is_some_and(|l| l.is_member(node_id)) {
+                    Err(SciError::NodeNotResponding)
+                } else {
+                    Ok(simple(Reply::Probe { reachable }))
+                }
+            }
             R::Status => Ok(simple(Reply::Status(Box::new(reg.status(cfg, self.started))))),
         };
         Handled::Reply(match result {

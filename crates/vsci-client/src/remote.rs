@@ -1,0 +1,478 @@
+//! Reaching other nodes' segments and interrupts over the RMA engine.
+//!
+//! A remote segment is mapped as a local *shadow* (a memfd the node gives
+//! us). The program's plain stores land in the shadow; a flusher ships them
+//! to the owner with RMA writes:
+//! - continuously in the background, so stores arrive with no call at all
+//!   (the classic "write data and flag, busy-wait on your own segment"
+//!   ping-pong works across hosts);
+//! - synchronously at `SCIFlush`, `SCIStoreBarrier`, `SCICheckSequence`,
+//!   `SCITriggerInterrupt`, `SCIMemCpy` and unmap, which therefore make
+//!   every earlier store visible at the owner before returning.
+//! Between two such points stores may arrive in any order, as through a
+//! write-combining PCIe window.
+//!
+//! Which bytes changed is found without the program's help: write-protect
+//! tracking of the shadow mapping (userfaultfd async write-protect plus
+//! PAGEMAP_SCAN, or a full compare where the kernel lacks them) gives the
+//! written pages, and a byte diff against a private twin of each page gives
+//! the changed runs, so only bytes this process stored are shipped and
+//! several writers can share a page without clobbering each other.
+//!
+//! Loads from a remote mapping read the shadow. It holds this process's own
+//! stores, and the owner's bytes as fetched when the map was made and, for
+//! maps up to `VSCI_REFRESH_MAX` bytes (default 1 MiB), refetched in the
+//! background (every `REFRESH_HOT` while the map is busy, `REFRESH_IDLE`
+//! when quiet). A refetch never overwrites a word this process
+//! stored since its last shipment: each word is replaced only by a
+//! compare-and-swap from the value last shipped. `SCIMemCpy` with
+//! `SCI_FLAG_BLOCK_READ` always reads fresh data from the owner.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use vsci_fabric::{Fabric, Peer, ProgressThread, RemoteRegion};
+use vsci_proto::peer::TriggerMsg;
+use vsci_proto::{RemoteAccess, SciError};
+
+use crate::Result;
+
+/// The process's RMA endpoint, opened on first use.
+pub(crate) struct Rma {
+    fabric: Fabric,
+    peers: Mutex<HashMap<Vec<u8>, Arc<Peer>>>,
+    _progress: ProgressThread,
+}
+
+static RMA: OnceLock<std::result::Result<Arc<Rma>, SciError>> = OnceLock::new();
+
+pub(crate) fn rma(provider: &str) -> Result<Arc<Rma>> {
+    RMA.get_or_init(|| {
+        let fabric = Fabric::open(provider, None).map_err(|e| {
+            log::error!("vsci: cannot open the RMA engine ({provider}): {e}");
+            SciError::NoRemoteLinkAccess
+        })?;
+        let progress = fabric.spawn_progress_thread();
+        Ok(Arc::new(Rma { fabric, peers: Mutex::new(HashMap::new()), _progress: progress }))
+    })
+    .clone()
+}
+
+impl Rma {
+    pub(crate) fn peer(&self, addr: &[u8]) -> Result<Arc<Peer>> {
+        let mut p = self.peers.lock().unwrap();
+        if let Some(peer) = p.get(addr) {
+            return Ok(peer.clone());
+        }
+        let peer = Arc::new(self.fabric.insert_peer(addr).map_err(|_| SciError::NoRemoteLinkAccess)?);
+        p.insert(addr.to_vec(), peer.clone());
+        Ok(peer)
+    }
+}
+
+/// The owner node's RMA engine, as seen from this process.
+#[derive(Clone)]
+pub(crate) struct Endpoint {
+    pub rma: Arc<Rma>,
+    pub peer: Arc<Peer>,
+}
+
+impl Endpoint {
+    pub(crate) fn new(provider: &str, addr: &[u8]) -> Result<Endpoint> {
+        let rma = rma(provider)?;
+        let peer = rma.peer(addr)?;
+        // The node granted us something just now: it is up (again).
+        rma.fabric.set_peer_down(&peer, false);
+        Ok(Endpoint { rma, peer })
+    }
+
+    fn set_down(&self) {
+        self.rma.fabric.set_peer_down(&self.peer, true);
+    }
+}
+
+/// Which endpoint each remote segment (by its event queue) and remote
+/// interrupt (by connection id) uses, so a "node not responding" event can
+/// stop every wait on that node.
+#[derive(Default)]
+struct Watch {
+    segments: HashMap<usize, Endpoint>,
+    interrupts: HashMap<vsci_proto::ObjId, Endpoint>,
+}
+
+static WATCH: OnceLock<Mutex<Watch>> = OnceLock::new();
+
+fn watch() -> &'static Mutex<Watch> {
+    WATCH.get_or_init(Default::default)
+}
+
+pub(crate) fn watch_segment(q: &Arc<crate::conn::EventQueue>, ep: &Endpoint) {
+    watch().lock().unwrap().segments.insert(Arc::as_ptr(q) as usize, ep.clone());
+}
+
+pub(crate) fn unwatch_segment(q: &Arc<crate::conn::EventQueue>) {
+    watch().lock().unwrap().segments.remove(&(Arc::as_ptr(q) as usize));
+}
+
+pub(crate) fn watch_interrupt(conn: vsci_proto::ObjId, ep: &Endpoint) {
+    watch().lock().unwrap().interrupts.insert(conn, ep.clone());
+}
+
+pub(crate) fn unwatch_interrupt(conn: vsci_proto::ObjId) {
+    watch().lock().unwrap().interrupts.remove(&conn);
+}
+
+/// The node behind this segment stopped answering.
+pub(crate) fn node_down_queue(q: &Arc<crate::conn::EventQueue>) {
+    if let Some(ep) = WATCH.get().and_then(|w| w.lock().unwrap().segments.get(&(Arc::as_ptr(q) as usize)).cloned()) {
+        ep.set_down();
+    }
+}
+
+/// The node behind this interrupt connection stopped answering.
+pub(crate) fn node_down(conn: vsci_proto::ObjId) {
+    if let Some(ep) = WATCH.get().and_then(|w| w.lock().unwrap().interrupts.get(&conn).cloned()) {
+        ep.set_down();
+    }
+}
+
+/// Keep a buffer alive forever when the RMA engine may still touch it.
+fn abandoned<T>(e: &vsci_fabric::Error, buf: T) {
+    if matches!(e, vsci_fabric::Error::Abandoned) {
+        std::mem::forget(buf);
+    }
+}
+
+/// Where a remote segment lives.
+pub(crate) struct RemoteTarget {
+    pub ep: Endpoint,
+    pub region: RemoteRegion,
+}
+
+impl RemoteTarget {
+    pub(crate) fn new(access: &RemoteAccess) -> Result<RemoteTarget> {
+        let ep = Endpoint::new(&access.provider, &access.fabric_addr)?;
+        let r = access.region;
+        Ok(RemoteTarget { ep, region: RemoteRegion { base: r.base, key: r.key, len: r.len } })
+    }
+
+    /// Fresh bytes from the owner. They land in a buffer of ours first: if
+    /// the node dies mid-read the engine may still write into it later, so
+    /// it must never be the caller's memory.
+    pub(crate) fn read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let mut bounce = vec![0u8; buf.len()];
+        match self.ep.rma.fabric.read(&self.ep.peer, &mut bounce, &self.region, offset) {
+            Ok(()) => {
+                buf.copy_from_slice(&bounce);
+                Ok(())
+            }
+            Err(e) => {
+                log::debug!("vsci: RMA read failed: {e}");
+                abandoned(&e, bounce);
+                Err(SciError::TransferFailed)
+            }
+        }
+    }
+}
+
+/// One map of a remote segment: its tracker and where to ship.
+pub(crate) struct RemoteMap {
+    target: Arc<RemoteTarget>,
+    /// Segment offset of the start of the (page-aligned) user mapping.
+    seg_off: u64,
+    /// `None` once closed (the tracker must go before the mapping does).
+    tracker: Mutex<Option<vsci_dirty::DiffTracker>>,
+    /// The untracked second mapping of the same bytes, and how many of them
+    /// lie inside the segment.
+    fill: usize,
+    valid: usize,
+    /// When the background refetch last ran, and whether it is due often.
+    last_refresh: Mutex<Instant>,
+    /// Set when the segment is lost: stop shipping.
+    pub(crate) failed: std::sync::atomic::AtomicBool,
+}
+
+// SAFETY: the tracker points into a mapping owned by the `Map` that owns
+// this `RemoteMap` (it closes the tracker before unmapping), and is only
+// used behind the mutex.
+unsafe impl Send for RemoteMap {}
+// SAFETY: as above.
+unsafe impl Sync for RemoteMap {}
+
+impl RemoteMap {
+    /// Track a fresh user mapping and fill it with the owner's current
+    /// content (written through `fill`, an untracked second mapping of the
+    /// shadow, so the fetch is not mistaken for our own stores).
+    pub(crate) fn new(target: Arc<RemoteTarget>, base: *mut u8, len: usize, seg_off: u64, valid: usize, fill: *mut u8) -> Result<Arc<RemoteMap>> {
+        // Fetch first, through the untracked mapping, then start tracking
+        // with the fetched bytes as the baseline: nothing is shipped back.
+        // SAFETY: `fill` maps the same `len` bytes of the shadow; `valid`
+        // <= len is the part inside the segment.
+        let dst = unsafe { std::slice::from_raw_parts_mut(fill, valid) };
+        target.read(dst, seg_off)?;
+        // SAFETY: `base..base+len` is a page-aligned MAP_SHARED mapping that
+        // the owning `Map` keeps alive until after `close()` drops the
+        // tracker.
+        let tracker = unsafe { vsci_dirty::DiffTracker::new(base, len, MERGE_GAP) }.map_err(|e| {
+            log::error!("vsci: cannot track stores to a remote map: {e}");
+            SciError::System
+        })?;
+        let m = Arc::new(RemoteMap {
+            target,
+            seg_off,
+            tracker: Mutex::new(Some(tracker)),
+            fill: fill as usize,
+            valid,
+            last_refresh: Mutex::new(Instant::now()),
+            failed: std::sync::atomic::AtomicBool::new(false),
+        });
+        flusher().add(&m);
+        Ok(m)
+    }
+
+    /// Ship every store made so far; returns after they are visible at
+    /// the owner, with whether there was anything to ship.
+    pub(crate) fn flush(&self) -> Result<bool> {
+        self.ship(true)
+    }
+
+    /// Ship stores from a snapshot consistent with the program's store
+    /// order, so a flag is never seen before the data stored ahead of it.
+    /// In the background (`sync` false) a snapshot that keeps changing under
+    /// our feet is simply retried next round; at a flush point the program's
+    /// own thread is not storing, so it settles, and if other threads keep
+    /// storing we ship what we have (their stores race with the flush
+    /// anyway).
+    fn ship(&self, sync: bool) -> Result<bool> {
+        if self.failed.load(Ordering::Relaxed) {
+            return Err(SciError::TransferFailed);
+        }
+        let mut runs = Vec::new();
+        let mut guard = self.tracker.lock().unwrap();
+        let Some(t) = guard.as_mut() else { return Ok(false) };
+        let snap = t.collect_consistent(&mut runs, if sync { 64 } else { 4 }).map_err(|_| SciError::System)?;
+        if snap.is_none() {
+            if !sync {
+                return Ok(true); // busy: come back soon
+            }
+            t.collect(&mut runs).map_err(|_| SciError::System)?;
+        }
+        if runs.is_empty() {
+            return Ok(false);
+        }
+        // Ship the twin's bytes, not the mapping's: they are exactly what
+        // the diff recorded as sent, so a later store of an old value is
+        // still seen as a change.
+        let ops: Vec<(&[u8], u64)> = runs.iter().map(|&run| (t.twin_range(run), self.seg_off + run.0 as u64)).collect();
+        let r = self.target.ep.rma.fabric.write_many(&self.target.ep.peer, &ops, &self.target.region);
+        drop(ops);
+        match r {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                log::warn!("RMA write to node failed ({e}); stores to this map are no longer shipped");
+                self.failed.store(true, Ordering::Relaxed);
+                // The engine may still read the twin: never free it.
+                abandoned(&e, guard.take());
+                Err(SciError::TransferFailed)
+            }
+        }
+    }
+
+    /// Refetch the owner's bytes into the shadow, never overwriting a word
+    /// this process stored since its last shipment. Returns whether
+    /// anything changed.
+    pub(crate) fn refresh(&self) -> Result<bool> {
+        if self.failed.load(Ordering::Relaxed) || self.valid > refresh_max() {
+            return Ok(false);
+        }
+        let mut fresh = vec![0u8; self.valid];
+        // Ship our stores first, so the twin is what the owner has from us.
+        self.flush()?;
+        self.target.read(&mut fresh, self.seg_off)?;
+        let mut guard = self.tracker.lock().unwrap();
+        let Some(t) = guard.as_mut() else { return Ok(false) };
+        let twin = t.twin();
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        let words = self.valid / 8;
+        for w in 0..words {
+            let (a, b) = (w * 8, w * 8 + 8);
+            if fresh[a..b] == twin[a..b] {
+                continue;
+            }
+            let old = u64::from_ne_bytes(twin[a..b].try_into().expect("8 bytes"));
+            let new = u64::from_ne_bytes(fresh[a..b].try_into().expect("8 bytes"));
+            // SAFETY: `fill + a` is 8-byte aligned (the mapping is page
+            // aligned) and inside the fill mapping, which lives as long as
+            // the tracker does (we hold it). The memory is shared with the
+            // program's own stores, hence the atomic.
+            let cell = unsafe { &*((self.fill + a) as *const std::sync::atomic::AtomicU64) };
+            if cell.compare_exchange(old, new, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                match runs.last_mut() {
+                    Some(r) if r.0 + r.1 == a => r.1 += 8,
+                    _ => runs.push((a, 8)),
+                }
+            }
+        }
+        for i in words * 8..self.valid {
+            if fresh[i] == twin[i] {
+                continue;
+            }
+            // SAFETY: as above, one byte.
+            let cell = unsafe { &*((self.fill + i) as *const std::sync::atomic::AtomicU8) };
+            if cell.compare_exchange(twin[i], fresh[i], Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                runs.push((i, 1));
+            }
+        }
+        for &(off, len) in &runs {
+            t.note_external_data(off, &fresh[off..off + len]).map_err(|_| SciError::System)?;
+        }
+        *self.last_refresh.lock().unwrap() = Instant::now();
+        Ok(!runs.is_empty())
+    }
+
+    fn refresh_due(&self, hot: bool) -> bool {
+        let every = if hot { REFRESH_HOT } else { REFRESH_IDLE };
+        self.valid <= refresh_max() && self.last_refresh.lock().unwrap().elapsed() >= every
+    }
+
+    /// Stop tracking (before the mapping goes away).
+    pub(crate) fn close(&self) {
+        *self.tracker.lock().unwrap() = None;
+    }
+}
+
+/// How often a busy map is refetched, and an idle one.
+const REFRESH_HOT: Duration = Duration::from_millis(1);
+const REFRESH_IDLE: Duration = Duration::from_millis(5);
+
+/// Largest map refetched in the background (`VSCI_REFRESH_MAX` bytes).
+fn refresh_max() -> usize {
+    static MAX: OnceLock<usize> = OnceLock::new();
+    *MAX.get_or_init(|| std::env::var("VSCI_REFRESH_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 20))
+}
+
+/// Unchanged bytes between two changed runs shorter than this are shipped
+/// with them (one RMA write instead of two). They carry this process's view
+/// of those bytes, so a peer's store to them in the same instant could be
+/// overwritten; 16 bytes keeps that window within a few words of our own
+/// stores.
+const MERGE_GAP: usize = 16;
+
+/// Ships stores of every remote map of the process in the background.
+pub(crate) struct Flusher {
+    maps: Mutex<Vec<Weak<RemoteMap>>>,
+    count: AtomicUsize,
+}
+
+static FLUSHER: OnceLock<Arc<Flusher>> = OnceLock::new();
+
+pub(crate) fn flusher() -> &'static Arc<Flusher> {
+    FLUSHER.get_or_init(|| {
+        let f = Arc::new(Flusher { maps: Mutex::new(Vec::new()), count: AtomicUsize::new(0) });
+        let g = f.clone();
+        std::thread::Builder::new().name("vsci-flusher".into()).spawn(move || g.run()).expect("spawn flusher");
+        f
+    })
+}
+
+/// Are there remote maps at all? (Lets local-only programs skip flushing.)
+pub(crate) fn any_remote_maps() -> bool {
+    FLUSHER.get().is_some_and(|f| f.count.load(Ordering::Relaxed) > 0)
+}
+
+/// Make every store to every remote map visible at its owner.
+pub(crate) fn flush_all() -> Result<()> {
+    if !any_remote_maps() {
+        return Ok(());
+    }
+    flusher().flush_all()
+}
+
+impl Flusher {
+    fn add(&self, m: &Arc<RemoteMap>) {
+        let mut v = self.maps.lock().unwrap();
+        v.retain(|w| w.strong_count() > 0);
+        v.push(Arc::downgrade(m));
+        self.count.store(v.len(), Ordering::Relaxed);
+    }
+
+    pub(crate) fn remove(&self, m: &Arc<RemoteMap>) {
+        let mut v = self.maps.lock().unwrap();
+        v.retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), Arc::as_ptr(m)));
+        self.count.store(v.len(), Ordering::Relaxed);
+    }
+
+    fn live(&self) -> Vec<Arc<RemoteMap>> {
+        self.maps.lock().unwrap().iter().filter_map(Weak::upgrade).collect()
+    }
+
+    fn flush_all(&self) -> Result<()> {
+        let mut result = Ok(());
+        for m in self.live() {
+            if let Err(e) = m.flush() {
+                result = Err(e);
+            }
+        }
+        result
+    }
+
+    /// Background shipping. After activity it checks again every few
+    /// microseconds for a while (a ping-pong's next message comes soon);
+    /// when idle it backs off so an idle process costs almost nothing.
+    ///
+    /// It sleeps rather than spins even when busy: the program's own thread
+    /// is usually busy-waiting on its segment, and on a machine with few
+    /// cores a spinning or yielding flusher only runs when the scheduler
+    /// preempts that thread (milliseconds), while a thread waking from a
+    /// short sleep is run promptly.
+    fn run(self: Arc<Self>) {
+        const HOT: Duration = Duration::from_millis(20);
+        const HOT_SLEEP: Duration = Duration::from_micros(10);
+        // SAFETY: prctl(PR_SET_TIMERSLACK) only changes this thread's timer
+        // slack; 1 ns lets the short sleeps below be short.
+        unsafe {
+            libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64);
+        }
+        let mut last_activity = Instant::now();
+        let mut sleep = HOT_SLEEP;
+        loop {
+            let maps = self.live();
+            let mut shipped = false;
+            let hot = last_activity.elapsed() < HOT;
+            for m in &maps {
+                if m.failed.load(Ordering::Relaxed) {
+                    continue;
+                }
+                shipped |= m.ship(false).unwrap_or(false);
+                if m.refresh_due(hot) {
+                    shipped |= m.refresh().unwrap_or(false);
+                }
+            }
+            drop(maps);
+            if shipped {
+                last_activity = Instant::now();
+                sleep = HOT_SLEEP;
+            }
+            if last_activity.elapsed() < HOT {
+                std::thread::sleep(HOT_SLEEP);
+            } else {
+                std::thread::sleep(sleep);
+                sleep = (sleep * 2).min(Duration::from_millis(1));
+            }
+        }
+    }
+}
+
+/// Send a trigger (plain or with data) to a remote interrupt, after making
+/// every earlier store visible at its owner.
+pub(crate) fn send_trigger(ep: &Endpoint, token: u64, data: Option<&[u8]>) -> Result<()> {
+    flush_all()?;
+    let msg = postcard::to_stdvec(&TriggerMsg { token, data: data.map(<[u8]>::to_vec) }).map_err(|_| SciError::System)?;
+    ep.rma.fabric.send(&ep.peer, &msg).map_err(|e| {
+        log::debug!("vsci: trigger send failed: {e}");
+        abandoned(&e, msg);
+        SciError::NotConnected
+    })
+}

@@ -1,0 +1,1422 @@
+//! Small safe API over libfabric for vsci's remote data path.
+//!
+//! One [`Fabric`] is one reliable-datagram (`FI_EP_RDM`) endpoint with its
+//! own domain, address vector and completion queue. Owners register memory
+//! ([`Fabric::register`]) and hand the resulting [`RemoteRegion`] to peers;
+//! initiators insert the owner's address ([`Fabric::insert_peer`]) and use
+//! blocking [`Fabric::write`] / [`Fabric::read`] / [`Fabric::write_many`].
+//! Small messages go through [`Fabric::send`] and [`Fabric::recv_timeout`].
+//!
+//! Progress: the software providers (`tcp;ofi_rxm`, `sockets`, ...) move data
+//! only while someone polls the completion queue, on the initiator *and* on
+//! the target. Blocking calls poll for themselves; an owner that only serves
+//! incoming RMA keeps a [`ProgressThread`] alive ([`Fabric::spawn_progress_thread`]).
+//!
+//! All handles are `Send + Sync`: the domain is opened `FI_THREAD_SAFE`, so
+//! several threads may post and poll at once, and any thread's poll completes
+//! any thread's operation.
+//!
+//! README.md records what libfabric 1.17 on Debian 12 was measured to do
+//! (delivery, progress, refused accesses, latency and bandwidth).
+
+mod ffi;
+
+use std::collections::VecDeque;
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Largest message [`Fabric::send`] accepts; receive buffers have this size.
+pub const MAX_MSG: usize = 4096;
+/// Receive buffers kept posted. Senders beyond this are buffered by the
+/// provider (rxm keeps unexpected messages), not dropped.
+const RECV_BUFFERS: usize = 64;
+/// The default provider: TCP sockets underneath, RDM semantics and RMA
+/// emulation from the rxm utility layer.
+pub const DEFAULT_PROVIDER: &str = "tcp;ofi_rxm";
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A libfabric call failed when it was made.
+    #[error("{call}: {msg} (libfabric error {code})")]
+    Call {
+        call: &'static str,
+        code: i32,
+        msg: String,
+    },
+    /// An operation was accepted but completed with an error
+    /// (bad key, out-of-range at the target, connection lost, ...).
+    #[error("operation failed: {msg} (libfabric error {code}, provider error {prov_errno})")]
+    Completion {
+        code: i32,
+        prov_errno: i32,
+        msg: String,
+    },
+    #[error("access of {len} bytes at offset {offset} is outside the remote region of {region_len} bytes")]
+    OutOfRange {
+        offset: u64,
+        len: u64,
+        region_len: u64,
+    },
+    #[error("message of {0} bytes exceeds the limit of {MAX_MSG} bytes")]
+    MessageTooLarge(usize),
+    #[error("invalid argument: {0}")]
+    Invalid(&'static str),
+    /// The provider kept refusing to accept the operation (FI_EAGAIN): on
+    /// tcp;ofi_rxm this is what a peer that is gone or never existed looks
+    /// like. Nothing was posted.
+    #[error("{call}: peer unreachable (provider busy for {}s)", .waited.as_secs())]
+    Unreachable {
+        call: &'static str,
+        waited: Duration,
+    },
+    /// The peer was marked down ([`Fabric::set_peer_down`]) before the
+    /// operation was posted. Nothing was posted.
+    #[error("peer is down")]
+    PeerDown,
+    /// The peer was marked down while the operation was in flight and we
+    /// stopped waiting for it. The provider may still read or write the
+    /// buffers given to that call: the caller must keep them alive for the
+    /// life of the process (leak them).
+    #[error("peer went down with the operation in flight")]
+    Abandoned,
+}
+
+fn strerror(code: i32) -> String {
+    // SAFETY: fi_strerror returns a pointer to a static NUL-terminated string
+    // for any input value.
+    unsafe { CStr::from_ptr(ffi::vf_strerror(code)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn check(call: &'static str, ret: isize) -> Result<()> {
+    if ret >= 0 {
+        return Ok(());
+    }
+    let code = (-ret) as i32;
+    Err(Error::Call {
+        call,
+        code,
+        msg: strerror(code),
+    })
+}
+
+/// How a write is made *delivered* (visible in the target's memory) before
+/// the blocking call returns. See [`Fabric::delivery`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// Each write carries `FI_DELIVERY_COMPLETE`: its completion is reported
+    /// only after the target placed the data.
+    DeliveryComplete,
+    /// Writes complete when sent; a final small read of the last written
+    /// byte, ordered after the writes by `FI_ORDER_RAW`, proves they landed.
+    /// Needs remote read access on the region.
+    ReadAfterWrite,
+}
+
+/// Opaque identity of a peer in this fabric's address vector; what
+/// [`Message::from`] reports when the provider knows the sender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PeerId(u64);
+
+/// Everything a peer needs to access a registered region: sent by the owner
+/// over vsci's authenticated control link, used by the initiator with an
+/// offset. `base` already accounts for the provider's addressing mode
+/// (virtual address with `FI_MR_VIRT_ADDR`, 0 otherwise).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RemoteRegion {
+    pub base: u64,
+    pub key: u64,
+    pub len: u64,
+}
+
+impl RemoteRegion {
+    fn addr(&self, offset: u64, len: usize) -> Result<u64> {
+        let len = len as u64;
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(self.base.wrapping_add(offset)),
+            _ => Err(Error::OutOfRange {
+                offset,
+                len,
+                region_len: self.len,
+            }),
+        }
+    }
+}
+
+/// A received message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub data: Vec<u8>,
+    /// The sender, if the provider reports sources (`FI_SOURCE`; both
+    /// `tcp;ofi_rxm` and `sockets` of libfabric 1.17 do) and the sender is in
+    /// our address vector; `None` for senders we have not inserted. This is
+    /// the provider's view of the connection, not an authenticated identity:
+    /// protocols that need to know who spoke rely on vsci's control links or
+    /// carry the sender's identity in the payload.
+    pub from: Option<PeerId>,
+}
+
+/// Which libfabric attributes were granted; for logs and benchmarks.
+#[derive(Debug, Clone)]
+pub struct Info {
+    pub provider: String,
+    pub mr_mode: u64,
+    pub mr_key_size: u64,
+    pub msg_order: u64,
+    /// Runs per write operation in [`Fabric::write_many`].
+    pub iov_limit: usize,
+    pub auto_progress: bool,
+    pub source: bool,
+    pub cq_wait: bool,
+    pub delivery: Delivery,
+}
+
+// ---------------------------------------------------------------------------
+
+/// Completion bookkeeping for one blocking call: how many of its operations
+/// are still in flight and the first error. Each posted operation owns one
+/// strong count (its context pointer comes from `Arc::into_raw`), so the slot
+/// outlives the call even if a completion is dispatched by another thread.
+struct OpSlot {
+    pending: AtomicUsize,
+    error: Mutex<Option<Error>>,
+}
+
+impl OpSlot {
+    fn new() -> Arc<OpSlot> {
+        Arc::new(OpSlot {
+            pending: AtomicUsize::new(0),
+            error: Mutex::new(None),
+        })
+    }
+
+    fn fail(&self, e: Error) {
+        let mut g = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            *g = Some(e);
+        }
+    }
+
+    fn take_error(&self) -> Option<Error> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// Receive contexts are tagged with the low bit so they cannot be confused
+/// with `OpSlot` pointers, which are at least 8-byte aligned.
+fn recv_context(index: usize) -> *mut c_void {
+    ((index << 1) | 1) as *mut c_void
+}
+
+struct RecvPool {
+    buf: *mut u8,
+    mr: *mut ffi::FidMr,
+    desc: *mut c_void,
+}
+
+struct Inner {
+    ctx: *mut ffi::VfCtx,
+    info: Info,
+    address: Vec<u8>,
+    pool: RecvPool,
+    rx: Mutex<VecDeque<Message>>,
+    rx_cv: Condvar,
+    /// Receive buffers whose re-post hit FI_EAGAIN; retried on the next poll.
+    repost: Mutex<Vec<usize>>,
+    /// Progress threads running; receivers then sleep on `rx_cv` instead of
+    /// polling themselves.
+    progress_threads: AtomicUsize,
+    /// Peers (fi_addr) the caller declared down: a silently cut link never
+    /// completes operations on its own (TCP retransmits for many minutes),
+    /// so waits on them are abandoned instead.
+    down: Mutex<std::collections::HashSet<u64>>,
+}
+
+// SAFETY: the raw pointers are libfabric objects opened with FI_THREAD_SAFE
+// (every call on them may come from any thread concurrently) and the receive
+// pool, which only the provider writes and only the completion path reads.
+unsafe impl Send for Inner {}
+// SAFETY: as above; all Rust-side shared state is behind atomics or mutexes.
+unsafe impl Sync for Inner {}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // SAFETY: all MemRegions and Peers hold an Arc<Inner>, so none is left;
+        // the endpoint is closed before the pool MR and the pool is freed only
+        // after everything that could write into it is closed.
+        unsafe {
+            ffi::vf_close(self.ctx, self.pool.mr);
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.pool.buf,
+                RECV_BUFFERS * MAX_MSG,
+            )));
+        }
+    }
+}
+
+/// A libfabric endpoint. Cheap to clone (shared handle).
+#[derive(Clone)]
+pub struct Fabric {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Fabric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fabric")
+            .field("info", &self.inner.info)
+            .finish()
+    }
+}
+
+/// Options for [`Fabric::open_with`].
+#[derive(Debug, Clone)]
+pub struct OpenOptions {
+    pub provider: String,
+    pub bind: Option<String>,
+    /// Force a delivery method (benchmarks and tests); `None` picks one.
+    pub delivery: Option<Delivery>,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            provider: DEFAULT_PROVIDER.into(),
+            bind: None,
+            delivery: None,
+        }
+    }
+}
+
+const BASE_CAPS: u64 = ffi::FI_MSG
+    | ffi::FI_RMA
+    | ffi::FI_READ
+    | ffi::FI_WRITE
+    | ffi::FI_REMOTE_READ
+    | ffi::FI_REMOTE_WRITE
+    | ffi::FI_SEND
+    | ffi::FI_RECV;
+
+/// The registration modes this crate knows how to honour. `FI_MR_PROV_KEY`
+/// is offered only as a fallback: provider-chosen keys are often sequential
+/// (libfabric's util MR map counts up), and keys are meant to be unguessable.
+const MR_MODES: u64 =
+    ffi::FI_MR_LOCAL | ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_ALLOCATED | ffi::FI_MR_ENDPOINT;
+
+impl Fabric {
+    /// Opens an RDM endpoint on `provider` (e.g. `"tcp;ofi_rxm"`, `"sockets"`),
+    /// bound to the local IP address `bind` if given; the port is chosen by
+    /// the provider and is part of [`Fabric::address`].
+    pub fn open(provider: &str, bind: Option<&str>) -> Result<Fabric> {
+        Fabric::open_with(&OpenOptions {
+            provider: provider.into(),
+            bind: bind.map(Into::into),
+            delivery: None,
+        })
+    }
+
+    pub fn open_with(o: &OpenOptions) -> Result<Fabric> {
+        let prov = CString::new(o.provider.as_str())
+            .map_err(|_| Error::Invalid("provider name contains NUL"))?;
+        let node = match &o.bind {
+            Some(b) => Some(
+                CString::new(b.as_str())
+                    .map_err(|_| Error::Invalid("bind address contains NUL"))?,
+            ),
+            None => None,
+        };
+        // Most wanted first; each fallback drops one wish. FI_SOURCE lets
+        // receivers learn the sender; RAW ordering is what ReadAfterWrite
+        // relies on.
+        let order = ffi::FI_ORDER_RAW | ffi::FI_ORDER_RMA_RAW;
+        let attempts = [
+            (BASE_CAPS | ffi::FI_SOURCE, order, MR_MODES),
+            (BASE_CAPS, order, MR_MODES),
+            (
+                BASE_CAPS | ffi::FI_SOURCE,
+                order,
+                MR_MODES | ffi::FI_MR_PROV_KEY,
+            ),
+            (BASE_CAPS, order, MR_MODES | ffi::FI_MR_PROV_KEY),
+            (BASE_CAPS, 0, MR_MODES | ffi::FI_MR_PROV_KEY),
+        ];
+        let mut last = 0;
+        for (caps, msg_order, mr_mode) in attempts {
+            let hints = ffi::VfHints {
+                prov_name: prov.as_ptr(),
+                node: node.as_ref().map_or(std::ptr::null(), |n| n.as_ptr()),
+                caps,
+                tx_msg_order: msg_order,
+                tx_op_flags: 0,
+                mr_mode,
+                want_cq_wait: 1,
+            };
+            let mut ctx = std::ptr::null_mut();
+            // SAFETY: VfAttrs is plain data, all-zero is a valid value.
+            let mut attrs: ffi::VfAttrs = unsafe { std::mem::zeroed() };
+            // SAFETY: hints points to valid C strings that outlive the call;
+            // ctx and attrs are valid out-pointers.
+            let ret = unsafe { ffi::vf_open(&hints, &mut ctx, &mut attrs) };
+            if ret == 0 {
+                return Fabric::finish_open(ctx, attrs, o);
+            }
+            last = -ret;
+            log::debug!(
+                "fi_getinfo/open {}: caps {caps:#x} order {msg_order:#x} mr_mode {mr_mode:#x}: {}",
+                o.provider,
+                strerror(last)
+            );
+        }
+        Err(Error::Call {
+            call: "fi_getinfo",
+            code: last,
+            msg: format!("{} (provider {:?})", strerror(last), o.provider),
+        })
+    }
+
+    fn finish_open(ctx: *mut ffi::VfCtx, a: ffi::VfAttrs, o: &OpenOptions) -> Result<Fabric> {
+        // SAFETY: the shim NUL-terminates prov_name within its 64 bytes.
+        let provider = unsafe { CStr::from_ptr(a.prov_name.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        let has_raw = a.tx_msg_order & (ffi::FI_ORDER_RAW | ffi::FI_ORDER_RMA_RAW) != 0;
+        let delivery = o.delivery.unwrap_or(Delivery::DeliveryComplete);
+        if delivery == Delivery::ReadAfterWrite && !has_raw {
+            // SAFETY: ctx came from a successful vf_open and is not used again.
+            unsafe { ffi::vf_close(ctx, std::ptr::null_mut()) };
+            return Err(Error::Invalid("provider does not order reads after writes"));
+        }
+        let info = Info {
+            provider,
+            mr_mode: a.mr_mode,
+            mr_key_size: a.mr_key_size,
+            msg_order: a.tx_msg_order,
+            iov_limit: (a.iov_limit as usize).clamp(1, ffi::VF_MAX_IOV),
+            auto_progress: a.data_progress == ffi::FI_PROGRESS_AUTO,
+            source: a.caps & ffi::FI_SOURCE != 0,
+            cq_wait: a.cq_wait != 0,
+            delivery,
+        };
+        log::info!("libfabric endpoint: {info:?}");
+
+        let buf = Box::into_raw(vec![0u8; RECV_BUFFERS * MAX_MSG].into_boxed_slice()) as *mut u8;
+        // From here on Inner's Drop owns ctx and the pool, also on error.
+        let mut inner = Inner {
+            ctx,
+            info,
+            address: Vec::new(),
+            pool: RecvPool {
+                buf,
+                mr: std::ptr::null_mut(),
+                desc: std::ptr::null_mut(),
+            },
+            rx: Mutex::new(VecDeque::new()),
+            rx_cv: Condvar::new(),
+            repost: Mutex::new(Vec::new()),
+            progress_threads: AtomicUsize::new(0),
+            down: Mutex::new(std::collections::HashSet::new()),
+        };
+        let mut addr = vec![0u8; 256];
+        let mut len = addr.len();
+        // SAFETY: addr is writable for len bytes; the shim writes at most len
+        // and reports the real length.
+        let ret = unsafe { ffi::vf_getname(ctx, addr.as_mut_ptr().cast(), &mut len) };
+        check("fi_getname", ret as isize)?;
+        addr.truncate(len);
+        inner.address = addr;
+        if inner.info.mr_mode & ffi::FI_MR_LOCAL != 0 {
+            let (mr, _key, desc) = inner.reg_raw(buf, RECV_BUFFERS * MAX_MSG, ffi::FI_RECV)?;
+            inner.pool.mr = mr;
+            inner.pool.desc = desc;
+        }
+        for i in 0..RECV_BUFFERS {
+            inner.post_recv(i)?;
+        }
+        Ok(Fabric {
+            inner: Arc::new(inner),
+        })
+    }
+
+    pub fn info(&self) -> &Info {
+        &self.inner.info
+    }
+
+    /// How writes are made delivered before they return.
+    ///
+    /// Measured on Debian 12's libfabric 1.17 `tcp;ofi_rxm` (tests/fabric.rs
+    /// `write_waits_for_delivery`): a plain write completes about 0.1 ms
+    /// after posting even if the target never progresses, and the data is
+    /// not in the target's memory. With `FI_DELIVERY_COMPLETE` the
+    /// completion waits until the target has progressed and placed the data,
+    /// so that is the default. The RAW-ordered read fence works too but is
+    /// slower, with millisecond outliers (crate README).
+    pub fn delivery(&self) -> Delivery {
+        self.inner.info.delivery
+    }
+
+    /// Our endpoint address (fi_getname), to be sent to peers.
+    pub fn address(&self) -> Vec<u8> {
+        self.inner.address.clone()
+    }
+
+    /// Adds a peer by the address it sent us. Dropping the [`Peer`] removes it
+    /// (fi_av_remove).
+    pub fn insert_peer(&self, addr: &[u8]) -> Result<Peer> {
+        // Providers read a fixed-size address (sockaddr_in here) from the
+        // pointer, so a short buffer from a malformed message must not reach
+        // them.
+        if addr.len() != self.inner.address.len() {
+            return Err(Error::Invalid("peer address has the wrong length"));
+        }
+        let mut fi_addr = ffi::FI_ADDR_NOTAVAIL;
+        // SAFETY: addr is readable for the provider's address size (checked
+        // above); fi_addr is a valid out-pointer.
+        let ret = unsafe { ffi::vf_av_insert(self.inner.ctx, addr.as_ptr().cast(), &mut fi_addr) };
+        if ret != 1 || fi_addr == ffi::FI_ADDR_NOTAVAIL {
+            let code = if ret < 0 { -ret } else { libc::EINVAL };
+            return Err(Error::Call {
+                call: "fi_av_insert",
+                code,
+                msg: strerror(code),
+            });
+        }
+        Ok(Peer {
+            inner: self.inner.clone(),
+            fi_addr,
+        })
+    }
+
+    /// Registers `len` bytes at `ptr` for remote access.
+    ///
+    /// Keys: unless the provider insists on choosing them (FI_MR_PROV_KEY),
+    /// we request a random key, so a key is an unguessable capability. Keys
+    /// are only ever disclosed over vsci's authenticated control links.
+    ///
+    /// # Safety
+    /// The memory must stay allocated and mapped until the returned
+    /// [`MemRegion`] is dropped. Peers may write it at any time while it is
+    /// registered, so the owner must treat it as shared memory (volatile or
+    /// atomic accesses, no `&mut` references held across such writes).
+    pub unsafe fn register(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        remote_write: bool,
+        remote_read: bool,
+    ) -> Result<MemRegion> {
+        if ptr.is_null() || len == 0 {
+            return Err(Error::Invalid("empty or null region"));
+        }
+        let mut access = ffi::FI_WRITE | ffi::FI_READ | ffi::FI_SEND | ffi::FI_RECV;
+        if remote_write {
+            access |= ffi::FI_REMOTE_WRITE;
+        }
+        if remote_read || self.inner.info.delivery == Delivery::ReadAfterWrite {
+            // ReadAfterWrite proves delivery by reading back the last byte
+            // written, which needs remote read on every writable region.
+            access |= ffi::FI_REMOTE_READ;
+        }
+        let (mr, key, _desc) = self.inner.reg_raw(ptr, len, access)?;
+        let base = if self.inner.info.mr_mode & ffi::FI_MR_VIRT_ADDR != 0 {
+            ptr as u64
+        } else {
+            0
+        };
+        Ok(MemRegion {
+            _inner: self.inner.clone(),
+            mr,
+            remote: RemoteRegion {
+                base,
+                key,
+                len: len as u64,
+            },
+        })
+    }
+
+    /// Writes `local` to `remote` at `offset`; returns once the data is
+    /// visible in the target's memory.
+    pub fn write(
+        &self,
+        peer: &Peer,
+        local: &[u8],
+        remote: &RemoteRegion,
+        offset: u64,
+    ) -> Result<()> {
+        self.write_many(peer, &[(local, offset)], remote)
+    }
+
+    /// Posts all writes (`(local data, offset in remote)`), then waits for
+    /// all; returns once every one is visible in the target's memory. On
+    /// error, every write already posted has still completed (successfully or
+    /// not) before this returns, so the borrowed buffers are free again.
+    pub fn write_many(
+        &self,
+        peer: &Peer,
+        runs: &[(&[u8], u64)],
+        remote: &RemoteRegion,
+    ) -> Result<()> {
+        self.check_peer(peer)?;
+        self.check_up(peer)?;
+        retry_reconnect(|| self.write_many_once(peer, runs, remote))
+    }
+
+    fn write_many_once(
+        &self,
+        peer: &Peer,
+        runs: &[(&[u8], u64)],
+        remote: &RemoteRegion,
+    ) -> Result<()> {
+        // Validate everything first so that a bad run posts nothing.
+        let mut ops = Vec::with_capacity(runs.len());
+        for &(buf, off) in runs {
+            let raddr = remote.addr(off, buf.len())?;
+            if !buf.is_empty() {
+                ops.push((buf, raddr));
+            }
+        }
+        let Some(&(last_buf, last_raddr)) = ops.last() else {
+            return Ok(());
+        };
+        let inner = &*self.inner;
+        let flags = match inner.info.delivery {
+            Delivery::DeliveryComplete => ffi::FI_COMPLETION | ffi::FI_DELIVERY_COMPLETE,
+            Delivery::ReadAfterWrite => ffi::FI_COMPLETION,
+        };
+        let slot = OpSlot::new();
+        let mut locals = Vec::new();
+        let mut probe = [0u8; 1];
+        let mut result = Ok(());
+        // Several runs per operation: the per-operation cost dominates small
+        // runs (measured about 5-6 µs per operation on tcp;ofi_rxm here).
+        for chunk in ops.chunks(inner.info.iov_limit) {
+            result = (|| {
+                let mut iov = [libc::iovec {
+                    iov_base: std::ptr::null_mut(),
+                    iov_len: 0,
+                }; ffi::VF_MAX_IOV];
+                let mut desc = [std::ptr::null_mut(); ffi::VF_MAX_IOV];
+                let mut raddr = [0u64; ffi::VF_MAX_IOV];
+                for (i, &(buf, addr)) in chunk.iter().enumerate() {
+                    iov[i] = libc::iovec {
+                        iov_base: buf.as_ptr() as *mut c_void,
+                        iov_len: buf.len(),
+                    };
+                    desc[i] = inner.local_desc(
+                        buf.as_ptr() as *mut u8,
+                        buf.len(),
+                        ffi::FI_WRITE,
+                        &mut locals,
+                    )?;
+                    raddr[i] = addr;
+                }
+                inner.post(&slot, "fi_writemsg", |ctx| {
+                    // SAFETY: the buffers stay borrowed and their
+                    // registrations stay in `locals` until wait_slot below
+                    // has seen every posted operation complete; the arrays
+                    // hold chunk.len() <= iov_limit valid entries.
+                    unsafe {
+                        ffi::vf_writev(
+                            inner.ctx,
+                            iov.as_ptr(),
+                            desc.as_mut_ptr(),
+                            raddr.as_ptr(),
+                            chunk.len(),
+                            peer.fi_addr,
+                            remote.key,
+                            ctx,
+                            flags,
+                        )
+                    }
+                })
+            })();
+            if result.is_err() {
+                break;
+            }
+        }
+        if result.is_ok() && inner.info.delivery == Delivery::ReadAfterWrite {
+            // FI_ORDER_RAW: the target serves this read after every earlier
+            // write from us, so its completion proves they landed.
+            let raddr = last_raddr + last_buf.len() as u64 - 1;
+            result = inner.post_read(&slot, peer, &mut probe, raddr, remote.key, &mut locals);
+        }
+        let waited = inner.wait_slot(&slot, peer.fi_addr);
+        abandon_locals(&waited, locals);
+        result.and(waited)
+    }
+
+    /// Declare a peer down (its node stopped answering) or up again.
+    /// Operations to a down peer fail with [`Error::PeerDown`] without being
+    /// posted, and waits for operations already in flight end with
+    /// [`Error::Abandoned`].
+    pub fn set_peer_down(&self, peer: &Peer, down: bool) {
+        let mut d = self.inner.down.lock().unwrap();
+        if down {
+            d.insert(peer.fi_addr);
+        } else {
+            d.remove(&peer.fi_addr);
+        }
+    }
+
+    fn check_up(&self, peer: &Peer) -> Result<()> {
+        if self.inner.is_down(peer.fi_addr) {
+            Err(Error::PeerDown)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Reads `local.len()` bytes from `remote` at `offset`.
+    pub fn read(
+        &self,
+        peer: &Peer,
+        local: &mut [u8],
+        remote: &RemoteRegion,
+        offset: u64,
+    ) -> Result<()> {
+        self.check_peer(peer)?;
+        self.check_up(peer)?;
+        let raddr = remote.addr(offset, local.len())?;
+        if local.is_empty() {
+            return Ok(());
+        }
+        retry_reconnect(|| self.read_once(peer, local, raddr, remote))
+    }
+
+    fn read_once(
+        &self,
+        peer: &Peer,
+        local: &mut [u8],
+        raddr: u64,
+        remote: &RemoteRegion,
+    ) -> Result<()> {
+        let slot = OpSlot::new();
+        let mut locals = Vec::new();
+        let posted = self
+            .inner
+            .post_read(&slot, peer, local, raddr, remote.key, &mut locals);
+        let waited = self.inner.wait_slot(&slot, peer.fi_addr);
+        abandon_locals(&waited, locals);
+        posted.and(waited)
+    }
+
+    /// Sends a message of at most [`MAX_MSG`] bytes; returns when the
+    /// provider reports it sent (the buffer is free again).
+    pub fn send(&self, peer: &Peer, data: &[u8]) -> Result<()> {
+        self.check_peer(peer)?;
+        self.check_up(peer)?;
+        if data.len() > MAX_MSG {
+            return Err(Error::MessageTooLarge(data.len()));
+        }
+        retry_reconnect(|| self.send_once(peer, data))
+    }
+
+    fn send_once(&self, peer: &Peer, data: &[u8]) -> Result<()> {
+        let inner = &*self.inner;
+        let slot = OpSlot::new();
+        let mut locals = Vec::new();
+        let desc = inner.local_desc(
+            data.as_ptr() as *mut u8,
+            data.len(),
+            ffi::FI_SEND,
+            &mut locals,
+        )?;
+        let posted = inner.post(&slot, "fi_send", |ctx| {
+            // SAFETY: data stays borrowed until wait_slot has seen the
+            // completion; desc's registration lives in `locals` as long.
+            unsafe {
+                ffi::vf_send(
+                    inner.ctx,
+                    data.as_ptr().cast(),
+                    data.len(),
+                    desc,
+                    peer.fi_addr,
+                    ctx,
+                )
+            }
+        });
+        let waited = inner.wait_slot(&slot, peer.fi_addr);
+        abandon_locals(&waited, locals);
+        posted.and(waited)
+    }
+
+    /// Returns a received message if one is queued, polling once.
+    pub fn try_recv(&self) -> Option<Message> {
+        if let Some(m) = self.inner.pop_message() {
+            return Some(m);
+        }
+        let _ = self.progress();
+        self.inner.pop_message()
+    }
+
+    /// Waits up to `timeout` for a message. Polls the fabric itself unless a
+    /// progress thread is running, in which case it sleeps until woken.
+    pub fn recv_timeout(&self, timeout: Duration) -> Option<Message> {
+        let deadline = Instant::now() + timeout;
+        let mut idle = 0u32;
+        loop {
+            if let Some(m) = self.inner.pop_message() {
+                return Some(m);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            if self.inner.progress_threads.load(Ordering::Acquire) > 0 {
+                let q = self.inner.rx.lock().unwrap_or_else(|p| p.into_inner());
+                if q.is_empty() {
+                    // Bounded so that a progress thread stopping meanwhile
+                    // only costs a few milliseconds.
+                    let wait = (deadline - now).min(Duration::from_millis(10));
+                    drop(self.inner.rx_cv.wait_timeout(q, wait));
+                }
+            } else if self.progress() > 0 {
+                idle = 0;
+            } else {
+                idle = idle.saturating_add(1);
+                backoff(idle);
+            }
+        }
+    }
+
+    /// One non-blocking pass over the completion queue: drives the provider
+    /// (which also serves incoming RMA on software providers), completes
+    /// pending operations and queues received messages. Returns the number
+    /// of completions handled.
+    pub fn progress(&self) -> usize {
+        match self.inner.progress() {
+            Ok(n) => n,
+            Err(e) => {
+                log::warn!("fabric progress: {e}");
+                0
+            }
+        }
+    }
+
+    /// Starts a thread that keeps this endpoint progressing in the default
+    /// [`ProgressMode`]: incoming RMA is served and messages are received
+    /// without any other call. Stops when the returned guard is dropped.
+    pub fn spawn_progress_thread(&self) -> ProgressThread {
+        self.spawn_progress_thread_with(ProgressMode::default())
+    }
+
+    pub fn spawn_progress_thread_with(&self, mode: ProgressMode) -> ProgressThread {
+        let stop = Arc::new(AtomicBool::new(false));
+        let inner = self.inner.clone();
+        let stop2 = stop.clone();
+        inner.progress_threads.fetch_add(1, Ordering::AcqRel);
+        let handle = std::thread::Builder::new()
+            .name("fabric-progress".into())
+            .spawn(move || inner.progress_loop(mode, &stop2))
+            .expect("spawn fabric progress thread");
+        ProgressThread {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    fn check_peer(&self, peer: &Peer) -> Result<()> {
+        if Arc::ptr_eq(&self.inner, &peer.inner) {
+            Ok(())
+        } else {
+            Err(Error::Invalid("peer belongs to another fabric"))
+        }
+    }
+}
+
+/// How long an operation is retried while the connection to its peer is
+/// being re-established.
+const RECONNECT_WINDOW: Duration = Duration::from_secs(2);
+
+/// Runs `op` again while it fails because the connection to the peer is
+/// down. Measured on tcp;ofi_rxm 1.17: when a target refuses an access (bad
+/// key, out of range, no permission) it drops the whole connection; the
+/// refused operation completes with ECANCELED, and every operation to that
+/// peer then fails with ENOTCONN until rxm has processed the shutdown and
+/// reconnects on demand, 100-200 ms later. Without this retry, one refused
+/// access (e.g. racing with the owner removing a segment) would fail all
+/// other traffic to that node for that time. Retrying is safe: RMA writes
+/// and reads are idempotent, and an operation that found no connection did
+/// nothing.
+/// After an abandoned wait the provider may still use the local
+/// registrations of that call: keep them for the life of the process.
+fn abandon_locals<T>(waited: &Result<()>, locals: Vec<T>) {
+    if matches!(waited, Err(Error::Abandoned)) {
+        std::mem::forget(locals);
+    } else {
+        drop(locals);
+    }
+}
+
+fn retry_reconnect(mut op: impl FnMut() -> Result<()>) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        match op() {
+            Err(Error::Completion { code, .. } | Error::Call { code, .. })
+                if code == libc::ENOTCONN && start.elapsed() < RECONNECT_WINDOW =>
+            {
+                log::debug!("fabric: peer connection down, retrying");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// Adaptive wait used when nobody else drives progress: spin briefly (the
+/// answer usually comes within microseconds), then yield, then sleep.
+fn backoff(idle: u32) {
+    if idle < 64 {
+        std::hint::spin_loop();
+    } else if idle < 256 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+/// How long a post may keep failing with FI_EAGAIN before we give up. A full
+/// send queue drains within milliseconds; rxm also answers FI_EAGAIN for
+/// as long as it cannot connect to the peer, which for a peer that is gone
+/// is forever. Nothing has been posted at that point, so giving up is safe.
+const POST_TIMEOUT: Duration = Duration::from_secs(5);
+
+struct LocalMr(*mut ffi::FidMr);
+
+impl Drop for LocalMr {
+    fn drop(&mut self) {
+        // SAFETY: the MR came from vf_mr_reg and the operations using it have
+        // completed (callers drop these only after wait_slot).
+        unsafe { ffi::vf_mr_close(self.0) };
+    }
+}
+
+impl Inner {
+    fn reg_raw(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        access: u64,
+    ) -> Result<(*mut ffi::FidMr, u64, *mut c_void)> {
+        let prov_key = self.info.mr_mode & ffi::FI_MR_PROV_KEY != 0;
+        let mut attempt = 0;
+        loop {
+            let requested = if prov_key {
+                0
+            } else {
+                random_key(self.info.mr_key_size)
+            };
+            let mut mr = std::ptr::null_mut();
+            let mut key = 0;
+            let mut desc = std::ptr::null_mut();
+            // SAFETY: the caller guarantees ptr..ptr+len stays valid while the
+            // MR exists; the out-pointers are valid locals.
+            let ret = unsafe {
+                ffi::vf_mr_reg(
+                    self.ctx,
+                    ptr.cast(),
+                    len,
+                    access,
+                    requested,
+                    &mut mr,
+                    &mut key,
+                    &mut desc,
+                )
+            };
+            if ret == 0 {
+                return Ok((mr, key, desc));
+            }
+            attempt += 1;
+            // A random key colliding with one in use is possible only with
+            // short key sizes; draw again.
+            if -ret != ffi::FI_ENOKEY || prov_key || attempt >= 8 {
+                return Err(Error::Call {
+                    call: "fi_mr_reg",
+                    code: -ret,
+                    msg: strerror(-ret),
+                });
+            }
+        }
+    }
+
+    /// Registers a local buffer when the provider needs descriptors for
+    /// local buffers (FI_MR_LOCAL); otherwise a null descriptor is fine.
+    /// Registration per call is the simple choice: tcp;ofi_rxm does not ask
+    /// for FI_MR_LOCAL, so it costs nothing there.
+    fn local_desc(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        access: u64,
+        keep: &mut Vec<LocalMr>,
+    ) -> Result<*mut c_void> {
+        if self.info.mr_mode & ffi::FI_MR_LOCAL == 0 {
+            return Ok(std::ptr::null_mut());
+        }
+        let (mr, _key, desc) = self.reg_raw(ptr, len, access)?;
+        keep.push(LocalMr(mr));
+        Ok(desc)
+    }
+
+    /// Posts one operation owned by `slot`, retrying on FI_EAGAIN while
+    /// driving progress (the queue drains only when completions are read).
+    fn post(
+        &self,
+        slot: &Arc<OpSlot>,
+        call: &'static str,
+        mut f: impl FnMut(*mut c_void) -> isize,
+    ) -> Result<()> {
+        slot.pending.fetch_add(1, Ordering::AcqRel);
+        let ctx = Arc::into_raw(slot.clone()) as *mut c_void;
+        let start = Instant::now();
+        let mut idle = 0;
+        loop {
+            let ret = f(ctx);
+            if ret >= 0 {
+                return Ok(());
+            }
+            let waited = start.elapsed();
+            if ret == -ffi::FI_EAGAIN && waited < POST_TIMEOUT {
+                if self.progress().unwrap_or(0) == 0 {
+                    idle += 1;
+                    backoff(idle);
+                }
+                continue;
+            }
+            // SAFETY: the operation was not posted, so nobody else will
+            // reclaim the reference made by into_raw above.
+            drop(unsafe { Arc::from_raw(ctx as *const OpSlot) });
+            slot.pending.fetch_sub(1, Ordering::AcqRel);
+            if ret == -ffi::FI_EAGAIN {
+                return Err(Error::Unreachable { call, waited });
+            }
+            return check(call, ret);
+        }
+    }
+
+    fn post_read(
+        &self,
+        slot: &Arc<OpSlot>,
+        peer: &Peer,
+        buf: &mut [u8],
+        raddr: u64,
+        key: u64,
+        locals: &mut Vec<LocalMr>,
+    ) -> Result<()> {
+        let desc = self.local_desc(buf.as_mut_ptr(), buf.len(), ffi::FI_READ, locals)?;
+        let (ptr, len) = (buf.as_mut_ptr(), buf.len());
+        self.post(slot, "fi_readmsg", |ctx| {
+            // SAFETY: the caller keeps buf borrowed (and the registration in
+            // `locals`) until wait_slot has seen this operation complete.
+            unsafe {
+                ffi::vf_readmsg(
+                    self.ctx,
+                    ptr.cast(),
+                    len,
+                    desc,
+                    peer.fi_addr,
+                    raddr,
+                    key,
+                    ctx,
+                    ffi::FI_COMPLETION,
+                )
+            }
+        })
+    }
+
+    fn is_down(&self, fi_addr: u64) -> bool {
+        self.down.lock().unwrap().contains(&fi_addr)
+    }
+
+    /// Waits until every operation posted on `slot` has completed. There is
+    /// no timeout: the provider may still be using the caller's buffers until
+    /// then. A peer whose connection breaks surfaces as an error completion;
+    /// one that goes silent is only given up on when the caller declares it
+    /// down, and then the call returns [`Error::Abandoned`] (the slot stays
+    /// alive through the provider's own reference to it).
+    fn wait_slot(&self, slot: &Arc<OpSlot>, fi_addr: u64) -> Result<()> {
+        let mut idle = 0u32;
+        while slot.pending.load(Ordering::Acquire) != 0 {
+            if idle > 0 && idle % 64 == 0 && self.is_down(fi_addr) {
+                return Err(Error::Abandoned);
+            }
+            match self.progress() {
+                Ok(0) => {
+                    idle = idle.saturating_add(1);
+                    backoff(idle);
+                }
+                Ok(_) => idle = 0,
+                Err(e) => {
+                    log::warn!("fabric progress: {e}");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+        slot.take_error().map_or(Ok(()), Err)
+    }
+
+    fn progress(&self) -> Result<usize> {
+        self.retry_reposts();
+        let mut comps = [ffi::VfComp {
+            context: std::ptr::null_mut(),
+            flags: 0,
+            len: 0,
+            src: 0,
+        }; 32];
+        let mut total = 0;
+        loop {
+            // SAFETY: comps has room for the count we pass.
+            let n = unsafe { ffi::vf_cq_read(self.ctx, comps.as_mut_ptr(), comps.len()) };
+            if n > 0 {
+                for c in &comps[..n as usize] {
+                    self.dispatch(c, None);
+                }
+                total += n as usize;
+            } else if n == -ffi::FI_EAVAIL {
+                total += self.read_error()?;
+            } else if n == -ffi::FI_EAGAIN {
+                return Ok(total);
+            } else {
+                return check("fi_cq_read", n).map(|_| total);
+            }
+        }
+    }
+
+    fn read_error(&self) -> Result<usize> {
+        let mut ctx = std::ptr::null_mut();
+        let (mut err, mut prov_errno) = (0, 0);
+        let mut msg = [0 as c_char; 256];
+        // SAFETY: all out-pointers are valid; msg has the length we pass.
+        let n = unsafe {
+            ffi::vf_cq_readerr(
+                self.ctx,
+                &mut ctx,
+                &mut err,
+                &mut prov_errno,
+                msg.as_mut_ptr(),
+                msg.len(),
+            )
+        };
+        if n <= 0 {
+            return if n == -ffi::FI_EAGAIN {
+                Ok(0)
+            } else {
+                check("fi_cq_readerr", n).map(|_| 0)
+            };
+        }
+        // SAFETY: the shim NUL-terminates msg (snprintf).
+        let msg = unsafe { CStr::from_ptr(msg.as_ptr()) }
+            .to_string_lossy()
+            .into_owned();
+        let comp = ffi::VfComp {
+            context: ctx,
+            flags: 0,
+            len: 0,
+            src: ffi::FI_ADDR_NOTAVAIL,
+        };
+        self.dispatch(
+            &comp,
+            Some(Error::Completion {
+                code: err,
+                prov_errno,
+                msg,
+            }),
+        );
+        Ok(1)
+    }
+
+    fn dispatch(&self, c: &ffi::VfComp, err: Option<Error>) {
+        let ctx = c.context as usize;
+        if ctx & 1 == 1 {
+            let index = ctx >> 1;
+            match err {
+                None => {
+                    let len = (c.len as usize).min(MAX_MSG);
+                    // SAFETY: the provider finished writing this buffer (its
+                    // completion is what we are handling) and will not touch
+                    // it again until we re-post it below.
+                    let data = unsafe {
+                        std::slice::from_raw_parts(self.pool.buf.add(index * MAX_MSG), len)
+                    }
+                    .to_vec();
+                    let from = (self.info.source && c.src != ffi::FI_ADDR_NOTAVAIL)
+                        .then_some(PeerId(c.src));
+                    self.rx
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push_back(Message { data, from });
+                    self.rx_cv.notify_all();
+                }
+                Some(e) => log::warn!("fabric receive failed: {e}"),
+            }
+            if let Err(e) = self.post_recv(index) {
+                log::error!("fabric: re-posting receive buffer {index}: {e}");
+            }
+        } else if ctx != 0 {
+            // SAFETY: even contexts are only ever produced by Arc::into_raw in
+            // post(), and each completion is reported exactly once, so this
+            // reclaims that reference exactly once.
+            let slot = unsafe { Arc::from_raw(c.context as *const OpSlot) };
+            if let Some(e) = err {
+                slot.fail(e);
+            }
+            slot.pending.fetch_sub(1, Ordering::AcqRel);
+        } else if let Some(e) = err {
+            log::warn!("fabric: error completion without context: {e}");
+        }
+    }
+
+    fn post_recv(&self, index: usize) -> Result<()> {
+        // SAFETY: buffer `index` is not posted (initial post, or its previous
+        // completion was just handled) and the pool outlives the endpoint.
+        let ret = unsafe {
+            ffi::vf_recv(
+                self.ctx,
+                self.pool.buf.add(index * MAX_MSG).cast(),
+                MAX_MSG,
+                self.pool.desc,
+                recv_context(index),
+            )
+        };
+        if ret == -ffi::FI_EAGAIN {
+            self.repost
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(index);
+            return Ok(());
+        }
+        check("fi_recv", ret)
+    }
+
+    fn retry_reposts(&self) {
+        let pending = std::mem::take(&mut *self.repost.lock().unwrap_or_else(|p| p.into_inner()));
+        for index in pending {
+            if let Err(e) = self.post_recv(index) {
+                log::error!("fabric: re-posting receive buffer {index}: {e}");
+            }
+        }
+    }
+
+    fn pop_message(&self) -> Option<Message> {
+        self.rx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front()
+    }
+
+    fn progress_loop(&self, mode: ProgressMode, stop: &AtomicBool) {
+        // SAFETY: ctx is open for as long as self exists.
+        let fd = unsafe { ffi::vf_cq_wait_fd(self.ctx) };
+        let spin = match mode {
+            ProgressMode::Blocking => Duration::ZERO,
+            ProgressMode::Adaptive(d) => d,
+            ProgressMode::Polling => Duration::MAX,
+        };
+        let mut last_activity = Instant::now();
+        let mut idle = 0u32;
+        while !stop.load(Ordering::Acquire) {
+            if self.progress().unwrap_or(0) > 0 {
+                last_activity = Instant::now();
+            }
+            if last_activity.elapsed() < spin {
+                // Incoming RMA produces no completion; the wait fd turning
+                // readable is how we learn of it and stay in the spin window.
+                idle = idle.wrapping_add(1);
+                if mode != ProgressMode::Polling {
+                    if fd >= 0 && idle & 15 == 0 && poll_readable(fd, 0) {
+                        last_activity = Instant::now();
+                    }
+                    // Give way to the application's own spinning threads on
+                    // small machines; on an idle core this returns at once.
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            if fd >= 0 {
+                // fi_trywait: blocking is only safe once the provider says
+                // nothing is buffered that the fd would not signal.
+                // SAFETY: ctx is open.
+                if unsafe { ffi::vf_trywait(self.ctx) } == 0 && poll_readable(fd, 100) {
+                    last_activity = Instant::now();
+                }
+            } else if self.info.cq_wait {
+                self.sread_once(100);
+            } else {
+                idle = idle.saturating_add(1);
+                std::thread::sleep(Duration::from_micros(u64::from(idle.min(1000))));
+                continue;
+            }
+            idle = 0;
+        }
+        self.progress_threads.fetch_sub(1, Ordering::AcqRel);
+        self.rx_cv.notify_all();
+    }
+
+    /// Blocks in fi_cq_sread (which also drives the provider while it
+    /// waits), for CQs whose wait object is not an fd.
+    fn sread_once(&self, timeout_ms: i32) {
+        let mut comps = [ffi::VfComp {
+            context: std::ptr::null_mut(),
+            flags: 0,
+            len: 0,
+            src: 0,
+        }; 32];
+        // SAFETY: comps has room for the count we pass.
+        let n = unsafe { ffi::vf_cq_sread(self.ctx, comps.as_mut_ptr(), comps.len(), timeout_ms) };
+        if n > 0 {
+            for c in &comps[..n as usize] {
+                self.dispatch(c, None);
+            }
+        } else if n == -ffi::FI_EAVAIL {
+            let _ = self.progress();
+        } else if n != -ffi::FI_EAGAIN {
+            log::warn!("fi_cq_sread: {}", strerror((-n) as i32));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+fn poll_readable(fd: i32, timeout_ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, timeout_ms) > 0 }
+}
+
+fn random_key(key_size: u64) -> u64 {
+    let mut b = [0u8; 8];
+    let mut filled = 0;
+    while filled < b.len() {
+        // SAFETY: writes at most the remaining bytes of b.
+        let n = unsafe { libc::getrandom(b[filled..].as_mut_ptr().cast(), b.len() - filled, 0) };
+        if n > 0 {
+            filled += n as usize;
+        } else if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            panic!("getrandom failed: {}", std::io::Error::last_os_error());
+        }
+    }
+    let key = u64::from_ne_bytes(b);
+    if key_size >= 8 || key_size == 0 {
+        key
+    } else {
+        key & ((1u64 << (key_size * 8)) - 1)
+    }
+}
+
+/// A peer in our address vector; removed (fi_av_remove) on drop. Share it
+/// with `Arc` if several threads talk to the same peer.
+pub struct Peer {
+    inner: Arc<Inner>,
+    fi_addr: u64,
+}
+
+impl Peer {
+    /// What [`Message::from`] reports for messages from this peer.
+    pub fn id(&self) -> PeerId {
+        PeerId(self.fi_addr)
+    }
+}
+
+impl fmt::Debug for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Peer({})", self.fi_addr)
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        // SAFETY: fi_addr came from fi_av_insert on this AV; every operation
+        // that used it borrowed the Peer and has completed.
+        let ret = unsafe { ffi::vf_av_remove(self.inner.ctx, self.fi_addr) };
+        if ret != 0 {
+            log::warn!("fi_av_remove: {}", strerror(-ret));
+        }
+    }
+}
+
+/// Registered memory; deregistered on drop, after which peers' accesses with
+/// its key fail.
+pub struct MemRegion {
+    /// Keeps the domain open until the MR is closed.
+    _inner: Arc<Inner>,
+    mr: *mut ffi::FidMr,
+    remote: RemoteRegion,
+}
+
+// SAFETY: the MR handle belongs to a FI_THREAD_SAFE domain; the only call
+// made on it (fi_close) happens once, in Drop.
+unsafe impl Send for MemRegion {}
+// SAFETY: &MemRegion only reads plain fields.
+unsafe impl Sync for MemRegion {}
+
+impl MemRegion {
+    /// The descriptor to send to peers.
+    pub fn remote(&self) -> RemoteRegion {
+        self.remote
+    }
+}
+
+impl fmt::Debug for MemRegion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemRegion")
+            .field("len", &self.remote.len)
+            .finish()
+    }
+}
+
+impl Drop for MemRegion {
+    fn drop(&mut self) {
+        // SAFETY: mr came from vf_mr_reg and is closed exactly once; the
+        // domain is still open because we hold an Arc<Inner>.
+        let ret = unsafe { ffi::vf_mr_close(self.mr) };
+        if ret != 0 {
+            log::warn!("fi_close(mr): {}", strerror(-ret));
+        }
+    }
+}
+
+/// How a [`ProgressThread`] waits for work.
+///
+/// Blocking uses the CQ's wait fd (for rxm an epoll set over its sockets, so
+/// incoming RMA wakes it although it produces no completion), falling back
+/// to fi_cq_sread, then to polling with sleeps of up to 1 ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProgressMode {
+    #[default]
+    /// Sleep until the provider signals activity. Measured on tcp;ofi_rxm:
+    /// 0.05-0.09 % of a core when idle (a wake-up every 100 ms to check for
+    /// stop); each wake-up adds about 20-35 µs to a delivery.
+    Blocking,
+    /// Poll (yielding the CPU) for this long after each activity, then
+    /// block: idle costs what Blocking costs. On the 2-core test machine it
+    /// did not beat Blocking, since the application's own spinning already
+    /// occupies the cores; it is for hosts with spare cores.
+    Adaptive(Duration),
+    /// Poll without pause: lowest latency, one full core.
+    Polling,
+}
+
+/// Keeps a fabric progressing; stops and joins the thread on drop.
+pub struct ProgressThread {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Drop for ProgressThread {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}

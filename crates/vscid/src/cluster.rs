@@ -1,0 +1,108 @@
+//! The cluster file: every node's id and address, and the shared key.
+//!
+//! ```toml
+//! key_file = "cluster.key"      # relative to this file
+//! [[node]]
+//! id = 1
+//! address = "10.0.0.1:7100"
+//! [[node]]
+//! id = 2
+//! address = "10.0.0.2:7100"
+//! ```
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    key_file: PathBuf,
+    /// RMA engine provider (libfabric provider string).
+    #[serde(default)]
+    fabric_provider: Option<String>,
+    /// Seconds of silence after which a node is reported not responding.
+    #[serde(default)]
+    node_timeout_ms: Option<u64>,
+    node: Vec<NodeEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NodeEntry {
+    id: u32,
+    address: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    pub nodes: BTreeMap<u32, SocketAddr>,
+    pub key: Vec<u8>,
+    pub provider: String,
+    pub node_timeout_ms: u64,
+}
+
+/// Smallest accepted key, in bytes.
+const MIN_KEY: usize = 16;
+
+impl Cluster {
+    pub fn load(path: &Path) -> Result<Cluster> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading cluster file {}", path.display()))?;
+        let file: File = toml::from_str(&text).with_context(|| format!("parsing cluster file {}", path.display()))?;
+        let mut nodes = BTreeMap::new();
+        for n in &file.node {
+            if n.id == 0 || n.id > 65535 {
+                bail!("node id {} out of range 1..=65535", n.id);
+            }
+            let addr: SocketAddr = n.address.parse().with_context(|| format!("node {}: address {:?} is not IP:PORT", n.id, n.address))?;
+            if nodes.insert(n.id, addr).is_some() {
+                bail!("node id {} listed twice", n.id);
+            }
+        }
+        if nodes.is_empty() {
+            bail!("the cluster file lists no [[node]]");
+        }
+        let key_path = if file.key_file.is_absolute() {
+            file.key_file.clone()
+        } else {
+            path.parent().unwrap_or(Path::new(".")).join(&file.key_file)
+        };
+        let key = std::fs::read(&key_path).with_context(|| format!("reading key file {}", key_path.display()))?;
+        let key: Vec<u8> = key.trim_ascii().to_vec();
+        if key.len() < MIN_KEY {
+            bail!("key file {} holds {} bytes; at least {MIN_KEY} are required", key_path.display(), key.len());
+        }
+        Ok(Cluster {
+            nodes,
+            key,
+            provider: file.fabric_provider.unwrap_or_else(|| "tcp;ofi_rxm".into()),
+            node_timeout_ms: file.node_timeout_ms.unwrap_or(1500),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_validates() {
+        let dir = std::env::temp_dir().join(format!("vsci-cluster-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("k"), "0123456789abcdef0123\n").unwrap();
+        let f = dir.join("c.toml");
+        std::fs::write(&f, "key_file = \"k\"\n[[node]]\nid = 1\naddress = \"127.0.0.1:7100\"\n[[node]]\nid = 2\naddress = \"127.0.0.1:7101\"\n").unwrap();
+        let c = Cluster::load(&f).unwrap();
+        assert_eq!(c.nodes.len(), 2);
+        assert_eq!(c.key, b"0123456789abcdef0123");
+        std::fs::write(&f, "key_file = \"k\"\n[[node]]\nid = 1\naddress = \"nope\"\n").unwrap();
+        assert!(Cluster::load(&f).is_err());
+        std::fs::write(dir.join("k"), "short").unwrap();
+        std::fs::write(&f, "key_file = \"k\"\n[[node]]\nid = 1\naddress = \"127.0.0.1:1\"\n").unwrap();
+        assert!(Cluster::load(&f).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
