@@ -1420,3 +1420,54 @@ impl Drop for ProgressThread {
         }
     }
 }
+
+/// Undo the signal handlers Debian's libfabric drags in.
+///
+/// libfabric links the PSM providers' libraries, and libinfinipath's load
+/// constructor installs handlers for SIGINT, SIGTERM, SIGSEGV, SIGBUS and
+/// friends (to print a backtrace) in every process that loads libfabric,
+/// unless `IPATH_NO_BACKTRACE` was set before the process started. That
+/// would change how every SISCI program and the daemon react to Ctrl-C or
+/// SIGTERM (they would exit with status 1 instead of dying of the signal, and
+/// a handler chained by the program would run theirs too). This runs from
+/// our own load constructor, after theirs (a library's dependencies are
+/// initialised first), and puts back the default disposition where the
+/// current handler lives in one of those libraries; anything else — a
+/// handler the program installed — is left alone.
+pub fn restore_default_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGQUIT, libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGABRT] {
+        // SAFETY: sigaction with a NULL new action only reads the current
+        // one into `cur`, which is a valid, zeroed sigaction.
+        let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
+        if unsafe { libc::sigaction(sig, std::ptr::null(), &mut cur) } != 0 {
+            continue;
+        }
+        let h = cur.sa_sigaction;
+        if h == libc::SIG_DFL || h == libc::SIG_IGN {
+            continue;
+        }
+        // SAFETY: dladdr only reads its first argument as an address and
+        // fills `info`, which is valid and zeroed.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        if unsafe { libc::dladdr(h as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
+            continue;
+        }
+        // SAFETY: dladdr returned a NUL-terminated path owned by the loader.
+        let file = unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy();
+        if file.contains("infinipath") || file.contains("libpsm") {
+            // SAFETY: restoring the default disposition of a signal.
+            unsafe {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+        }
+    }
+}
+
+extern "C" fn on_load() {
+    restore_default_signals();
+}
+
+// Run at load time, after libfabric's dependencies' constructors.
+#[used]
+#[link_section = ".init_array"]
+static RESTORE_SIGNALS_AT_LOAD: extern "C" fn() = on_load;
