@@ -4,17 +4,21 @@
  * libsisci will. Used by crates/vsci-systest/tests/vm.rs; also handy by hand.
  *
  *   info DEV                  print what VSCI_IOC_INFO says
- *   ctl DEV PEER RV WV MS     read IVPosition, check argument validation,
+ *   ctl DEV PEER RV WV MS [unplug]
+ *                             read IVPosition, check argument validation,
  *                             ring PEER's vector RV, wait up to MS ms for our
  *                             vector WV; the shared region's first bytes are
- *                             printed and "hello from guest" is written at 64
+ *                             printed and "hello from guest" is written at 64.
+ *                             With "unplug": wait again until the host
+ *                             unplugs the device (ENODEV), then check that
+ *                             the old mapping faults
  *   seg MS                    wait for /dev/vsci-seg0, print its size, PCI
  *                             address and first bytes, write "reply from
  *                             guest" at 64, then wait for it to be unplugged
  *                             and check that the old mapping now faults
  *   cycles N MS               N times: wait for /dev/vsci-seg0, print the u32
- *                             at offset 0, wait for it to go; then wait for
- *                             one more plug (the host's "finished")
+ *                             at offset 0, wait for it to go
+ *   await MS                  wait for /dev/vsci-seg0 (the host's "done")
  *   --user (anywhere)         drop to uid/gid 1000 first
  *
  * Prints one line per step; exits non-zero on the first failure.
@@ -90,6 +94,40 @@ static void expect_err(int ret, int err, const char *what)
 	}
 }
 
+static sigjmp_buf fault_jmp;
+
+static void on_sigbus(int sig)
+{
+	(void)sig;
+	siglongjmp(fault_jmp, 1);
+}
+
+/* true if reading *p faults (SIGBUS), as it must once the device is gone */
+static int faults(volatile char *p)
+{
+	signal(SIGBUS, on_sigbus);
+	if (sigsetjmp(fault_jmp, 1) == 0) {
+		char c = *p;
+
+		printf("FAIL old mapping still readable (%d)\n", c);
+		return 0;
+	}
+	return 1;
+}
+
+/* wait forever on a vector; the host unplugs the device meanwhile */
+static int ctl_unplug(int fd, struct vsci_wait *w, volatile char *shm)
+{
+	w->timeout_ms = VSCI_INFINITE_TIMEOUT;
+	printf("waiting again\n");
+	expect_err(ioctl(fd, VSCI_IOC_WAIT, w), ENODEV, "wait across unplug");
+	printf("ctl unplugged: wait ended with ENODEV\n");
+	if (!faults(shm))
+		return 1;
+	printf("ctl old mapping faults (SIGBUS)\n");
+	return 0;
+}
+
 static int cmd_ctl(int argc, char **argv)
 {
 	struct vsci_info info;
@@ -153,15 +191,9 @@ static int cmd_ctl(int argc, char **argv)
 	if (ioctl(fd, VSCI_IOC_WAIT, &w))
 		die("VSCI_IOC_WAIT");
 	printf("vector %u count %llu\n", w.vector, (unsigned long long)w.count);
+	if (argc > 6 && !strcmp(argv[6], "unplug"))
+		return ctl_unplug(fd, &w, shm);
 	return 0;
-}
-
-static sigjmp_buf fault_jmp;
-
-static void on_sigbus(int sig)
-{
-	(void)sig;
-	siglongjmp(fault_jmp, 1);
 }
 
 static int cmd_seg(int argc, char **argv)
@@ -193,13 +225,8 @@ static int cmd_seg(int argc, char **argv)
 		return 1;
 	}
 	printf("unplugged: %s gone\n", SEG0);
-	signal(SIGBUS, on_sigbus);
-	if (sigsetjmp(fault_jmp, 1) == 0) {
-		char c = p[0];
-
-		printf("FAIL old mapping still readable (%d)\n", c);
+	if (!faults(p))
 		return 1;
-	}
 	printf("old mapping faults (SIGBUS)\n");
 	expect_err(ioctl(fd, VSCI_IOC_INFO, &info), ENODEV, "info after unplug");
 	close(fd);
@@ -231,8 +258,19 @@ static int cmd_cycles(int argc, char **argv)
 			return 1;
 		}
 	}
-	/* stay up until the host has looked at QEMU and plugs one more */
 	printf("cycles done\n");
+	return 0;
+}
+
+/*
+ * Stay up until the host plugs a window: its "I am done looking at QEMU".
+ * Without it the guest could power off while the host still talks QMP.
+ */
+static int cmd_await(int argc, char **argv)
+{
+	int ms = argc > 1 ? atoi(argv[1]) : 60000;
+
+	printf("awaiting the final plug\n");
 	if (wait_path(SEG0, 1, ms)) {
 		printf("FAIL no final plug\n");
 		return 1;
@@ -270,6 +308,8 @@ int main(int argc, char **argv)
 		return cmd_seg(argc - 1, argv + 1);
 	if (argc >= 2 && !strcmp(argv[1], "cycles"))
 		return cmd_cycles(argc - 1, argv + 1);
-	fprintf(stderr, "usage: vsci_guest_check [--user] info DEV | ctl DEV PEER RV WV MS | seg MS | cycles N MS\n");
+	if (argc >= 2 && !strcmp(argv[1], "await"))
+		return cmd_await(argc - 1, argv + 1);
+	fprintf(stderr, "usage: vsci_guest_check [--user] info DEV | ctl DEV PEER RV WV MS [unplug] | seg MS | cycles N MS | await MS\n");
 	return 2;
 }

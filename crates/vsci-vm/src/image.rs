@@ -135,6 +135,12 @@ pub fn ensure_image(say: &dyn Fn(&str)) -> Result<Image> {
     if image.initrd.exists() && image.kernel.exists() {
         return Ok(image);
     }
+    // half-built images of runs that were killed (we hold the lock: no one else builds)
+    for e in fs::read_dir(cache.join("images"))?.flatten() {
+        if e.file_name().to_string_lossy().starts_with('.') {
+            let _ = fs::remove_dir_all(e.path());
+        }
+    }
     let t0 = std::time::Instant::now();
     say(&format!("building the guest image {key} (kernel {} {}) in {}", pin.abi, pin.version, cache.display()));
     let kdir = ensure_kernel(&cache, &pin, say)?;

@@ -425,7 +425,7 @@ mod tests {
 
     fn memfd(size: u64) -> OwnedFd {
         // SAFETY: memfd_create with a NUL-terminated name.
-        let fd = unsafe { libc::memfd_create(c"ivshmem-test".as_ptr(), libc::MFD_CLOEXEC) };
+        let fd = unsafe { libc::memfd_create(b"ivshmem-test\0".as_ptr() as *const libc::c_char, libc::MFD_CLOEXEC) };
         assert!(fd >= 0);
         // SAFETY: fresh descriptor.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };

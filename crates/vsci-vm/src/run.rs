@@ -135,6 +135,7 @@ struct TempDir(PathBuf);
 impl TempDir {
     fn new() -> Result<TempDir> {
         let base = std::env::temp_dir();
+        remove_stale(&base);
         for _ in 0..100 {
             let p = base.join(format!("vsci-vm-{}-{}", std::process::id(), nonce()));
             match fs::create_dir(&p) {
@@ -147,6 +148,23 @@ impl TempDir {
             }
         }
         bail!("cannot create a temporary directory in {}", base.display())
+    }
+}
+
+/// Remove `vsci-vm-PID-*` directories whose PID is gone (a run that was
+/// killed with SIGKILL cannot clean up after itself).
+fn remove_stale(base: &std::path::Path) {
+    let Ok(entries) = fs::read_dir(base) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let Some(pid) = name.strip_prefix("vsci-vm-").and_then(|r| r.split('-').next()).and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        // SAFETY: kill with signal 0 only checks whether the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = fs::remove_dir_all(e.path());
+        }
     }
 }
 
