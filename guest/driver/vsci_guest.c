@@ -35,6 +35,7 @@
 #include <linux/slab.h>
 #include <linux/kref.h>
 #include <linux/rwsem.h>
+#include <linux/sizes.h>
 
 #include "vsci_guest.h"
 
@@ -62,6 +63,7 @@ struct vsci_dev {
 	int minor;
 	int index;
 	void __iomem *regs;
+	void __iomem *shm;		/* reserves BAR2's cacheable memtype */
 	resource_size_t regs_start, regs_len, shm_start, shm_len;
 	bool regs_mappable;
 	/*
@@ -133,11 +135,68 @@ static int vsci_release(struct inode *inode, struct file *f)
 	return 0;
 }
 
+/*
+ * Mappings are filled at fault time, not at mmap(): a fault only happens in a
+ * VMA that is already linked to our address_space, so unplug's
+ * unmap_mapping_range() is sure to find every PTE we ever inserted; a PTE
+ * inserted by mmap() itself could slip in before the VMA is linked.
+ */
+static vm_fault_t vsci_fault_range(struct vm_fault *vmf, resource_size_t base)
+{
+	struct vm_area_struct *vma = vmf->vma;
+	struct vsci_dev *v = vma->vm_file->private_data;
+	unsigned long addr, start, end, pfn;
+	vm_fault_t ret = VM_FAULT_NOPAGE;
+
+	down_read(&v->lock);
+	if (v->gone) {
+		up_read(&v->lock);
+		return VM_FAULT_SIGBUS;
+	}
+	/* fill the 2 MiB around the fault: big windows take few faults */
+	start = max(ALIGN_DOWN(vmf->address, SZ_2M), vma->vm_start);
+	end = min(ALIGN_DOWN(vmf->address, SZ_2M) + SZ_2M, vma->vm_end);
+	for (addr = start; addr < end; addr += PAGE_SIZE) {
+		pfn = (base >> PAGE_SHIFT) + vma->vm_pgoff +
+		      ((addr - vma->vm_start) >> PAGE_SHIFT);
+		/* a PTE already there (a racing fault) is not an error */
+		ret = vmf_insert_pfn(vma, addr, pfn);
+		if (ret != VM_FAULT_NOPAGE)
+			break;
+	}
+	up_read(&v->lock);
+	return ret;
+}
+
+static vm_fault_t vsci_shm_fault(struct vm_fault *vmf)
+{
+	struct vsci_dev *v = vmf->vma->vm_file->private_data;
+
+	return vsci_fault_range(vmf, v->shm_start);
+}
+
+static vm_fault_t vsci_regs_fault(struct vm_fault *vmf)
+{
+	struct vsci_dev *v = vmf->vma->vm_file->private_data;
+
+	return vsci_fault_range(vmf, v->regs_start);
+}
+
+/* the VMA's file keeps the device (and so v) alive: no open/close needed */
+static const struct vm_operations_struct vsci_shm_vm_ops = {
+	.fault = vsci_shm_fault,
+};
+
+static const struct vm_operations_struct vsci_regs_vm_ops = {
+	.fault = vsci_regs_fault,
+};
+
 static int vsci_mmap(struct file *f, struct vm_area_struct *vma)
 {
 	struct vsci_dev *v = f->private_data;
-	unsigned long len = vma->vm_end - vma->vm_start;
-	int ret;
+	unsigned long pages = vma_pages(vma);
+	unsigned long shm_pages = v->shm_len >> PAGE_SHIFT;
+	int ret = 0;
 
 	/* a private (copy-on-write) map of device memory would share nothing */
 	if (!(vma->vm_flags & VM_SHARED))
@@ -153,24 +212,25 @@ static int vsci_mmap(struct file *f, struct vm_area_struct *vma)
 		 * another device's registers. vsci's image boots with
 		 * pci=resource_alignment=12@pci:1af4:1110 to get a page.
 		 */
-		if (v->kind != VSCI_KIND_CTL || !v->regs_mappable ||
-		    len != PAGE_SIZE) {
+		if (v->kind != VSCI_KIND_CTL || !v->regs_mappable || pages != 1) {
 			ret = -EINVAL;
 		} else {
 			vma->vm_pgoff = 0;
 			vma->vm_page_prot = pgprot_noncached(vma->vm_page_prot);
-			ret = vm_iomap_memory(vma, v->regs_start, PAGE_SIZE);
+			vma->vm_ops = &vsci_regs_vm_ops;
 		}
-	} else if (vma->vm_pgoff < (VSCI_MMAP_REGS_OFFSET >> PAGE_SHIFT)) {
+	} else if (vma->vm_pgoff < shm_pages && pages <= shm_pages - vma->vm_pgoff) {
 		/*
-		 * BAR2 is host RAM behind a prefetchable BAR, so it keeps the
-		 * default cacheable protection. vm_iomap_memory() checks that
-		 * offset and length stay inside the BAR.
+		 * BAR2 is host RAM behind a prefetchable BAR: cacheable, as
+		 * reserved by ioremap_cache() in probe (an unreserved range
+		 * would be mapped uncached).
 		 */
-		ret = vm_iomap_memory(vma, v->shm_start, v->shm_len);
+		vma->vm_ops = &vsci_shm_vm_ops;
 	} else {
-		ret = -EINVAL;
+		ret = -EINVAL;	/* outside the BAR */
 	}
+	if (!ret)
+		vma->vm_flags |= VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP;
 	up_read(&v->lock);
 	return ret;
 }
@@ -420,12 +480,26 @@ static int vsci_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	}
 	v->regs_mappable = PAGE_ALIGNED(v->regs_start) &&
 			   v->regs_len >= PAGE_SIZE;
+	if (!PAGE_ALIGNED(v->shm_start) || !PAGE_ALIGNED(v->shm_len)) {
+		ret = -ENODEV;	/* cannot be mapped page by page */
+		goto err_release;
+	}
+	/*
+	 * On x86 a PFN mapping takes the cache mode reserved for its range;
+	 * mapping BAR2 write-back here reserves that mode, so user mappings
+	 * are cacheable rather than uncached.
+	 */
+	v->shm = ioremap_cache(v->shm_start, v->shm_len);
+	if (!v->shm) {
+		ret = -ENOMEM;
+		goto err_release;
+	}
 
 	if (v->kind == VSCI_KIND_CTL) {
 		v->regs = pci_iomap(pdev, 0, 0);
 		if (!v->regs) {
 			ret = -ENOMEM;
-			goto err_release;
+			goto err_irqs;
 		}
 		/* MSI-X messages are memory writes by the device */
 		pci_set_master(pdev);
@@ -470,6 +544,7 @@ err_irqs:
 	vsci_free_irqs(v);
 	if (v->regs)
 		pci_iounmap(pdev, v->regs);
+	iounmap(v->shm);
 err_release:
 	pci_release_regions(pdev);
 err_disable:
@@ -484,11 +559,10 @@ static void vsci_remove(struct pci_dev *pdev)
 	struct vsci_dev *v = pci_get_drvdata(pdev);
 	unsigned int i;
 
-	/* no new opens; sysfs readers are drained by device_destroy() */
+	/* no new opens */
 	mutex_lock(&vsci_lock);
 	idr_remove(&vsci_minors, v->minor);
 	mutex_unlock(&vsci_lock);
-	device_destroy(vsci_class, MKDEV(MAJOR(vsci_devt), v->minor));
 
 	/* waits for ring/mmap/info in flight; none start after this */
 	down_write(&v->lock);
@@ -506,9 +580,17 @@ static void vsci_remove(struct pci_dev *pdev)
 
 	for (i = 0; i < v->nvec; i++)
 		wake_up_interruptible_all(&v->vec[i].wq);
+
+	/*
+	 * Only now take the node and sysfs away (which also drains sysfs
+	 * readers of the registers): whoever sees them go may rely on the
+	 * mappings being gone and the waiters woken.
+	 */
+	device_destroy(vsci_class, MKDEV(MAJOR(vsci_devt), v->minor));
 	vsci_free_irqs(v);
 	if (v->regs)
 		pci_iounmap(pdev, v->regs);
+	iounmap(v->shm);
 	pci_release_regions(pdev);
 	pci_disable_device(pdev);
 	ida_free(v->kind == VSCI_KIND_CTL ? &vsci_ctl_ida : &vsci_seg_ida,

@@ -22,6 +22,19 @@ use vsci_vm::qmp::Qmp;
 /// A whole guest run may take this long (boot under TCG is ~5 s).
 const VM_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// Unwrap a host-side step; on error stop the guest and show everything it printed.
+macro_rules! ok {
+    ($vm:ident, $e:expr, $what:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(e) => {
+                $vm.signal(libc::SIGTERM);
+                panic!("{}: {:#}\n{}", $what, e, $vm.wait(LINE_TIMEOUT).describe())
+            }
+        }
+    };
+}
+
 fn have_qemu() -> bool {
     if vsci_vm::run::find_qemu().is_some() {
         return true;
@@ -143,7 +156,8 @@ fn driver_doorbells_and_msix_with_an_ivshmem_server() {
     vm.wait_line("rang peer 0 vector 1", LINE_TIMEOUT);
     // the guest's doorbell write reached the server's eventfd for vector 1
     let bell = srv.host_vector(1).unwrap();
-    assert!(ivshmem::wait_readable(bell, LINE_TIMEOUT).unwrap(), "no doorbell on the server's vector 1");
+    let rung = ok!(vm, ivshmem::wait_readable(bell, LINE_TIMEOUT), "poll the server's vector 1");
+    ok!(vm, if rung { Ok(()) } else { Err("nothing within the line timeout") }, "doorbell on the server's vector 1");
     assert_eq!(ivshmem::drain(bell).unwrap(), 1);
     assert_eq!(ivshmem::drain(srv.host_vector(0).unwrap()).unwrap(), 0, "vector 0 was not rung");
     // the guest wrote into the shared region, and we see it in the memfd
@@ -153,12 +167,10 @@ fn driver_doorbells_and_msix_with_an_ivshmem_server() {
     vm.wait_line("vector 2 count 1", LINE_TIMEOUT);
     // unplug the doorbell device under a waiting program
     vm.wait_line("waiting again", LINE_TIMEOUT);
-    let mut q = Qmp::connect(&qmp_path, Duration::from_secs(30)).unwrap();
-    q.execute("device_del", serde_json::json!({ "id": "vsci-ctl" })).unwrap();
-    if let Err(e) = q.wait_event("DEVICE_DELETED", Duration::from_secs(30), |d| d["device"] == "vsci-ctl") {
-        panic!("unplug of the doorbell device: {e:#}\n{}", vm.wait(LINE_TIMEOUT).describe());
-    }
-    q.execute("chardev-remove", serde_json::json!({ "id": "vscictl" })).unwrap();
+    let mut q = ok!(vm, Qmp::connect(&qmp_path, Duration::from_secs(30)), "QMP connect");
+    ok!(vm, q.execute("device_del", serde_json::json!({ "id": "vsci-ctl" })), "device_del vsci-ctl");
+    ok!(vm, q.wait_event("DEVICE_DELETED", Duration::from_secs(30), |d| d["device"] == "vsci-ctl"), "unplug of the doorbell device");
+    ok!(vm, q.execute("chardev-remove", serde_json::json!({ "id": "vscictl" })), "chardev-remove");
     vm.wait_line("ctl unplugged: wait ended with ENODEV", LINE_TIMEOUT);
     vm.wait_line("ctl old mapping faults (SIGBUS)", LINE_TIMEOUT);
     // the chardev is gone: the server saw its client leave
@@ -170,7 +182,7 @@ fn driver_doorbells_and_msix_with_an_ivshmem_server() {
     assert!(left, "the server did not see guest {id} disconnect");
     vm.wait_line("awaiting the final plug", LINE_TIMEOUT);
     let fin = memfd(4096, b"fin");
-    q.plug_memfd("final", fin.as_fd(), 4096, None).unwrap();
+    ok!(vm, q.plug_memfd("final", fin.as_fd(), 4096, None), "final plug");
     vm.wait_line("final plug seen", LINE_TIMEOUT);
     vm.wait(VM_TIMEOUT).assert_success();
     eprintln!("vm doorbell run: {:.1} s", t0.elapsed().as_secs_f64());
@@ -199,18 +211,18 @@ fn hot_plugged_segment_window_and_50_cycles() {
             .arg(format!("vsci_guest_check --user seg 120000 && vsci_guest_check cycles {CYCLES} 60000 && vsci_guest_check await 60000")),
     );
     vm.wait_line("waiting for /dev/vsci-seg0", VM_TIMEOUT);
-    let mut q = Qmp::connect(&qmp_path, Duration::from_secs(30)).unwrap();
-    let qemu = vsci_vm::run::qemu_child_of(vm.pid()).expect("QEMU is a child of vsci");
+    let mut q = ok!(vm, Qmp::connect(&qmp_path, Duration::from_secs(30)), "QMP connect");
+    let qemu = ok!(vm, vsci_vm::run::qemu_child_of(vm.pid()).ok_or("no QEMU child"), "find QEMU");
 
     // plug 1 MiB at slot 0x10; the guest finds it, reads our data, writes back
     let seg = memfd(1 << 20, b"segment data 1");
-    let p = q.plug_memfd("seg-a", seg.as_fd(), 1 << 20, Some(0x10)).unwrap();
+    let p = ok!(vm, q.plug_memfd("seg-a", seg.as_fd(), 1 << 20, Some(0x10)), "plug seg-a");
     let line = vm.wait_line("/dev/vsci-seg0 kind=seg", LINE_TIMEOUT);
     assert!(line.contains("shm_size=1048576") && line.contains("pci=0000:00:10.0"), "{line}");
     vm.wait_line("seg data: segment data 1", LINE_TIMEOUT);
     vm.wait_line("mapped; waiting for unplug", LINE_TIMEOUT);
     assert_eq!(cstr(&read_at(&seg, 64, 32)), "reply from guest");
-    q.unplug(&p, Duration::from_secs(30)).unwrap();
+    ok!(vm, q.unplug(&p, Duration::from_secs(30)), "unplug seg-a");
     vm.wait_line("unplugged: /dev/vsci-seg0 gone", LINE_TIMEOUT);
     vm.wait_line("old mapping faults (SIGBUS)", LINE_TIMEOUT);
     drop(seg);
@@ -230,15 +242,10 @@ fn hot_plugged_segment_window_and_50_cycles() {
     let tc = Instant::now();
     for i in 0..CYCLES {
         let fd = memfd(1 << 20, &i.to_le_bytes());
-        let p = match q.plug_memfd(&format!("cyc{i}"), fd.as_fd(), 1 << 20, Some(0x10)) {
-            Ok(p) => p,
-            Err(e) => panic!("cycle {i}: plug: {e:#}\n{}", vm.wait(LINE_TIMEOUT).describe()),
-        };
+        let p = ok!(vm, q.plug_memfd(&format!("cyc{i}"), fd.as_fd(), 1 << 20, Some(0x10)), format!("cycle {i}: plug"));
         drop(fd);
         vm.wait_line(&format!("cycle {i} value {i}"), LINE_TIMEOUT);
-        if let Err(e) = q.unplug(&p, Duration::from_secs(30)) {
-            panic!("cycle {i}: unplug: {e:#}\n{}", vm.wait(LINE_TIMEOUT).describe());
-        }
+        ok!(vm, q.unplug(&p, Duration::from_secs(30)), format!("cycle {i}: unplug"));
     }
     let cycles_s = tc.elapsed().as_secs_f64();
     vm.wait_line("cycles done", LINE_TIMEOUT);
@@ -246,7 +253,7 @@ fn hot_plugged_segment_window_and_50_cycles() {
     assert!(after <= before, "QEMU's open descriptors grew from {before} to {after} over {CYCLES} plug/unplug cycles");
     // one more plug tells the guest we are done looking
     let fin = memfd(4096, b"fin");
-    q.plug_memfd("final", fin.as_fd(), 4096, Some(0x10)).unwrap();
+    ok!(vm, q.plug_memfd("final", fin.as_fd(), 4096, Some(0x10)), "final plug");
     vm.wait_line("final plug seen", LINE_TIMEOUT);
     let o = vm.wait(VM_TIMEOUT);
     o.assert_success();
