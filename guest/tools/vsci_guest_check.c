@@ -4,21 +4,20 @@
  * libsisci will. Used by crates/vsci-systest/tests/vm.rs; also handy by hand.
  *
  *   info DEV                  print what VSCI_IOC_INFO says
- *   ctl DEV PEER RV WV MS [unplug]
- *                             read IVPosition, check argument validation,
+ *   ctl DEV PEER RV WV MS     read IVPosition, check argument validation,
  *                             ring PEER's vector RV, wait up to MS ms for our
  *                             vector WV; the shared region's first bytes are
- *                             printed and "hello from guest" is written at 64.
- *                             With "unplug": wait again until the host
- *                             unplugs the device (ENODEV), then check that
- *                             the old mapping faults
+ *                             printed and "hello from guest" is written at 64
+ *   gone DEV                  map DEV and wait on it until the host unplugs
+ *                             it (ENODEV), then check the mapping faults
+ *   wait DEV V MS             wait for DEV's vector V
  *   seg MS                    wait for /dev/vsci-seg0, print its size, PCI
  *                             address and first bytes, write "reply from
  *                             guest" at 64, then wait for it to be unplugged
  *                             and check that the old mapping now faults
  *   cycles N MS               N times: wait for /dev/vsci-seg0, print the u32
  *                             at offset 0, wait for it to go
- *   await MS                  wait for /dev/vsci-seg0 (the host's "done")
+ *   await PATH MS             wait for a device node to appear
  *   --user (anywhere)         drop to uid/gid 1000 first
  *
  * Prints one line per step; exits non-zero on the first failure.
@@ -115,16 +114,50 @@ static int faults(volatile char *p)
 	return 1;
 }
 
-/* wait forever on a vector; the host unplugs the device meanwhile */
-static int ctl_unplug(int fd, struct vsci_wait *w, volatile char *shm)
+/* map DEV, wait forever on vector 0; the host unplugs the device meanwhile */
+static int cmd_gone(int argc, char **argv)
 {
-	w->timeout_ms = VSCI_INFINITE_TIMEOUT;
-	printf("waiting again\n");
-	expect_err(ioctl(fd, VSCI_IOC_WAIT, w), ENODEV, "wait across unplug");
-	printf("ctl unplugged: wait ended with ENODEV\n");
+	struct vsci_info info;
+	struct vsci_wait w = { .vector = 0, .timeout_ms = 0 };
+	volatile char *shm;
+	int fd;
+
+	if (argc < 2)
+		return 2;
+	fd = open_dev(argv[1], &info);
+	shm = mmap(NULL, info.shm_size, PROT_READ, MAP_SHARED, fd, 0);
+	if (shm == MAP_FAILED)
+		die("mmap shm");
+	(void)shm[0];
+	ioctl(fd, VSCI_IOC_WAIT, &w);	/* learn the current count */
+	w.timeout_ms = VSCI_INFINITE_TIMEOUT;
+	printf("waiting on %s until it is unplugged\n", argv[1]);
+	expect_err(ioctl(fd, VSCI_IOC_WAIT, &w), ENODEV, "wait across unplug");
+	printf("unplugged: wait ended with ENODEV\n");
 	if (!faults(shm))
 		return 1;
-	printf("ctl old mapping faults (SIGBUS)\n");
+	printf("unplugged: old mapping faults (SIGBUS)\n");
+	expect_err(ioctl(fd, VSCI_IOC_INFO, &info), ENODEV, "info after unplug");
+	close(fd);
+	return 0;
+}
+
+/* wait until DEV's vector V fires (count differs from 0) */
+static int cmd_wait(int argc, char **argv)
+{
+	struct vsci_info info;
+	struct vsci_wait w = { 0 };
+	int fd;
+
+	if (argc < 4)
+		return 2;
+	fd = open_dev(argv[1], &info);
+	w.vector = strtoul(argv[2], NULL, 0);
+	w.timeout_ms = strtoul(argv[3], NULL, 0);
+	printf("waiting on %s vector %u\n", argv[1], w.vector);
+	if (ioctl(fd, VSCI_IOC_WAIT, &w))
+		die("VSCI_IOC_WAIT");
+	printf("%s vector %u count %llu\n", argv[1], w.vector, (unsigned long long)w.count);
 	return 0;
 }
 
@@ -191,8 +224,6 @@ static int cmd_ctl(int argc, char **argv)
 	if (ioctl(fd, VSCI_IOC_WAIT, &w))
 		die("VSCI_IOC_WAIT");
 	printf("vector %u count %llu\n", w.vector, (unsigned long long)w.count);
-	if (argc > 6 && !strcmp(argv[6], "unplug"))
-		return ctl_unplug(fd, &w, shm);
 	return 0;
 }
 
@@ -263,19 +294,21 @@ static int cmd_cycles(int argc, char **argv)
 }
 
 /*
- * Stay up until the host plugs a window: its "I am done looking at QEMU".
- * Without it the guest could power off while the host still talks QMP.
+ * Wait for a device node to appear. The host's last plug of a test also says
+ * "I am done looking at QEMU": without it the guest could power off while
+ * the host still talks QMP.
  */
 static int cmd_await(int argc, char **argv)
 {
-	int ms = argc > 1 ? atoi(argv[1]) : 60000;
+	const char *path = argc > 1 ? argv[1] : SEG0;
+	int ms = argc > 2 ? atoi(argv[2]) : 60000;
 
-	printf("awaiting the final plug\n");
-	if (wait_path(SEG0, 1, ms)) {
-		printf("FAIL no final plug\n");
+	printf("awaiting %s\n", path);
+	if (wait_path(path, 1, ms)) {
+		printf("FAIL %s did not appear\n", path);
 		return 1;
 	}
-	printf("final plug seen\n");
+	printf("plugged: %s\n", path);
 	return 0;
 }
 
@@ -310,6 +343,10 @@ int main(int argc, char **argv)
 		return cmd_cycles(argc - 1, argv + 1);
 	if (argc >= 2 && !strcmp(argv[1], "await"))
 		return cmd_await(argc - 1, argv + 1);
-	fprintf(stderr, "usage: vsci_guest_check [--user] info DEV | ctl DEV PEER RV WV MS [unplug] | seg MS | cycles N MS | await MS\n");
+	if (argc >= 2 && !strcmp(argv[1], "gone"))
+		return cmd_gone(argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[1], "wait"))
+		return cmd_wait(argc - 1, argv + 1);
+	fprintf(stderr, "usage: vsci_guest_check [--user] info DEV | ctl DEV PEER RV WV MS | gone DEV | wait DEV V MS | seg MS | cycles N MS | await PATH MS\n");
 	return 2;
 }

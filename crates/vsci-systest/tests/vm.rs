@@ -143,8 +143,18 @@ fn driver_doorbells_and_msix_with_an_ivshmem_server() {
             .args(["--vectors", "4", "--add"])
             .arg(format!("{}:/usr/bin/vsci_guest_check", prog.display()))
             // ring the node (peer 0) on vector 1, then wait for our vector 2;
-            // as uid 1000: the device files are for ordinary users
-            .args(["--", "/bin/sh", "-c", "vsci_guest_check --user ctl /dev/vsci-ctl0 0 1 2 60000 unplug && vsci_guest_check await 60000"]),
+            // as uid 1000: the device files are for ordinary users. Then the
+            // same on a second doorbell device hot-plugged at run time; then
+            // the first is unplugged under a waiting program; the second's
+            // vector 1 ends the run.
+            .args(["--", "/bin/sh", "-c"])
+            .arg(
+                "vsci_guest_check --user ctl /dev/vsci-ctl0 0 1 2 60000 \
+                 && vsci_guest_check await /dev/vsci-ctl1 60000 \
+                 && vsci_guest_check --user ctl /dev/vsci-ctl1 0 3 0 60000 \
+                 && vsci_guest_check gone /dev/vsci-ctl0 \
+                 && vsci_guest_check wait /dev/vsci-ctl1 1 60000",
+            ),
     );
     vm.wait_line("running as uid 1000", VM_TIMEOUT);
     let line = vm.wait_line("ivposition ", LINE_TIMEOUT);
@@ -163,27 +173,42 @@ fn driver_doorbells_and_msix_with_an_ivshmem_server() {
     // the guest wrote into the shared region, and we see it in the memfd
     assert_eq!(cstr(&read_at(&shm, 64, 32)), "hello from guest");
     vm.wait_line("waiting on vector 2", LINE_TIMEOUT);
-    srv.notify(id, 2).unwrap();
+    ok!(vm, srv.notify(id, 2), "notify vector 2");
     vm.wait_line("vector 2 count 1", LINE_TIMEOUT);
-    // unplug the doorbell device under a waiting program
-    vm.wait_line("waiting again", LINE_TIMEOUT);
+
+    // a control channel attached at run time: MSI-X works on it as well
+    vm.wait_line("awaiting /dev/vsci-ctl1", LINE_TIMEOUT);
     let mut q = ok!(vm, Qmp::connect(&qmp_path, Duration::from_secs(30)), "QMP connect");
-    ok!(vm, q.execute("device_del", serde_json::json!({ "id": "vsci-ctl" })), "device_del vsci-ctl");
-    ok!(vm, q.wait_event("DEVICE_DELETED", Duration::from_secs(30), |d| d["device"] == "vsci-ctl"), "unplug of the doorbell device");
-    ok!(vm, q.execute("chardev-remove", serde_json::json!({ "id": "vscictl" })), "chardev-remove");
-    vm.wait_line("ctl unplugged: wait ended with ENODEV", LINE_TIMEOUT);
-    vm.wait_line("ctl old mapping faults (SIGBUS)", LINE_TIMEOUT);
-    // the chardev is gone: the server saw its client leave
+    ok!(vm, q.plug_doorbell("vsci-ctl-2", &sock, 4), "hot-plug a doorbell device");
+    vm.wait_line("plugged: /dev/vsci-ctl1", LINE_TIMEOUT);
+    let line = vm.wait_line("ivposition ", LINE_TIMEOUT);
+    let id2: u16 = line.trim().rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(id2 != id && srv.peers().contains(&id2), "new guest id {id2}; server's peers {:?}", srv.peers());
+    vm.wait_line("rang peer 0 vector 3", LINE_TIMEOUT);
+    let bell = srv.host_vector(3).unwrap();
+    let rung = ok!(vm, ivshmem::wait_readable(bell, LINE_TIMEOUT), "poll the server's vector 3");
+    ok!(vm, if rung { Ok(()) } else { Err("nothing within the line timeout") }, "doorbell on the server's vector 3");
+    vm.wait_line("waiting on vector 0", LINE_TIMEOUT);
+    ok!(vm, srv.notify(id2, 0), "notify the hot-plugged device");
+    vm.wait_line("vector 0 count 1", LINE_TIMEOUT);
+
+    // unplug the first doorbell device under a waiting program
+    vm.wait_line("waiting on /dev/vsci-ctl0 until it is unplugged", LINE_TIMEOUT);
+    ok!(vm, q.unplug_device("vsci-ctl", Some("vscictl"), Duration::from_secs(30)), "unplug of the doorbell device");
+    vm.wait_line("unplugged: wait ended with ENODEV", LINE_TIMEOUT);
+    vm.wait_line("unplugged: old mapping faults (SIGBUS)", LINE_TIMEOUT);
+    // its chardev is gone: the server saw that client leave
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut left = false;
     while Instant::now() < deadline && !left {
         left = matches!(srv.next_event(Duration::from_millis(200)), Some(Event::Disconnected(x)) if x == id);
     }
     assert!(left, "the server did not see guest {id} disconnect");
-    vm.wait_line("awaiting the final plug", LINE_TIMEOUT);
-    let fin = memfd(4096, b"fin");
-    ok!(vm, q.plug_memfd("final", fin.as_fd(), 4096, None), "final plug");
-    vm.wait_line("final plug seen", LINE_TIMEOUT);
+
+    // done with QMP: the second device's vector 1 lets the guest finish
+    vm.wait_line("waiting on /dev/vsci-ctl1 vector 1", LINE_TIMEOUT);
+    ok!(vm, srv.notify(id2, 1), "notify vector 1");
+    vm.wait_line("/dev/vsci-ctl1 vector 1 count 1", LINE_TIMEOUT);
     vm.wait(VM_TIMEOUT).assert_success();
     eprintln!("vm doorbell run: {:.1} s", t0.elapsed().as_secs_f64());
 }
@@ -208,7 +233,10 @@ fn hot_plugged_segment_window_and_50_cycles() {
             .arg("--add")
             .arg(format!("{}:/bin/vsci_guest_check", prog.display()))
             .args(["--", "/bin/sh", "-c"])
-            .arg(format!("vsci_guest_check --user seg 120000 && vsci_guest_check cycles {CYCLES} 60000 && vsci_guest_check await 60000")),
+            .arg(format!(
+                "vsci_guest_check --user seg 120000 && vsci_guest_check cycles {CYCLES} 60000 \
+                 && vsci_guest_check await /dev/vsci-seg0 60000"
+            )),
     );
     vm.wait_line("waiting for /dev/vsci-seg0", VM_TIMEOUT);
     let mut q = ok!(vm, Qmp::connect(&qmp_path, Duration::from_secs(30)), "QMP connect");
@@ -254,7 +282,7 @@ fn hot_plugged_segment_window_and_50_cycles() {
     // one more plug tells the guest we are done looking
     let fin = memfd(4096, b"fin");
     ok!(vm, q.plug_memfd("final", fin.as_fd(), 4096, Some(0x10)), "final plug");
-    vm.wait_line("final plug seen", LINE_TIMEOUT);
+    vm.wait_line("plugged: /dev/vsci-seg0", LINE_TIMEOUT);
     let o = vm.wait(VM_TIMEOUT);
     o.assert_success();
     eprintln!(

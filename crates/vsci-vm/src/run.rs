@@ -282,10 +282,10 @@ pub fn run(cfg: &RunConfig) -> Result<i32> {
         cmd.arg("-serial").arg(format!("chardev:{id}"));
     }
     if let Some(q) = &cfg.qmp {
-        cmd.arg("-qmp").arg(format!("unix:{},server=on,wait=off", q.display()));
+        cmd.arg("-qmp").arg(format!("unix:{},server=on,wait=off", qemu_opt(q)));
     }
     if let Some(sock) = &doorbell {
-        cmd.arg("-chardev").arg(format!("socket,id=vscictl,path={}", sock.display()));
+        cmd.arg("-chardev").arg(format!("socket,id=vscictl,path={}", qemu_opt(sock)));
         cmd.arg("-device").arg(format!("ivshmem-doorbell,id=vsci-ctl,chardev=vscictl,vectors={}", cfg.vectors));
     }
     cmd.stdin(Stdio::null());
@@ -400,6 +400,11 @@ pub fn run(cfg: &RunConfig) -> Result<i32> {
             Ok(EXIT_NO_STATUS)
         }
     }
+}
+
+/// A path inside a QEMU option string: commas are doubled.
+fn qemu_opt(p: &std::path::Path) -> String {
+    p.display().to_string().replace(',', ",,")
 }
 
 fn sanitize(s: &str) -> String {
