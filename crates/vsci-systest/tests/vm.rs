@@ -3,9 +3,10 @@
 //! not installed. The first test to need the guest image builds it (about 6 s
 //! plus the kernel download); later ones reuse it.
 //!
-//! Three boots in all: a shell command; the driver with an ivshmem-doorbell
-//! device served by an in-test ivshmem server; and a memfd hot-plugged over
-//! QMP as ivshmem-plain, followed by 50 plug/unplug cycles in the same guest.
+//! Three full boots: a shell command; the driver with ivshmem-doorbell devices
+//! served by an in-test ivshmem server; and a memfd hot-plugged over QMP as
+//! ivshmem-plain, followed by 50 plug/unplug cycles in the same guest. Plus
+//! two short runs stopped by --timeout and by SIGINT.
 
 mod common;
 
@@ -114,6 +115,33 @@ fn runs_a_command_and_returns_its_status() {
     assert!(o.stderr.contains("accelerator tcg") || o.stderr.contains("accelerator kvm"), "{}", o.describe());
     assert!(o.stderr.contains("does not speak the ivshmem server protocol"), "{}", o.describe());
     eprintln!("vm sh run: {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+#[test]
+fn timeout_and_interrupt_stop_qemu_and_clean_up() {
+    if !have_qemu() {
+        return;
+    }
+    let tmp = TempDir::new("vm-stop");
+    let start = |name: &str, timeout: &str| {
+        let mut c = Command::new(built("bin/vsci"));
+        c.args(["vm", "run", "--name", name, "--timeout", timeout, "--", "sleep", "600"]).env("TMPDIR", &tmp.path).stdin(Stdio::null());
+        Proc::spawn(name, &mut c)
+    };
+    let timed = start("timed", "3");
+    let interrupted = start("interrupted", "0");
+    // wait until its QEMU runs, then Ctrl-C
+    let qemu = wait_for(LINE_TIMEOUT, "QEMU under vsci", || vsci_vm::run::qemu_child_of(interrupted.pid()));
+    interrupted.signal(libc::SIGINT);
+    let o = interrupted.wait(VM_TIMEOUT);
+    assert_eq!(o.status.code(), Some(130), "{}", o.describe());
+    assert!(o.stderr.contains("interrupted"), "{}", o.describe());
+    assert!(!Path::new(&format!("/proc/{qemu}")).exists() || fs::read_to_string(format!("/proc/{qemu}/stat")).map_or(true, |s| s.contains(") Z")), "QEMU {qemu} still runs");
+    let o = timed.wait(VM_TIMEOUT);
+    assert_eq!(o.status.code(), Some(124), "{}", o.describe());
+    assert!(o.stderr.contains("timed out"), "{}", o.describe());
+    let left: Vec<_> = fs::read_dir(&tmp.path).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "temporary files left behind: {left:?}");
 }
 
 #[test]

@@ -308,10 +308,7 @@ pub fn run(cfg: &RunConfig) -> Result<i32> {
         });
     }
     log::debug!("{:?}", cmd);
-    let t0 = Instant::now();
-    let mut child = cmd.spawn().with_context(|| format!("start {}", qemu.display()))?;
-    drop((con_w, out_w, err_w));
-
+    // From here on a signal stops QEMU and cleans up instead of killing us.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut sig_ids = Vec::new();
     for s in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM, signal_hook::consts::SIGHUP] {
@@ -319,6 +316,18 @@ pub fn run(cfg: &RunConfig) -> Result<i32> {
             sig_ids.push(id);
         }
     }
+    let t0 = Instant::now();
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            for id in sig_ids {
+                signal_hook::low_level::unregister(id);
+            }
+            return Err(e).with_context(|| format!("start {}", qemu.display()));
+        }
+    };
+    drop((con_w, out_w, err_w));
+
 
     let mut relay = Relay { nonce: &nonce, console, line: Vec::new(), status: None, started: false, tail: Vec::new() };
     let mut streams = [Some(con_r), Some(out_r), Some(err_r)];
