@@ -209,6 +209,22 @@ impl Server {
         ring(fd.as_fd())
     }
 
+    /// Drop client `peer` (its QEMU keeps the device, with no server behind
+    /// it: doorbells to the node go nowhere). Other clients are told when
+    /// `announce_peers` is set. False if there was no such client.
+    pub fn disconnect(&self, peer: u16) -> bool {
+        let mut st = self.state.lock().unwrap();
+        if st.clients.remove(&peer).is_none() {
+            return false;
+        }
+        if self.cfg.announce_peers {
+            for p in st.clients.values() {
+                let _ = send(&p.sock, peer as i64, None);
+            }
+        }
+        true
+    }
+
     /// The next connect/disconnect, waiting at most `timeout`.
     pub fn next_event(&self, timeout: Duration) -> Option<Event> {
         self.events.recv_timeout(timeout).ok()
@@ -509,6 +525,12 @@ mod tests {
         let (m, fd) = recv(&a);
         assert_eq!(m, bid);
         assert!(fd.is_none(), "disconnect notice carries no fd");
+        // the server drops a: a sees end-of-file
+        assert!(srv.disconnect(aid as u16));
+        assert!(!srv.disconnect(aid as u16));
+        let mut buf = [0u8; 8];
+        a.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        assert_eq!((&a).read(&mut buf).unwrap(), 0);
         drop(srv);
         assert!(!path.exists());
         let _ = std::fs::remove_dir_all(&dir);
