@@ -84,6 +84,10 @@ pub struct Server {
     host_vectors: Arc<Vec<OwnedFd>>,
     events: Receiver<Event>,
     stop: OwnedFd,
+    /// Rung after a client is dropped from outside the worker: its poll()
+    /// holds a reference to the client's socket, which closes (and the client
+    /// sees end-of-file) only once poll returns.
+    wake: OwnedFd,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -169,6 +173,7 @@ impl Server {
         let host_vectors = Arc::new(host_vectors);
         let state = Arc::new(Mutex::new(State { clients: BTreeMap::new(), next_id: if cfg.host_peer { HOST_ID as u32 + 1 } else { 0 } }));
         let stop = eventfd()?;
+        let wake = eventfd()?;
         let (tx, rx) = mpsc::channel();
         let worker = Worker {
             listener,
@@ -178,9 +183,10 @@ impl Server {
             shm: Box::new(shm),
             events: tx,
             stop: stop.try_clone()?,
+            wake: wake.try_clone()?,
         };
         let thread = std::thread::Builder::new().name("ivshmem-server".into()).spawn(move || worker.run())?;
-        Ok(Server { path: path.to_path_buf(), cfg, state, host_vectors, events: rx, stop, thread: Some(thread) })
+        Ok(Server { path: path.to_path_buf(), cfg, state, host_vectors, events: rx, stop, wake, thread: Some(thread) })
     }
 
     pub fn path(&self) -> &Path {
@@ -222,6 +228,8 @@ impl Server {
                 let _ = send(&p.sock, peer as i64, None);
             }
         }
+        drop(st);
+        let _ = ring(self.wake.as_fd());
         true
     }
 
@@ -249,16 +257,18 @@ struct Worker {
     shm: Box<ShmFn>,
     events: Sender<Event>,
     stop: OwnedFd,
+    wake: OwnedFd,
 }
 
 impl Worker {
     fn run(self) {
         loop {
-            // poll: [stop, listener, clients...]
+            // poll: [stop, listener, wake, clients...]
             let ids: Vec<u16>;
             let mut pfds = vec![
                 libc::pollfd { fd: self.stop.as_raw_fd(), events: libc::POLLIN, revents: 0 },
                 libc::pollfd { fd: self.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: self.wake.as_raw_fd(), events: libc::POLLIN, revents: 0 },
             ];
             {
                 let st = self.state.lock().unwrap();
@@ -279,8 +289,11 @@ impl Worker {
             if pfds[0].revents != 0 {
                 return;
             }
+            if pfds[2].revents != 0 {
+                let _ = drain(self.wake.as_fd());
+            }
             for (i, id) in ids.iter().enumerate() {
-                if pfds[i + 2].revents != 0 {
+                if pfds[i + 3].revents != 0 {
                     self.client_event(*id);
                 }
             }
