@@ -57,7 +57,13 @@ pub struct RunArgs {
 pub fn run(cmd: VmCmd) -> Result<()> {
     match cmd {
         VmCmd::Run(a) => {
-            let code = vm_run(a)?;
+            let code = match vm_run(a) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("vsci vm: {e:#}");
+                    1
+                }
+            };
             std::process::exit(code);
         }
     }

@@ -102,11 +102,32 @@ fn runs_a_command_and_returns_its_status() {
     if !have_qemu() {
         return;
     }
+    // A SISCI program linked against libsisci without an rpath: it finds the
+    // libsisci the image carries (the one next to `vsci`, build/lib).
+    let dir = TempDir::new("vm-sh");
+    let sisci = dir.path.join("shmem");
+    run(
+        "cc shmem",
+        Command::new("cc")
+            .arg("-I")
+            .arg(repo().join("include"))
+            .arg("-o")
+            .arg(&sisci)
+            .arg(repo().join("examples/shmem.c"))
+            .arg("-L")
+            .arg(built("lib"))
+            .args(["-lsisci", "-lpthread"]),
+        PROGRAM_TIMEOUT,
+    )
+    .assert_success();
     let t0 = Instant::now();
     // A --socket that is not an ivshmem server is noted, not fatal.
     let o = run(
         "vsci vm run sh",
-        vsci_vm().args(["--name", "hello", "--socket", "/nonexistent/vscid.sock", "--", "/bin/sh", "-c", "echo hello; echo oops >&2; exit 3"]),
+        vsci_vm()
+            .args(["--name", "hello", "--socket", "/nonexistent/vscid.sock", "--add"])
+            .arg(format!("{}:/usr/bin/shmem", sisci.display()))
+            .args(["--", "/bin/sh", "-c", "echo hello; echo oops >&2; shmem -server -timeout 100 >&2; exit 3"]),
         VM_TIMEOUT,
     );
     assert_eq!(o.status.code(), Some(3), "{}", o.describe());
@@ -114,6 +135,8 @@ fn runs_a_command_and_returns_its_status() {
     assert!(o.stderr.contains("oops"), "{}", o.describe());
     assert!(o.stderr.contains("accelerator tcg") || o.stderr.contains("accelerator kvm"), "{}", o.describe());
     assert!(o.stderr.contains("does not speak the ivshmem server protocol"), "{}", o.describe());
+    // libsisci loaded and ran: no node in the guest yet, so SCIOpen fails
+    assert!(o.stderr.contains("SCIOpen failed: SCI_ERR_NO_LINK_ACCESS"), "{}", o.describe());
     eprintln!("vm sh run: {:.1} s", t0.elapsed().as_secs_f64());
 }
 

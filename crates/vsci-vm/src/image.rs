@@ -1,16 +1,18 @@
 //! The guest image: a Debian 6.1 kernel and an initramfs holding busybox, the
-//! vsci_guest driver, an /init that runs one command, and the C runtime.
+//! vsci_guest driver, an /init that runs one command, the C runtime and
+//! libsisci (when one is installed next to `vsci`).
 //!
 //! Built once and cached under `$VSCI_CACHE` (default `~/.cache/vsci/guest`):
 //!
 //! ```text
 //! debs/                      the pinned kernel packages (apt-get download)
 //! kernel-VERSION/            vmlinuz and the extracted headers + kbuild
+//! modules/MKEY/vsci_guest.ko  the driver, per kernel pin and driver source
 //! images/KEY/{vmlinuz,initrd.cpio,vsci_guest.ko}
 //! ```
 //!
 //! KEY is a hash of every input (kernel pin, driver sources, /init, busybox,
-//! the C runtime files), so a change to any of them builds a new image and an
+//! the C runtime files, libsisci), so a change to any of them builds a new image and an
 //! unchanged setup reuses the old one. A run's own files (`--add`, the command)
 //! go into a second, small archive appended at boot (see [`run_archive`]).
 
@@ -92,6 +94,8 @@ impl KernelPin {
 /// A built image.
 #[derive(Clone, Debug)]
 pub struct Image {
+    /// the host file carried as the guest's libsisci.so, if any
+    pub libsisci: Option<PathBuf>,
     pub dir: PathBuf,
     pub kernel: PathBuf,
     pub initrd: PathBuf,
@@ -117,9 +121,11 @@ pub fn ensure_image(say: &dyn Fn(&str)) -> Result<Image> {
     let cache = cache_dir();
     let pin = KernelPin::pinned();
     let libs = base_libs()?;
-    let key = image_key(&pin, &libs)?;
+    let sisci = libsisci();
+    let key = image_key(&pin, &libs, sisci.as_deref())?;
     let dir = cache.join("images").join(&key);
     let image = Image {
+        libsisci: sisci.clone(),
         kernel: dir.join("vmlinuz"),
         initrd: dir.join("initrd.cpio"),
         module: dir.join("vsci_guest.ko"),
@@ -144,15 +150,17 @@ pub fn ensure_image(say: &dyn Fn(&str)) -> Result<Image> {
     let t0 = std::time::Instant::now();
     say(&format!("building the guest image {key} (kernel {} {}) in {}", pin.abi, pin.version, cache.display()));
     let kdir = ensure_kernel(&cache, &pin, say)?;
+    let ko = ensure_module(&cache, &kdir, &pin)?;
     let tmp = cache.join("images").join(format!(".{key}.{}", std::process::id()));
     let _ = fs::remove_dir_all(&tmp);
     fs::create_dir_all(&tmp)?;
-    let ko = build_module(&kdir, &pin, &tmp.join("driver"))?;
     fs::copy(&ko, tmp.join("vsci_guest.ko"))?;
     fs::copy(kdir.join(format!("boot/vmlinuz-{}-amd64", pin.abi)), tmp.join("vmlinuz"))?;
-    let cpio = base_archive(&fs::read(&ko)?, &libs)?;
+    if let Some(l) = &sisci {
+        say(&format!("the image carries {} as /usr/lib/x86_64-linux-gnu/libsisci.so", l.display()));
+    }
+    let cpio = base_archive(&fs::read(&ko)?, &libs, sisci.as_deref())?;
     fs::write(tmp.join("initrd.cpio"), cpio)?;
-    let _ = fs::remove_dir_all(tmp.join("driver"));
     let _ = fs::remove_dir_all(&dir);
     fs::rename(&tmp, &dir).with_context(|| format!("rename {} to {}", tmp.display(), dir.display()))?;
     say(&format!("guest image ready in {:.1} s", t0.elapsed().as_secs_f64()));
@@ -170,11 +178,48 @@ fn base_libs() -> Result<Vec<PathBuf>> {
     Ok(libs)
 }
 
-fn image_key(pin: &KernelPin, libs: &[PathBuf]) -> Result<String> {
+/// The libsisci the image carries: `$VSCI_LIBSISCI` (empty: none), else the
+/// one installed next to this program (`BIN/../lib/libsisci.so`), if any.
+pub fn libsisci() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("VSCI_LIBSISCI") {
+        return (!p.is_empty()).then(|| PathBuf::from(p)).filter(|p| p.is_file());
+    }
+    let exe = std::env::current_exe().ok()?;
+    let p = exe.parent()?.join("../lib/libsisci.so");
+    p.is_file().then_some(p)
+}
+
+fn hex(d: &[u8]) -> String {
+    d.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The module, built once per kernel pin and driver source.
+fn ensure_module(cache: &Path, kdir: &Path, pin: &KernelPin) -> Result<PathBuf> {
+    let mut h = Sha256::new();
+    for part in [&pin.abi, &pin.version, DRIVER_C, DRIVER_H, DRIVER_KBUILD] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    let dir = cache.join("modules").join(hex(&h.finalize()));
+    let ko = dir.join("vsci_guest.ko");
+    if ko.exists() {
+        return Ok(ko);
+    }
+    let _ = fs::remove_dir_all(&dir);
+    let built = build_module(kdir, pin, &dir)?;
+    debug_assert_eq!(built, ko);
+    Ok(ko)
+}
+
+fn image_key(pin: &KernelPin, libs: &[PathBuf], sisci: Option<&Path>) -> Result<String> {
     let mut h = Sha256::new();
     for part in [FORMAT, &pin.abi, &pin.version, DRIVER_C, DRIVER_H, DRIVER_KBUILD, INIT] {
         h.update((part.len() as u64).to_le_bytes());
         h.update(part.as_bytes());
+    }
+    if let Some(l) = sisci {
+        h.update(b"libsisci");
+        h.update(fs::read(l).with_context(|| format!("read {}", l.display()))?);
     }
     let bb = fs::read(BUSYBOX).with_context(|| format!("read {BUSYBOX}: install busybox-static"))?;
     h.update(&bb);
@@ -182,8 +227,7 @@ fn image_key(pin: &KernelPin, libs: &[PathBuf]) -> Result<String> {
         h.update(l.to_string_lossy().as_bytes());
         h.update(fs::read(l).with_context(|| format!("read {}", l.display()))?);
     }
-    let d = h.finalize();
-    Ok(d.iter().take(8).map(|b| format!("{b:02x}")).collect())
+    Ok(hex(&h.finalize()))
 }
 
 /// An exclusive flock, released when the file closes.
@@ -314,7 +358,7 @@ fn build_module(kdir: &Path, pin: &KernelPin, build: &Path) -> Result<PathBuf> {
 
 /// The base initramfs: directories, /init, busybox and its applets, the
 /// driver, the C runtime and a minimal /etc.
-fn base_archive(module: &[u8], libs: &[PathBuf]) -> Result<Vec<u8>> {
+fn base_archive(module: &[u8], libs: &[PathBuf], sisci: Option<&Path>) -> Result<Vec<u8>> {
     let mut c = Cpio::new();
     for d in ["/bin", "/sbin", "/usr/bin", "/usr/sbin", "/etc", "/proc", "/sys", "/dev", "/tmp", "/root", "/run", "/vsci"] {
         c.dir(d, 0o755);
@@ -333,6 +377,15 @@ fn base_archive(module: &[u8], libs: &[PathBuf]) -> Result<Vec<u8>> {
     c.file("/lib/modules/vsci_guest.ko", 0o644, module);
     for l in libs {
         add_host_file(&mut c, l, &l.to_string_lossy())?;
+    }
+    if let Some(l) = sisci {
+        // where the dynamic linker looks without an ld.so.cache
+        add_host_file(&mut c, l, "/usr/lib/x86_64-linux-gnu/libsisci.so")?;
+        for dep in ldd(l)? {
+            if !libs.contains(&dep) {
+                add_host_file(&mut c, &dep, &dep.to_string_lossy())?;
+            }
+        }
     }
     // uid 1000 lets tests and users check that the device files work for
     // someone who is not root
@@ -358,18 +411,25 @@ fn add_host_file(c: &mut Cpio, host: &Path, guest: &str) -> Result<()> {
 }
 
 /// Shared objects `ldd` says `path` needs (empty for static programs and
-/// non-ELF files such as scripts).
+/// non-ELF files such as scripts). Libraries ldd cannot find are left out.
 pub fn ldd(path: &Path) -> Result<Vec<PathBuf>> {
+    Ok(ldd_full(path)?.0)
+}
+
+/// `ldd`: (libraries found, names of libraries not found).
+pub fn ldd_full(path: &Path) -> Result<(Vec<PathBuf>, Vec<String>)> {
     let out = Command::new("ldd").arg(path).stdin(Stdio::null()).output().context("run ldd")?;
     if !out.status.success() {
-        return Ok(Vec::new()); // "not a dynamic executable"
+        return Ok((Vec::new(), Vec::new())); // "not a dynamic executable"
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let mut libs = Vec::new();
+    let mut missing = Vec::new();
     for line in text.lines() {
         let line = line.trim();
         if line.contains("=> not found") {
-            bail!("{}: ldd cannot find {}", path.display(), line.split_whitespace().next().unwrap_or("?"));
+            missing.push(line.split_whitespace().next().unwrap_or("?").to_string());
+            continue;
         }
         // "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or
         // "/lib64/ld-linux-x86-64.so.2 (0x...)"
@@ -382,7 +442,7 @@ pub fn ldd(path: &Path) -> Result<Vec<PathBuf>> {
             libs.push(PathBuf::from(p));
         }
     }
-    Ok(libs)
+    Ok((libs, missing))
 }
 
 /// What one run adds on top of the base image.
@@ -394,6 +454,10 @@ pub struct RunFiles<'a> {
     pub adds: &'a [(PathBuf, String)],
     /// extra environment for the command
     pub env: &'a [(String, String)],
+    /// the base image carries libsisci
+    pub has_libsisci: bool,
+    /// where warnings go
+    pub warn: &'a dyn Fn(&str),
 }
 
 /// The second initramfs archive of a run: the command, its environment and the
@@ -412,7 +476,14 @@ pub fn run_archive(r: &RunFiles) -> Result<Vec<u8>> {
             continue;
         }
         add_host_file(&mut c, host, guest)?;
-        for l in ldd(host)? {
+        let (found, missing) = ldd_full(host)?;
+        for m in missing {
+            // the image's own libsisci is found in the guest without help
+            if !(m == "libsisci.so" && r.has_libsisci) {
+                (r.warn)(&format!("{} needs {m}, which ldd cannot find here: add it too, or it will not start", host.display()));
+            }
+        }
+        for l in found {
             let key = l.to_string_lossy().to_string();
             if !base.contains(key.as_str()) {
                 libs.insert(key, l);
@@ -501,11 +572,11 @@ mod tests {
     #[test]
     fn run_archive_has_command_and_rejects_relative_paths() {
         let cmd = vec!["/bin/sh".to_string(), "-c".to_string(), "echo 'x'; exit 3".to_string()];
-        let a = run_archive(&RunFiles { name: "g", nonce: "n", command: &cmd, adds: &[], env: &[] }).unwrap();
+        let a = run_archive(&RunFiles { name: "g", nonce: "n", command: &cmd, adds: &[], env: &[], has_libsisci: false, warn: &|_| {} }).unwrap();
         let s = String::from_utf8_lossy(&a);
         assert!(s.contains("exec '/bin/sh' '-c' 'echo '\\''x'\\''; exit 3'"));
         let adds = vec![(PathBuf::from("/bin/busybox"), "rel/path".to_string())];
-        assert!(run_archive(&RunFiles { name: "g", nonce: "n", command: &cmd, adds: &adds, env: &[] }).is_err());
+        assert!(run_archive(&RunFiles { name: "g", nonce: "n", command: &cmd, adds: &adds, env: &[], has_libsisci: false, warn: &|_| {} }).is_err());
     }
 
     #[test]

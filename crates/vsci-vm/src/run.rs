@@ -246,7 +246,15 @@ pub fn run(cfg: &RunConfig) -> Result<i32> {
 
     let tmp = TempDir::new()?;
     let nonce = nonce();
-    let run_cpio = image::run_archive(&RunFiles { name: &cfg.name, nonce: &nonce, command: &cfg.command, adds: &cfg.adds, env: &cfg.env })?;
+    let run_cpio = image::run_archive(&RunFiles {
+        name: &cfg.name,
+        nonce: &nonce,
+        command: &cfg.command,
+        adds: &cfg.adds,
+        env: &cfg.env,
+        has_libsisci: img.libsisci.is_some(),
+        warn: &say,
+    })?;
     let initrd = tmp.0.join("initrd.cpio");
     image::write_initrd(&img, &run_cpio, &initrd)?;
 
