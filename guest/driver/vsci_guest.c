@@ -43,7 +43,6 @@
 #define VSCI_MAX_VECTORS 64	/* QEMU's ivshmem server limit */
 
 struct vsci_vec {
-	struct vsci_dev *dev;
 	atomic64_t count;
 	wait_queue_head_t wq;
 	bool requested;
@@ -54,8 +53,9 @@ struct vsci_dev {
 	struct pci_dev *pdev;
 	struct device *dev;		/* the class device, /dev/vsci-* */
 	/*
-	 * Read-held while BARs are touched (ring, mmap); write-held by remove
-	 * to flip @gone, so nothing touches a BAR of an unplugged device.
+	 * Read-held while BARs are touched (ring, info, mmap, faults);
+	 * write-held by remove to flip @gone, so nothing touches a BAR of an
+	 * unplugged device.
 	 */
 	struct rw_semaphore lock;
 	bool gone;
@@ -417,7 +417,6 @@ static int vsci_setup_irqs(struct vsci_dev *v)
 	if (!v->vec)
 		return -ENOMEM;
 	for (i = 0; i < n; i++) {
-		v->vec[i].dev = v;
 		atomic64_set(&v->vec[i].count, 0);
 		init_waitqueue_head(&v->vec[i].wq);
 	}
