@@ -4,7 +4,11 @@
 set -euo pipefail
 
 PKGS=(build-essential pkg-config make gcc libc6-dev curl ca-certificates iproute2 procps
-      libfabric-dev libfabric-bin sockperf iperf3)
+      # remote nodes: the RMA engine; benchmark peers
+      libfabric-dev libfabric-bin sockperf iperf3
+      # vsci vm: QEMU 7.2, busybox for the guest image; dpkg-deb, tar and
+      # apt-get download fetch and unpack the pinned guest kernel (guest/kernel-version)
+      qemu-system-x86 busybox-static dpkg tar apt)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -4,11 +4,13 @@
 //!   interrupts), as a table or JSON;
 //! - `vsci demo`: starts a node on embedded defaults and two processes that
 //!   move data and interrupts through it, printing what happened;
-//! - `vsci bench`: runs the benchmark suite against a fresh node.
+//! - `vsci bench`: runs the benchmark suite against a fresh node;
+//! - `vsci vm run`: runs a command in a QEMU guest attached to a node.
 
 mod bench;
 mod demo;
 mod node;
+mod vm;
 
 use std::path::PathBuf;
 
@@ -57,6 +59,9 @@ enum Cmd {
         #[arg(long)]
         bench_dir: Option<PathBuf>,
     },
+    /// QEMU guests: `vsci vm run --socket PATH --name NAME [--add HOST:GUEST]... -- CMD`.
+    #[command(subcommand)]
+    Vm(vm::VmCmd),
     /// One side of `vsci demo` (run by the demo itself).
     #[command(hide = true)]
     DemoPeer {
@@ -76,6 +81,7 @@ fn main() -> Result<()> {
         Cmd::Demo { socket, round_trips, stream_bytes } => demo::run(socket, round_trips, stream_bytes),
         Cmd::DemoPeer { role, round_trips, stream_bytes } => demo::peer(role, round_trips, stream_bytes),
         Cmd::Bench { quick, json, bench_dir } => bench::run(quick, json, bench_dir),
+        Cmd::Vm(cmd) => vm::run(cmd),
     }
 }
 

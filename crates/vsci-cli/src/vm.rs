@@ -1,0 +1,104 @@
+//! `vsci vm run`: boot a guest attached to a node, run a command in it, relay
+//! its output and exit with its status. The work is in crates/vsci-vm.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use clap::{Args, Subcommand};
+
+#[derive(Subcommand)]
+pub enum VmCmd {
+    /// Boot a guest, run CMD in it, relay its output, exit with its status.
+    Run(RunArgs),
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// The node's socket. Attached to the guest as an ivshmem-doorbell
+    /// device when it speaks QEMU's ivshmem server protocol.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// The guest's name (QEMU -name, guest host name).
+    #[arg(long, default_value = "vsci-guest")]
+    name: String,
+    /// Copy HOST_PATH into the guest at GUEST_PATH (with the shared
+    /// libraries `ldd` says it needs). Repeatable.
+    #[arg(long = "add", value_name = "HOST_PATH:GUEST_PATH")]
+    adds: Vec<String>,
+    /// Set NAME=VALUE in the command's environment. Repeatable.
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    env: Vec<String>,
+    /// Expose QEMU's QMP on this UNIX socket (segment windows are hot-plugged
+    /// through it).
+    #[arg(long)]
+    qmp: Option<PathBuf>,
+    /// MSI-X vectors of the doorbell device (the server's count).
+    #[arg(long, default_value_t = 4)]
+    vectors: u16,
+    /// Guest memory in MiB.
+    #[arg(long, default_value_t = 512)]
+    memory: u32,
+    /// Stop the guest after this many seconds (exit status 124); 0: never.
+    #[arg(long, default_value_t = 0)]
+    timeout: u64,
+    /// Accelerator: auto (KVM where the CPU shows vmx/svm and /dev/kvm
+    /// works, else TCG), kvm or tcg.
+    #[arg(long, default_value = "auto")]
+    accel: String,
+    /// Copy the guest's kernel console to stderr.
+    #[arg(long)]
+    console: bool,
+    /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+pub fn run(cmd: VmCmd) -> Result<()> {
+    match cmd {
+        VmCmd::Run(a) => {
+            let code = match vm_run(a) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("vsci vm: {e:#}");
+                    1
+                }
+            };
+            std::process::exit(code);
+        }
+    }
+}
+
+fn vm_run(a: RunArgs) -> Result<i32> {
+    let mut cfg = vsci_vm::RunConfig::new(&a.name, a.command);
+    cfg.socket = a.socket;
+    for add in &a.adds {
+        let Some((h, g)) = add.split_once(':') else { bail!("--add {add}: expected HOST_PATH:GUEST_PATH") };
+        if h.is_empty() || !g.starts_with('/') {
+            bail!("--add {add}: expected HOST_PATH:/absolute/guest/path");
+        }
+        cfg.adds.push((PathBuf::from(h), g.to_string()));
+    }
+    for e in &a.env {
+        let Some((k, v)) = e.split_once('=') else { bail!("--env {e}: expected NAME=VALUE") };
+        cfg.env.push((k.to_string(), v.to_string()));
+    }
+    cfg.qmp = a.qmp;
+    if a.vectors == 0 || a.vectors > vsci_vm::ivshmem::MAX_VECTORS {
+        bail!("--vectors must be 1..={}", vsci_vm::ivshmem::MAX_VECTORS);
+    }
+    cfg.vectors = a.vectors;
+    if a.memory < 64 {
+        bail!("--memory: at least 64 MiB");
+    }
+    cfg.memory_mb = a.memory;
+    cfg.timeout = (a.timeout > 0).then(|| Duration::from_secs(a.timeout));
+    cfg.accel = match a.accel.as_str() {
+        "auto" => vsci_vm::Accel::Auto,
+        "kvm" => vsci_vm::Accel::Kvm,
+        "tcg" => vsci_vm::Accel::Tcg,
+        other => bail!("--accel {other}: expected auto, kvm or tcg"),
+    };
+    cfg.console = a.console;
+    vsci_vm::run(&cfg)
+}

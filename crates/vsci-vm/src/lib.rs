@@ -1,0 +1,18 @@
+//! QEMU guests for vsci.
+//!
+//! - [`image`]: the guest image (Debian kernel, busybox, the vsci_guest
+//!   driver, the C runtime), built once and cached;
+//! - [`run`]: boot it under QEMU, run one command, relay output and status
+//!   (`vsci vm run`);
+//! - [`ivshmem`]: a server for QEMU's ivshmem-doorbell protocol, for vscid
+//!   to embed;
+//! - [`qmp`]: hot-plugging memfds into a running guest as ivshmem-plain;
+//! - [`cpio`]: the initramfs format.
+
+pub mod cpio;
+pub mod image;
+pub mod ivshmem;
+pub mod qmp;
+pub mod run;
+
+pub use run::{run, Accel, RunConfig};
