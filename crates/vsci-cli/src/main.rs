@@ -58,6 +58,10 @@ enum Cmd {
         /// Directory with the benchmark binaries [default: next to this program, ../bench].
         #[arg(long)]
         bench_dir: Option<PathBuf>,
+        /// Data paths to measure, comma-separated: `local` (processes on one node) and
+        /// `remote` (two nodes in two network namespaces, against sockperf and iperf3; needs root).
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "local")]
+        paths: Vec<bench::BenchPath>,
     },
     /// QEMU guests: `vsci vm run --socket PATH --name NAME [--add HOST:GUEST]... -- CMD`.
     #[command(subcommand)]
@@ -80,7 +84,7 @@ fn main() -> Result<()> {
         Cmd::Status { socket, json } => status(socket, json),
         Cmd::Demo { socket, round_trips, stream_bytes } => demo::run(socket, round_trips, stream_bytes),
         Cmd::DemoPeer { role, round_trips, stream_bytes } => demo::peer(role, round_trips, stream_bytes),
-        Cmd::Bench { quick, json, bench_dir } => bench::run(quick, json, bench_dir),
+        Cmd::Bench { quick, json, bench_dir, paths } => bench::run(quick, json, bench_dir, paths),
         Cmd::Vm(cmd) => vm::run(cmd),
     }
 }

@@ -61,6 +61,10 @@ pub(crate) fn rma(provider: &str) -> Result<Arc<Rma>> {
 }
 
 impl Rma {
+    fn fabric_is_down(&self, peer: &Peer) -> bool {
+        self.fabric.is_peer_down(peer)
+    }
+
     pub(crate) fn peer(&self, addr: &[u8]) -> Result<Arc<Peer>> {
         let mut p = self.peers.lock().unwrap();
         if let Some(peer) = p.get(addr) {
@@ -211,7 +215,16 @@ impl RemoteMap {
         // SAFETY: `fill` maps the same `len` bytes of the shadow; `valid`
         // <= len is the part inside the segment.
         let dst = unsafe { std::slice::from_raw_parts_mut(fill, valid) };
-        target.read(dst, seg_off)?;
+        // The first RMA to a node may meet its connection still being set
+        // up by the provider; a few quick retries cover that.
+        let mut tries = 0;
+        while let Err(e) = target.read(dst, seg_off) {
+            tries += 1;
+            if tries >= 5 || target.ep.rma.fabric_is_down(&target.ep.peer) {
+                return Err(e);
+            }
+            std::thread::sleep(Duration::from_millis(50 * tries));
+        }
         // SAFETY: `base..base+len` is a page-aligned MAP_SHARED mapping that
         // the owning `Map` keeps alive until after `close()` drops the
         // tracker.
@@ -246,11 +259,15 @@ impl RemoteMap {
     /// storing we ship what we have (their stores race with the flush
     /// anyway).
     fn ship(&self, sync: bool) -> Result<bool> {
+        let mut guard = self.tracker.lock().unwrap();
+        self.ship_locked(&mut guard, sync)
+    }
+
+    fn ship_locked(&self, guard: &mut std::sync::MutexGuard<'_, Option<vsci_dirty::DiffTracker>>, sync: bool) -> Result<bool> {
         if self.failed.load(Ordering::Relaxed) {
             return Err(SciError::TransferFailed);
         }
         let mut runs = Vec::new();
-        let mut guard = self.tracker.lock().unwrap();
         let Some(t) = guard.as_mut() else { return Ok(false) };
         let snap = t.collect_consistent(&mut runs, if sync { 64 } else { 4 }).map_err(|_| SciError::System)?;
         if snap.is_none() {
@@ -288,10 +305,13 @@ impl RemoteMap {
             return Ok(false);
         }
         let mut fresh = vec![0u8; self.valid];
-        // Ship our stores first, so the twin is what the owner has from us.
-        self.flush()?;
-        self.target.read(&mut fresh, self.seg_off)?;
+        // Hold the tracker across read and merge: a flush by another thread
+        // in between would make `fresh` older than the twin, and the merge
+        // would then put old bytes back. Nothing needs shipping first: the
+        // twin is what the owner last got from us, and the compare-and-swap
+        // below only replaces words we have not stored to since.
         let mut guard = self.tracker.lock().unwrap();
+        self.target.read(&mut fresh, self.seg_off)?;
         let Some(t) = guard.as_mut() else { return Ok(false) };
         let twin = t.twin();
         let mut runs: Vec<(usize, usize)> = Vec::new();

@@ -663,6 +663,11 @@ impl Fabric {
         }
     }
 
+    /// Was the peer declared down with [`set_peer_down`](Self::set_peer_down)?
+    pub fn is_peer_down(&self, peer: &Peer) -> bool {
+        self.inner.is_down(peer.fi_addr)
+    }
+
     fn check_up(&self, peer: &Peer) -> Result<()> {
         if self.inner.is_down(peer.fi_addr) {
             Err(Error::PeerDown)
