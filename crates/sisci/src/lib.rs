@@ -819,12 +819,8 @@ pub unsafe extern "C" fn SCIMemCpy(
                     std::ptr::copy(remote, mem_addr.cast::<u8>(), size);
                 }
             } else {
-                if m.readonly {
-                    return Err(SciError::IllegalOperation);
-                }
-                std::ptr::copy(mem_addr.cast::<u8>(), remote, size);
                 // Visible at the owner before we return.
-                m.flush()?;
+                m.write(remote_offset, std::slice::from_raw_parts(mem_addr.cast::<u8>(), size))?;
             }
             if flags & FLAG_ERROR_CHECK != 0 {
                 lost_error(&m)?;

@@ -204,6 +204,28 @@ impl Map {
         }
     }
 
+    /// Copy `data` to `off` within this map; for a map of another node's
+    /// segment it is visible at the owner when this returns.
+    pub fn write(&self, off: usize, data: &[u8]) -> Result<()> {
+        if off.checked_add(data.len()).is_none_or(|e| e > self.size) {
+            return Err(SciError::OutOfRange);
+        }
+        if self.readonly {
+            return Err(SciError::IllegalOperation);
+        }
+        match &self.remote {
+            // Offsets of the tracker count from the page-aligned start.
+            Some(r) => r.write_through(self.addr as usize - self.base.as_ptr() as usize + off, data),
+            None => {
+                // SAFETY: bounds checked above; the map is writable shared
+                // memory of at least `size` bytes at `addr`.
+                unsafe { std::ptr::copy(data.as_ptr(), self.addr.add(off), data.len()) };
+                std::sync::atomic::fence(Ordering::SeqCst);
+                Ok(())
+            }
+        }
+    }
+
     /// Read fresh bytes from the owner at `off` within this map.
     pub fn read_fresh(&self, buf: &mut [u8], off: usize) -> Result<()> {
         match &self.target {

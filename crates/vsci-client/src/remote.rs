@@ -269,7 +269,7 @@ impl RemoteMap {
         }
         let mut runs = Vec::new();
         let Some(t) = guard.as_mut() else { return Ok(false) };
-        let snap = t.collect_consistent(&mut runs, if sync { 64 } else { 4 }).map_err(|_| SciError::System)?;
+        let snap = t.collect_consistent(&mut runs, if sync { 64 } else { 1 }).map_err(|_| SciError::System)?;
         if snap.is_none() {
             if !sync {
                 return Ok(true); // busy: come back soon
@@ -300,6 +300,37 @@ impl RemoteMap {
     /// Refetch the owner's bytes into the shadow, never overwriting a word
     /// this process stored since its last shipment. Returns whether
     /// anything changed.
+    /// Write `data` at `off` (bytes from the start of the tracked mapping)
+    /// and make it visible at the owner before returning — `SCIMemCpy`'s
+    /// write. Earlier stores go first (shipped as usual); then the bytes are
+    /// put in the shadow through the untracked mapping and sent as one RMA
+    /// write straight from there, with no page faults, snapshot or diff, and
+    /// the twin learns them so they are not shipped again.
+    pub(crate) fn write_through(&self, off: usize, data: &[u8]) -> Result<()> {
+        let mut guard = self.tracker.lock().unwrap();
+        self.ship_locked(&mut guard, true)?;
+        let Some(t) = guard.as_mut() else { return Err(SciError::TransferFailed) };
+        if off.checked_add(data.len()).is_none_or(|e| e > self.valid) {
+            return Err(SciError::OutOfRange);
+        }
+        // SAFETY: off + len <= valid <= the fill mapping's length, which
+        // lives as long as the tracker (held). The program may be storing to
+        // the same bytes through its own mapping; that is its race.
+        let dst = unsafe { std::slice::from_raw_parts_mut((self.fill + off) as *mut u8, data.len()) };
+        dst.copy_from_slice(data);
+        match self.target.ep.rma.fabric.write(&self.target.ep.peer, dst, &self.target.region, self.seg_off + off as u64) {
+            Ok(()) => t.note_external_data(off, data).map_err(|_| SciError::System),
+            Err(e) => {
+                log::warn!("RMA write to node failed ({e}); stores to this map are no longer shipped");
+                self.failed.store(true, Ordering::Relaxed);
+                // The engine may still read the fill mapping: keep the
+                // tracker (and so the map's memory accounting) forever.
+                abandoned(&e, guard.take());
+                Err(SciError::TransferFailed)
+            }
+        }
+    }
+
     pub(crate) fn refresh(&self) -> Result<bool> {
         if self.failed.load(Ordering::Relaxed) || self.valid > refresh_max() {
             return Ok(false);
