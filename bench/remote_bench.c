@@ -98,6 +98,8 @@ typedef struct {
     uint32_t hist[NB + 1];      /* in 10 us buckets, last = overflow         */
 } lat_t;
 
+#include "common/stats.h"
+
 static struct {
     int      pp_n;
     size_t   pp_size[MAX_PP_SIZES];
@@ -148,46 +150,6 @@ static struct {
 /* ------------------------------------------------------------------------ */
 /* Small helpers                                                            */
 /* ------------------------------------------------------------------------ */
-
-static inline uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#else
-    __asm__ __volatile__("" ::: "memory");
-#endif
-}
-
-static const char *sci_err_name(sci_error_t e)
-{
-    switch (e) {
-#define N(x) case x: return #x;
-    N(SCI_ERR_OK) N(SCI_ERR_BUSY) N(SCI_ERR_FLAG_NOT_IMPLEMENTED)
-    N(SCI_ERR_ILLEGAL_FLAG) N(SCI_ERR_NOSPC) N(SCI_ERR_API_NOSPC)
-    N(SCI_ERR_HW_NOSPC) N(SCI_ERR_NOT_IMPLEMENTED) N(SCI_ERR_ILLEGAL_ADAPTERNO)
-    N(SCI_ERR_NO_SUCH_ADAPTERNO) N(SCI_ERR_TIMEOUT) N(SCI_ERR_OUT_OF_RANGE)
-    N(SCI_ERR_NO_SUCH_SEGMENT) N(SCI_ERR_ILLEGAL_NODEID) N(SCI_ERR_CONNECTION_REFUSED)
-    N(SCI_ERR_SEGMENT_NOT_CONNECTED) N(SCI_ERR_SIZE_ALIGNMENT) N(SCI_ERR_OFFSET_ALIGNMENT)
-    N(SCI_ERR_ILLEGAL_PARAMETER) N(SCI_ERR_MAX_ENTRIES) N(SCI_ERR_SEGMENT_NOT_PREPARED)
-    N(SCI_ERR_ILLEGAL_ADDRESS) N(SCI_ERR_ILLEGAL_OPERATION) N(SCI_ERR_ILLEGAL_QUERY)
-    N(SCI_ERR_SEGMENTID_USED) N(SCI_ERR_SYSTEM) N(SCI_ERR_CANCELLED)
-    N(SCI_ERR_NOT_CONNECTED) N(SCI_ERR_NOT_AVAILABLE) N(SCI_ERR_INCONSISTENT_VERSIONS)
-    N(SCI_ERR_COND_INT_RACE_PROBLEM) N(SCI_ERR_OVERFLOW) N(SCI_ERR_NOT_INITIALIZED)
-    N(SCI_ERR_ACCESS) N(SCI_ERR_NO_SUCH_NODEID) N(SCI_ERR_NODE_NOT_RESPONDING)
-    N(SCI_ERR_NO_REMOTE_LINK_ACCESS) N(SCI_ERR_NO_LINK_ACCESS) N(SCI_ERR_TRANSFER_FAILED)
-#undef N
-    }
-    return "unknown error";
-}
 
 static int g_phase = PH_SETUP;
 static int write_json(const char *path);
@@ -453,54 +415,6 @@ static void teardown(void)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Statistics                                                               */
-/* ------------------------------------------------------------------------ */
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* ns: n durations; stores statistics of ns/div in microseconds (div 2 for
- * RTT/2 of round trips, 1 for one-way delays). */
-static void make_stats(lat_t *L, uint64_t *ns, uint32_t n, uint32_t bad, double div)
-{
-    memset(L, 0, sizeof *L);
-    L->bad = bad;
-    if (n == 0)
-        return;
-    qsort(ns, n, sizeof *ns, cmp_u64);
-    double sum = 0, k = 1000.0 * div;
-    for (uint32_t i = 0; i < n; i++) {
-        double us = (double)ns[i] / k;
-        sum += us;
-        int b = (int)(us / BUCKET_US);
-        L->hist[b < NB ? b : NB]++;
-    }
-    uint32_t i99 = (uint32_t)ceil(0.99 * n) - 1;
-    if (i99 >= n)
-        i99 = n - 1;
-    L->n = n;
-    L->med = (double)ns[n / 2] / k;
-    L->p99 = (double)ns[i99] / k;
-    L->mean = sum / n;
-    L->min = (double)ns[0] / k;
-    L->max = (double)ns[n - 1] / k;
-}
-
-static uint32_t pick_iters(uint64_t warm_ns, int warm, int lo, int hi, double budget)
-{
-    double per = warm > 0 ? (double)warm_ns / warm : 1e3;
-    double n = budget * 1e9 / (per > 1 ? per : 1);
-    if (n < lo)
-        n = lo;
-    if (n > hi)
-        n = hi;
-    return (uint32_t)n;
-}
-
-/* ------------------------------------------------------------------------ */
 /* a) remote ping-pong                                                      */
 /* ------------------------------------------------------------------------ */
 
@@ -631,15 +545,6 @@ static void server_pp(size_t size)
 /* ------------------------------------------------------------------------ */
 /* b) remote write bandwidth                                                */
 /* ------------------------------------------------------------------------ */
-
-static uint64_t hash_buf(const volatile void *p, size_t len)
-{
-    const volatile uint64_t *w = p;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < len / 8; i++)
-        h = (h ^ w[i]) * 0x100000001b3ull;
-    return h;
-}
 
 enum { BW_FLUSH, BW_MEMCPY };
 
@@ -1019,22 +924,9 @@ static void run_server(void)
 /* Output (client)                                                          */
 /* ------------------------------------------------------------------------ */
 
-static char g_kernel[128], g_cpu[128], g_host[128], g_cmd[512], g_date[64];
-static long g_nproc;
 static double g_elapsed;
 
 static int want(char s) { return strchr(opt.sections, s) != NULL; }
-
-static const char *fmt_size(size_t s, char *buf, size_t n)
-{
-    if (s >= (1u << 20) && s % (1u << 20) == 0)
-        snprintf(buf, n, "%zu MiB", s >> 20);
-    else if (s >= 1024 && s % 1024 == 0)
-        snprintf(buf, n, "%zu KiB", s >> 10);
-    else
-        snprintf(buf, n, "%zu B", s);
-    return buf;
-}
 
 static const char *wait_mode(void)
 {
@@ -1044,11 +936,7 @@ static const char *wait_mode(void)
 
 static void print_header(void)
 {
-    const char *sock = getenv("VSCI_SOCKET");
-    printf("vsci remote_bench  -  %s\n", g_date);
-    printf("machine : %s, nproc=%ld, kernel %s, cpu \"%s\"\n", g_host, g_nproc, g_kernel, g_cpu);
-    printf("node    : VSCI_SOCKET=%s%s\n", sock ? sock : "/tmp/vscid.sock",
-           sock ? "" : " (unset; library default)");
+    print_machine("remote_bench");
     printf("run     : %s  (mode %s; sections %s; VSCI_WAIT %s; busy-waits yield every %u spins)\n",
            g_cmd, opt.quick ? "quick" : "default", opt.sections, wait_mode(), opt.yield_every);
     printf("method  : this client drives a remote_bench -server on node %u; both coordinate\n"
@@ -1143,72 +1031,12 @@ static void print_results(void)
     }
 }
 
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(f, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(f, "\\u%04x", ch);
-        else
-            fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
-static void json_num(FILE *f, double v)
-{
-    if (isfinite(v))
-        fprintf(f, "%.4f", v);
-    else
-        fputs("null", f);
-}
-
-static void json_lat(FILE *f, const lat_t *L)
-{
-    if (!L->n) {
-        fputs("null", f);
-        return;
-    }
-    fprintf(f, "{\"n\": %u, \"bad\": %u, \"median_us\": ", L->n, L->bad);
-    json_num(f, L->med);
-    fputs(", \"p99_us\": ", f);
-    json_num(f, L->p99);
-    fputs(", \"mean_us\": ", f);
-    json_num(f, L->mean);
-    fputs(", \"min_us\": ", f);
-    json_num(f, L->min);
-    fputs(", \"max_us\": ", f);
-    json_num(f, L->max);
-    fputs(", \"hist_10us\": [", f);
-    for (int b = 0; b <= NB; b++)
-        fprintf(f, "%s%u", b ? ", " : "", L->hist[b]);
-    fputs("]}", f);
-}
-
 static int write_json(const char *path)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "remote_bench: cannot write %s: %s\n", path, strerror(errno));
+    FILE *f = json_open("remote_bench", path);
+    if (!f)
         return 0;
-    }
-    const char *sock = getenv("VSCI_SOCKET");
-    fputs("{\n  \"benchmark\": \"remote_bench\",\n  \"date\": ", f);
-    json_str(f, g_date);
-    fputs(",\n  \"command\": ", f);
-    json_str(f, g_cmd);
-    fprintf(f, ",\n  \"mode\": \"%s\",\n  \"machine\": {\"hostname\": ",
-            opt.quick ? "quick" : "default");
-    json_str(f, g_host);
-    fprintf(f, ", \"nproc\": %ld, \"kernel\": ", g_nproc);
-    json_str(f, g_kernel);
-    fputs(", \"cpu\": ", f);
-    json_str(f, g_cpu);
-    fputs("},\n  \"vsci_socket\": ", f);
-    json_str(f, sock ? sock : "/tmp/vscid.sock");
+    json_preamble(f, "remote_bench", opt.quick, 0, 0);
     fprintf(f, ",\n  \"node_id\": %u,\n  \"server_node_id\": %u,\n  \"vsci_wait\": ", g_node,
             opt.rn);
     json_str(f, wait_mode());
@@ -1275,12 +1103,7 @@ static int write_json(const char *path)
         fputs("}", f);
     }
     fputs("\n  ]}\n}\n", f);
-    int ok = !ferror(f);
-    if (fclose(f) != 0)
-        ok = 0;
-    if (!ok)
-        fprintf(stderr, "remote_bench: error writing %s\n", path);
-    return ok;
+    return json_close("remote_bench", f, path);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1332,41 +1155,6 @@ static void setup_options(void)
     }
 }
 
-static void machine_info(int argc, char **argv)
-{
-    struct utsname u;
-    if (uname(&u) == 0) {
-        snprintf(g_kernel, sizeof g_kernel, "%s", u.release);
-        snprintf(g_host, sizeof g_host, "%s", u.nodename);
-    }
-    g_nproc = sysconf(_SC_NPROCESSORS_ONLN);
-    snprintf(g_cpu, sizeof g_cpu, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (f) {
-        char line[256];
-        while (fgets(line, sizeof line, f))
-            if (!strncmp(line, "model name", 10)) {
-                char *p = strchr(line, ':');
-                if (p) {
-                    p++;
-                    while (*p == ' ')
-                        p++;
-                    p[strcspn(p, "\n")] = 0;
-                    snprintf(g_cpu, sizeof g_cpu, "%s", p);
-                }
-                break;
-            }
-        fclose(f);
-    }
-    size_t off = 0;
-    for (int i = 0; i < argc && off < sizeof g_cmd - 1; i++)
-        off += (size_t)snprintf(g_cmd + off, sizeof g_cmd - off, "%s%s", i ? " " : "", argv[i]);
-    time_t t = time(NULL);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(g_date, sizeof g_date, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
 int main(int argc, char **argv)
 {
     int role = -1, have_rn = 0;
@@ -1391,11 +1179,10 @@ int main(int argc, char **argv)
             opt.json = argv[++i];
         } else if (!strcmp(a, "-s") && i + 1 < argc) {
             const char *s = argv[++i];
-            if (strspn(s, "abcd") != strlen(s) || !*s || strlen(s) > 4) {
+            if (!parse_sections(s, opt.sections, sizeof opt.sections)) {
                 usage(stderr);
                 return 2;
             }
-            snprintf(opt.sections, sizeof opt.sections, "%s", s);
         } else if (!strcmp(a, "-id") && i + 1 < argc) {
             opt.segid = (uint32_t)strtoul(argv[++i], NULL, 0);
         } else if (!strcmp(a, "-timeout") && i + 1 < argc) {

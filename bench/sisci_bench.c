@@ -83,6 +83,16 @@ typedef struct {
                                  * once per wait; -1 = not measured          */
 } lat_t;
 
+/* json_lat() also writes the sleeps when they were measured. */
+#define LAT_JSON_EXTRA(f, L) do {                                              \
+        if ((L)->sleeps >= 0) {                                                \
+            fputs(", \"sleeps_per_roundtrip\": ", f);                          \
+            json_num(f, (L)->sleeps);                                          \
+        }                                                                      \
+    } while (0)
+
+#include "common/stats.h"
+
 typedef struct {
     int      node_id;
     /* a */
@@ -135,24 +145,6 @@ static struct {
 /* Small helpers                                                            */
 /* ------------------------------------------------------------------------ */
 
-static inline uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#else
-    __asm__ __volatile__("" ::: "memory");
-#endif
-}
-
 #define COMPILER_BARRIER() __asm__ __volatile__("" ::: "memory")
 
 /* The reference fence for section a: a C11 seq_cst fence, i.e. the cheapest
@@ -161,28 +153,6 @@ static inline void cpu_relax(void)
 static inline void full_fence(void)
 {
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-}
-
-static const char *sci_err_name(sci_error_t e)
-{
-    switch (e) {
-#define N(x) case x: return #x;
-    N(SCI_ERR_OK) N(SCI_ERR_BUSY) N(SCI_ERR_FLAG_NOT_IMPLEMENTED)
-    N(SCI_ERR_ILLEGAL_FLAG) N(SCI_ERR_NOSPC) N(SCI_ERR_API_NOSPC)
-    N(SCI_ERR_HW_NOSPC) N(SCI_ERR_NOT_IMPLEMENTED) N(SCI_ERR_ILLEGAL_ADAPTERNO)
-    N(SCI_ERR_NO_SUCH_ADAPTERNO) N(SCI_ERR_TIMEOUT) N(SCI_ERR_OUT_OF_RANGE)
-    N(SCI_ERR_NO_SUCH_SEGMENT) N(SCI_ERR_ILLEGAL_NODEID) N(SCI_ERR_CONNECTION_REFUSED)
-    N(SCI_ERR_SEGMENT_NOT_CONNECTED) N(SCI_ERR_SIZE_ALIGNMENT) N(SCI_ERR_OFFSET_ALIGNMENT)
-    N(SCI_ERR_ILLEGAL_PARAMETER) N(SCI_ERR_MAX_ENTRIES) N(SCI_ERR_SEGMENT_NOT_PREPARED)
-    N(SCI_ERR_ILLEGAL_ADDRESS) N(SCI_ERR_ILLEGAL_OPERATION) N(SCI_ERR_ILLEGAL_QUERY)
-    N(SCI_ERR_SEGMENTID_USED) N(SCI_ERR_SYSTEM) N(SCI_ERR_CANCELLED)
-    N(SCI_ERR_NOT_CONNECTED) N(SCI_ERR_NOT_AVAILABLE) N(SCI_ERR_INCONSISTENT_VERSIONS)
-    N(SCI_ERR_COND_INT_RACE_PROBLEM) N(SCI_ERR_OVERFLOW) N(SCI_ERR_NOT_INITIALIZED)
-    N(SCI_ERR_ACCESS) N(SCI_ERR_NO_SUCH_NODEID) N(SCI_ERR_NODE_NOT_RESPONDING)
-    N(SCI_ERR_NO_REMOTE_LINK_ACCESS) N(SCI_ERR_NO_LINK_ACCESS) N(SCI_ERR_TRANSFER_FAILED)
-#undef N
-    }
-    return "unknown error";
 }
 
 /* ------------------------------------------------------------------------ */
@@ -292,53 +262,27 @@ static void sci_close_worker(ctx_t *c)
     sci_check(c, "SCIClose", e);
 }
 
+/* Unmap, make unavailable and remove a local segment. */
+static void sci_remove_local(ctx_t *c, sci_local_segment_t seg, sci_map_t map)
+{
+    sci_error_t e;
+    SCIUnmapSegment(map, 0, &e);
+    sci_check(c, "SCIUnmapSegment (local)", e);
+    SCISetSegmentUnavailable(seg, 0, 0, &e);
+    sci_check(c, "SCISetSegmentUnavailable", e);
+    SCIRemoveSegment(seg, 0, &e);
+    sci_check(c, "SCIRemoveSegment", e);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Statistics                                                               */
 /* ------------------------------------------------------------------------ */
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* rtt_ns: n round-trip times; stores RTT/2 statistics in microseconds. */
-static void make_stats(lat_t *L, uint64_t *rtt_ns, uint32_t n, uint32_t bad)
+static void make_rtt_stats(lat_t *L, uint64_t *rtt_ns, uint32_t n, uint32_t bad)
 {
-    memset(L, 0, sizeof *L);
-    L->bad = bad;
+    make_stats(L, rtt_ns, n, bad, 2.0);
     L->sleeps = -1;
-    if (n == 0)
-        return;
-    qsort(rtt_ns, n, sizeof *rtt_ns, cmp_u64);
-    double sum = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        double us = (double)rtt_ns[i] / 2000.0;
-        sum += us;
-        int b = (int)(us / BUCKET_US);
-        L->hist[b < NB ? b : NB]++;
-    }
-    uint32_t i99 = (uint32_t)ceil(0.99 * n) - 1;
-    if (i99 >= n)
-        i99 = n - 1;
-    L->n = n;
-    L->med = (double)rtt_ns[n / 2] / 2000.0;
-    L->p99 = (double)rtt_ns[i99] / 2000.0;
-    L->mean = sum / n;
-    L->min = (double)rtt_ns[0] / 2000.0;
-    L->max = (double)rtt_ns[n - 1] / 2000.0;
-}
-
-/* Number of timed iterations: fill `budget` seconds at the warm-up pace. */
-static uint32_t pick_iters(uint64_t warm_ns, int warm, int lo, int hi, double budget)
-{
-    double per = warm > 0 ? (double)warm_ns / warm : 1e3;
-    double n = budget * 1e9 / (per > 1 ? per : 1);
-    if (n < lo)
-        n = lo;
-    if (n > hi)
-        n = hi;
-    return (uint32_t)n;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -380,15 +324,6 @@ static double bw_measure(void *dst, const void *src, size_t size, int kind, doub
     return (double)size * (double)N / ((double)el / 1e9) / 1e6;
 }
 
-static uint64_t hash_buf(const volatile void *p, size_t len)
-{
-    const volatile uint64_t *w = p;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < len / 8; i++)
-        h = (h ^ w[i]) * 0x100000001b3ull;
-    return h;
-}
-
 static void phase_bw(ctx_t *c)
 {
     sci_error_t e;
@@ -412,12 +347,7 @@ static void phase_bw(ctx_t *c)
         R->bw_verified = (got == want) ? 1 : -1;
         ctl_send(c, got);
         ctl_recv(c);                             /* A unmapped, disconnected */
-        SCIUnmapSegment(map, 0, &e);
-        sci_check(c, "SCIUnmapSegment (local)", e);
-        SCISetSegmentUnavailable(seg, 0, 0, &e);
-        sci_check(c, "SCISetSegmentUnavailable", e);
-        SCIRemoveSegment(seg, 0, &e);
-        sci_check(c, "SCIRemoveSegment", e);
+        sci_remove_local(c, seg, map);
         sci_close_worker(c);
         return;
     }
@@ -595,7 +525,7 @@ static void pp_size(ctx_t *c, const pp_path_t path[2], size_t size, lat_t *out[2
         bad[0] += (uint32_t)(b >> 32);
         bad[1] += (uint32_t)b;
         for (int k = 0; k < 2; k++)
-            make_stats(out[k], samples[k], per * (uint32_t)opt.pp_rounds, bad[k]);
+            make_rtt_stats(out[k], samples[k], per * (uint32_t)opt.pp_rounds, bad[k]);
     }
 }
 
@@ -655,12 +585,7 @@ static void phase_pp(ctx_t *c)
     SCIDisconnectSegment(rseg, 0, &e);
     sci_check(c, "SCIDisconnectSegment", e);
     ctl_barrier(c);                 /* both disconnected before removal */
-    SCIUnmapSegment(lmap, 0, &e);
-    sci_check(c, "SCIUnmapSegment (local)", e);
-    SCISetSegmentUnavailable(seg, 0, 0, &e);
-    sci_check(c, "SCISetSegmentUnavailable", e);
-    SCIRemoveSegment(seg, 0, &e);
-    sci_check(c, "SCIRemoveSegment", e);
+    sci_remove_local(c, seg, lmap);
     sci_close_worker(c);
 }
 
@@ -797,7 +722,7 @@ static void in_measure(ctx_t *c, intr_t *I, int k, unsigned len, lat_t *out,
         ctl_send(c, bad);
     } else {
         bad += (uint32_t)ctl_recv(c);
-        make_stats(out, samples, n, bad);
+        make_rtt_stats(out, samples, n, bad);
         out->sleeps = (double)(ru1.ru_nvcsw - ru0.ru_nvcsw) / (n + 16);
     }
 }
@@ -998,31 +923,7 @@ static int run_phase(int phase, void (*fn)(ctx_t *), int mode)
 /* Output                                                                   */
 /* ------------------------------------------------------------------------ */
 
-static char g_kernel[128], g_cpu[128], g_host[128], g_cmd[512], g_date[64];
-static long g_nproc;
 static uint64_t g_clock_step;   /* smallest non-zero step between two readings */
-
-static uint64_t clock_step(void)
-{
-    uint64_t best = UINT64_MAX;
-    for (int i = 0; i < 20000; i++) {
-        uint64_t a = now_ns(), b = now_ns();
-        if (b > a && b - a < best)
-            best = b - a;
-    }
-    return best == UINT64_MAX ? 0 : best;
-}
-
-static const char *fmt_size(size_t s, char *buf, size_t n)
-{
-    if (s >= (1u << 20) && s % (1u << 20) == 0)
-        snprintf(buf, n, "%zu MiB", s >> 20);
-    else if (s >= 1024 && s % 1024 == 0)
-        snprintf(buf, n, "%zu KiB", s >> 10);
-    else
-        snprintf(buf, n, "%zu B", s);
-    return buf;
-}
 
 static void print_phase_errors(int phase)
 {
@@ -1089,6 +990,19 @@ static void bad_note(const lat_t *v, const lat_t *p)
         printf("   !! wrong payloads: vsci %u, peer %u", v->bad, p->bad);
 }
 
+/* One row of print_hist(): bucket b of each column, in % of its samples. */
+static void print_hist_row(const char *lab, const lat_t *cols[], int ncol, int b)
+{
+    printf("  %-12s", lab);
+    for (int c = 0; c < ncol; c++) {
+        if (cols[c]->n)
+            printf(" %9.2f%%", 100.0 * cols[c]->hist[b] / cols[c]->n);
+        else
+            printf(" %10s", "-");
+    }
+    printf("\n");
+}
+
 static void print_hist(const char *title, const lat_t *cols[], const char *names[], int ncol)
 {
     int last = -1;
@@ -1118,26 +1032,12 @@ static void print_hist(const char *title, const lat_t *cols[], const char *names
         skipping = 0;
         char lab[32];
         snprintf(lab, sizeof lab, "%3d-%-3d", b * 10, (b + 1) * 10);
-        printf("  %-12s", lab);
-        for (int c = 0; c < ncol; c++) {
-            if (cols[c]->n)
-                printf(" %9.2f%%", 100.0 * cols[c]->hist[b] / cols[c]->n);
-            else
-                printf(" %10s", "-");
-        }
-        printf("\n");
+        print_hist_row(lab, cols, ncol, b);
     }
     if (any_over) {
         char lab[32];
         snprintf(lab, sizeof lab, ">=%d", NB * 10);
-        printf("  %-12s", lab);
-        for (int c = 0; c < ncol; c++) {
-            if (cols[c]->n)
-                printf(" %9.2f%%", 100.0 * cols[c]->hist[NB] / cols[c]->n);
-            else
-                printf(" %10s", "-");
-        }
-        printf("\n");
+        print_hist_row(lab, cols, ncol, NB);
     }
 }
 
@@ -1145,11 +1045,7 @@ static int want(char s) { return strchr(opt.sections, s) != NULL; }
 
 static void print_header(void)
 {
-    const char *sock = getenv("VSCI_SOCKET");
-    printf("vsci sisci_bench  -  %s\n", g_date);
-    printf("machine : %s, nproc=%ld, kernel %s, cpu \"%s\"\n", g_host, g_nproc, g_kernel, g_cpu);
-    printf("node    : VSCI_SOCKET=%s%s\n", sock ? sock : "/tmp/vscid.sock",
-           sock ? "" : " (unset; library default)");
+    print_machine("sisci_bench");
     printf("run     : %s  (mode %s%s; sections %s)\n", g_cmd, opt.quick ? "quick" : "default",
            opt.pin ? ", A pinned to cpu0, B to cpu1" : ", nothing pinned", opt.sections);
     printf("method  : parent forks two worker processes A and B per phase, each with its own\n"
@@ -1275,55 +1171,6 @@ static void print_results(void)
     }
 }
 
-static void json_str(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(f, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(f, "\\u%04x", ch);
-        else
-            fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
-static void json_num(FILE *f, double v)
-{
-    if (isfinite(v))
-        fprintf(f, "%.4f", v);
-    else
-        fputs("null", f);
-}
-
-static void json_lat(FILE *f, const lat_t *L)
-{
-    if (!L->n) {
-        fputs("null", f);
-        return;
-    }
-    fprintf(f, "{\"n\": %u, \"bad\": %u, \"median_us\": ", L->n, L->bad);
-    json_num(f, L->med);
-    fputs(", \"p99_us\": ", f);
-    json_num(f, L->p99);
-    fputs(", \"mean_us\": ", f);
-    json_num(f, L->mean);
-    fputs(", \"min_us\": ", f);
-    json_num(f, L->min);
-    fputs(", \"max_us\": ", f);
-    json_num(f, L->max);
-    if (L->sleeps >= 0) {
-        fputs(", \"sleeps_per_roundtrip\": ", f);
-        json_num(f, L->sleeps);
-    }
-    fputs(", \"hist_10us\": [", f);
-    for (int b = 0; b <= NB; b++)
-        fprintf(f, "%s%u", b ? ", " : "", L->hist[b]);
-    fputs("]}", f);
-}
-
 static void json_ratio(FILE *f, const lat_t *v, const lat_t *p)
 {
     if (v->n && p->n && p->med > 0)
@@ -1334,26 +1181,10 @@ static void json_ratio(FILE *f, const lat_t *v, const lat_t *p)
 
 static int write_json(const char *path)
 {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "sisci_bench: cannot write %s: %s\n", path, strerror(errno));
+    FILE *f = json_open("sisci_bench", path);
+    if (!f)
         return 0;
-    }
-    const char *sock = getenv("VSCI_SOCKET");
-    fputs("{\n  \"benchmark\": \"sisci_bench\",\n  \"date\": ", f);
-    json_str(f, g_date);
-    fputs(",\n  \"command\": ", f);
-    json_str(f, g_cmd);
-    fprintf(f, ",\n  \"mode\": \"%s\",\n  \"machine\": {\"hostname\": ",
-            opt.quick ? "quick" : "default");
-    json_str(f, g_host);
-    fprintf(f, ", \"nproc\": %ld, \"clock_step_ns\": %llu, \"kernel\": ", g_nproc,
-            (unsigned long long)g_clock_step);
-    json_str(f, g_kernel);
-    fputs(", \"cpu\": ", f);
-    json_str(f, g_cpu);
-    fputs("},\n  \"vsci_socket\": ", f);
-    json_str(f, sock ? sock : "/tmp/vscid.sock");
+    json_preamble(f, "sisci_bench", opt.quick, 1, g_clock_step);
     fprintf(f, ",\n  \"node_id\": %d,\n  \"pinned\": %s,\n", R->node_id,
             opt.pin ? "true" : "false");
     fputs("  \"units\": {\"bandwidth\": \"MB/s (1e6 B/s)\", \"latency\": "
@@ -1460,12 +1291,7 @@ static int write_json(const char *path)
             fputs("}", f);
         }
     fputs("\n  ]}\n}\n", f);
-    int ok = !ferror(f);
-    if (fclose(f) != 0)
-        ok = 0;
-    if (!ok)
-        fprintf(stderr, "sisci_bench: error writing %s\n", path);
-    return ok;
+    return json_close("sisci_bench", f, path);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1515,42 +1341,6 @@ static void setup_options(void)
     }
 }
 
-static void machine_info(int argc, char **argv)
-{
-    struct utsname u;
-    if (uname(&u) == 0) {
-        snprintf(g_kernel, sizeof g_kernel, "%s", u.release);
-        snprintf(g_host, sizeof g_host, "%s", u.nodename);
-    }
-    g_nproc = sysconf(_SC_NPROCESSORS_ONLN);
-    snprintf(g_cpu, sizeof g_cpu, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (f) {
-        char line[256];
-        while (fgets(line, sizeof line, f))
-            if (!strncmp(line, "model name", 10)) {
-                char *p = strchr(line, ':');
-                if (p) {
-                    p++;
-                    while (*p == ' ')
-                        p++;
-                    p[strcspn(p, "\n")] = 0;
-                    snprintf(g_cpu, sizeof g_cpu, "%s", p);
-                }
-                break;
-            }
-        fclose(f);
-    }
-    size_t off = 0;
-    for (int i = 0; i < argc && off < sizeof g_cmd - 1; i++)
-        off += (size_t)snprintf(g_cmd + off, sizeof g_cmd - off, "%s%s", i ? " " : "", argv[i]);
-    g_clock_step = clock_step();
-    time_t t = time(NULL);
-    struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(g_date, sizeof g_date, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
-
 int main(int argc, char **argv)
 {
     snprintf(opt.sections, sizeof opt.sections, "abcd");
@@ -1566,11 +1356,10 @@ int main(int argc, char **argv)
             opt.pin = 1;
         } else if (!strcmp(a, "-s") && i + 1 < argc) {
             const char *s = argv[++i];
-            if (strspn(s, "abcd") != strlen(s) || !*s || strlen(s) > 4) {
+            if (!parse_sections(s, opt.sections, sizeof opt.sections)) {
                 usage(stderr);
                 return 2;
             }
-            snprintf(opt.sections, sizeof opt.sections, "%s", s);
         } else if (!strcmp(a, "-h") || !strcmp(a, "-help")) {
             usage(stdout);
             return 0;
@@ -1582,6 +1371,7 @@ int main(int argc, char **argv)
     }
     setup_options();
     machine_info(argc, argv);
+    g_clock_step = clock_step();
     if (opt.pin && g_nproc < 2)
         opt.pin = 0;
 

@@ -54,9 +54,6 @@ struct inbox {
     struct slot slot[NSLOTS];
 };
 
-static unsigned int adapter = 0;
-static unsigned int timeout_ms = SCI_INFINITE_TIMEOUT;
-
 /* Shared between the sending (main) and receiving threads. */
 static struct inbox *mine;              /* my inbox: local memory */
 static struct inbox *theirs;            /* the peer's inbox: remote map */
@@ -150,18 +147,10 @@ int main(int argc, char **argv)
 
     example_name = "chat";
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-server"))
-            server = 1;
-        else if (!strcmp(argv[i], "-client"))
-            server = 0;
-        else if (!strcmp(argv[i], "-rn"))
-            remote_node = (unsigned int)parse_size(opt_value(argc, argv, &i));
-        else if (!strcmp(argv[i], "-segid"))
-            base = (unsigned int)parse_size(opt_value(argc, argv, &i));
-        else if (!strcmp(argv[i], "-a"))
-            adapter = (unsigned int)parse_size(opt_value(argc, argv, &i));
-        else if (!strcmp(argv[i], "-timeout"))
-            timeout_ms = (unsigned int)parse_size(opt_value(argc, argv, &i));
+        if (common_option(argc, argv, &i, &server, &remote_node))
+            continue;
+        if (!strcmp(argv[i], "-segid"))
+            base = opt_uint(argc, argv, &i);
         else
             usage();
     }
@@ -170,14 +159,8 @@ int main(int argc, char **argv)
     const char *who = server ? "server" : "client";
     unsigned int my_id = server ? base : base + 1, their_id = server ? base + 1 : base;
 
-    SCIInitialize(NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIInitialize");
-    sci_desc_t sd;
-    SCIOpen(&sd, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIOpen");
-    unsigned int local_node;
-    SCIGetLocalNodeId(adapter, &local_node, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIGetLocalNodeId");
+    sci_desc_t sd = open_descriptor();                 /* SCIInitialize, SCIOpen */
+    unsigned int local_node = local_node_id();
     if (remote_node == 0)
         remote_node = local_node;
 
@@ -186,39 +169,28 @@ int main(int argc, char **argv)
     SCICreateInterrupt(sd, &my_doorbell, adapter, &doorbell, NULL, NULL, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCICreateInterrupt");
     sci_local_segment_t inbox_seg;
-    SCICreateSegment(sd, &inbox_seg, my_id, sizeof(struct inbox), NULL, NULL, NO_FLAGS, &err);
-    if (err == SCI_ERR_SEGMENTID_USED)
-        fail("segment id 0x%x is in use (another chat %s running? try -segid)", my_id, who);
-    DIE_ON_ERROR(err, "SCICreateSegment");
     sci_map_t my_map, their_map;
-    mine = (struct inbox *)SCIMapLocalSegment(inbox_seg, &my_map, 0, sizeof(struct inbox), NULL,
-                                              NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIMapLocalSegment");
+    mine = (struct inbox *)create_mapped_segment(
+        sd, &inbox_seg, &my_map, my_id, sizeof(struct inbox),
+        server ? " (another chat server running? try -segid)"
+               : " (another chat client running? try -segid)");
     mine->doorbell = doorbell;
     mine->node = local_node;
     mine->magic = INBOX_MAGIC;
-    SCIPrepareSegment(inbox_seg, adapter, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIPrepareSegment");
-    SCISetSegmentAvailable(inbox_seg, adapter, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCISetSegmentAvailable");
+    make_available(inbox_seg);              /* SCIPrepareSegment, SCISetSegmentAvailable */
 
     /* The peer's inbox and doorbell (waits for the peer to start). */
     fprintf(stderr, "chat %s: node %u, inbox 0x%x; waiting for the peer's inbox 0x%x on node %u\n",
             who, local_node, my_id, their_id, remote_node);
     sci_remote_segment_t their_seg;
-    SCIConnectSegment(sd, &their_seg, remote_node, their_id, adapter, NULL, NULL, timeout_ms,
-                      NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIConnectSegment");
+    connect_segment(sd, &their_seg, remote_node, their_id);
     if (SCIGetRemoteSegmentSize(their_seg) != sizeof(struct inbox))
         fail("segment 0x%x on node %u is not a chat inbox", their_id, remote_node);
-    theirs = (struct inbox *)SCIMapRemoteSegment(their_seg, &their_map, 0, sizeof(struct inbox),
-                                                 NULL, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIMapRemoteSegment");
+    theirs = (struct inbox *)map_remote(their_seg, &their_map, 0, sizeof(struct inbox),
+                                        "SCIMapRemoteSegment");
     if (theirs->magic != INBOX_MAGIC)
         fail("segment 0x%x on node %u is not a chat inbox", their_id, remote_node);
-    SCIConnectInterrupt(sd, &their_doorbell, remote_node, adapter, theirs->doorbell, timeout_ms,
-                        NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIConnectInterrupt");
+    connect_interrupt(sd, &their_doorbell, remote_node, theirs->doorbell, "SCIConnectInterrupt");
     fprintf(stderr, "chat %s: connected; type lines, end with EOF (Ctrl-D)\n", who);
 
     uint64_t t0 = now_us();
@@ -261,17 +233,10 @@ int main(int argc, char **argv)
     DIE_ON_ERROR(err, "SCIUnmapSegment");
     SCIDisconnectSegment(their_seg, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCIDisconnectSegment");
-    SCIUnmapSegment(my_map, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIUnmapSegment");
-    SCISetSegmentUnavailable(inbox_seg, adapter, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCISetSegmentUnavailable");
-    SCIRemoveSegment(inbox_seg, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIRemoveSegment");
+    remove_mapped_segment(inbox_seg, my_map, 1);
     SCIRemoveInterrupt(my_doorbell, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCIRemoveInterrupt");
-    SCIClose(sd, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIClose");
-    SCITerminate();
+    close_descriptor(sd);                              /* SCIClose, SCITerminate */
     fprintf(stderr, "chat %s: done\n", who);
     return 0;
 }

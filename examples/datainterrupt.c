@@ -15,9 +15,6 @@
 
 #define DEFAULT_INTNO 0x50
 
-static unsigned int adapter = 0;
-static unsigned int timeout_ms = SCI_INFINITE_TIMEOUT;
-
 /* Payload byte i of message number seq. */
 static inline unsigned char pattern(unsigned int seq, unsigned int i)
 {
@@ -130,22 +127,14 @@ int main(int argc, char **argv)
 
     example_name = "datainterrupt";
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-server"))
-            server = 1;
-        else if (!strcmp(argv[i], "-client"))
-            server = 0;
-        else if (!strcmp(argv[i], "-rn"))
-            remote_node = (unsigned int)parse_size(opt_value(argc, argv, &i));
-        else if (!strcmp(argv[i], "-intno"))
-            base = (unsigned int)parse_size(opt_value(argc, argv, &i));
+        if (common_option(argc, argv, &i, &server, &remote_node))
+            continue;
+        if (!strcmp(argv[i], "-intno"))
+            base = opt_uint(argc, argv, &i);
         else if (!strcmp(argv[i], "-loops"))
-            loops = (unsigned int)parse_size(opt_value(argc, argv, &i));
+            loops = opt_uint(argc, argv, &i);
         else if (!strcmp(argv[i], "-maxsize"))
-            maxsize = (unsigned int)parse_size(opt_value(argc, argv, &i));
-        else if (!strcmp(argv[i], "-a"))
-            adapter = (unsigned int)parse_size(opt_value(argc, argv, &i));
-        else if (!strcmp(argv[i], "-timeout"))
-            timeout_ms = (unsigned int)parse_size(opt_value(argc, argv, &i));
+            maxsize = opt_uint(argc, argv, &i);
         else
             usage();
     }
@@ -153,14 +142,8 @@ int main(int argc, char **argv)
         usage();
     const char *who = server ? "server" : "client";
 
-    SCIInitialize(NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIInitialize");
-    sci_desc_t sd;
-    SCIOpen(&sd, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIOpen");
-    unsigned int local_node;
-    SCIGetLocalNodeId(adapter, &local_node, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIGetLocalNodeId");
+    sci_desc_t sd = open_descriptor();                 /* SCIInitialize, SCIOpen */
+    unsigned int local_node = local_node_id();
     if (remote_node == 0)
         remote_node = local_node;
 
@@ -184,9 +167,7 @@ int main(int argc, char **argv)
     DIE_ON_ERROR(err, "SCIDisconnectDataInterrupt");
     SCIRemoveDataInterrupt(in, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCIRemoveDataInterrupt");
-    SCIClose(sd, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIClose");
-    SCITerminate();
+    close_descriptor(sd);                              /* SCIClose, SCITerminate */
     printf("%s: %s\n", who, rc == 0 ? "success" : "FAILED");
     return rc;
 }

@@ -17,9 +17,6 @@
 
 #define DEFAULT_INTNO 0x40
 
-static unsigned int adapter = 0;
-static unsigned int timeout_ms = SCI_INFINITE_TIMEOUT;
-
 /* Trigger `out` and wait for `in`, `loops` times; returns microseconds. */
 static uint64_t ping(sci_remote_interrupt_t out, sci_local_interrupt_t in, unsigned int loops)
 {
@@ -73,20 +70,12 @@ int main(int argc, char **argv)
 
     example_name = "interrupt";
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-server"))
-            server = 1;
-        else if (!strcmp(argv[i], "-client"))
-            server = 0;
-        else if (!strcmp(argv[i], "-rn"))
-            remote_node = (unsigned int)parse_size(opt_value(argc, argv, &i));
-        else if (!strcmp(argv[i], "-loops"))
-            loops = (unsigned int)parse_size(opt_value(argc, argv, &i));
+        if (common_option(argc, argv, &i, &server, &remote_node))
+            continue;
+        if (!strcmp(argv[i], "-loops"))
+            loops = opt_uint(argc, argv, &i);
         else if (!strcmp(argv[i], "-intno"))
-            base = (unsigned int)parse_size(opt_value(argc, argv, &i));
-        else if (!strcmp(argv[i], "-a"))
-            adapter = (unsigned int)parse_size(opt_value(argc, argv, &i));
-        else if (!strcmp(argv[i], "-timeout"))
-            timeout_ms = (unsigned int)parse_size(opt_value(argc, argv, &i));
+            base = opt_uint(argc, argv, &i);
         else
             usage();
     }
@@ -94,14 +83,8 @@ int main(int argc, char **argv)
         usage();
     const char *who = server ? "server" : "client";
 
-    SCIInitialize(NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIInitialize");
-    sci_desc_t sd;
-    SCIOpen(&sd, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIOpen");
-    unsigned int local_node;
-    SCIGetLocalNodeId(adapter, &local_node, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIGetLocalNodeId");
+    sci_desc_t sd = open_descriptor();                 /* SCIInitialize, SCIOpen */
+    unsigned int local_node = local_node_id();
     if (remote_node == 0)
         remote_node = local_node;
 
@@ -134,9 +117,7 @@ int main(int argc, char **argv)
     DIE_ON_ERROR(err, "SCIDisconnectInterrupt");
     SCIRemoveInterrupt(in, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCIRemoveInterrupt");
-    SCIClose(sd, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIClose");
-    SCITerminate();
+    close_descriptor(sd);                              /* SCIClose, SCITerminate */
     printf("%s: success\n", who);
     return 0;
 }

@@ -35,9 +35,6 @@ struct mc_header {
     volatile uint32_t client_verdict;  /* 1 = server's data read back intact */
 };
 
-static unsigned int adapter = 0;
-static unsigned int timeout_ms = SCI_INFINITE_TIMEOUT;
-
 /* A position-dependent 64-bit checksum (FNV-1a over 8-byte words). */
 static uint64_t checksum(const volatile unsigned char *p, size_t n)
 {
@@ -70,24 +67,15 @@ static int run_server(sci_desc_t sd, unsigned int segid, size_t size)
     sci_local_interrupt_t intr;
     unsigned int intno = 0x30;
 
-    SCICreateInterrupt(sd, &intr, adapter, &intno, NULL, NULL, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCICreateInterrupt");
-    SCICreateSegment(sd, &segment, segid, HEADER_SIZE + size, NULL, NULL, NO_FLAGS, &err);
-    if (err == SCI_ERR_SEGMENTID_USED)
-        fail("segment id 0x%x is in use on this node (try -segid)", segid);
-    DIE_ON_ERROR(err, "SCICreateSegment");
-    unsigned char *base = (unsigned char *)SCIMapLocalSegment(
-        segment, &map, 0, HEADER_SIZE + size, NULL, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIMapLocalSegment");
+    create_interrupt(sd, &intr, &intno);
+    unsigned char *base = (unsigned char *)create_mapped_segment(
+        sd, &segment, &map, segid, HEADER_SIZE + size, " on this node (try -segid)");
     struct mc_header *h = (struct mc_header *)base;
     unsigned char *data = base + HEADER_SIZE;
     h->server_intno = intno;
     h->size = size;
     h->magic = MC_MAGIC;
-    SCIPrepareSegment(segment, adapter, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIPrepareSegment");
-    SCISetSegmentAvailable(segment, adapter, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCISetSegmentAvailable");
+    make_available(segment);                /* SCIPrepareSegment, SCISetSegmentAvailable */
     printf("server: segment 0x%x with %zu data bytes available\n", segid, size);
     fflush(stdout);
 
@@ -104,9 +92,7 @@ static int run_server(sci_desc_t sd, unsigned int segid, size_t size)
     fill(data, size, 0xfeed);
     h->server_sum = checksum(data, size);
     sci_remote_interrupt_t to_client;
-    SCIConnectInterrupt(sd, &to_client, h->client_node, adapter, h->client_intno, timeout_ms,
-                        NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIConnectInterrupt");
+    connect_interrupt(sd, &to_client, h->client_node, h->client_intno, "SCIConnectInterrupt");
     SCITriggerInterrupt(to_client, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCITriggerInterrupt");
 
@@ -117,20 +103,10 @@ static int run_server(sci_desc_t sd, unsigned int segid, size_t size)
     printf("server: client read back the data %s\n", ok_out ? "intact" : "CORRUPTED");
 
     /* Stay until the client has disconnected. */
-    for (;;) {
-        unsigned int node, adap;
-        sci_segment_cb_reason_t r = SCIWaitForLocalSegmentEvent(segment, &node, &adap,
-                                                                timeout_ms, NO_FLAGS, &err);
-        DIE_ON_ERROR(err, "SCIWaitForLocalSegmentEvent");
-        if (r == SCI_CB_DISCONNECT)
-            break;
-    }
+    wait_for_disconnect(segment);
     SCIDisconnectInterrupt(to_client, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCIDisconnectInterrupt");
-    SCIUnmapSegment(map, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIUnmapSegment");
-    SCIRemoveSegment(segment, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIRemoveSegment");
+    remove_mapped_segment(segment, map, 0);
     SCIRemoveInterrupt(intr, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCIRemoveInterrupt");
     return ok_in && ok_out ? 0 : 1;
@@ -169,21 +145,15 @@ static int run_client(sci_desc_t sd, unsigned int remote_node, unsigned int segi
     sci_local_interrupt_t intr;
     unsigned int local_node, intno = 0x31;
 
-    SCIGetLocalNodeId(adapter, &local_node, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIGetLocalNodeId");
-    SCICreateInterrupt(sd, &intr, adapter, &intno, NULL, NULL, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCICreateInterrupt");
-    SCIConnectSegment(sd, &segment, remote_node, segid, adapter, NULL, NULL, timeout_ms,
-                      NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIConnectSegment");
+    local_node = local_node_id();
+    create_interrupt(sd, &intr, &intno);
+    connect_segment(sd, &segment, remote_node, segid);
     if (SCIGetRemoteSegmentSize(segment) != HEADER_SIZE + size)
         fail("the server's segment has %zu data bytes, not %zu (use the same -size)",
              SCIGetRemoteSegmentSize(segment) - HEADER_SIZE, size);
-    struct mc_header *h = (struct mc_header *)SCIMapRemoteSegment(
-        segment, &hmap, 0, HEADER_SIZE, NULL, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIMapRemoteSegment (header)");
-    SCIMapRemoteSegment(segment, &dmap, HEADER_SIZE, size, NULL, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIMapRemoteSegment (data)");
+    struct mc_header *h = (struct mc_header *)map_remote(segment, &hmap, 0, HEADER_SIZE,
+                                                         "SCIMapRemoteSegment (header)");
+    map_remote(segment, &dmap, HEADER_SIZE, size, "SCIMapRemoteSegment (data)");
     if (h->magic != MC_MAGIC)
         fail("segment 0x%x does not look like a memcopy server's segment", segid);
     SCICreateMapSequence(dmap, &seq, NO_FLAGS, &err);
@@ -207,9 +177,7 @@ static int run_client(sci_desc_t sd, unsigned int remote_node, unsigned int segi
     SCIFlush(seq, NO_FLAGS);             /* header stores visible before the trigger */
 
     sci_remote_interrupt_t to_server;
-    SCIConnectInterrupt(sd, &to_server, remote_node, adapter, h->server_intno, timeout_ms,
-                        NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIConnectInterrupt");
+    connect_interrupt(sd, &to_server, remote_node, h->server_intno, "SCIConnectInterrupt");
     SCITriggerInterrupt(to_server, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCITriggerInterrupt");
 
@@ -239,12 +207,7 @@ static int run_client(sci_desc_t sd, unsigned int remote_node, unsigned int segi
     DIE_ON_ERROR(err, "SCIRemoveSequence");
     SCIDisconnectInterrupt(to_server, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCIDisconnectInterrupt");
-    SCIUnmapSegment(dmap, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIUnmapSegment");
-    SCIUnmapSegment(hmap, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIUnmapSegment");
-    SCIDisconnectSegment(segment, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIDisconnectSegment");
+    disconnect_mapped_segment(segment, hmap, dmap);
     SCIRemoveInterrupt(intr, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCIRemoveInterrupt");
     return ok_in && ok_out ? 0 : 1;
@@ -267,43 +230,26 @@ int main(int argc, char **argv)
     int server = -1;
     unsigned int remote_node = 0, segid = DEFAULT_SEGID;
     size_t size = 4 << 20;
-    sci_error_t err;
 
     example_name = "memcopy";
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-server"))
-            server = 1;
-        else if (!strcmp(argv[i], "-client"))
-            server = 0;
-        else if (!strcmp(argv[i], "-rn"))
-            remote_node = (unsigned int)parse_size(opt_value(argc, argv, &i));
-        else if (!strcmp(argv[i], "-size"))
+        if (common_option(argc, argv, &i, &server, &remote_node))
+            continue;
+        if (!strcmp(argv[i], "-size"))
             size = (size_t)parse_size(opt_value(argc, argv, &i));
         else if (!strcmp(argv[i], "-segid"))
-            segid = (unsigned int)parse_size(opt_value(argc, argv, &i));
-        else if (!strcmp(argv[i], "-a"))
-            adapter = (unsigned int)parse_size(opt_value(argc, argv, &i));
-        else if (!strcmp(argv[i], "-timeout"))
-            timeout_ms = (unsigned int)parse_size(opt_value(argc, argv, &i));
+            segid = opt_uint(argc, argv, &i);
         else
             usage();
     }
     if (server < 0 || size == 0)
         usage();
 
-    SCIInitialize(NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIInitialize");
-    sci_desc_t sd;
-    SCIOpen(&sd, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIOpen");
-    if (remote_node == 0) {
-        SCIGetLocalNodeId(adapter, &remote_node, NO_FLAGS, &err);
-        DIE_ON_ERROR(err, "SCIGetLocalNodeId");
-    }
+    sci_desc_t sd = open_descriptor();                 /* SCIInitialize, SCIOpen */
+    if (remote_node == 0)
+        remote_node = local_node_id();
     int rc = server ? run_server(sd, segid, size) : run_client(sd, remote_node, segid, size);
-    SCIClose(sd, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIClose");
-    SCITerminate();
+    close_descriptor(sd);                              /* SCIClose, SCITerminate */
     printf("%s: %s\n", server ? "server" : "client", rc == 0 ? "success" : "FAILED");
     return rc;
 }

@@ -32,9 +32,6 @@
 #define DEFAULT_ROUNDS 5000
 #define DEFAULT_MSG    64
 
-static unsigned int adapter = 0;
-static unsigned int timeout_ms = SCI_INFINITE_TIMEOUT;
-
 /* Word w of the payload of message `seq` (the last word holds seq itself). */
 static inline uint32_t payload_word(uint32_t seq, size_t w)
 {
@@ -110,33 +107,18 @@ struct side {
 
 static void create_inbox(struct side *s, unsigned int segid)
 {
-    sci_error_t err;
-    SCICreateSegment(s->sd, &s->inbox_seg, segid, INBOX_SIZE, NULL, NULL, NO_FLAGS, &err);
-    if (err == SCI_ERR_SEGMENTID_USED)
-        fail("segment id 0x%x is in use on this node (another pingpong running? try -segid)",
-             segid);
-    DIE_ON_ERROR(err, "SCICreateSegment");
-    s->inbox = SCIMapLocalSegment(s->inbox_seg, &s->inbox_map, 0, INBOX_SIZE, NULL, NO_FLAGS,
-                                  &err);
-    DIE_ON_ERROR(err, "SCIMapLocalSegment");
-    SCIPrepareSegment(s->inbox_seg, adapter, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIPrepareSegment");
-    SCISetSegmentAvailable(s->inbox_seg, adapter, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCISetSegmentAvailable");
+    s->inbox = create_mapped_segment(s->sd, &s->inbox_seg, &s->inbox_map, segid, INBOX_SIZE,
+                                     " on this node (another pingpong running? try -segid)");
+    make_available(s->inbox_seg);           /* SCIPrepareSegment, SCISetSegmentAvailable */
 }
 
 static void connect_peer(struct side *s, unsigned int node, unsigned int segid)
 {
-    sci_error_t err;
-    SCIConnectSegment(s->sd, &s->peer_seg, node, segid, adapter, NULL, NULL, timeout_ms,
-                      NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIConnectSegment");
+    connect_segment(s->sd, &s->peer_seg, node, segid);
     if (SCIGetRemoteSegmentSize(s->peer_seg) != INBOX_SIZE)
         fail("segment 0x%x on node %u has %zu bytes, not %u: not a pingpong inbox", segid, node,
              SCIGetRemoteSegmentSize(s->peer_seg), INBOX_SIZE);
-    s->peer = SCIMapRemoteSegment(s->peer_seg, &s->peer_map, 0, INBOX_SIZE, NULL, NO_FLAGS,
-                                  &err);
-    DIE_ON_ERROR(err, "SCIMapRemoteSegment");
+    s->peer = map_remote(s->peer_seg, &s->peer_map, 0, INBOX_SIZE, "SCIMapRemoteSegment");
 }
 
 /* Disconnect from the peer, then wait until the peer has left our inbox. */
@@ -270,26 +252,17 @@ int main(int argc, char **argv)
     unsigned int remote_node = 0, segid = DEFAULT_SEGID;
     uint64_t rounds = DEFAULT_ROUNDS;
     size_t size = DEFAULT_MSG;
-    sci_error_t err;
 
     example_name = "pingpong";
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-server"))
-            server = 1;
-        else if (!strcmp(argv[i], "-client"))
-            server = 0;
-        else if (!strcmp(argv[i], "-rn"))
-            remote_node = (unsigned int)parse_size(opt_value(argc, argv, &i));
-        else if (!strcmp(argv[i], "-n"))
+        if (common_option(argc, argv, &i, &server, &remote_node))
+            continue;
+        if (!strcmp(argv[i], "-n"))
             rounds = parse_size(opt_value(argc, argv, &i));
         else if (!strcmp(argv[i], "-size"))
             size = (size_t)parse_size(opt_value(argc, argv, &i));
         else if (!strcmp(argv[i], "-segid"))
-            segid = (unsigned int)parse_size(opt_value(argc, argv, &i));
-        else if (!strcmp(argv[i], "-a"))
-            adapter = (unsigned int)parse_size(opt_value(argc, argv, &i));
-        else if (!strcmp(argv[i], "-timeout"))
-            timeout_ms = (unsigned int)parse_size(opt_value(argc, argv, &i));
+            segid = opt_uint(argc, argv, &i);
         else
             usage();
     }
@@ -301,23 +274,17 @@ int main(int argc, char **argv)
         fail("-n must be 1..100000000");
 
     setvbuf(stdout, NULL, _IOLBF, 0);
-    SCIInitialize(NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIInitialize");
     struct side s;
     memset(&s, 0, sizeof s);
-    SCIOpen(&s.sd, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIOpen");
-    SCIGetLocalNodeId(adapter, &s.local_node, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIGetLocalNodeId");
+    s.sd = open_descriptor();                          /* SCIInitialize, SCIOpen */
+    s.local_node = local_node_id();
     if (!server && remote_node == 0)
         remote_node = s.local_node;
 
     int rc = server ? run_server(&s, remote_node, segid, (uint32_t)rounds, size)
                     : run_client(&s, remote_node, segid, (uint32_t)rounds, size);
 
-    SCIClose(s.sd, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIClose");
-    SCITerminate();
+    close_descriptor(s.sd);                            /* SCIClose, SCITerminate */
     printf("%s: %s\n", server ? "server" : "client", rc == 0 ? "success" : "FAILED");
     return rc;
 }

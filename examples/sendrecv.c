@@ -55,9 +55,6 @@ struct sr_msg {
     uint64_t chunk;         /* HELLO: slot size */
 };
 
-static unsigned int adapter = 0;
-static unsigned int timeout_ms = SCI_INFINITE_TIMEOUT;
-
 /* The 8-byte word at absolute offset o (a multiple of 8) of transfer x. */
 static inline uint64_t word_at(uint64_t o, uint32_t x)
 {
@@ -118,22 +115,14 @@ static int run_receiver(sci_desc_t sd, unsigned int segid, uint64_t window)
 
     SCICreateDataInterrupt(sd, &data_intr, adapter, &intno, NULL, NULL, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCICreateDataInterrupt");
-    SCICreateSegment(sd, &segment, segid, HEADER_SIZE + window, NULL, NULL, NO_FLAGS, &err);
-    if (err == SCI_ERR_SEGMENTID_USED)
-        fail("segment id 0x%x is in use on this node (try -segid)", segid);
-    DIE_ON_ERROR(err, "SCICreateSegment");
-    unsigned char *base = (unsigned char *)SCIMapLocalSegment(
-        segment, &map, 0, HEADER_SIZE + window, NULL, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIMapLocalSegment");
+    unsigned char *base = (unsigned char *)create_mapped_segment(
+        sd, &segment, &map, segid, HEADER_SIZE + window, " on this node (try -segid)");
     struct sr_header *h = (struct sr_header *)base;
     const unsigned char *win = base + HEADER_SIZE;
     h->data_intno = intno;
     h->window = window;
     h->magic = SR_MAGIC;
-    SCIPrepareSegment(segment, adapter, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIPrepareSegment");
-    SCISetSegmentAvailable(segment, adapter, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCISetSegmentAvailable");
+    make_available(segment);                /* SCIPrepareSegment, SCISetSegmentAvailable */
     printf("receiver: window segment 0x%x, %" PRIu64 " bytes, data interrupt %u\n", segid,
            window, intno);
     fflush(stdout);
@@ -153,9 +142,7 @@ static int run_receiver(sci_desc_t sd, unsigned int segid, uint64_t window)
             chunk = m.chunk;
             if (chunk == 0 || chunk > window)
                 fail("sender's chunk size %" PRIu64 " does not fit the window", chunk);
-            SCIConnectInterrupt(sd, &ack, m.node, adapter, m.ack_intno, timeout_ms, NO_FLAGS,
-                                &err);
-            DIE_ON_ERROR(err, "SCIConnectInterrupt (ack)");
+            connect_interrupt(sd, &ack, m.node, m.ack_intno, "SCIConnectInterrupt (ack)");
             printf("receiver: sender on node %u, chunks of %" PRIu64 " bytes\n", m.node, chunk);
             break;
         case MSG_CHUNK: {
@@ -199,22 +186,12 @@ static int run_receiver(sci_desc_t sd, unsigned int segid, uint64_t window)
     }
 
     /* Stay until the sender has disconnected from the window. */
-    for (;;) {
-        unsigned int node, adap;
-        sci_segment_cb_reason_t r = SCIWaitForLocalSegmentEvent(segment, &node, &adap,
-                                                                timeout_ms, NO_FLAGS, &err);
-        DIE_ON_ERROR(err, "SCIWaitForLocalSegmentEvent");
-        if (r == SCI_CB_DISCONNECT)
-            break;
-    }
+    wait_for_disconnect(segment);
     if (ack) {
         SCIDisconnectInterrupt(ack, NO_FLAGS, &err);
         DIE_ON_ERROR(err, "SCIDisconnectInterrupt");
     }
-    SCIUnmapSegment(map, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIUnmapSegment");
-    SCIRemoveSegment(segment, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIRemoveSegment");
+    remove_mapped_segment(segment, map, 0);
     SCIRemoveDataInterrupt(data_intr, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCIRemoveDataInterrupt");
     return rc;
@@ -230,27 +207,21 @@ static int run_sender(sci_desc_t sd, unsigned int remote_node, unsigned int segi
     sci_remote_data_interrupt_t data_intr;
     unsigned int local_node, ack_intno = 0x71;
 
-    SCIGetLocalNodeId(adapter, &local_node, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIGetLocalNodeId");
-    SCICreateInterrupt(sd, &ack, adapter, &ack_intno, NULL, NULL, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCICreateInterrupt");
+    local_node = local_node_id();
+    create_interrupt(sd, &ack, &ack_intno);
     printf("sender: connecting to window segment 0x%x on node %u\n", segid, remote_node);
     fflush(stdout);
-    SCIConnectSegment(sd, &segment, remote_node, segid, adapter, NULL, NULL, timeout_ms,
-                      NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIConnectSegment");
-    struct sr_header *h = (struct sr_header *)SCIMapRemoteSegment(
-        segment, &hmap, 0, HEADER_SIZE, NULL, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIMapRemoteSegment (header)");
+    connect_segment(sd, &segment, remote_node, segid);
+    struct sr_header *h = (struct sr_header *)map_remote(segment, &hmap, 0, HEADER_SIZE,
+                                                         "SCIMapRemoteSegment (header)");
     if (h->magic != SR_MAGIC)
         fail("segment 0x%x is not a sendrecv window", segid);
     uint64_t window = h->window;
     uint64_t chunk = (window / slots) & ~(uint64_t)4095;
     if (chunk == 0)
         fail("window of %" PRIu64 " bytes is too small for %u slots", window, slots);
-    unsigned char *win = (unsigned char *)SCIMapRemoteSegment(segment, &wmap, HEADER_SIZE,
-                                                              window, NULL, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIMapRemoteSegment (window)");
+    unsigned char *win = (unsigned char *)map_remote(segment, &wmap, HEADER_SIZE, window,
+                                                     "SCIMapRemoteSegment (window)");
     SCIConnectDataInterrupt(sd, &data_intr, remote_node, adapter, h->data_intno, timeout_ms,
                             NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCIConnectDataInterrupt");
@@ -315,12 +286,7 @@ static int run_sender(sci_desc_t sd, unsigned int remote_node, unsigned int segi
 
     SCIDisconnectDataInterrupt(data_intr, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCIDisconnectDataInterrupt");
-    SCIUnmapSegment(wmap, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIUnmapSegment");
-    SCIUnmapSegment(hmap, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIUnmapSegment");
-    SCIDisconnectSegment(segment, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIDisconnectSegment");
+    disconnect_mapped_segment(segment, hmap, wmap);
     SCIRemoveInterrupt(ack, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCIRemoveInterrupt");
     return rc;
@@ -348,26 +314,22 @@ int main(int argc, char **argv)
     uint64_t window = 128ULL << 20;
     uint64_t sizes[MAX_SIZES] = { 4ULL << 10, 2ULL << 20, 1ULL << 30 };
     int nsizes = 3;
-    sci_error_t err;
 
     example_name = "sendrecv";
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-receiver") || !strcmp(argv[i], "-server")) {
+        /* -server and -client set `receiver` too. */
+        if (common_option(argc, argv, &i, &receiver, &remote_node)) {
+            continue;
+        } else if (!strcmp(argv[i], "-receiver")) {
             receiver = 1;
-        } else if (!strcmp(argv[i], "-sender") || !strcmp(argv[i], "-client")) {
+        } else if (!strcmp(argv[i], "-sender")) {
             receiver = 0;
-        } else if (!strcmp(argv[i], "-rn")) {
-            remote_node = (unsigned int)parse_size(opt_value(argc, argv, &i));
         } else if (!strcmp(argv[i], "-window")) {
             window = parse_size(opt_value(argc, argv, &i));
         } else if (!strcmp(argv[i], "-slots")) {
-            slots = (unsigned int)parse_size(opt_value(argc, argv, &i));
+            slots = opt_uint(argc, argv, &i);
         } else if (!strcmp(argv[i], "-segid")) {
-            segid = (unsigned int)parse_size(opt_value(argc, argv, &i));
-        } else if (!strcmp(argv[i], "-a")) {
-            adapter = (unsigned int)parse_size(opt_value(argc, argv, &i));
-        } else if (!strcmp(argv[i], "-timeout")) {
-            timeout_ms = (unsigned int)parse_size(opt_value(argc, argv, &i));
+            segid = opt_uint(argc, argv, &i);
         } else if (!strcmp(argv[i], "-bytes")) {
             char *list = strdup(opt_value(argc, argv, &i)), *save = NULL;
             nsizes = 0;
@@ -388,20 +350,12 @@ int main(int argc, char **argv)
         if (sizes[i] == 0)
             fail("a transfer of 0 bytes");
 
-    SCIInitialize(NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIInitialize");
-    sci_desc_t sd;
-    SCIOpen(&sd, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIOpen");
-    if (remote_node == 0) {
-        SCIGetLocalNodeId(adapter, &remote_node, NO_FLAGS, &err);
-        DIE_ON_ERROR(err, "SCIGetLocalNodeId");
-    }
+    sci_desc_t sd = open_descriptor();                 /* SCIInitialize, SCIOpen */
+    if (remote_node == 0)
+        remote_node = local_node_id();
     int rc = receiver ? run_receiver(sd, segid, window)
                       : run_sender(sd, remote_node, segid, sizes, nsizes, slots);
-    SCIClose(sd, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIClose");
-    SCITerminate();
+    close_descriptor(sd);                              /* SCIClose, SCITerminate */
     printf("%s: %s\n", receiver ? "receiver" : "sender", rc == 0 ? "success" : "FAILED");
     return rc;
 }

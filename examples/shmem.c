@@ -34,9 +34,6 @@ struct shmem_header {
     volatile uint64_t bad_offset;       /* first bad byte when status == 2 */
 };
 
-static unsigned int adapter = 0;
-static unsigned int timeout_ms = SCI_INFINITE_TIMEOUT;
-
 /* The byte the client stores at data offset i. */
 static inline unsigned char pattern(uint64_t i)
 {
@@ -51,22 +48,15 @@ static int run_server(sci_desc_t sd, unsigned int segid, size_t size)
     sci_local_interrupt_t intr;
     unsigned int local_node, intno = 0x20;
 
-    SCIGetLocalNodeId(adapter, &local_node, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIGetLocalNodeId");
+    local_node = local_node_id();
 
     /* The interrupt the client triggers when it has written the data. */
-    SCICreateInterrupt(sd, &intr, adapter, &intno, NULL, NULL, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCICreateInterrupt");
+    create_interrupt(sd, &intr, &intno);
 
-    SCICreateSegment(sd, &segment, segid, HEADER_SIZE + size, NULL, NULL, NO_FLAGS, &err);
-    if (err == SCI_ERR_SEGMENTID_USED)
-        fail("segment id 0x%x is in use on this node (another server running? try -segid)",
-             segid);
-    DIE_ON_ERROR(err, "SCICreateSegment");
-
-    volatile unsigned char *base = SCIMapLocalSegment(segment, &map, 0, HEADER_SIZE + size,
-                                                      NULL, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIMapLocalSegment");
+    /* SCICreateSegment and SCIMapLocalSegment: header page and data. */
+    volatile unsigned char *base = create_mapped_segment(
+        sd, &segment, &map, segid, HEADER_SIZE + size,
+        " on this node (another server running? try -segid)");
     struct shmem_header *h = (struct shmem_header *)base;
     const volatile unsigned char *data = base + HEADER_SIZE;
 
@@ -74,10 +64,7 @@ static int run_server(sci_desc_t sd, unsigned int segid, size_t size)
     h->size = size;
     h->magic = SHMEM_MAGIC;
 
-    SCIPrepareSegment(segment, adapter, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIPrepareSegment");
-    SCISetSegmentAvailable(segment, adapter, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCISetSegmentAvailable");
+    make_available(segment);                /* SCIPrepareSegment, SCISetSegmentAvailable */
     printf("server: node %u, segment 0x%x (%zu data bytes) available, interrupt %u\n",
            local_node, segid, size, intno);
     fflush(stdout);
@@ -109,9 +96,8 @@ static int run_server(sci_desc_t sd, unsigned int segid, size_t size)
 
     /* Answer through the client's interrupt. */
     sci_remote_interrupt_t answer;
-    SCIConnectInterrupt(sd, &answer, h->client_node, adapter, h->client_intno, timeout_ms,
-                        NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIConnectInterrupt (client)");
+    connect_interrupt(sd, &answer, h->client_node, h->client_intno,
+                      "SCIConnectInterrupt (client)");
     SCITriggerInterrupt(answer, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCITriggerInterrupt");
 
@@ -131,12 +117,7 @@ static int run_server(sci_desc_t sd, unsigned int segid, size_t size)
 
     SCIDisconnectInterrupt(answer, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCIDisconnectInterrupt");
-    SCIUnmapSegment(map, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIUnmapSegment");
-    SCISetSegmentUnavailable(segment, adapter, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCISetSegmentUnavailable");
-    SCIRemoveSegment(segment, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIRemoveSegment");
+    remove_mapped_segment(segment, map, 1);   /* unmap, set unavailable, remove */
     SCIRemoveInterrupt(intr, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCIRemoveInterrupt");
     return bad == UINT64_MAX ? 0 : 1;
@@ -151,29 +132,23 @@ static int run_client(sci_desc_t sd, unsigned int remote_node, unsigned int segi
     sci_remote_interrupt_t server_intr;
     unsigned int local_node, intno = 0x21;
 
-    SCIGetLocalNodeId(adapter, &local_node, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIGetLocalNodeId");
+    local_node = local_node_id();
 
     /* The interrupt the server answers on. */
-    SCICreateInterrupt(sd, &answer, adapter, &intno, NULL, NULL, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCICreateInterrupt");
+    create_interrupt(sd, &answer, &intno);
 
     printf("client: connecting to segment 0x%x on node %u\n", segid, remote_node);
     fflush(stdout);
-    SCIConnectSegment(sd, &segment, remote_node, segid, adapter, NULL, NULL, timeout_ms,
-                      NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIConnectSegment");
+    connect_segment(sd, &segment, remote_node, segid);
     if (SCIGetRemoteSegmentSize(segment) != HEADER_SIZE + size)
         fail("the server's segment has %zu data bytes, not %zu (use the same -size)",
              SCIGetRemoteSegmentSize(segment) - HEADER_SIZE, size);
 
     /* Two maps of the one segment: the header page and the data. */
-    struct shmem_header *h = (struct shmem_header *)SCIMapRemoteSegment(
-        segment, &hmap, 0, HEADER_SIZE, NULL, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIMapRemoteSegment (header)");
-    volatile unsigned char *data = SCIMapRemoteSegment(segment, &dmap, HEADER_SIZE, size, NULL,
-                                                       NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIMapRemoteSegment (data)");
+    struct shmem_header *h = (struct shmem_header *)map_remote(
+        segment, &hmap, 0, HEADER_SIZE, "SCIMapRemoteSegment (header)");
+    volatile unsigned char *data = map_remote(segment, &dmap, HEADER_SIZE, size,
+                                              "SCIMapRemoteSegment (data)");
     if (h->magic != SHMEM_MAGIC)
         fail("segment 0x%x does not look like a shmem server's segment", segid);
 
@@ -189,9 +164,8 @@ static int run_client(sci_desc_t sd, unsigned int remote_node, unsigned int segi
     printf("client: wrote %zu bytes in %.3f ms (%.1f MB/s)\n", size, write_us / 1000.0,
            mb_per_s(size, write_us));
 
-    SCIConnectInterrupt(sd, &server_intr, remote_node, adapter, h->server_intno, timeout_ms,
-                        NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIConnectInterrupt (server)");
+    connect_interrupt(sd, &server_intr, remote_node, h->server_intno,
+                      "SCIConnectInterrupt (server)");
     t0 = now_us();
     SCITriggerInterrupt(server_intr, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCITriggerInterrupt");
@@ -212,12 +186,7 @@ static int run_client(sci_desc_t sd, unsigned int remote_node, unsigned int segi
 
     SCIDisconnectInterrupt(server_intr, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCIDisconnectInterrupt");
-    SCIUnmapSegment(dmap, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIUnmapSegment");
-    SCIUnmapSegment(hmap, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIUnmapSegment");
-    SCIDisconnectSegment(segment, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIDisconnectSegment");
+    disconnect_mapped_segment(segment, hmap, dmap);
     SCIRemoveInterrupt(answer, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCIRemoveInterrupt");
     return rc;
@@ -240,45 +209,28 @@ int main(int argc, char **argv)
     int server = -1;
     unsigned int remote_node = 0, segid = DEFAULT_SEGID;
     size_t size = 1 << 20;
-    sci_error_t err;
 
     example_name = "shmem";
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-server"))
-            server = 1;
-        else if (!strcmp(argv[i], "-client"))
-            server = 0;
-        else if (!strcmp(argv[i], "-rn"))
-            remote_node = (unsigned int)parse_size(opt_value(argc, argv, &i));
-        else if (!strcmp(argv[i], "-size"))
+        if (common_option(argc, argv, &i, &server, &remote_node))
+            continue;
+        if (!strcmp(argv[i], "-size"))
             size = (size_t)parse_size(opt_value(argc, argv, &i));
         else if (!strcmp(argv[i], "-segid"))
-            segid = (unsigned int)parse_size(opt_value(argc, argv, &i));
-        else if (!strcmp(argv[i], "-a"))
-            adapter = (unsigned int)parse_size(opt_value(argc, argv, &i));
-        else if (!strcmp(argv[i], "-timeout"))
-            timeout_ms = (unsigned int)parse_size(opt_value(argc, argv, &i));
+            segid = opt_uint(argc, argv, &i);
         else
             usage();
     }
     if (server < 0 || size == 0)
         usage();
 
-    SCIInitialize(NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIInitialize");
-    sci_desc_t sd;
-    SCIOpen(&sd, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIOpen");
-    if (remote_node == 0) {
-        SCIGetLocalNodeId(adapter, &remote_node, NO_FLAGS, &err);
-        DIE_ON_ERROR(err, "SCIGetLocalNodeId");
-    }
+    sci_desc_t sd = open_descriptor();                 /* SCIInitialize, SCIOpen */
+    if (remote_node == 0)
+        remote_node = local_node_id();
 
     int rc = server ? run_server(sd, segid, size) : run_client(sd, remote_node, segid, size);
 
-    SCIClose(sd, NO_FLAGS, &err);
-    DIE_ON_ERROR(err, "SCIClose");
-    SCITerminate();
+    close_descriptor(sd);                              /* SCIClose, SCITerminate */
     printf("%s: %s\n", server ? "server" : "client", rc == 0 ? "success" : "FAILED");
     return rc;
 }
