@@ -415,16 +415,24 @@ impl DiffTracker {
                 self.dirty = fresh;
                 return Ok(Some(CollectStats { pages_compared: 0, runs: 0, bytes: 0 }));
             }
-            // Copy every pending page (word loads: the program may be storing).
+            // Copy every pending page. The program may be storing into it
+            // meanwhile: a copy that races with a store may hold a torn
+            // value, and the scan that follows reports exactly that case
+            // (the page was written after it was protected), so a torn
+            // snapshot is never used.
             let total: usize = self.pending.iter().map(|r| r.1).sum();
             self.snap.resize(total, 0);
             let mut k = 0;
             for i in 0..self.pending.len() {
                 let (off, len) = self.pending[i];
-                for j in (0..len).step_by(8) {
-                    let v = self.load_word((off + j) / 8).to_ne_bytes();
-                    let n = (len - j).min(8);
-                    self.snap[k + j..k + j + n].copy_from_slice(&v[..n]);
+                // SAFETY: off + len <= self.len, inside the tracked mapping
+                // (constructor contract); `snap` has `total` bytes and the
+                // ranges are disjoint, so k + len <= total. Volatile reads:
+                // the memory is shared with other threads and processes.
+                unsafe {
+                    let src = (self.base + off) as *const u8;
+                    let dst = self.snap.as_mut_ptr().add(k);
+                    volatile_copy(src, dst, len);
                 }
                 k += len;
             }
@@ -446,6 +454,16 @@ impl DiffTracker {
             pages += len.div_ceil(ps);
             let mut j = 0;
             while j < len {
+                // Skip 64-byte blocks that did not change (slice compare is a
+                // memcmp); only changed blocks are examined word by word.
+                if j + 64 <= len && (off + j) % 8 == 0 {
+                    let w0 = (off + j) / 8;
+                    let twin_bytes = twin_block(&self.twin, w0);
+                    if self.snap[k + j..k + j + 64] == *twin_bytes {
+                        j += 64;
+                        continue;
+                    }
+                }
                 let n = (len - j).min(8);
                 let mut v = [0u8; 8];
                 v[..n].copy_from_slice(&self.snap[k + j..k + j + n]);
@@ -607,4 +625,33 @@ fn merge_ranges(set: &mut Vec<(usize, usize)>, add: &[(usize, usize)]) {
         }
     }
     *set = merged;
+}
+
+/// The 64 bytes of the twin starting at word `w0`.
+fn twin_block(twin: &[u64], w0: usize) -> &[u8] {
+    let words = &twin[w0..w0 + 8];
+    // SAFETY: eight initialized u64s are 64 initialized bytes; u8 has no
+    // alignment or validity requirement; the borrow ties the lifetime.
+    unsafe { std::slice::from_raw_parts(words.as_ptr() as *const u8, 64) }
+}
+
+/// Copy `len` bytes of shared memory word by word with volatile loads (the
+/// source may change under us; the compiler must not assume otherwise).
+///
+/// # Safety
+/// `src..src+len` must be readable and `dst..dst+len` writable, not
+/// overlapping, and `src` 8-byte aligned when `len >= 8`.
+unsafe fn volatile_copy(src: *const u8, dst: *mut u8, len: usize) {
+    let words = len / 8;
+    let s = src as *const u64;
+    let d = dst as *mut u64;
+    for i in 0..words {
+        // SAFETY: i < len / 8, inside both ranges (caller contract); dst
+        // may be unaligned, hence write_unaligned.
+        unsafe { d.add(i).write_unaligned(std::ptr::read_volatile(s.add(i))) };
+    }
+    for i in words * 8..len {
+        // SAFETY: i < len, inside both ranges.
+        unsafe { dst.add(i).write(std::ptr::read_volatile(src.add(i))) };
+    }
 }
