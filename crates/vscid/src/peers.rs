@@ -100,8 +100,8 @@ impl Peers {
             let (p, n) = (peers.clone(), node.clone());
             std::thread::Builder::new().name(format!("vscid-dial{id}")).spawn(move || p.dial_loop(&n, id, addr))?;
         }
-        let (p, n) = (peers.clone(), node.clone());
-        std::thread::Builder::new().name("vscid-liveness".into()).spawn(move || p.liveness_loop(&n))?;
+        let p = peers.clone();
+        std::thread::Builder::new().name("vscid-liveness".into()).spawn(move || p.liveness_loop())?;
         Ok(peers)
     }
 
@@ -235,8 +235,8 @@ impl Peers {
         };
         // Forwarder: what our registry says to the pseudo-client goes to the peer.
         let forwarder = {
-            let (p, n) = (self.clone(), node.clone());
-            std::thread::spawn(move || p.forward_pseudo(&n, peer, prx))
+            let p = self.clone();
+            std::thread::spawn(move || p.forward_pseudo(peer, prx))
         };
 
         let mut rs = stream;
@@ -291,7 +291,7 @@ impl Peers {
 
     /// Declare nodes that stopped talking dead (their link may hang on a
     /// cut cable for minutes otherwise).
-    fn liveness_loop(self: &Arc<Self>, _node: &Arc<Node>) {
+    fn liveness_loop(self: &Arc<Self>) {
         let timeout = Duration::from_millis(self.cluster.node_timeout_ms);
         loop {
             std::thread::sleep(HEARTBEAT);
@@ -360,7 +360,7 @@ impl Peers {
 
     /// Translate what the registry tells a pseudo-client into frames for
     /// the node it stands for.
-    fn forward_pseudo(self: &Arc<Self>, node: &Arc<Node>, peer: u32, rx: Receiver<Outgoing>) {
+    fn forward_pseudo(self: &Arc<Self>, peer: u32, rx: Receiver<Outgoing>) {
         for out in rx {
             let msg = match out.msg {
                 ServerMsg::Reply { tag: 0, .. } => continue, // disconnect acknowledgements
@@ -406,7 +406,6 @@ impl Peers {
                 break;
             }
         }
-        let _ = node;
     }
 
     /// Wait until `peer`'s link is up and its engine address known.
