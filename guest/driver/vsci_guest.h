@@ -5,13 +5,31 @@
  *
  * /dev/vsci-ctlN  one per ivshmem-doorbell device (the control channel to the
  *                 node: private shared region, doorbells, MSI-X vectors)
- * /dev/vsci-segN  one per ivshmem-plain device (a segment window hot-plugged
- *                 by the host)
+ * /dev/vsci-winS  one per ivshmem-plain device on PCI bus 0, S = its slot
+ *                 (decimal): a segment window the host hot-plugged at the slot
+ *                 it chose and told libsisci about
  *
  * mmap offsets:
- *   0 .. shm_size            BAR2, the shared memory (both kinds)
+ *   0 .. shm_size            BAR2, the shared memory: windows always; the
+ *                            control device only for CAP_SYS_ADMIN (tests,
+ *                            tools) or, after VSCI_IOC_SESSION, the
+ *                            session's own area (0 .. session size)
  *   VSCI_MMAP_REGS_OFFSET    BAR0's register page, exactly one page (ctl
  *                            only): IVPosition at +8, Doorbell at +12
+ *
+ * The control region (BAR2 of the control device) as the host lays it out;
+ * the driver touches only the words named here, everything else is between
+ * libsisci and the host (crates/vsci-proto/src/guest.rs):
+ *   VSCI_CTL_WINDOWS + 4*S   window S in use (1) or not (0), written by the
+ *                            driver when /dev/vsci-winS is first opened and
+ *                            last released (mappings hold it open)
+ *   VSCI_CTL_SESSIONS + 4*i  session i's state word: (generation << 8) |
+ *                            VSCI_SESSION_*; the driver moves FREE -> OPEN
+ *                            (generation + 1) and OPEN -> CLOSING, the host
+ *                            CLOSING -> FREE once it has cleaned up
+ *   VSCI_CTL_SESSION_AREA(i) session i's private area, VSCI_SESSION_SIZE bytes
+ * After every change of those words the driver rings the host (peer 0,
+ * vector 0).
  */
 #ifndef VSCI_GUEST_H
 #define VSCI_GUEST_H
@@ -41,6 +59,22 @@ typedef uint64_t __u64;
 
 #define VSCI_INFINITE_TIMEOUT 0xffffffffU
 
+/* control region layout (see the top of this file) */
+#define VSCI_CTL_MAGIC        0x47435356U	/* "VSCG", at offset 0, host-written */
+#define VSCI_CTL_WINDOWS      0x100
+#define VSCI_CTL_MAX_WINDOWS  32
+#define VSCI_CTL_SESSIONS     0x200
+#define VSCI_CTL_MAX_SESSIONS 64
+#define VSCI_SESSION_SIZE     0x10000
+#define VSCI_CTL_SESSION_AREA(i) (VSCI_SESSION_SIZE * ((__u64)(i) + 1))
+#define VSCI_CTL_MIN_SIZE     VSCI_CTL_SESSION_AREA(VSCI_CTL_MAX_SESSIONS)
+#define VSCI_SESSION_FREE     0
+#define VSCI_SESSION_OPEN     1
+#define VSCI_SESSION_CLOSING  2
+/* the host's doorbell vector for control traffic and the guest's vector
+ * on which the host answers */
+#define VSCI_CTL_VECTOR       0
+
 struct vsci_info {
 	__u32 kind;		/* VSCI_KIND_* */
 	__u32 ivposition;	/* own peer id (ctl); 0 for seg */
@@ -69,9 +103,40 @@ struct vsci_wait {
 	__u64 count;
 };
 
+/* VSCI_IOC_SESSION's answer */
+struct vsci_session {
+	__u32 index;		/* 0..VSCI_CTL_MAX_SESSIONS-1 */
+	__u32 generation;	/* 1..0xffffff, as written in the state word */
+	__u64 size;		/* VSCI_SESSION_SIZE: mmap offset 0, this length */
+};
+
 #define VSCI_IOC_MAGIC 'v'
 #define VSCI_IOC_INFO _IOR(VSCI_IOC_MAGIC, 0x80, struct vsci_info)
 #define VSCI_IOC_RING _IOW(VSCI_IOC_MAGIC, 0x81, struct vsci_ring)
 #define VSCI_IOC_WAIT _IOWR(VSCI_IOC_MAGIC, 0x82, struct vsci_wait)
+/*
+ * ctl only. Give this open file a session of its own: the driver picks a
+ * FREE slot, marks it OPEN and rings the host; from then on mmap offset 0
+ * maps the session's area (and only it). Closing the file (the last
+ * reference, mappings included) marks it CLOSING and rings the host, so a
+ * killed program's resources are released. EBUSY if the file already has a
+ * session or any other binding, ENOSPC if no slot is FREE.
+ */
+#define VSCI_IOC_SESSION _IOR(VSCI_IOC_MAGIC, 0x83, struct vsci_session)
+/*
+ * ctl only. Make this open file behave like an eventfd for one of our own
+ * vectors: read() of 8 bytes returns the number of interrupts since the last
+ * read (blocks until there is one, or EAGAIN with O_NONBLOCK), poll() says
+ * POLLIN while that number is not zero. write() is EINVAL. EBUSY if the
+ * file is already bound; EINVAL for a vector we do not have.
+ */
+#define VSCI_IOC_BIND_VECTOR _IOW(VSCI_IOC_MAGIC, 0x84, __u32)
+/*
+ * ctl only. Make this open file ring (peer, vector) on every write() of 8
+ * bytes (the value is ignored, as an eventfd's wake-up is): the guest-side
+ * half of an interrupt a host process waits on. poll() says POLLOUT.
+ * read() is EINVAL. EBUSY if already bound.
+ */
+#define VSCI_IOC_BIND_DOORBELL _IOW(VSCI_IOC_MAGIC, 0x85, struct vsci_ring)
 
 #endif
