@@ -184,7 +184,7 @@ fn open_client() -> Result<Client, SciError> {
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_else(|| "sisci".into());
-    Client::connect(&path, &name).inspect_err(|e| {
+    Client::connect_auto(&path, &name).inspect_err(|e| {
         if verbose() {
             eprintln!("vsci: cannot reach vscid at {} ({}); is the node running? (VSCI_SOCKET selects the socket)", path.display(), e.c_name());
         }

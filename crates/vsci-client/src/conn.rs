@@ -86,8 +86,40 @@ struct Pending {
     slots: HashMap<u64, SyncSender<std::result::Result<(Reply, Vec<OwnedFd>), SciError>>>,
 }
 
+/// How requests reach the node: vscid's socket, or (in a guest) a session
+/// of the guest driver that the guest's host side serves.
+pub(crate) enum Transport {
+    Socket(OwnedFd),
+    Guest(crate::guest::Channel),
+}
+
+impl Transport {
+    fn send(&self, msg: &ClientMsg) -> std::result::Result<(), ()> {
+        match self {
+            Transport::Socket(sock) => wire::send(sock.as_fd(), msg, &[]).map_err(|_| ()),
+            Transport::Guest(ch) => ch.send(&postcard::to_stdvec(msg).map_err(|_| ())?),
+        }
+    }
+
+    fn recv(&self) -> std::result::Result<Received, ()> {
+        match self {
+            Transport::Socket(sock) => wire::recv(sock.as_fd()).map_err(|_| ()),
+            Transport::Guest(ch) => ch.recv(),
+        }
+    }
+
+    fn shutdown(&self) {
+        match self {
+            Transport::Socket(sock) => {
+                let _ = nix::sys::socket::shutdown(sock.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+            }
+            Transport::Guest(ch) => ch.shutdown(),
+        }
+    }
+}
+
 pub(crate) struct Inner {
-    sock: OwnedFd,
+    transport: Arc<Transport>,
     next_tag: AtomicU64,
     pending: Mutex<Pending>,
     dead: AtomicBool,
@@ -109,12 +141,30 @@ pub struct Client {
 }
 
 impl Client {
+    /// Connect to the node the way libsisci does: through the guest driver
+    /// when running in a vsci guest, else to vscid at `path`.
+    pub fn connect_auto(path: &std::path::Path, name: &str) -> Result<Client> {
+        if crate::guest::in_guest() {
+            let ch = crate::guest::Channel::open().map_err(|e| {
+                log::error!("vsci: cannot open a session on {}: {e}", crate::guest::CTL_DEVICE);
+                SciError::NoLinkAccess
+            })?;
+            Client::start(Transport::Guest(ch), name)
+        } else {
+            Client::connect(path, name)
+        }
+    }
+
     /// Connect to the daemon at `path` and introduce ourselves.
     pub fn connect(path: &std::path::Path, name: &str) -> Result<Client> {
         let sock = wire::connect(path).map_err(|_| SciError::NoLinkAccess)?;
+        Client::start(Transport::Socket(sock), name)
+    }
+
+    fn start(transport: Transport, name: &str) -> Result<Client> {
         let hello = ClientMsg { tag: 0, req: Request::Hello { version: PROTOCOL_VERSION, name: name.to_owned() } };
-        wire::send(sock.as_fd(), &hello, &[]).map_err(|_| SciError::NoLinkAccess)?;
-        let msg = wire::recv(sock.as_fd()).map_err(|_| SciError::NoLinkAccess)?;
+        transport.send(&hello).map_err(|_| SciError::NoLinkAccess)?;
+        let msg = transport.recv().map_err(|_| SciError::NoLinkAccess)?;
         let (node_id, mode, spin_us, max_segment_size) = match msg.decode::<ServerMsg>() {
             Ok(ServerMsg::Reply { tag: 0, result: Ok(Reply::Hello { node_id, wait_mode, spin_us, max_segment_size }) }) => {
                 (node_id, wait_mode, spin_us, max_segment_size)
@@ -122,8 +172,9 @@ impl Client {
             Ok(ServerMsg::Reply { result: Err(e), .. }) => return Err(e),
             _ => return Err(SciError::InconsistentVersions),
         };
+        let transport = Arc::new(transport);
         let inner = Arc::new(Inner {
-            sock,
+            transport: transport.clone(),
             next_tag: AtomicU64::new(1),
             pending: Mutex::new(Pending { slots: HashMap::new() }),
             dead: AtomicBool::new(false),
@@ -141,10 +192,9 @@ impl Client {
             .spawn(move || dispatcher(drx))
             .map_err(|_| SciError::System)?;
         let weak = Arc::downgrade(&inner);
-        let rsock = inner.sock.as_fd().try_clone_to_owned().map_err(|_| SciError::System)?;
         std::thread::Builder::new()
             .name("vsci-reader".into())
-            .spawn(move || reader(rsock, weak))
+            .spawn(move || reader(transport, weak))
             .map_err(|_| SciError::System)?;
         Ok(Client { inner })
     }
@@ -165,7 +215,7 @@ impl Client {
     /// us and tells our peers.
     pub fn close(&self) {
         self.inner.dead.store(true, Ordering::SeqCst);
-        let _ = nix::sys::socket::shutdown(self.inner.sock.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+        self.inner.transport.shutdown();
     }
 
     /// Send a request and wait for its reply and descriptors.
@@ -210,7 +260,7 @@ impl Inner {
         let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = sync_channel(1);
         self.pending.lock().unwrap().slots.insert(tag, tx);
-        if wire::send(self.sock.as_fd(), &ClientMsg { tag, req }, &[]).is_err() {
+        if self.transport.send(&ClientMsg { tag, req }).is_err() {
             self.pending.lock().unwrap().slots.remove(&tag);
             return Err(SciError::NoLinkAccess);
         }
@@ -220,13 +270,13 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        let _ = nix::sys::socket::shutdown(self.sock.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+        self.transport.shutdown();
     }
 }
 
-fn reader(sock: OwnedFd, inner: Weak<Inner>) {
+fn reader(transport: Arc<Transport>, inner: Weak<Inner>) {
     loop {
-        let msg: Received = match wire::recv(sock.as_fd()) {
+        let msg: Received = match transport.recv() {
             Ok(m) => m,
             Err(_) => break,
         };

@@ -32,12 +32,13 @@ unsafe impl Sync for Page {}
 
 impl Page {
     fn map(fd: &OwnedFd) -> Result<Page> {
-        let st = nix::sys::stat::fstat(std::os::fd::AsRawFd::as_raw_fd(fd)).map_err(|_| SciError::System)?;
-        if (st.st_size as usize) < intr::SHARED_SIZE {
+        let size = crate::guest::mem_size(fd.as_fd()).ok_or(SciError::System)?;
+        if (size as usize) < intr::SHARED_SIZE {
             return Err(SciError::System);
         }
-        // SAFETY: mapping SHARED_SIZE bytes of a memfd whose size we just
-        // checked (and which the daemon sealed against shrinking).
+        // SAFETY: mapping SHARED_SIZE bytes of a memfd (or a guest's window
+        // onto one) whose size we just checked and which the daemon sealed
+        // against shrinking.
         let p = unsafe {
             mmap(
                 None,

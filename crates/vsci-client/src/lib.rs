@@ -6,6 +6,7 @@
 //! through a shared page, without the daemon.
 
 mod conn;
+pub mod guest;
 mod interrupt;
 mod map;
 mod remote;

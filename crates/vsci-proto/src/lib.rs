@@ -11,6 +11,7 @@
 //! state are shared as memfds/eventfds and never pass through the daemon.
 
 pub mod error;
+pub mod guest;
 pub mod intr;
 pub mod msg;
 pub mod peer;
@@ -20,7 +21,7 @@ pub use error::SciError;
 pub use msg::*;
 
 /// Bumped whenever a message changes shape.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Largest message either side accepts, in bytes.
 pub const MAX_MESSAGE: usize = 64 * 1024;

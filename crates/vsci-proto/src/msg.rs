@@ -76,6 +76,10 @@ pub enum Request {
     DisconnectSegment { conn: ObjId },
     /// Reply carries [shared state memfd, eventfd].
     CreateInterrupt { kind: IntrKind, hint: u32, fixed: bool },
+    /// As `CreateInterrupt`, but the request carries the eventfd that wakes
+    /// the waiter (a guest's MSI-X vector, so triggers reach the guest
+    /// without a hop through its host side). Reply as `CreateInterrupt`.
+    CreateInterruptWake { kind: IntrKind, hint: u32, fixed: bool },
     RemoveInterrupt { intr: ObjId },
     /// Reply carries [shared state memfd, eventfd].
     ConnectInterrupt { kind: IntrKind, node_id: u32, number: u32, timeout_ms: u32 },

@@ -88,10 +88,6 @@ pub fn serve(node: Arc<Node>, sock: OwnedFd) {
                 break;
             }
         };
-        if !msg.fds.is_empty() {
-            warn!("client {id} (pid {}): request carried file descriptors; dropping connection", info.pid);
-            break;
-        }
         let ClientMsg { tag, req } = match msg.decode::<ClientMsg>() {
             Ok(m) => m,
             Err(e) => {
@@ -99,8 +95,18 @@ pub fn serve(node: Arc<Node>, sock: OwnedFd) {
                 break;
             }
         };
+        // Only CreateInterruptWake carries a descriptor: exactly one eventfd.
+        let mut fds = msg.fds;
+        let wake = match (&req, fds.len()) {
+            (vsci_proto::Request::CreateInterruptWake { .. }, 1) if crate::memory::is_eventfd(fds[0].as_fd()) => fds.pop(),
+            (_, 0) if !matches!(req, vsci_proto::Request::CreateInterruptWake { .. }) => None,
+            _ => {
+                warn!("client {id} (pid {}): unexpected file descriptors with {req:?}; dropping connection", info.pid);
+                break;
+            }
+        };
         debug!("client {id}: {req:?}");
-        match node.handle(id, tag, req) {
+        match node.handle_with(id, tag, req, wake) {
             Handled::Reply(out) => {
                 let reg = node.lock();
                 if let Some(c) = reg.clients.get(&id) {

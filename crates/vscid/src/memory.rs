@@ -11,7 +11,13 @@ use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
 use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use vsci_proto::intr::{self, Shared};
 
-/// Create a zero-filled memfd of `size` bytes whose size can never change.
+/// Create a zero-filled memfd of at least `size` bytes whose size can never
+/// change.
+///
+/// The size is rounded up to a power of two (at least a page): a guest sees
+/// a memfd through an ivshmem BAR, and QEMU aborts on a BAR whose size is
+/// not a power of two. Pages nobody touches cost nothing, and every mapper
+/// maps only the object's own size.
 ///
 /// The seals matter for isolation: every process that maps a segment gets
 /// this fd, and without `F_SEAL_SHRINK` one of them could truncate it and
@@ -19,7 +25,8 @@ use vsci_proto::intr::{self, Shared};
 pub fn sealed_memfd(name: &str, size: u64) -> nix::Result<OwnedFd> {
     let cname = CString::new(name).unwrap_or_else(|_| CString::new("vsci").unwrap());
     let fd = memfd_create(&cname, MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING)?;
-    let len = i64::try_from(size).map_err(|_| nix::Error::EINVAL)?;
+    let rounded = size.max(4096).checked_next_power_of_two().ok_or(nix::Error::EINVAL)?;
+    let len = i64::try_from(rounded).map_err(|_| nix::Error::EINVAL)?;
     nix::unistd::ftruncate(&fd, len)?;
     fcntl(
         fd.as_raw_fd(),
@@ -46,9 +53,14 @@ pub struct IntrObjects {
 unsafe impl Send for IntrObjects {}
 
 impl IntrObjects {
-    pub fn new(name: &str) -> nix::Result<IntrObjects> {
+    /// `wake`: an eventfd the creator supplied (see `is_eventfd`), else a
+    /// fresh one.
+    pub fn new(name: &str, wake: Option<OwnedFd>) -> nix::Result<IntrObjects> {
         let memfd = sealed_memfd(name, intr::SHARED_SIZE as u64)?;
-        let eventfd: OwnedFd = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?.into();
+        let eventfd: OwnedFd = match wake {
+            Some(fd) => fd,
+            None => EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?.into(),
+        };
         // SAFETY: mapping a fresh memfd of exactly SHARED_SIZE bytes at an
         // address of the kernel's choosing cannot alias any Rust object.
         let ptr = unsafe {
@@ -92,6 +104,15 @@ impl Drop for IntrObjects {
             let _ = munmap(self.page.cast(), intr::SHARED_SIZE);
         }
     }
+}
+
+/// True if `fd` is an eventfd. A client-supplied wake-up descriptor is
+/// written by every triggerer, so it must be nothing else (a pipe could
+/// block them, a socket could carry data).
+pub fn is_eventfd(fd: BorrowedFd<'_>) -> bool {
+    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map(|l| l.as_os_str() == "anon_inode:[eventfd]")
+        .unwrap_or(false)
 }
 
 /// Number of descriptors this process has open (for `vsci status` and the

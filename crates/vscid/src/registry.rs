@@ -279,6 +279,7 @@ impl Registry {
         kind: IntrKind,
         hint: u32,
         fixed: bool,
+        wake: Option<OwnedFd>,
     ) -> Result<Outgoing, SciError> {
         let number = if fixed {
             if self.intr_by_num.contains_key(&(kind, hint)) {
@@ -290,7 +291,7 @@ impl Registry {
         } else {
             (0..u32::MAX).find(|n| !self.intr_by_num.contains_key(&(kind, *n))).ok_or(SciError::Nospc)?
         };
-        let objects = IntrObjects::new(&format!("vsci-intr-{number}")).map_err(|e| {
+        let objects = IntrObjects::new(&format!("vsci-intr-{number}"), wake).map_err(|e| {
             warn!("cannot create interrupt objects: {e}");
             SciError::Nospc
         })?;
@@ -596,6 +597,12 @@ impl Node {
 
     /// Handle one validated request from `client`.
     pub fn handle(self: &Arc<Self>, client: ClientId, tag: u64, req: vsci_proto::Request) -> Handled {
+        self.handle_with(client, tag, req, None)
+    }
+
+    /// Handle a request that may carry a validated eventfd (`wake`, only for
+    /// `CreateInterruptWake`).
+    pub fn handle_with(self: &Arc<Self>, client: ClientId, tag: u64, req: vsci_proto::Request, wake: Option<OwnedFd>) -> Handled {
         use vsci_proto::Request as R;
         let cfg = &self.cfg;
         let mut reg = self.lock();
@@ -681,10 +688,18 @@ impl Node {
                 _ => Err(SciError::IllegalParameter),
             },
             R::CreateInterrupt { kind, hint, fixed } => {
-                let r = reg.create_interrupt(cfg, client, kind, hint, fixed);
+                let r = reg.create_interrupt(cfg, client, kind, hint, fixed, None);
                 self.changed.notify_all();
                 r
             }
+            R::CreateInterruptWake { kind, hint, fixed } => match wake {
+                Some(fd) => {
+                    let r = reg.create_interrupt(cfg, client, kind, hint, fixed, Some(fd));
+                    self.changed.notify_all();
+                    r
+                }
+                None => Err(SciError::IllegalParameter),
+            },
             R::RemoveInterrupt { intr } => match reg.intrs.get(&intr) {
                 Some(i) if i.owner == client => {
                     reg.remove_interrupt(intr);

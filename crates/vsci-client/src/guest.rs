@@ -1,0 +1,264 @@
+//! The guest side of the control channel: libsisci inside a QEMU guest
+//! talks to its host side through a session of the vsci guest driver
+//! (guest/driver/vsci_guest.h) instead of vscid's socket.
+//!
+//! Requests are the same `ClientMsg`s a host client sends. Replies come as
+//! [`AgentRecord`]s whose attachments stand for descriptors; each is turned
+//! into a real descriptor here, so the rest of the library does not care
+//! where it runs: a segment window (`/dev/vsci-winS`) is mmapped like a
+//! memfd, a vector file is read and polled like an eventfd, a doorbell file
+//! is written like one.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
+use vsci_proto::guest::{self, AgentRecord, Attachment, Role, RingError, Session};
+use vsci_proto::wire::Received;
+
+/// The control device libsisci uses in a guest.
+pub const CTL_DEVICE: &str = "/dev/vsci-ctl0";
+
+/// True when this process runs in a vsci guest (or `VSCI_TRANSPORT` says
+/// which to use: `guest` or `socket`).
+pub fn in_guest() -> bool {
+    match std::env::var("VSCI_TRANSPORT").as_deref() {
+        Ok("guest") => true,
+        Ok("socket") => false,
+        _ => Path::new(CTL_DEVICE).exists(),
+    }
+}
+
+// guest/driver/vsci_guest.h
+#[repr(C)]
+#[derive(Default)]
+struct VsciSession {
+    index: u32,
+    generation: u32,
+    size: u64,
+}
+
+#[repr(C)]
+struct VsciRing {
+    peer: u32,
+    vector: u32,
+}
+
+#[repr(C)]
+struct VsciInfo {
+    kind: u32,
+    ivposition: u32,
+    vectors: u32,
+    regs_mappable: u32,
+    regs_size: u64,
+    shm_size: u64,
+    pci_address: [u8; 32],
+}
+
+nix::ioctl_read!(ioc_info, b'v', 0x80, VsciInfo);
+nix::ioctl_write_ptr!(ioc_ring, b'v', 0x81, VsciRing);
+nix::ioctl_read!(ioc_session, b'v', 0x83, VsciSession);
+nix::ioctl_write_ptr!(ioc_bind_vector, b'v', 0x84, u32);
+nix::ioctl_write_ptr!(ioc_bind_doorbell, b'v', 0x85, VsciRing);
+
+fn open_ctl() -> std::io::Result<File> {
+    OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC).open(CTL_DEVICE)
+}
+
+/// Size of the memory behind `fd`: a memfd's size, or a window's BAR size.
+pub fn mem_size(fd: BorrowedFd<'_>) -> Option<u64> {
+    let st = nix::sys::stat::fstat(fd.as_raw_fd()).ok()?;
+    if st.st_mode & libc::S_IFMT == libc::S_IFCHR {
+        // SAFETY: an all-zero VsciInfo is valid; the ioctl fills it.
+        let mut info: VsciInfo = unsafe { std::mem::zeroed() };
+        // SAFETY: VSCI_IOC_INFO writes one struct vsci_info, which `info` is.
+        unsafe { ioc_info(fd.as_raw_fd(), &mut info) }.ok()?;
+        Some(info.shm_size)
+    } else {
+        Some(st.st_size as u64)
+    }
+}
+
+/// A session of the guest driver: two rings in a private area of the
+/// control region, the host's doorbell, and our vector 0 to sleep on.
+pub struct Channel {
+    ctl: File,
+    vec0: File,
+    stop: OwnedFd,
+    area: NonNull<u8>,
+    session: Session,
+    send_lock: Mutex<()>,
+}
+
+// SAFETY: `area` is a shared mapping owned by the channel; all access to it
+// goes through `Session`, which is Send + Sync.
+unsafe impl Send for Channel {}
+// SAFETY: as above; sends are serialised by `send_lock` and there is one
+// reader (the client's reader thread).
+unsafe impl Sync for Channel {}
+
+impl Channel {
+    pub fn open() -> std::io::Result<Channel> {
+        let ctl = open_ctl()?;
+        let mut s = VsciSession::default();
+        // SAFETY: VSCI_IOC_SESSION writes one struct vsci_session.
+        unsafe { ioc_session(ctl.as_raw_fd(), &mut s) }?;
+        if s.size as usize != guest::SESSION_SIZE {
+            return Err(std::io::Error::other("the guest driver's session size differs from libsisci's"));
+        }
+        // SAFETY: a fresh shared mapping of the session area at an address
+        // of the kernel's choosing; it aliases no Rust object.
+        let area = unsafe {
+            mmap(
+                None,
+                std::num::NonZeroUsize::new(guest::SESSION_SIZE).expect("nonzero"),
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_SHARED,
+                ctl.as_fd(),
+                0,
+            )
+        }?
+        .cast::<u8>();
+        // SAFETY: the mapping is SESSION_SIZE bytes, page aligned, and lives
+        // until Drop.
+        let session = unsafe { Session::new(area.as_ptr(), Role::Guest) };
+        let vec0 = bind_vector(guest::CTL_VECTOR)?;
+        let stop: OwnedFd = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?.into();
+        Ok(Channel { ctl, vec0, stop, area, session, send_lock: Mutex::new(()) })
+    }
+
+    fn ring_host(&self) {
+        let r = VsciRing { peer: 0, vector: guest::CTL_VECTOR as u32 };
+        // SAFETY: VSCI_IOC_RING reads one struct vsci_ring.
+        let _ = unsafe { ioc_ring(self.ctl.as_raw_fd(), &r) };
+    }
+
+    /// Send one encoded request; waits while the host is behind.
+    pub fn send(&self, bytes: &[u8]) -> Result<(), ()> {
+        let _g = self.send_lock.lock().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            match self.session.send(bytes) {
+                Ok(()) => break,
+                Err(RingError::Full) if Instant::now() < deadline => {
+                    self.ring_host();
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                Err(_) => return Err(()),
+            }
+        }
+        self.ring_host();
+        Ok(())
+    }
+
+    /// The next reply or event, with its attachments made descriptors.
+    /// Blocks; fails once `shutdown` was called or the channel broke.
+    pub fn recv(&self) -> Result<Received, ()> {
+        loop {
+            drain(self.vec0.as_fd());
+            match self.session.recv() {
+                Ok(Some(rec)) => {
+                    let rec: AgentRecord = postcard::from_bytes(&rec).map_err(|_| ())?;
+                    let mut fds = Vec::with_capacity(rec.attachments.len());
+                    for a in rec.attachments {
+                        fds.push(attach(a).map_err(|e| log::error!("vsci: guest attachment {a:?}: {e}"))?);
+                    }
+                    return Ok(Received { bytes: rec.msg, fds });
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    log::error!("vsci: the host wrote a bad record ({e:?}); closing");
+                    return Err(());
+                }
+            }
+            let mut pfds = [
+                libc::pollfd { fd: self.vec0.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: self.stop.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            ];
+            // SAFETY: pfds is a live array of two pollfd.
+            let n = unsafe { libc::poll(pfds.as_mut_ptr(), 2, -1) };
+            if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                return Err(());
+            }
+            if pfds[1].revents != 0 || pfds[0].revents & (libc::POLLERR | libc::POLLHUP) != 0 {
+                return Err(());
+            }
+        }
+    }
+
+    /// Make `recv` fail (closing the session itself happens when the last
+    /// descriptor of the control file goes, which the driver reports).
+    pub fn shutdown(&self) {
+        let _ = nix::unistd::write(self.stop.as_fd(), &1u64.to_ne_bytes());
+    }
+}
+
+impl Drop for Channel {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `open`, not used after this.
+        unsafe {
+            let _ = munmap(self.area.cast(), guest::SESSION_SIZE);
+        }
+    }
+}
+
+fn drain(fd: BorrowedFd<'_>) {
+    let mut b = [0u8; 8];
+    let _ = nix::unistd::read(fd.as_raw_fd(), &mut b);
+}
+
+fn bind_vector(v: u16) -> std::io::Result<File> {
+    let f = OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK).open(CTL_DEVICE)?;
+    let v = v as u32;
+    // SAFETY: VSCI_IOC_BIND_VECTOR reads one u32.
+    unsafe { ioc_bind_vector(f.as_raw_fd(), &v) }?;
+    Ok(f)
+}
+
+/// The window device for PCI slot `slot`.
+pub fn window_path(slot: u8) -> PathBuf {
+    PathBuf::from(format!("/dev/vsci-win{slot}"))
+}
+
+/// Turn an attachment into the descriptor it stands for.
+fn attach(a: Attachment) -> std::io::Result<OwnedFd> {
+    match a {
+        Attachment::Window { slot, size } => {
+            // The host replies once QEMU has the device; the guest's hot-plug
+            // handler and our driver's probe may still be on their way.
+            let path = window_path(slot);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                match OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC).open(&path) {
+                    Ok(f) => {
+                        let fd: OwnedFd = f.into();
+                        if mem_size(fd.as_fd()) == Some(size) {
+                            return Ok(fd);
+                        }
+                        // the window that was at this slot before is still going
+                    }
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound && e.raw_os_error() != Some(libc::ENODEV) => return Err(e),
+                    Err(_) => {}
+                }
+                if Instant::now() >= deadline {
+                    return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{} did not appear", path.display())));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        Attachment::Vector(v) => Ok(bind_vector(v)?.into()),
+        Attachment::Doorbell { peer, vector } => {
+            let f = open_ctl()?;
+            let r = VsciRing { peer: peer as u32, vector: vector as u32 };
+            // SAFETY: VSCI_IOC_BIND_DOORBELL reads one struct vsci_ring.
+            unsafe { ioc_bind_doorbell(f.as_raw_fd(), &r) }?;
+            Ok(f.into())
+        }
+    }
+}
