@@ -34,7 +34,7 @@ pub struct RunArgs {
     #[arg(long)]
     qmp: Option<PathBuf>,
     /// MSI-X vectors of the doorbell device (the server's count).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 16)]
     vectors: u16,
     /// Guest memory in MiB.
     #[arg(long, default_value_t = 512)]

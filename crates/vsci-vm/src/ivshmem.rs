@@ -215,6 +215,38 @@ impl Server {
         ring(fd.as_fd())
     }
 
+    /// A copy of client `peer`'s own eventfd for `vector`: whoever writes it
+    /// raises that MSI-X vector in the guest, with no server in between.
+    pub fn client_vector(&self, peer: u16, vector: u16) -> io::Result<OwnedFd> {
+        let st = self.state.lock().unwrap();
+        let p = st.clients.get(&peer).ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no ivshmem peer {peer}")))?;
+        let fd = p.vectors.get(vector as usize).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("no vector {vector}")))?;
+        fd.try_clone()
+    }
+
+    /// Tell client `client` about a peer `peer` that is not a QEMU: its
+    /// vectors are `fds` (at most the device's vector count). A doorbell the
+    /// guest rings at (peer, v) then writes `fds[v]` directly. `peer` must
+    /// not be a real client's id or [`HOST_ID`].
+    pub fn add_virtual_peer(&self, client: u16, peer: u16, fds: &[BorrowedFd]) -> io::Result<()> {
+        let st = self.state.lock().unwrap();
+        if peer == HOST_ID || st.clients.contains_key(&peer) || fds.len() > self.cfg.vectors as usize {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad virtual peer {peer}")));
+        }
+        let c = st.clients.get(&client).ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no ivshmem peer {client}")))?;
+        for fd in fds {
+            send(&c.sock, peer as i64, Some(fd.as_raw_fd()))?;
+        }
+        Ok(())
+    }
+
+    /// Withdraw a virtual peer: QEMU closes its copies of the eventfds.
+    pub fn remove_virtual_peer(&self, client: u16, peer: u16) -> io::Result<()> {
+        let st = self.state.lock().unwrap();
+        let c = st.clients.get(&client).ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no ivshmem peer {client}")))?;
+        send(&c.sock, peer as i64, None)
+    }
+
     /// Drop client `peer` (its QEMU keeps the device, with no server behind
     /// it: doorbells to the node go nowhere). Other clients are told when
     /// `announce_peers` is set. False if there was no such client.

@@ -9,6 +9,7 @@
 //! - [`qmp`]: hot-plugging memfds into a running guest as ivshmem-plain;
 //! - [`cpio`]: the initramfs format.
 
+pub mod agent;
 pub mod cpio;
 pub mod image;
 pub mod ivshmem;

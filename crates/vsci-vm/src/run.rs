@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use crate::image::{self, RunFiles};
+use crate::agent::{Agent, AgentConfig};
 use crate::ivshmem;
 
 /// Exit status when the run timed out (as timeout(1)).
@@ -72,7 +73,7 @@ impl RunConfig {
             env: Vec::new(),
             command,
             qmp: None,
-            vectors: 4,
+            vectors: 16,
             memory_mb: 512,
             timeout: None,
             accel: Accel::Auto,
@@ -233,18 +234,26 @@ pub fn run(cfg: &RunConfig) -> Result<i32> {
     let accel = choose_accel(cfg.accel);
     say(&format!("accelerator {} ({})", if accel.kvm { "kvm" } else { "tcg" }, accel.why));
 
+    let tmp = TempDir::new()?;
+    // A node's socket (vscid) gets an agent serving the guest's doorbell
+    // device; a socket that already speaks the ivshmem protocol (a bare
+    // ivshmem server) is attached directly.
     let mut doorbell = None;
+    let mut agent = None;
+    let agent_qmp = tmp.0.join("agent-qmp.sock");
     if let Some(sock) = &cfg.socket {
         match ivshmem::probe(sock, Duration::from_secs(2)) {
             ivshmem::Probe::Ivshmem => doorbell = Some(sock.clone()),
-            ivshmem::Probe::Other(why) => say(&format!(
-                "{} does not speak the ivshmem server protocol ({why}); booting without a doorbell device",
-                sock.display()
-            )),
+            ivshmem::Probe::Other(_) => {
+                let a = Agent::start(
+                    AgentConfig { node_socket: sock.clone(), name: cfg.name.clone(), vectors: cfg.vectors, qmp: agent_qmp.clone() },
+                    &tmp.0,
+                )?;
+                doorbell = Some(a.ivshmem_socket().to_path_buf());
+                agent = Some(a);
+            }
         }
     }
-
-    let tmp = TempDir::new()?;
     let nonce = nonce();
     let run_cpio = image::run_archive(&RunFiles {
         name: &cfg.name,
@@ -292,9 +301,16 @@ pub fn run(cfg: &RunConfig) -> Result<i32> {
     if let Some(q) = &cfg.qmp {
         cmd.arg("-qmp").arg(format!("unix:{},server=on,wait=off", qemu_opt(q)));
     }
+    if agent.is_some() {
+        cmd.arg("-qmp").arg(format!("unix:{},server=on,wait=off", qemu_opt(&agent_qmp)));
+    }
     if let Some(sock) = &doorbell {
         cmd.arg("-chardev").arg(format!("socket,id=vscictl,path={}", qemu_opt(sock)));
-        cmd.arg("-device").arg(format!("ivshmem-doorbell,id=vsci-ctl,chardev=vscictl,vectors={}", cfg.vectors));
+        cmd.arg("-device").arg(format!(
+            "ivshmem-doorbell,id=vsci-ctl,chardev=vscictl,vectors={},addr={:#x}",
+            cfg.vectors,
+            crate::agent::CTL_SLOT
+        ));
     }
     cmd.stdin(Stdio::null());
     // QEMU prints nothing on stdout; keep ours for the command's output.
@@ -399,6 +415,7 @@ pub fn run(cfg: &RunConfig) -> Result<i32> {
         }
     }
     let st = child.wait()?;
+    drop(agent);
     for id in sig_ids {
         signal_hook::low_level::unregister(id);
     }

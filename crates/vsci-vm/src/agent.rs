@@ -1,0 +1,683 @@
+//! A guest's host side: serves the guest's ivshmem-doorbell device (QEMU's
+//! ivshmem server protocol, a private control region), relays the guest's
+//! SISCI control requests to vscid, and puts the memory and notifications
+//! vscid hands out into the guest.
+//!
+//! Each guest program's session (guest/driver/vsci_guest.h) becomes one
+//! ordinary vscid client connection, so the node applies the same
+//! ownership checks and clean-up to a guest program as to a host process;
+//! the guest as a whole is its own principal because nothing it sends is
+//! taken as anything but a request on its own connections.
+//!
+//! vscid's descriptors become things a guest can use:
+//! - memfds (segments, interrupt pages) are hot-plugged over QMP as
+//!   `ivshmem-plain` windows at a PCI slot we choose, and unplugged once the
+//!   guest's driver reports the window unused (zero copy both ways);
+//! - an interrupt the guest creates wakes it through one of its own MSI-X
+//!   vector eventfds, which vscid uses as the interrupt's eventfd
+//!   (`CreateInterruptWake`), so triggers reach the guest with no hop here;
+//! - an interrupt the guest connects to becomes a "virtual peer" of its
+//!   doorbell device whose vector 0 is the interrupt's eventfd, so the
+//!   guest's doorbell write wakes the host waiter directly.
+//!
+//! Nothing here is on a data path; everything the guest writes into the
+//! control region is copied out, then checked, and a misbehaving guest can
+//! only break its own sessions.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
+use vsci_proto::guest::{self, AgentRecord, Attachment, Role, Session};
+use vsci_proto::wire;
+use vsci_proto::{ClientMsg, Event, ObjId, Reply, Request, SciError, ServerMsg};
+
+use crate::ivshmem::{self, Server};
+use crate::qmp::{Plugged, Qmp};
+
+/// PCI slot of the doorbell device on bus 0; windows take the slots above.
+pub const CTL_SLOT: u8 = 3;
+const FIRST_WINDOW_SLOT: u8 = 4;
+/// Slots on bus 0.
+const SLOTS: u8 = 32;
+/// Virtual peer ids (interrupts the guest triggers), above any real client.
+const FIRST_VPEER: u16 = 16;
+const MAX_VPEERS: u16 = 4096;
+/// Replies and events queued for a session whose ring is full; a guest that
+/// stops reading loses that session, never the node's memory.
+const MAX_QUEUED: usize = 1024;
+/// Records taken from one session per pass, so one flooding program cannot
+/// starve the others.
+const RECORDS_PER_PASS: usize = 64;
+/// A window nobody opened within this time after it was handed out is taken
+/// back (the program that asked for it died or misbehaves).
+const UNUSED_WINDOW_GRACE: Duration = Duration::from_secs(30);
+/// Tags of requests the agent makes for itself (clean-ups); their replies
+/// are not forwarded.
+const OWN_TAG: u64 = 1 << 63;
+
+/// What the agent needs to know.
+#[derive(Clone, Debug)]
+pub struct AgentConfig {
+    /// vscid's control socket.
+    pub node_socket: PathBuf,
+    /// The guest's name (client names in `vsci status`).
+    pub name: String,
+    /// MSI-X vectors of the doorbell device.
+    pub vectors: u16,
+    /// Where QEMU's QMP socket will be.
+    pub qmp: PathBuf,
+}
+
+/// A running agent.
+pub struct Agent {
+    ivshmem_path: PathBuf,
+    stop: OwnedFd,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Agent {
+    /// Lay out a control region, listen for the guest's doorbell device at
+    /// `dir/ivshmem.sock`, and serve in a thread (QMP is connected once QEMU
+    /// is up).
+    pub fn start(cfg: AgentConfig, dir: &Path) -> Result<Agent> {
+        // Fail early and clearly if the node is not there.
+        drop(wire::connect(&cfg.node_socket).with_context(|| format!("cannot reach vscid at {}", cfg.node_socket.display()))?);
+        let region = Region::new().context("control region")?;
+        let memfd = region.memfd.try_clone()?;
+        let path = dir.join("ivshmem.sock");
+        let server = Server::start(
+            &path,
+            ivshmem::Config { vectors: cfg.vectors, host_peer: true, announce_peers: false, max_clients: 1 },
+            move |_| memfd.try_clone(),
+        )?;
+        let stop: OwnedFd = nix::sys::eventfd::EventFd::from_flags(nix::sys::eventfd::EfdFlags::EFD_CLOEXEC | nix::sys::eventfd::EfdFlags::EFD_NONBLOCK)?.into();
+        let stop2 = stop.try_clone()?;
+        let thread = std::thread::Builder::new().name("vsci-agent".into()).spawn(move || {
+            let mut w = Worker::new(cfg, server, region, stop2);
+            if let Err(e) = w.run() {
+                log::error!("vsci agent: {e:#}");
+            }
+            w.shutdown();
+        })?;
+        Ok(Agent { ivshmem_path: path, stop, thread: Some(thread) })
+    }
+
+    /// The socket QEMU's `-chardev socket,path=` connects to.
+    pub fn ivshmem_socket(&self) -> &Path {
+        &self.ivshmem_path
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = ivshmem::ring(self.stop.as_fd());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The guest's control region: a memfd we map, QEMU's BAR2.
+struct Region {
+    memfd: OwnedFd,
+    base: NonNull<u8>,
+}
+
+// SAFETY: the mapping is owned by Region; the guest writes it concurrently,
+// so every access goes through atomics or copies (see `word`, `Session`).
+unsafe impl Send for Region {}
+
+impl Region {
+    fn new() -> Result<Region> {
+        let memfd = nix::sys::memfd::memfd_create(c"vsci-guest-ctl", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC)?;
+        nix::unistd::ftruncate(&memfd, guest::REGION_SIZE as i64)?;
+        // SAFETY: a fresh shared mapping of the whole memfd at an address of
+        // the kernel's choosing; it aliases no Rust object.
+        let base = unsafe {
+            mmap(
+                None,
+                std::num::NonZeroUsize::new(guest::REGION_SIZE).expect("nonzero"),
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_SHARED,
+                memfd.as_fd(),
+                0,
+            )?
+        }
+        .cast::<u8>();
+        let r = Region { memfd, base };
+        r.word(guest::VERSION_OFFSET).store(guest::VERSION, Ordering::Relaxed);
+        r.word(guest::MAGIC_OFFSET).store(guest::MAGIC, Ordering::Release);
+        Ok(r)
+    }
+
+    fn word(&self, off: usize) -> &AtomicU32 {
+        assert!(off % 4 == 0 && off + 4 <= guest::SESSION_SIZE);
+        // SAFETY: in bounds and aligned (checked); the mapping lives as long
+        // as self; any bit pattern is a valid u32.
+        unsafe { &*(self.base.as_ptr().add(off) as *const AtomicU32) }
+    }
+
+    fn session(&self, i: usize) -> Session {
+        assert!(i < guest::MAX_SESSIONS);
+        // SAFETY: session areas lie inside the REGION_SIZE mapping, which
+        // outlives every Session the worker keeps (both die with it).
+        unsafe { Session::new(self.base.as_ptr().add(guest::session_offset(i)), Role::Host) }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unused after this.
+        unsafe {
+            let _ = munmap(self.base.cast(), guest::REGION_SIZE);
+        }
+    }
+}
+
+/// One guest program's connection.
+struct Sess {
+    generation: u32,
+    ring: Session,
+    node: Option<OwnedFd>,
+    queued: VecDeque<Vec<u8>>,
+    /// CreateInterrupt tags → the vector we attached.
+    vector_for: HashMap<u64, u16>,
+    /// Interrupt connections → the virtual peer standing for them.
+    vpeer_of: HashMap<ObjId, u16>,
+    /// DisconnectInterrupt tags → the connection.
+    disconnecting: HashMap<u64, ObjId>,
+    /// Set when the guest broke the protocol: ignored until it reopens.
+    broken: bool,
+}
+
+struct Window {
+    plugged: Plugged,
+    size: u64,
+    key: (u64, u64),
+    handed_out: Instant,
+    seen_in_use: bool,
+}
+
+struct Worker {
+    cfg: AgentConfig,
+    server: Server,
+    region: Region,
+    stop: OwnedFd,
+    qmp: Option<Qmp>,
+    guest: Option<u16>,
+    sessions: Vec<Option<Sess>>,
+    windows: BTreeMap<u8, Window>,
+    next_vector: u16,
+    vpeers_used: std::collections::BTreeSet<u16>,
+    own_tag: u64,
+}
+
+fn key_of(fd: BorrowedFd) -> Result<(u64, u64, u64)> {
+    let st = nix::sys::stat::fstat(fd.as_raw_fd())?;
+    Ok((st.st_dev, st.st_ino, st.st_size as u64))
+}
+
+impl Worker {
+    fn new(cfg: AgentConfig, server: Server, region: Region, stop: OwnedFd) -> Worker {
+        Worker {
+            cfg,
+            server,
+            region,
+            stop,
+            qmp: None,
+            guest: None,
+            sessions: (0..guest::MAX_SESSIONS).map(|_| None).collect(),
+            windows: BTreeMap::new(),
+            next_vector: 0,
+            vpeers_used: Default::default(),
+            own_tag: OWN_TAG,
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        ivshmem::wait_readable(self.stop.as_fd(), Duration::ZERO).unwrap_or(true)
+    }
+
+    fn run(&mut self) -> Result<()> {
+        // QEMU connects its doorbell device to us while it starts.
+        while self.guest.is_none() {
+            if self.stopped() {
+                return Ok(());
+            }
+            if let Some(ivshmem::Event::Connected(id)) = self.server.next_event(Duration::from_millis(100)) {
+                self.guest = Some(id);
+            }
+        }
+        let qmp = Qmp::connect(&self.cfg.qmp, Duration::from_secs(60))?;
+        self.qmp = Some(qmp);
+        log::info!("vsci agent: guest {} attached", self.cfg.name);
+        let mut busy = true;
+        loop {
+            let host_vec = self.server.host_vector(guest::CTL_VECTOR).expect("host peer").as_raw_fd();
+            let mut pfds = vec![
+                libc::pollfd { fd: self.stop.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: host_vec, events: libc::POLLIN, revents: 0 },
+            ];
+            let mut idx = Vec::new();
+            for (i, s) in self.sessions.iter().enumerate() {
+                if let Some(fd) = s.as_ref().and_then(|s| s.node.as_ref()) {
+                    pfds.push(libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+                    idx.push(i);
+                }
+            }
+            let timeout = if busy { 0 } else { 200 };
+            // SAFETY: pfds is a live array of pollfd of the given length.
+            let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout) };
+            if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                anyhow::bail!("poll: {}", std::io::Error::last_os_error());
+            }
+            if pfds[0].revents != 0 {
+                return Ok(());
+            }
+            if let Some(ivshmem::Event::Disconnected(_)) = self.server.next_event(Duration::ZERO) {
+                log::info!("vsci agent: guest {} detached", self.cfg.name);
+                return Ok(());
+            }
+            let _ = ivshmem::drain(self.server.host_vector(guest::CTL_VECTOR).expect("host peer"));
+            for (k, i) in idx.iter().enumerate() {
+                if pfds[k + 2].revents != 0 {
+                    self.from_node(*i);
+                }
+            }
+            busy = self.scan_sessions();
+            self.flush_queued();
+            self.scan_windows();
+        }
+    }
+
+    fn notify_guest(&self) {
+        if let Some(g) = self.guest {
+            let _ = self.server.notify(g, guest::CTL_VECTOR);
+        }
+    }
+
+    // ---- sessions ---------------------------------------------------------
+
+    /// Follow the driver's session words and take requests. True if a
+    /// session still has records waiting (come back at once).
+    fn scan_sessions(&mut self) -> bool {
+        let mut more = false;
+        for i in 0..guest::MAX_SESSIONS {
+            let word = self.region.word(guest::SESSIONS_OFFSET + 4 * i).load(Ordering::Acquire);
+            let (generation, state) = guest::split_state(word);
+            match state {
+                guest::SESSION_OPEN => {
+                    if self.sessions[i].as_ref().is_some_and(|s| s.generation != generation) {
+                        self.close_session(i);
+                    }
+                    if self.sessions[i].is_none() {
+                        self.sessions[i] = Some(Sess {
+                            generation,
+                            ring: self.region.session(i),
+                            node: None,
+                            queued: VecDeque::new(),
+                            vector_for: HashMap::new(),
+                            vpeer_of: HashMap::new(),
+                            disconnecting: HashMap::new(),
+                            broken: false,
+                        });
+                    }
+                    more |= self.take_requests(i);
+                }
+                guest::SESSION_CLOSING => {
+                    self.close_session(i);
+                    self.region.session(i).reset();
+                    self.region.word(guest::SESSIONS_OFFSET + 4 * i).store(generation << 8 | guest::SESSION_FREE, Ordering::Release);
+                }
+                _ => {
+                    // FREE, or garbage the guest wrote: nothing may live here.
+                    if self.sessions[i].is_some() {
+                        self.close_session(i);
+                    }
+                }
+            }
+        }
+        more
+    }
+
+    fn close_session(&mut self, i: usize) {
+        let Some(s) = self.sessions[i].take() else { return };
+        // Closing the connection makes vscid release everything it held.
+        drop(s.node);
+        for p in s.vpeer_of.values() {
+            self.drop_vpeer(*p);
+        }
+    }
+
+    fn break_session(&mut self, i: usize, why: &str) {
+        log::warn!("vsci agent: guest {} session {i}: {why}; closing it", self.cfg.name);
+        self.close_session(i);
+        // Remember the generation so the same session is not revived.
+        let word = self.region.word(guest::SESSIONS_OFFSET + 4 * i).load(Ordering::Acquire);
+        let (generation, _) = guest::split_state(word);
+        self.sessions[i] = Some(Sess {
+            generation,
+            ring: self.region.session(i),
+            node: None,
+            queued: VecDeque::new(),
+            vector_for: HashMap::new(),
+            vpeer_of: HashMap::new(),
+            disconnecting: HashMap::new(),
+            broken: true,
+        });
+    }
+
+    fn take_requests(&mut self, i: usize) -> bool {
+        for _ in 0..RECORDS_PER_PASS {
+            let s = self.sessions[i].as_ref().expect("open");
+            if s.broken {
+                return false;
+            }
+            let rec = match s.ring.recv() {
+                Ok(Some(r)) => r,
+                Ok(None) => return false,
+                Err(e) => {
+                    self.break_session(i, &format!("corrupt request ring ({e:?})"));
+                    return false;
+                }
+            };
+            let msg: ClientMsg = match postcard::from_bytes(&rec) {
+                Ok(m) => m,
+                Err(e) => {
+                    self.break_session(i, &format!("undecodable request ({e})"));
+                    return false;
+                }
+            };
+            self.request(i, msg);
+        }
+        true
+    }
+
+    fn reply_err(&mut self, i: usize, tag: u64, e: SciError) {
+        let msg = ServerMsg::Reply { tag, result: Err(e) };
+        self.to_guest(i, &msg, Vec::new());
+    }
+
+    fn request(&mut self, i: usize, ClientMsg { tag, req }: ClientMsg) {
+        let s = self.sessions[i].as_mut().expect("open");
+        if s.node.is_none() {
+            let Request::Hello { version, name } = req else {
+                return self.break_session(i, "first request is not Hello");
+            };
+            let mut full = format!("vm {}: {}", self.cfg.name, name.chars().filter(|c| !c.is_control()).collect::<String>());
+            full.truncate(vsci_proto::MAX_NAME - 8);
+            match wire::connect(&self.cfg.node_socket) {
+                Ok(fd) => {
+                    let hello = ClientMsg { tag, req: Request::Hello { version, name: full } };
+                    if wire::send(fd.as_fd(), &hello, &[]).is_ok() {
+                        s.node = Some(fd);
+                        return;
+                    }
+                    self.reply_err(i, tag, SciError::NoLinkAccess)
+                }
+                Err(_) => self.reply_err(i, tag, SciError::NoLinkAccess),
+            }
+            return;
+        }
+        let mut fds: Vec<OwnedFd> = Vec::new();
+        let req = match req {
+            Request::Hello { .. } => return self.break_session(i, "second Hello"),
+            Request::CreateInterrupt { kind, hint, fixed } => {
+                let v = self.pick_vector();
+                match self.server.client_vector(self.guest.expect("attached"), v) {
+                    Ok(fd) => fds.push(fd),
+                    Err(_) => return self.reply_err(i, tag, SciError::Nospc),
+                }
+                self.sessions[i].as_mut().expect("open").vector_for.insert(tag, v);
+                Request::CreateInterruptWake { kind, hint, fixed }
+            }
+            // Only we may hand vscid an eventfd.
+            Request::CreateInterruptWake { .. } => return self.break_session(i, "CreateInterruptWake from a guest"),
+            Request::DisconnectInterrupt { conn } => {
+                self.sessions[i].as_mut().expect("open").disconnecting.insert(tag, conn);
+                Request::DisconnectInterrupt { conn }
+            }
+            other => other,
+        };
+        self.send_node(i, ClientMsg { tag, req }, &fds);
+    }
+
+    fn send_node(&mut self, i: usize, msg: ClientMsg, fds: &[OwnedFd]) {
+        let s = self.sessions[i].as_mut().expect("open");
+        let Some(node) = s.node.as_ref() else { return };
+        let b: Vec<BorrowedFd> = fds.iter().map(|f| f.as_fd()).collect();
+        if wire::send(node.as_fd(), &msg, &b).is_err() {
+            s.node = None;
+            let tag = msg.tag;
+            if tag & OWN_TAG == 0 {
+                self.reply_err(i, tag, SciError::NoLinkAccess);
+            }
+        }
+    }
+
+    fn pick_vector(&mut self) -> u16 {
+        if self.cfg.vectors <= 1 {
+            return 0;
+        }
+        self.next_vector = self.next_vector % (self.cfg.vectors - 1) + 1;
+        self.next_vector
+    }
+
+    // ---- node → guest -----------------------------------------------------
+
+    fn from_node(&mut self, i: usize) {
+        let Some(node) = self.sessions[i].as_ref().and_then(|s| s.node.as_ref()) else { return };
+        let mut msg = match wire::recv(node.as_fd()) {
+            Ok(m) => m,
+            Err(_) => {
+                // vscid went away or dropped us: the guest program sees what a
+                // host client sees when its socket closes.
+                if let Some(s) = self.sessions[i].as_mut() {
+                    s.node = None;
+                }
+                self.to_guest(i, &ServerMsg::Event(Event::Shutdown), Vec::new());
+                return;
+            }
+        };
+        let Ok(mut sm) = msg.decode::<ServerMsg>() else { return };
+        let fds = std::mem::take(&mut msg.fds);
+        if let ServerMsg::Reply { tag, .. } = &sm {
+            if tag & OWN_TAG != 0 {
+                return; // our own clean-up's answer
+            }
+        }
+        let attachments = match self.translate(i, &mut sm, fds) {
+            Ok(a) => a,
+            Err((e, cleanup)) => {
+                log::warn!("vsci agent: guest {}: {e:#}", self.cfg.name);
+                if let Some(req) = cleanup {
+                    self.own_tag += 1;
+                    let tag = self.own_tag;
+                    self.send_node(i, ClientMsg { tag, req }, &[]);
+                }
+                if let ServerMsg::Reply { result, .. } = &mut sm {
+                    *result = Err(SciError::Nospc);
+                }
+                Vec::new()
+            }
+        };
+        self.to_guest(i, &sm, attachments);
+    }
+
+    /// Replace descriptors by attachments. On failure, says which request
+    /// undoes what vscid already did.
+    fn translate(&mut self, i: usize, sm: &mut ServerMsg, fds: Vec<OwnedFd>) -> std::result::Result<Vec<Attachment>, (anyhow::Error, Option<Request>)> {
+        let ServerMsg::Reply { tag, result: Ok(reply) } = sm else { return Ok(Vec::new()) };
+        let tag = *tag;
+        let s = self.sessions[i].as_mut().expect("open");
+        match reply {
+            Reply::Segment { seg, .. } => {
+                let seg = *seg;
+                let w = one(&fds).and_then(|fd| self.window(fd)).map_err(|e| (e, Some(Request::RemoveSegment { seg })))?;
+                Ok(vec![w])
+            }
+            Reply::Connected { conn, remote: None, .. } => {
+                let conn = *conn;
+                let w = one(&fds).and_then(|fd| self.window(fd)).map_err(|e| (e, Some(Request::DisconnectSegment { conn })))?;
+                Ok(vec![w])
+            }
+            Reply::Connected { conn, remote: Some(_), .. } => {
+                let conn = *conn;
+                Err((anyhow::anyhow!("segments of other nodes cannot be mapped into a guest yet"), Some(Request::DisconnectSegment { conn })))
+            }
+            Reply::Interrupt { intr, .. } => {
+                let intr = *intr;
+                let v = s.vector_for.remove(&tag).unwrap_or(0);
+                if fds.len() != 2 {
+                    return Err((anyhow::anyhow!("interrupt reply with {} descriptors", fds.len()), Some(Request::RemoveInterrupt { intr })));
+                }
+                let w = self.window(fds[0].as_fd()).map_err(|e| (e, Some(Request::RemoveInterrupt { intr })))?;
+                Ok(vec![w, Attachment::Vector(v)])
+            }
+            Reply::InterruptConnected { conn, remote: None } => {
+                let conn = *conn;
+                let undo = Some(Request::DisconnectInterrupt { conn });
+                if fds.len() != 2 {
+                    return Err((anyhow::anyhow!("interrupt connection with {} descriptors", fds.len()), undo));
+                }
+                let peer = match self.add_vpeer(fds[1].as_fd()) {
+                    Ok(p) => p,
+                    Err(e) => return Err((e, undo)),
+                };
+                match self.window(fds[0].as_fd()) {
+                    Ok(w) => {
+                        self.sessions[i].as_mut().expect("open").vpeer_of.insert(conn, peer);
+                        Ok(vec![w, Attachment::Doorbell { peer, vector: 0 }])
+                    }
+                    Err(e) => {
+                        self.drop_vpeer(peer);
+                        Err((e, undo))
+                    }
+                }
+            }
+            Reply::InterruptConnected { conn, remote: Some(_) } => {
+                let conn = *conn;
+                Err((anyhow::anyhow!("interrupts of other nodes cannot be triggered from a guest yet"), Some(Request::DisconnectInterrupt { conn })))
+            }
+            Reply::Done => {
+                if let Some(conn) = s.disconnecting.remove(&tag) {
+                    if let Some(p) = s.vpeer_of.remove(&conn) {
+                        self.drop_vpeer(p);
+                    }
+                }
+                Ok(Vec::new())
+            }
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    fn to_guest(&mut self, i: usize, sm: &ServerMsg, attachments: Vec<Attachment>) {
+        let Some(s) = self.sessions[i].as_mut() else { return };
+        let Ok(msg) = postcard::to_stdvec(sm) else { return };
+        let Ok(rec) = postcard::to_stdvec(&AgentRecord { msg, attachments }) else { return };
+        if rec.len() > guest::MAX_RECORD {
+            log::warn!("vsci agent: a {}-byte reply does not fit a guest record; dropped", rec.len());
+            return;
+        }
+        if s.queued.is_empty() && s.ring.send(&rec).is_ok() {
+            self.notify_guest();
+            return;
+        }
+        s.queued.push_back(rec);
+        if s.queued.len() > MAX_QUEUED {
+            self.break_session(i, "the program does not read its replies");
+        }
+    }
+
+    fn flush_queued(&mut self) {
+        let mut sent = false;
+        for s in self.sessions.iter_mut().flatten() {
+            while let Some(rec) = s.queued.front() {
+                if s.ring.send(rec).is_err() {
+                    break;
+                }
+                s.queued.pop_front();
+                sent = true;
+            }
+        }
+        if sent {
+            self.notify_guest();
+        }
+    }
+
+    // ---- doorbells to the node -------------------------------------------
+
+    fn add_vpeer(&mut self, eventfd: BorrowedFd) -> Result<u16> {
+        let id = (FIRST_VPEER..MAX_VPEERS).find(|p| !self.vpeers_used.contains(p)).context("no virtual peer ids left")?;
+        self.server.add_virtual_peer(self.guest.expect("attached"), id, &[eventfd])?;
+        self.vpeers_used.insert(id);
+        Ok(id)
+    }
+
+    fn drop_vpeer(&mut self, id: u16) {
+        if self.vpeers_used.remove(&id) {
+            if let Some(g) = self.guest {
+                let _ = self.server.remove_virtual_peer(g, id);
+            }
+        }
+    }
+
+    // ---- windows ----------------------------------------------------------
+
+    /// Put the memory behind `fd` into the guest (or find it already there).
+    fn window(&mut self, fd: BorrowedFd) -> Result<Attachment> {
+        let (dev, ino, size) = key_of(fd)?;
+        if let Some((slot, w)) = self.windows.iter_mut().find(|(_, w)| w.key == (dev, ino)) {
+            w.handed_out = Instant::now();
+            w.seen_in_use = false;
+            return Ok(Attachment::Window { slot: *slot, size: w.size });
+        }
+        // QEMU aborts on a BAR that is not a power of two; vscid sizes its
+        // memfds so, but never let anything else reach device_add.
+        anyhow::ensure!(size.is_power_of_two() && size >= 4096, "memory of {size} bytes cannot be a PCI BAR");
+        let slot = (FIRST_WINDOW_SLOT..SLOTS).find(|s| !self.windows.contains_key(s)).context("the guest has no free PCI slot for another window")?;
+        let qmp = self.qmp.as_mut().context("QMP not connected")?;
+        let plugged = qmp.plug_memfd(&format!("vsci-win{slot}"), fd, size, Some(slot))?;
+        self.windows.insert(slot, Window { plugged, size, key: (dev, ino), handed_out: Instant::now(), seen_in_use: false });
+        Ok(Attachment::Window { slot, size })
+    }
+
+    /// Unplug windows the guest's driver says nobody holds.
+    fn scan_windows(&mut self) {
+        let mut gone = Vec::new();
+        for (slot, w) in self.windows.iter_mut() {
+            let used = self.region.word(guest::WINDOWS_OFFSET + 4 * *slot as usize).load(Ordering::Acquire) != 0;
+            if used {
+                w.seen_in_use = true;
+            } else if w.seen_in_use || w.handed_out.elapsed() > UNUSED_WINDOW_GRACE {
+                gone.push(*slot);
+            }
+        }
+        for slot in gone {
+            let w = self.windows.remove(&slot).expect("listed");
+            if let Some(q) = self.qmp.as_mut() {
+                if let Err(e) = q.unplug(&w.plugged, Duration::from_secs(20)) {
+                    log::warn!("vsci agent: unplugging window {slot}: {e:#}");
+                }
+            }
+        }
+    }
+
+    fn shutdown(&mut self) {
+        for i in 0..guest::MAX_SESSIONS {
+            self.close_session(i);
+        }
+    }
+}
+
+fn one(fds: &[OwnedFd]) -> Result<BorrowedFd<'_>> {
+    anyhow::ensure!(fds.len() == 1, "expected one descriptor, got {}", fds.len());
+    Ok(fds[0].as_fd())
+}
