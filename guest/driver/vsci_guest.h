@@ -5,15 +5,18 @@
  *
  * /dev/vsci-ctlN  one per ivshmem-doorbell device (the control channel to the
  *                 node: private shared region, doorbells, MSI-X vectors)
- * /dev/vsci-winS  one per ivshmem-plain device on PCI bus 0, S = its slot
- *                 (decimal): a segment window the host hot-plugged at the slot
- *                 it chose and told libsisci about
+ * /dev/vsci-winS  one per ivshmem-plain device on PCI bus 0 (function 0),
+ *                 S = its slot (decimal): a segment window the host
+ *                 hot-plugged at the slot it chose and told libsisci about
+ * /dev/vsci-segN  any other ivshmem-plain device (not tracked in the window
+ *                 table)
  *
  * mmap offsets:
  *   0 .. shm_size            BAR2, the shared memory: windows always; the
  *                            control device only for CAP_SYS_ADMIN (tests,
- *                            tools) or, after VSCI_IOC_SESSION, the
- *                            session's own area (0 .. session size)
+ *                            tools; EPERM for others) or, after
+ *                            VSCI_IOC_SESSION, the session's own area
+ *                            (0 .. session size; EINVAL beyond it)
  *   VSCI_MMAP_REGS_OFFSET    BAR0's register page, exactly one page (ctl
  *                            only): IVPosition at +8, Doorbell at +12
  *
@@ -29,7 +32,12 @@
  *                            CLOSING -> FREE once it has cleaned up
  *   VSCI_CTL_SESSION_AREA(i) session i's private area, VSCI_SESSION_SIZE bytes
  * After every change of those words the driver rings the host (peer 0,
- * vector 0).
+ * vector 0). It writes them only into a region of at least
+ * VSCI_CTL_MIN_SIZE bytes that starts with VSCI_CTL_MAGIC. The window table
+ * lives in the first ctl device bound that is still present; if there is
+ * none, window opens are not reported, and a control device that appears
+ * (or takes over) later gets the whole table written. A window unplugged
+ * while open gets its 0 at unplug, not at the (later) last close.
  */
 #ifndef VSCI_GUEST_H
 #define VSCI_GUEST_H
@@ -119,23 +127,31 @@ struct vsci_session {
  * FREE slot, marks it OPEN and rings the host; from then on mmap offset 0
  * maps the session's area (and only it). Closing the file (the last
  * reference, mappings included) marks it CLOSING and rings the host, so a
- * killed program's resources are released. EBUSY if the file already has a
- * session or any other binding, ENOSPC if no slot is FREE.
+ * killed program's resources are released. A slot is reused only after the
+ * host has moved it from CLOSING to FREE. EBUSY if the file already has a
+ * session or any other binding, ENOSPC if no slot is FREE, EINVAL on a
+ * window or a region smaller than VSCI_CTL_MIN_SIZE, EPROTO if the region
+ * does not start with VSCI_CTL_MAGIC (the host has not set it up yet, or it
+ * is not a vsci node), ENODEV after unplug.
  */
 #define VSCI_IOC_SESSION _IOR(VSCI_IOC_MAGIC, 0x83, struct vsci_session)
 /*
  * ctl only. Make this open file behave like an eventfd for one of our own
  * vectors: read() of 8 bytes returns the number of interrupts since the last
  * read (blocks until there is one, or EAGAIN with O_NONBLOCK), poll() says
- * POLLIN while that number is not zero. write() is EINVAL. EBUSY if the
- * file is already bound; EINVAL for a vector we do not have.
+ * POLLIN while that number is not zero. write() is EINVAL, as is a read of
+ * fewer than 8 bytes. EBUSY if the file is already bound; EINVAL for a
+ * vector we do not have. Once the device is unplugged, read() fails with
+ * ENODEV and poll() says POLLERR | POLLHUP (for every file of the device).
  */
 #define VSCI_IOC_BIND_VECTOR _IOW(VSCI_IOC_MAGIC, 0x84, __u32)
 /*
  * ctl only. Make this open file ring (peer, vector) on every write() of 8
  * bytes (the value is ignored, as an eventfd's wake-up is): the guest-side
- * half of an interrupt a host process waits on. poll() says POLLOUT.
- * read() is EINVAL. EBUSY if already bound.
+ * half of an interrupt a host process waits on. write() returns 8; fewer
+ * than 8 bytes is EINVAL, ENODEV after unplug. poll() says POLLOUT.
+ * read() is EINVAL. EBUSY if already bound; EINVAL if peer > 0xffff or the
+ * vector is not below our vector count.
  */
 #define VSCI_IOC_BIND_DOORBELL _IOW(VSCI_IOC_MAGIC, 0x85, struct vsci_ring)
 
