@@ -67,6 +67,10 @@ fn guest_check(dir: &Path) -> PathBuf {
     out
 }
 
+/// Appended to a guest command: fail, showing the lines, if the kernel
+/// logged a warning, a bug or a trace (the driver's locking and unplug paths).
+const KERNEL_CLEAN: &str = " && dmesg > /tmp/kmsg && ! grep -E 'WARNING|BUG|Oops|Call Trace|refcount' /tmp/kmsg";
+
 fn vsci_vm() -> Command {
     let mut c = Command::new(built("bin/vsci"));
     c.args(["vm", "run", "--timeout", "240"]).stdin(Stdio::null());
@@ -252,7 +256,9 @@ fn driver_doorbells_and_msix_with_an_ivshmem_server() {
                  && vsci_guest_check await /dev/vsci-ctl1 60000 \
                  && vsci_guest_check --user ctl /dev/vsci-ctl1 0 3 0 60000 \
                  && vsci_guest_check gone /dev/vsci-ctl0 \
-                 && vsci_guest_check wait /dev/vsci-ctl1 1 60000",
+                 && vsci_guest_check wait /dev/vsci-ctl1 1 60000"
+                    .to_string()
+                    + KERNEL_CLEAN,
             ),
     );
     let line = vm.wait_line("ivposition ", VM_TIMEOUT);
@@ -335,7 +341,7 @@ fn hot_plugged_segment_window_and_50_cycles() {
             .args(["--", "/bin/sh", "-c"])
             .arg(format!(
                 "vsci_guest_check --user seg /dev/vsci-win16 120000 && vsci_guest_check cycles {CYCLES} /dev/vsci-win16 60000 \
-                 && vsci_guest_check await /dev/vsci-win16 60000"
+                 && vsci_guest_check await /dev/vsci-win16 60000{KERNEL_CLEAN}"
             )),
     );
     vm.wait_line("waiting for /dev/vsci-win16", VM_TIMEOUT);
@@ -418,7 +424,9 @@ fn driver_sessions_vector_files_and_doorbell_files() {
             .arg(
                 "vsci_guest_check --user session /dev/vsci-ctl0 1 60000 \
                  && vsci_guest_check --user vecfile /dev/vsci-ctl0 2 60000 \
-                 && vsci_guest_check --user bellfile /dev/vsci-ctl0 0 3 5",
+                 && vsci_guest_check --user bellfile /dev/vsci-ctl0 0 3 5"
+                    .to_string()
+                    + KERNEL_CLEAN,
             ),
     );
     let st = |i: u64| CTL_SESSIONS + 4 * i;
@@ -503,7 +511,7 @@ fn driver_window_table_follows_opens_mappings_and_unplug() {
             .arg("--add")
             .arg(format!("{}:/usr/bin/vsci_guest_check", prog.display()))
             .args(["--", "/bin/sh", "-c"])
-            .arg("vsci_guest_check --user window /dev/vsci-win16 /dev/vsci-ctl0 1 60000"),
+            .arg("vsci_guest_check --user window /dev/vsci-win16 /dev/vsci-ctl0 1 60000".to_string() + KERNEL_CLEAN),
     );
     const SLOT: u64 = 16;
     let w16 = CTL_WINDOWS + 4 * SLOT;
