@@ -396,14 +396,16 @@ static int vsci_mmap(struct file *f, struct vm_area_struct *vma)
 	/*
 	 * What offset 0 of a control device reaches: a session's own area,
 	 * or, for the administrator only, the whole region with every
-	 * session's area in it.
+	 * session's area in it. The opener's capability counts, as for any
+	 * check on an open file: a root tool may hand its descriptor on, and
+	 * a set-uid program is not fooled into mapping a user's descriptor.
 	 */
 	if (v->kind == VSCI_KIND_CTL &&
 	    vma->vm_pgoff != (VSCI_MMAP_REGS_OFFSET >> PAGE_SHIFT)) {
 		if (smp_load_acquire(&vf->bind) == VSCI_BIND_SESSION) {
 			off = VSCI_CTL_SESSION_AREA(vf->sess_index) >> PAGE_SHIFT;
 			len = VSCI_SESSION_SIZE >> PAGE_SHIFT;
-		} else if (!capable(CAP_SYS_ADMIN)) {
+		} else if (!file_ns_capable(f, &init_user_ns, CAP_SYS_ADMIN)) {
 			return -EPERM;
 		}
 	}

@@ -13,8 +13,9 @@
  *
  * mmap offsets:
  *   0 .. shm_size            BAR2, the shared memory: windows always; the
- *                            control device only for CAP_SYS_ADMIN (tests,
- *                            tools; EPERM for others) or, after
+ *                            control device only for CAP_SYS_ADMIN (of
+ *                            the file's opener: tests, tools; EPERM for
+ *                            others) or, after
  *                            VSCI_IOC_SESSION, the session's own area
  *                            (0 .. session size; EINVAL beyond it)
  *   VSCI_MMAP_REGS_OFFSET    BAR0's register page, exactly one page (ctl

@@ -11,19 +11,34 @@
  *   gone DEV                  map DEV and wait on it until the host unplugs
  *                             it (ENODEV), then check the mapping faults
  *   wait DEV V MS             wait for DEV's vector V
- *   seg MS                    wait for /dev/vsci-seg0, print its size, PCI
- *                             address and first bytes, write "reply from
- *                             guest" at 64, then wait for it to be unplugged
- *                             and check that the old mapping now faults
- *   cycles N MS               N times: wait for /dev/vsci-seg0, print the u32
- *                             at offset 0, wait for it to go
+ *                             (as non-root: only that mapping the whole
+ *                             region is refused with EPERM)
+ *   seg WIN MS                wait for window WIN (/dev/vsci-winS), print its
+ *                             size, PCI address and first bytes, write
+ *                             "reply from guest" at 64, then wait for it to
+ *                             be unplugged and check that the old mapping
+ *                             now faults
+ *   cycles N WIN MS           N times: wait for WIN, print the u32 at offset
+ *                             0, wait for it to go
  *   await PATH MS             wait for a device node to appear
+ *   session DEV V MS          sessions: refusals, two sessions with a pattern
+ *                             in their areas, wait for vector V, close them;
+ *                             after V again, two more (reuse after the
+ *                             host's FREE, not before)
+ *   vecfile DEV V MS          a vector file for V: counts, poll, read
+ *   bellfile DEV PEER V N     a doorbell file for (PEER, V): N writes
+ *   window WIN CTL V MS       window words: WIN opened before CTL exists,
+ *                             mapping outlives the fd, nested opens, unplug
+ *                             while open and a new window at the same slot;
+ *                             steps are paced by CTL's vector V
  *   --user (anywhere)         drop to uid/gid 1000 first
  *
  * Prints one line per step; exits non-zero on the first failure.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdint.h>
@@ -36,8 +51,6 @@
 #include <unistd.h>
 
 #include "vsci_guest.h"
-
-#define SEG0 "/dev/vsci-seg0"
 
 static void die(const char *what)
 {
@@ -177,10 +190,25 @@ static int cmd_ctl(int argc, char **argv)
 	printf("ivposition %u\n", info.ivposition);
 
 	shm = mmap(NULL, info.shm_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (shm == MAP_FAILED)
-		die("mmap shm");
-	printf("shm says: %.32s\n", shm);
-	strcpy(shm + 64, "hello from guest");
+	if (getuid() != 0) {
+		/* the whole region holds every session's area: root only */
+		expect_err(shm == MAP_FAILED ? -1 : 0, EPERM, "whole-region map as a user");
+		printf("whole-region map refused (EPERM)\n");
+	} else {
+		if (shm == MAP_FAILED)
+			die("mmap shm");
+		printf("shm says: %.32s\n", shm);
+		strcpy(shm + 64, "hello from guest");
+		expect_err(mmap(NULL, info.shm_size + 4096, PROT_READ, MAP_SHARED, fd, 0) == MAP_FAILED ? -1 : 0,
+			   EINVAL, "mmap past the end");
+		expect_err(mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, info.shm_size) == MAP_FAILED ? -1 : 0,
+			   EINVAL, "mmap at the end");
+	}
+	if (info.shm_size < VSCI_CTL_MIN_SIZE) {
+		struct vsci_session s;
+
+		expect_err(ioctl(fd, VSCI_IOC_SESSION, &s), EINVAL, "session in a small region");
+	}
 
 	/* every bad argument is refused */
 	ring.peer = 0x10000; ring.vector = 0;
@@ -191,10 +219,6 @@ static int cmd_ctl(int argc, char **argv)
 	w.vector = info.vectors;
 	expect_err(ioctl(fd, VSCI_IOC_WAIT, &w), EINVAL, "wait vector out of range");
 	expect_err(ioctl(fd, _IO('v', 0x99)), ENOTTY, "unknown ioctl");
-	expect_err(mmap(NULL, info.shm_size + 4096, PROT_READ, MAP_SHARED, fd, 0) == MAP_FAILED ? -1 : 0,
-		   EINVAL, "mmap past the end");
-	expect_err(mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, info.shm_size) == MAP_FAILED ? -1 : 0,
-		   EINVAL, "mmap at the end");
 	expect_err(mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, fd, 0) == MAP_FAILED ? -1 : 0,
 		   EINVAL, "private mmap");
 	expect_err(mmap(NULL, 8192, PROT_READ, MAP_SHARED, fd, VSCI_MMAP_REGS_OFFSET) == MAP_FAILED ? -1 : 0,
@@ -227,22 +251,37 @@ static int cmd_ctl(int argc, char **argv)
 	return 0;
 }
 
+/* /sys/class/vsci/NAME of a device node /dev/NAME */
+static void sysfs_dir(const char *dev, char *buf, size_t len)
+{
+	char tmp[128];
+
+	snprintf(tmp, sizeof(tmp), "%s", dev);
+	snprintf(buf, len, "/sys/class/vsci/%s", basename(tmp));
+}
+
 static int cmd_seg(int argc, char **argv)
 {
-	int ms = argc > 1 ? atoi(argv[1]) : 60000;
+	const char *win;
+	int ms;
 	struct vsci_info info;
 	volatile char *p;
-	char sysfs[128];
+	char sysfs[160];
 	int fd;
 
-	printf("waiting for %s\n", SEG0);
-	if (wait_path(SEG0, 1, ms)) {
-		printf("FAIL %s did not appear\n", SEG0);
+	if (argc < 2)
+		return 2;
+	win = argv[1];
+	ms = argc > 2 ? atoi(argv[2]) : 60000;
+	printf("waiting for %s\n", win);
+	if (wait_path(win, 1, ms)) {
+		printf("FAIL %s did not appear\n", win);
 		return 1;
 	}
-	fd = open_dev(SEG0, &info);
-	print_info(SEG0, &info);
-	snprintf(sysfs, sizeof(sysfs), "/sys/class/vsci/vsci-seg0/size");
+	fd = open_dev(win, &info);
+	print_info(win, &info);
+	sysfs_dir(win, sysfs, sizeof(sysfs));
+	strcat(sysfs, "/size");
 	p = mmap(NULL, info.shm_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED)
 		die("mmap seg");
@@ -252,10 +291,10 @@ static int cmd_seg(int argc, char **argv)
 		   EINVAL, "register map of a plain device");
 	printf("mapped; waiting for unplug\n");
 	if (wait_path(sysfs, 0, ms)) {
-		printf("FAIL %s did not go away\n", SEG0);
+		printf("FAIL %s did not go away\n", win);
 		return 1;
 	}
-	printf("unplugged: %s gone\n", SEG0);
+	printf("unplugged: %s gone\n", win);
 	if (!faults(p))
 		return 1;
 	printf("old mapping faults (SIGBUS)\n");
@@ -266,26 +305,33 @@ static int cmd_seg(int argc, char **argv)
 
 static int cmd_cycles(int argc, char **argv)
 {
-	int n = argc > 1 ? atoi(argv[1]) : 1;
-	int ms = argc > 2 ? atoi(argv[2]) : 60000;
+	int n, ms;
+	const char *win;
 	struct vsci_info info;
 	volatile uint32_t *p;
+	char sysfs[160];
 	int i, fd;
 
+	if (argc < 3)
+		return 2;
+	n = atoi(argv[1]);
+	win = argv[2];
+	ms = argc > 3 ? atoi(argv[3]) : 60000;
+	sysfs_dir(win, sysfs, sizeof(sysfs));
 	for (i = 0; i < n; i++) {
-		if (wait_path(SEG0, 1, ms)) {
-			printf("FAIL cycle %d: %s did not appear\n", i, SEG0);
+		if (wait_path(win, 1, ms)) {
+			printf("FAIL cycle %d: %s did not appear\n", i, win);
 			return 1;
 		}
-		fd = open_dev(SEG0, &info);
+		fd = open_dev(win, &info);
 		p = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
 		if (p == MAP_FAILED)
 			die("mmap");
 		printf("cycle %d value %u\n", i, p[0]);
 		munmap((void *)p, 4096);
 		close(fd);
-		if (wait_path("/sys/class/vsci/vsci-seg0", 0, ms)) {
-			printf("FAIL cycle %d: %s did not go\n", i, SEG0);
+		if (wait_path(sysfs, 0, ms)) {
+			printf("FAIL cycle %d: %s did not go\n", i, win);
 			return 1;
 		}
 	}
@@ -300,8 +346,12 @@ static int cmd_cycles(int argc, char **argv)
  */
 static int cmd_await(int argc, char **argv)
 {
-	const char *path = argc > 1 ? argv[1] : SEG0;
+	const char *path;
 	int ms = argc > 2 ? atoi(argv[2]) : 60000;
+
+	if (argc < 2)
+		return 2;
+	path = argv[1];
 
 	printf("awaiting %s\n", path);
 	if (wait_path(path, 1, ms)) {
@@ -309,6 +359,299 @@ static int cmd_await(int argc, char **argv)
 		return 1;
 	}
 	printf("plugged: %s\n", path);
+	return 0;
+}
+
+/*
+ * Steps paced by the host: it notifies our vector when it has checked what
+ * we printed. The count is learnt first, so a notification that comes
+ * before we wait is not lost.
+ */
+struct pacer {
+	int fd;
+	struct vsci_wait w;
+};
+
+static void pace_init(struct pacer *p, int fd, unsigned int vector)
+{
+	p->fd = fd;
+	memset(&p->w, 0, sizeof(p->w));
+	p->w.vector = vector;
+	p->w.timeout_ms = 0;
+	ioctl(fd, VSCI_IOC_WAIT, &p->w);	/* ETIMEDOUT; count filled in */
+}
+
+static void pace(struct pacer *p, int ms, const char *what)
+{
+	p->w.timeout_ms = ms;
+	printf("%s; waiting on vector %u\n", what, p->w.vector);
+	if (ioctl(p->fd, VSCI_IOC_WAIT, &p->w))
+		die("pace: VSCI_IOC_WAIT");
+}
+
+static char *map_session(int fd, const struct vsci_session *s)
+{
+	char *a = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+	if (a == MAP_FAILED)
+		die("mmap session area");
+	snprintf(a, 64, "session %u gen %u", s->index, s->generation);
+	snprintf(a + s->size - 64, 64, "end of session %u", s->index);
+	return a;
+}
+
+static void get_session(int fd, struct vsci_session *s, int n)
+{
+	if (ioctl(fd, VSCI_IOC_SESSION, s))
+		die("VSCI_IOC_SESSION");
+	printf("session %d index %u generation %u size %llu\n", n, s->index, s->generation,
+	       (unsigned long long)s->size);
+}
+
+static int cmd_session(int argc, char **argv)
+{
+	struct vsci_session s1, s2, s3, s4, s;
+	struct vsci_info info;
+	struct pacer pc;
+	char *a1, *a2;
+	uint32_t v = 0;
+	int fd0, fd1, fd2, fd3, fd4, ms;
+
+	if (argc < 4)
+		return 2;
+	ms = atoi(argv[3]);
+	fd0 = open_dev(argv[1], &info);
+	pace_init(&pc, fd0, strtoul(argv[2], NULL, 0));
+	fd1 = open_dev(argv[1], &info);
+	if (getuid() != 0) {
+		expect_err(mmap(NULL, info.shm_size, PROT_READ, MAP_SHARED, fd1, 0) == MAP_FAILED ? -1 : 0,
+			   EPERM, "whole-region map as a user");
+		printf("whole-region map refused (EPERM)\n");
+	}
+	get_session(fd1, &s1, 1);
+	expect_err(ioctl(fd1, VSCI_IOC_SESSION, &s), EBUSY, "second session on one file");
+	expect_err(ioctl(fd1, VSCI_IOC_BIND_VECTOR, &v), EBUSY, "vector binding of a session file");
+	a1 = map_session(fd1, &s1);
+	expect_err(mmap(NULL, s1.size + 4096, PROT_READ, MAP_SHARED, fd1, 0) == MAP_FAILED ? -1 : 0,
+		   EINVAL, "map beyond the session area");
+	expect_err(mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd1, s1.size) == MAP_FAILED ? -1 : 0,
+		   EINVAL, "map after the session area");
+	fd2 = open_dev(argv[1], &info);
+	get_session(fd2, &s2, 2);
+	if (s2.index == s1.index) {
+		printf("FAIL two open sessions share index %u\n", s1.index);
+		return 1;
+	}
+	a2 = map_session(fd2, &s2);
+	pace(&pc, ms, "session areas written");
+
+	/* the mapping keeps session 1's file, and so the session, alive */
+	close(fd1);
+	munmap(a2, s2.size);
+	close(fd2);
+	pace(&pc, ms, "session 2 closed; session 1 fd closed, still mapped");
+	if (strncmp(a1, "session ", 8)) {
+		printf("FAIL session 1's area lost its pattern\n");
+		return 1;
+	}
+	munmap(a1, s1.size);
+	pace(&pc, ms, "session 1 unmapped");
+
+	/* the host freed session 2's slot and left session 1's CLOSING */
+	fd3 = open_dev(argv[1], &info);
+	get_session(fd3, &s3, 3);
+	fd4 = open_dev(argv[1], &info);
+	get_session(fd4, &s4, 4);
+	if (s3.index != s2.index || s4.index == s1.index || s4.index == s3.index) {
+		printf("FAIL slot reuse: sessions %u %u, then %u %u\n", s1.index, s2.index, s3.index, s4.index);
+		return 1;
+	}
+	close(fd3);
+	close(fd4);
+	printf("sessions done\n");
+	return 0;
+}
+
+static int cmd_vecfile(int argc, char **argv)
+{
+	struct vsci_info info;
+	struct vsci_session s;
+	struct vsci_ring r = { 0, 0 };
+	struct vsci_wait w = { 0 };
+	struct pollfd pfd;
+	uint64_t x = 0, start;
+	uint32_t v, bad;
+	int fd0, fd, fl;
+
+	if (argc < 4)
+		return 2;
+	fd0 = open_dev(argv[1], &info);
+	fd = open_dev(argv[1], &info);
+	v = strtoul(argv[2], NULL, 0);
+	bad = info.vectors;
+	expect_err(ioctl(fd, VSCI_IOC_BIND_VECTOR, &bad), EINVAL, "bind a vector we do not have");
+	if (ioctl(fd, VSCI_IOC_BIND_VECTOR, &v))
+		die("VSCI_IOC_BIND_VECTOR");
+	expect_err(ioctl(fd, VSCI_IOC_BIND_VECTOR, &v), EBUSY, "bind twice");
+	expect_err(ioctl(fd, VSCI_IOC_SESSION, &s), EBUSY, "session on a vector file");
+	expect_err(ioctl(fd, VSCI_IOC_BIND_DOORBELL, &r), EBUSY, "doorbell on a vector file");
+	expect_err(write(fd, &x, 8), EINVAL, "write to a vector file");
+	expect_err(read(fd, &x, 4), EINVAL, "short read");
+	fl = fcntl(fd, F_GETFL);
+	fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+	expect_err(read(fd, &x, 8), EAGAIN, "non-blocking read with nothing pending");
+	pfd.fd = fd;
+	pfd.events = POLLIN;
+	if (poll(&pfd, 1, 0) != 0) {
+		printf("FAIL poll says %#x with nothing pending\n", pfd.revents);
+		return 1;
+	}
+
+	/*
+	 * Three interrupts, counted through the plain interface first; one
+	 * at a time, since QEMU raises one interrupt for notifications that
+	 * pile up in its eventfd.
+	 */
+	w.vector = v;
+	ioctl(fd0, VSCI_IOC_WAIT, &w);
+	start = w.count;
+	printf("vector file bound\n");
+	while (w.count < start + 3) {
+		printf("waiting for interrupt %llu on vector %u\n",
+		       (unsigned long long)(w.count - start + 1), v);
+		w.timeout_ms = atoi(argv[3]);
+		if (ioctl(fd0, VSCI_IOC_WAIT, &w))
+			die("VSCI_IOC_WAIT");
+	}
+	pfd.revents = 0;
+	if (poll(&pfd, 1, 0) != 1 || !(pfd.revents & POLLIN)) {
+		printf("FAIL poll says %#x with 3 pending\n", pfd.revents);
+		return 1;
+	}
+	if (read(fd, &x, 8) != 8)
+		die("read vector file");
+	printf("vector file read %llu\n", (unsigned long long)x);
+	expect_err(read(fd, &x, 8), EAGAIN, "read after the count was taken");
+	pfd.revents = 0;
+	if (poll(&pfd, 1, 0) != 0) {
+		printf("FAIL poll says %#x after the read\n", pfd.revents);
+		return 1;
+	}
+	fcntl(fd, F_SETFL, fl);
+	printf("blocking read\n");
+	if (read(fd, &x, 8) != 8)
+		die("blocking read");
+	printf("vector file blocking read %llu\n", (unsigned long long)x);
+	return 0;
+}
+
+static int cmd_bellfile(int argc, char **argv)
+{
+	struct vsci_info info;
+	struct vsci_ring r;
+	struct pollfd pfd;
+	uint64_t x = 1;
+	int fd, i, n;
+
+	if (argc < 5)
+		return 2;
+	fd = open_dev(argv[1], &info);
+	r.peer = 0x10000;
+	r.vector = 0;
+	expect_err(ioctl(fd, VSCI_IOC_BIND_DOORBELL, &r), EINVAL, "doorbell for peer 65536");
+	r.peer = strtoul(argv[2], NULL, 0);
+	r.vector = info.vectors;
+	expect_err(ioctl(fd, VSCI_IOC_BIND_DOORBELL, &r), EINVAL, "doorbell for a vector out of range");
+	r.vector = strtoul(argv[3], NULL, 0);
+	if (ioctl(fd, VSCI_IOC_BIND_DOORBELL, &r))
+		die("VSCI_IOC_BIND_DOORBELL");
+	expect_err(ioctl(fd, VSCI_IOC_BIND_DOORBELL, &r), EBUSY, "bind twice");
+	expect_err(read(fd, &x, 8), EINVAL, "read from a doorbell file");
+	expect_err(write(fd, &x, 4), EINVAL, "short write");
+	pfd.fd = fd;
+	pfd.events = POLLIN | POLLOUT;
+	if (poll(&pfd, 1, 0) != 1 || pfd.revents != POLLOUT) {
+		printf("FAIL poll says %#x on a doorbell file\n", pfd.revents);
+		return 1;
+	}
+	n = atoi(argv[4]);
+	for (i = 0; i < n; i++)
+		if (write(fd, &x, 8) != 8)
+			die("write doorbell file");
+	printf("bell file rang peer %u vector %u %d times\n", r.peer, r.vector, n);
+	return 0;
+}
+
+static int open_win(const char *win)
+{
+	int fd = open(win, O_RDWR | O_CLOEXEC);
+
+	if (fd < 0)
+		die(win);
+	return fd;
+}
+
+static int cmd_window(int argc, char **argv)
+{
+	const char *win, *ctl;
+	struct vsci_info info;
+	struct pacer pc;
+	char sysfs[160];
+	void *p;
+	int ms, wfd, cfd, a, b;
+
+	if (argc < 5)
+		return 2;
+	win = argv[1];
+	ctl = argv[2];
+	ms = atoi(argv[4]);
+	printf("waiting for %s\n", win);
+	if (wait_path(win, 1, ms)) {
+		printf("FAIL %s did not appear\n", win);
+		return 1;
+	}
+	wfd = open_win(win);
+	printf("window open before the control device\n");
+	if (wait_path(ctl, 1, ms)) {
+		printf("FAIL %s did not appear\n", ctl);
+		return 1;
+	}
+	cfd = open_dev(ctl, &info);
+	pace_init(&pc, cfd, strtoul(argv[3], NULL, 0));
+	pace(&pc, ms, "control device here");
+
+	p = mmap(NULL, 4096, PROT_READ, MAP_SHARED, wfd, 0);
+	if (p == MAP_FAILED)
+		die("mmap window");
+	close(wfd);
+	pace(&pc, ms, "window fd closed, still mapped");
+	munmap(p, 4096);
+	pace(&pc, ms, "window unmapped");
+
+	a = open_win(win);
+	b = open_win(win);
+	close(a);
+	pace(&pc, ms, "two opens, one closed");
+	close(b);
+	pace(&pc, ms, "both closed");
+
+	a = open_win(win);
+	sysfs_dir(win, sysfs, sizeof(sysfs));
+	printf("holding %s open for unplug\n", win);
+	if (wait_path(sysfs, 0, ms)) {
+		printf("FAIL %s was not unplugged\n", win);
+		return 1;
+	}
+	printf("window unplugged while open\n");
+	if (wait_path(win, 1, ms)) {
+		printf("FAIL a new %s did not appear\n", win);
+		return 1;
+	}
+	b = open_win(win);
+	close(a);	/* the old window's last close must not clear the new one's word */
+	pace(&pc, ms, "new window open, old fd closed");
+	close(b);
+	printf("new window closed\n");
 	return 0;
 }
 
@@ -347,6 +690,15 @@ int main(int argc, char **argv)
 		return cmd_gone(argc - 1, argv + 1);
 	if (argc >= 2 && !strcmp(argv[1], "wait"))
 		return cmd_wait(argc - 1, argv + 1);
-	fprintf(stderr, "usage: vsci_guest_check [--user] info DEV | ctl DEV PEER RV WV MS | gone DEV | wait DEV V MS | seg MS | cycles N MS | await PATH MS\n");
+	if (argc >= 2 && !strcmp(argv[1], "session"))
+		return cmd_session(argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[1], "vecfile"))
+		return cmd_vecfile(argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[1], "bellfile"))
+		return cmd_bellfile(argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[1], "window"))
+		return cmd_window(argc - 1, argv + 1);
+	fprintf(stderr, "usage: vsci_guest_check [--user] info DEV | ctl DEV PEER RV WV MS | gone DEV | wait DEV V MS | seg WIN MS | cycles N WIN MS | await PATH MS\n"
+		"       | session DEV V MS | vecfile DEV V MS | bellfile DEV PEER V N | window WIN CTL V MS\n");
 	return 2;
 }

@@ -3,10 +3,12 @@
 //! not installed. The first test to need the guest image builds it (about 6 s
 //! plus the kernel download); later ones reuse it.
 //!
-//! Three full boots: a shell command; the driver with ivshmem-doorbell devices
-//! served by an in-test ivshmem server; and a memfd hot-plugged over QMP as
-//! ivshmem-plain, followed by 50 plug/unplug cycles in the same guest. Plus
-//! two short runs stopped by --timeout and by SIGINT.
+//! Five full boots: a shell command; the driver with ivshmem-doorbell devices
+//! served by an in-test ivshmem server; a memfd hot-plugged over QMP as
+//! ivshmem-plain, followed by 50 plug/unplug cycles in the same guest;
+//! sessions, vector files and doorbell files on a vsci control region; and
+//! the window table as windows are opened, mapped, closed and unplugged.
+//! Plus two short runs stopped by --timeout and by SIGINT.
 
 mod common;
 
@@ -65,6 +67,10 @@ fn guest_check(dir: &Path) -> PathBuf {
     out
 }
 
+/// Appended to a guest command: fail, showing the lines, if the kernel
+/// logged a warning, a bug or a trace (the driver's locking and unplug paths).
+const KERNEL_CLEAN: &str = " && dmesg > /tmp/kmsg && ! grep -E 'WARNING|BUG|Oops|Call Trace|refcount' /tmp/kmsg";
+
 fn vsci_vm() -> Command {
     let mut c = Command::new(built("bin/vsci"));
     c.args(["vm", "run", "--timeout", "240"]).stdin(Stdio::null());
@@ -91,6 +97,51 @@ fn read_at(fd: &OwnedFd, off: u64, len: usize) -> Vec<u8> {
     let n = unsafe { libc::pread(fd.as_raw_fd(), b.as_mut_ptr() as *mut libc::c_void, len, off as i64) };
     assert_eq!(n, len as isize);
     b
+}
+
+// The control region's layout, as guest/driver/vsci_guest.h has it.
+const CTL_MAGIC: u32 = 0x4743_5356;
+const CTL_WINDOWS: u64 = 0x100;
+const CTL_SESSIONS: u64 = 0x200;
+const SESSION_SIZE: u64 = 0x10000;
+/// 8 MiB: at least VSCI_CTL_MIN_SIZE, and a power of two (QEMU aborts on other BAR sizes).
+const CTL_SIZE: u64 = 8 << 20;
+const SESSION_OPEN: u32 = 1;
+const SESSION_CLOSING: u32 = 2;
+const VSCI_CTL_MAX_WINDOWS: u64 = 32;
+
+fn session_area(i: u64) -> u64 {
+    SESSION_SIZE * (i + 1)
+}
+
+/// A control region as the node sets it up: zeros but the magic.
+fn ctl_region() -> OwnedFd {
+    memfd(CTL_SIZE, &CTL_MAGIC.to_le_bytes())
+}
+
+fn word(fd: &OwnedFd, off: u64) -> u32 {
+    u32::from_le_bytes(read_at(fd, off, 4).try_into().unwrap())
+}
+
+fn set_word(fd: &OwnedFd, off: u64, v: u32) {
+    let b = v.to_le_bytes();
+    // SAFETY: pwrite from a live buffer of its length.
+    assert_eq!(unsafe { libc::pwrite(fd.as_raw_fd(), b.as_ptr() as *const libc::c_void, 4, off as i64) }, 4);
+}
+
+/// Wait until the word at `off` is `want`; Err with the last value seen.
+fn wait_word(fd: &OwnedFd, off: u64, want: u32, timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let v = word(fd, off);
+        if v == want {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("word at {off:#x} is {v:#x}, wanted {want:#x}"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 fn cstr(b: &[u8]) -> String {
@@ -193,22 +244,24 @@ fn driver_doorbells_and_msix_with_an_ivshmem_server() {
             .arg(&sock)
             .args(["--vectors", "4", "--add"])
             .arg(format!("{}:/usr/bin/vsci_guest_check", prog.display()))
-            // ring the node (peer 0) on vector 1, then wait for our vector 2;
-            // as uid 1000: the device files are for ordinary users. Then the
-            // same on a second doorbell device hot-plugged at run time; then
-            // the first is unplugged under a waiting program; the second's
-            // vector 1 ends the run.
+            // ring the node (peer 0) on vector 1, then wait for our vector 2
+            // (as root: it maps the whole region). Then the same on a second
+            // doorbell device hot-plugged at run time, as uid 1000: the device
+            // files are for ordinary users, all but the whole-region map.
+            // Then the first is unplugged under a waiting program; the
+            // second's vector 1 ends the run.
             .args(["--", "/bin/sh", "-c"])
             .arg(
-                "vsci_guest_check --user ctl /dev/vsci-ctl0 0 1 2 60000 \
+                "vsci_guest_check ctl /dev/vsci-ctl0 0 1 2 60000 \
                  && vsci_guest_check await /dev/vsci-ctl1 60000 \
                  && vsci_guest_check --user ctl /dev/vsci-ctl1 0 3 0 60000 \
                  && vsci_guest_check gone /dev/vsci-ctl0 \
-                 && vsci_guest_check wait /dev/vsci-ctl1 1 60000",
+                 && vsci_guest_check wait /dev/vsci-ctl1 1 60000"
+                    .to_string()
+                    + KERNEL_CLEAN,
             ),
     );
-    vm.wait_line("running as uid 1000", VM_TIMEOUT);
-    let line = vm.wait_line("ivposition ", LINE_TIMEOUT);
+    let line = vm.wait_line("ivposition ", VM_TIMEOUT);
     let id: u16 = line.trim().rsplit(' ').next().unwrap().parse().unwrap();
     assert!(srv.peers().contains(&id), "guest id {id} not among the server's peers {:?}", srv.peers());
     vm.wait_line("shm says: hello from host", LINE_TIMEOUT);
@@ -232,9 +285,11 @@ fn driver_doorbells_and_msix_with_an_ivshmem_server() {
     let mut q = ok!(vm, Qmp::connect(&qmp_path, Duration::from_secs(30)), "QMP connect");
     ok!(vm, q.plug_doorbell("vsci-ctl-2", &sock, 4), "hot-plug a doorbell device");
     vm.wait_line("plugged: /dev/vsci-ctl1", LINE_TIMEOUT);
+    vm.wait_line("running as uid 1000", LINE_TIMEOUT);
     let line = vm.wait_line("ivposition ", LINE_TIMEOUT);
     let id2: u16 = line.trim().rsplit(' ').next().unwrap().parse().unwrap();
     assert!(id2 != id && srv.peers().contains(&id2), "new guest id {id2}; server's peers {:?}", srv.peers());
+    vm.wait_line("whole-region map refused (EPERM)", LINE_TIMEOUT);
     vm.wait_line("rang peer 0 vector 3", LINE_TIMEOUT);
     let bell = srv.host_vector(3).unwrap();
     let rung = ok!(vm, ivshmem::wait_readable(bell, LINE_TIMEOUT), "poll the server's vector 3");
@@ -285,24 +340,25 @@ fn hot_plugged_segment_window_and_50_cycles() {
             .arg(format!("{}:/bin/vsci_guest_check", prog.display()))
             .args(["--", "/bin/sh", "-c"])
             .arg(format!(
-                "vsci_guest_check --user seg 120000 && vsci_guest_check cycles {CYCLES} 60000 \
-                 && vsci_guest_check await /dev/vsci-seg0 60000"
+                "vsci_guest_check --user seg /dev/vsci-win16 120000 && vsci_guest_check cycles {CYCLES} /dev/vsci-win16 60000 \
+                 && vsci_guest_check await /dev/vsci-win16 60000{KERNEL_CLEAN}"
             )),
     );
-    vm.wait_line("waiting for /dev/vsci-seg0", VM_TIMEOUT);
+    vm.wait_line("waiting for /dev/vsci-win16", VM_TIMEOUT);
     let mut q = ok!(vm, Qmp::connect(&qmp_path, Duration::from_secs(30)), "QMP connect");
     let qemu = ok!(vm, vsci_vm::run::qemu_child_of(vm.pid()).ok_or("no QEMU child"), "find QEMU");
 
-    // plug 1 MiB at slot 0x10; the guest finds it, reads our data, writes back
+    // plug 1 MiB at slot 0x10: the guest finds it as /dev/vsci-win16, reads
+    // our data, writes back
     let seg = memfd(1 << 20, b"segment data 1");
     let p = ok!(vm, q.plug_memfd("seg-a", seg.as_fd(), 1 << 20, Some(0x10)), "plug seg-a");
-    let line = vm.wait_line("/dev/vsci-seg0 kind=seg", LINE_TIMEOUT);
+    let line = vm.wait_line("/dev/vsci-win16 kind=seg", LINE_TIMEOUT);
     assert!(line.contains("shm_size=1048576") && line.contains("pci=0000:00:10.0"), "{line}");
     vm.wait_line("seg data: segment data 1", LINE_TIMEOUT);
     vm.wait_line("mapped; waiting for unplug", LINE_TIMEOUT);
     assert_eq!(cstr(&read_at(&seg, 64, 32)), "reply from guest");
     ok!(vm, q.unplug(&p, Duration::from_secs(30)), "unplug seg-a");
-    vm.wait_line("unplugged: /dev/vsci-seg0 gone", LINE_TIMEOUT);
+    vm.wait_line("unplugged: /dev/vsci-win16 gone", LINE_TIMEOUT);
     vm.wait_line("old mapping faults (SIGBUS)", LINE_TIMEOUT);
     drop(seg);
 
@@ -333,12 +389,183 @@ fn hot_plugged_segment_window_and_50_cycles() {
     // one more plug tells the guest we are done looking
     let fin = memfd(4096, b"fin");
     ok!(vm, q.plug_memfd("final", fin.as_fd(), 4096, Some(0x10)), "final plug");
-    vm.wait_line("plugged: /dev/vsci-seg0", LINE_TIMEOUT);
+    vm.wait_line("plugged: /dev/vsci-win16", LINE_TIMEOUT);
     let o = vm.wait(VM_TIMEOUT);
     o.assert_success();
     eprintln!(
         "vm hot-plug run: {:.1} s ({CYCLES} cycles in {cycles_s:.1} s; QEMU fds {before} -> {after})",
         t0.elapsed().as_secs_f64()
     );
+    let _ = fs::remove_file(&qmp_path);
+}
+
+#[test]
+fn driver_sessions_vector_files_and_doorbell_files() {
+    if !have_qemu() {
+        return;
+    }
+    let dir = TempDir::new("vm-sess");
+    let prog = guest_check(&dir.path);
+    let sock = dir.path.join("ivshmem.sock");
+    let shm = ctl_region();
+    let shm_for_server = shm.try_clone().unwrap();
+    let cfg = Config { vectors: 4, host_peer: true, announce_peers: false, max_clients: 8 };
+    let srv = Server::start(&sock, cfg, move |_| shm_for_server.try_clone()).unwrap();
+    let t0 = Instant::now();
+    // all as uid 1000: sessions are how ordinary users reach the region
+    let mut vm = Proc::spawn(
+        "vsci vm run (sessions)",
+        vsci_vm()
+            .args(["--name", "sess", "--socket"])
+            .arg(&sock)
+            .args(["--vectors", "4", "--add"])
+            .arg(format!("{}:/usr/bin/vsci_guest_check", prog.display()))
+            .args(["--", "/bin/sh", "-c"])
+            .arg(
+                "vsci_guest_check --user session /dev/vsci-ctl0 1 60000 \
+                 && vsci_guest_check --user vecfile /dev/vsci-ctl0 2 60000 \
+                 && vsci_guest_check --user bellfile /dev/vsci-ctl0 0 3 5"
+                    .to_string()
+                    + KERNEL_CLEAN,
+            ),
+    );
+    let st = |i: u64| CTL_SESSIONS + 4 * i;
+    vm.wait_line("running as uid 1000", VM_TIMEOUT);
+    vm.wait_line("whole-region map refused (EPERM)", LINE_TIMEOUT);
+    let id = ok!(vm, srv.peers().first().copied().ok_or("no client"), "the guest's ivshmem id");
+    // a fresh region: slots 0 and 1, generation 1
+    vm.wait_line("session 1 index 0 generation 1 size 65536", LINE_TIMEOUT);
+    vm.wait_line("session 2 index 1 generation 1 size 65536", LINE_TIMEOUT);
+    vm.wait_line("session areas written", LINE_TIMEOUT);
+    assert_eq!(word(&shm, st(0)), 1 << 8 | SESSION_OPEN);
+    assert_eq!(word(&shm, st(1)), 1 << 8 | SESSION_OPEN);
+    assert_eq!(cstr(&read_at(&shm, session_area(0), 64)), "session 0 gen 1");
+    assert_eq!(cstr(&read_at(&shm, session_area(0) + SESSION_SIZE - 64, 64)), "end of session 0");
+    assert_eq!(cstr(&read_at(&shm, session_area(1), 64)), "session 1 gen 1");
+    assert_eq!(word(&shm, st(2)), 0, "no third session");
+    // every change rang the node on vector 0
+    assert!(ivshmem::drain(srv.host_vector(0).unwrap()).unwrap() >= 2, "the driver did not ring the node");
+    ok!(vm, srv.notify(id, 1), "notify vector 1");
+
+    // session 2 closed; session 1's mapping outlives its descriptor
+    vm.wait_line("session 2 closed; session 1 fd closed, still mapped", LINE_TIMEOUT);
+    assert_eq!(word(&shm, st(0)), 1 << 8 | SESSION_OPEN, "a mapped session stays open");
+    assert_eq!(word(&shm, st(1)), 1 << 8 | SESSION_CLOSING);
+    assert!(ivshmem::drain(srv.host_vector(0).unwrap()).unwrap() >= 1);
+    // the node has cleaned up after session 1: FREE, same generation
+    set_word(&shm, st(1), 1 << 8);
+    ok!(vm, srv.notify(id, 1), "notify vector 1");
+    vm.wait_line("session 1 unmapped", LINE_TIMEOUT);
+    assert_eq!(word(&shm, st(0)), 1 << 8 | SESSION_CLOSING);
+    // slot 0 stays CLOSING (not acknowledged): it must not be handed out again
+    ok!(vm, srv.notify(id, 1), "notify vector 1");
+    vm.wait_line("session 3 index 1 generation 2", LINE_TIMEOUT);
+    vm.wait_line("session 4 index 2 generation 1", LINE_TIMEOUT);
+    vm.wait_line("sessions done", LINE_TIMEOUT);
+    assert_eq!(word(&shm, st(0)), 1 << 8 | SESSION_CLOSING);
+    assert_eq!(word(&shm, st(1)), 2 << 8 | SESSION_CLOSING);
+    assert_eq!(word(&shm, st(2)), 1 << 8 | SESSION_CLOSING);
+
+    // a vector file counts interrupts like an eventfd
+    // one at a time: QEMU raises a single interrupt for notifications that
+    // pile up in its eventfd
+    vm.wait_line("vector file bound", LINE_TIMEOUT);
+    for k in 1..=3 {
+        vm.wait_line(&format!("waiting for interrupt {k} on vector 2"), LINE_TIMEOUT);
+        ok!(vm, srv.notify(id, 2), "notify vector 2");
+    }
+    vm.wait_line("vector file read 3", LINE_TIMEOUT);
+    vm.wait_line("blocking read", LINE_TIMEOUT);
+    ok!(vm, srv.notify(id, 2), "notify vector 2");
+    vm.wait_line("vector file blocking read 1", LINE_TIMEOUT);
+
+    // a doorbell file rings the node once per write
+    let bell = srv.host_vector(3).unwrap();
+    assert_eq!(ivshmem::drain(bell).unwrap(), 0);
+    vm.wait_line("bell file rang peer 0 vector 3 5 times", LINE_TIMEOUT);
+    assert_eq!(ivshmem::drain(bell).unwrap(), 5);
+    vm.wait(VM_TIMEOUT).assert_success();
+    eprintln!("vm sessions run: {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+#[test]
+fn driver_window_table_follows_opens_mappings_and_unplug() {
+    if !have_qemu() {
+        return;
+    }
+    let dir = TempDir::new("vm-win");
+    let prog = guest_check(&dir.path);
+    let sock = dir.path.join("ivshmem.sock");
+    let qmp_path = dir.path.join("qmp.sock");
+    let shm = ctl_region();
+    let shm_for_server = shm.try_clone().unwrap();
+    let cfg = Config { vectors: 4, host_peer: true, announce_peers: false, max_clients: 8 };
+    let srv = Server::start(&sock, cfg, move |_| shm_for_server.try_clone()).unwrap();
+    let t0 = Instant::now();
+    // no control device at boot: it is plugged while a window is open
+    let mut vm = Proc::spawn(
+        "vsci vm run (windows)",
+        vsci_vm()
+            .args(["--name", "win", "--qmp"])
+            .arg(&qmp_path)
+            .arg("--add")
+            .arg(format!("{}:/usr/bin/vsci_guest_check", prog.display()))
+            .args(["--", "/bin/sh", "-c"])
+            .arg("vsci_guest_check --user window /dev/vsci-win16 /dev/vsci-ctl0 1 60000".to_string() + KERNEL_CLEAN),
+    );
+    const SLOT: u64 = 16;
+    let w16 = CTL_WINDOWS + 4 * SLOT;
+    let t = Duration::from_secs(10);
+    vm.wait_line("waiting for /dev/vsci-win16", VM_TIMEOUT);
+    let mut q = ok!(vm, Qmp::connect(&qmp_path, Duration::from_secs(30)), "QMP connect");
+    let win_a = memfd(1 << 20, b"window a");
+    let pa = ok!(vm, q.plug_memfd("win-a", win_a.as_fd(), 1 << 20, Some(SLOT as u8)), "plug win-a");
+    vm.wait_line("window open before the control device", LINE_TIMEOUT);
+    assert_eq!(word(&shm, w16), 0);
+    ok!(vm, q.plug_doorbell("vsci-ctl", &sock, 4), "hot-plug the control device");
+    // the new control device gets the whole table at once
+    ok!(vm, wait_word(&shm, w16, 1, t), "window 16 reported when the control device came");
+    let id = ok!(vm, srv.peers().first().copied().ok_or("no client"), "the guest's ivshmem id");
+    vm.wait_line("control device here", LINE_TIMEOUT);
+    let rung = ok!(vm, ivshmem::wait_readable(srv.host_vector(0).unwrap(), t), "poll the node's vector 0");
+    assert!(rung, "the driver did not ring the node after writing the table");
+    let _ = ivshmem::drain(srv.host_vector(0).unwrap());
+    for i in 0..VSCI_CTL_MAX_WINDOWS {
+        if i != SLOT {
+            assert_eq!(word(&shm, CTL_WINDOWS + 4 * i), 0, "window {i}");
+        }
+    }
+    ok!(vm, srv.notify(id, 1), "notify");
+
+    vm.wait_line("window fd closed, still mapped", LINE_TIMEOUT);
+    assert_eq!(word(&shm, w16), 1, "the mapping holds the window");
+    ok!(vm, srv.notify(id, 1), "notify");
+    vm.wait_line("window unmapped", LINE_TIMEOUT);
+    ok!(vm, wait_word(&shm, w16, 0, t), "window 16 released after munmap");
+    assert!(ivshmem::drain(srv.host_vector(0).unwrap()).unwrap() >= 1, "no ring for the release");
+    ok!(vm, srv.notify(id, 1), "notify");
+    vm.wait_line("two opens, one closed", LINE_TIMEOUT);
+    assert_eq!(word(&shm, w16), 1, "one of two opens still holds the window");
+    ok!(vm, srv.notify(id, 1), "notify");
+    vm.wait_line("both closed", LINE_TIMEOUT);
+    ok!(vm, wait_word(&shm, w16, 0, t), "window 16 released by the last close");
+    ok!(vm, srv.notify(id, 1), "notify");
+
+    // unplugged while open: 0 at once; a new window at the slot is not
+    // disturbed by the old one's last close
+    vm.wait_line("holding /dev/vsci-win16 open for unplug", LINE_TIMEOUT);
+    ok!(vm, wait_word(&shm, w16, 1, t), "window 16 open again");
+    ok!(vm, q.unplug(&pa, Duration::from_secs(30)), "unplug win-a");
+    ok!(vm, wait_word(&shm, w16, 0, t), "window 16 cleared by the unplug");
+    vm.wait_line("window unplugged while open", LINE_TIMEOUT);
+    let win_b = memfd(1 << 20, b"window b");
+    ok!(vm, q.plug_memfd("win-b", win_b.as_fd(), 1 << 20, Some(SLOT as u8)), "plug win-b");
+    vm.wait_line("new window open, old fd closed", LINE_TIMEOUT);
+    assert_eq!(word(&shm, w16), 1, "the old window's last close cleared the new window's word");
+    ok!(vm, srv.notify(id, 1), "notify");
+    vm.wait_line("new window closed", LINE_TIMEOUT);
+    ok!(vm, wait_word(&shm, w16, 0, t), "window 16 released");
+    vm.wait(VM_TIMEOUT).assert_success();
+    eprintln!("vm window run: {:.1} s", t0.elapsed().as_secs_f64());
     let _ = fs::remove_file(&qmp_path);
 }
