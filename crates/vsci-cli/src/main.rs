@@ -79,6 +79,9 @@ enum Cmd {
 }
 
 fn main() -> Result<()> {
+    // Warnings (e.g. from a guest's agent in `vm run`) go to stderr;
+    // RUST_LOG=info or debug shows more.
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).format_target(false).init();
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Status { socket, json } => status(socket, json),

@@ -199,6 +199,11 @@ impl Client {
         Ok(Client { inner })
     }
 
+    /// Tells connections apart (two clones of one `Client` are the same).
+    pub(crate) fn identity(&self) -> *const () {
+        Arc::as_ptr(&self.inner).cast()
+    }
+
     pub fn node_id(&self) -> u32 {
         self.inner.node_id
     }

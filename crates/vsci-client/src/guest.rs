@@ -22,6 +22,38 @@ use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use vsci_proto::guest::{self, AgentRecord, Attachment, Role, RingError, Session};
 use vsci_proto::wire::Received;
 
+/// Another node's segments this process reaches through its host side.
+static PROXIED: std::sync::Mutex<Vec<std::sync::Weak<crate::RemoteSegment>>> = std::sync::Mutex::new(Vec::new());
+
+pub(crate) fn register_proxied(s: &std::sync::Arc<crate::RemoteSegment>) {
+    let mut v = PROXIED.lock().unwrap();
+    v.retain(|w| w.strong_count() > 0);
+    v.push(std::sync::Arc::downgrade(s));
+}
+
+/// Ask the host side to ship every store made to other nodes' segments
+/// (what SCIFlush and friends promise); one request per connection.
+pub(crate) fn flush_proxied() -> crate::Result<()> {
+    let live: Vec<_> = {
+        let mut v = PROXIED.lock().unwrap();
+        v.retain(|w| w.strong_count() > 0);
+        v.iter().filter_map(std::sync::Weak::upgrade).collect()
+    };
+    let mut done: Vec<*const ()> = Vec::new();
+    let mut result = Ok(());
+    for s in live {
+        let key = s.client().identity();
+        if done.contains(&key) || s.is_lost() {
+            continue;
+        }
+        done.push(key);
+        if let Err(e) = s.client().call(vsci_proto::Request::FlushRemote { conn: None, refresh: false }) {
+            result = Err(e);
+        }
+    }
+    result
+}
+
 /// The control device libsisci uses in a guest.
 pub const CTL_DEVICE: &str = "/dev/vsci-ctl0";
 

@@ -9,6 +9,7 @@ mod conn;
 pub mod guest;
 mod interrupt;
 mod map;
+pub mod proxy;
 mod remote;
 mod segment;
 mod wait;

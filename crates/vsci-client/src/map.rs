@@ -176,7 +176,7 @@ impl Map {
         .map_err(|_| SciError::Nospc)?;
         let _ = prot;
         let valid = (s.size - page_off).min(len as u64) as usize;
-        match crate::remote::RemoteMap::new(target, base.as_ptr().cast(), len, page_off, valid, fill.as_ptr().cast()) {
+        match crate::remote::RemoteMap::new(target, base.as_ptr().cast(), len, page_off, valid, fill.as_ptr().cast(), crate::remote::Tracking::Faults) {
             Ok(rm) => Ok((Some(rm), Some((fill, len)))),
             Err(e) => {
                 // SAFETY: the fill mapping made just above.
@@ -190,7 +190,16 @@ impl Map {
 
     /// Is this a map of another node's segment?
     pub fn is_remote(&self) -> bool {
-        self.remote.is_some()
+        self.remote.is_some() || self.proxied().is_some()
+    }
+
+    /// The segment, if this maps another node's segment through a guest's
+    /// host side.
+    fn proxied(&self) -> Option<&Arc<RemoteSegment>> {
+        match &self.target {
+            MapTarget::Remote(s) if s.proxied => Some(s),
+            _ => None,
+        }
     }
 
     /// Make every store made through this map visible at the owner.
@@ -199,7 +208,10 @@ impl Map {
             Some(r) => r.flush().map(|_| ()),
             None => {
                 std::sync::atomic::fence(Ordering::SeqCst);
-                Ok(())
+                match self.proxied() {
+                    Some(s) => s.flush_proxied(false),
+                    None => Ok(()),
+                }
             }
         }
     }
@@ -221,7 +233,10 @@ impl Map {
                 // memory of at least `size` bytes at `addr`.
                 unsafe { std::ptr::copy(data.as_ptr(), self.addr.add(off), data.len()) };
                 std::sync::atomic::fence(Ordering::SeqCst);
-                Ok(())
+                match self.proxied() {
+                    Some(s) => s.flush_proxied(false),
+                    None => Ok(()),
+                }
             }
         }
     }
@@ -229,6 +244,16 @@ impl Map {
     /// Read fresh bytes from the owner at `off` within this map.
     pub fn read_fresh(&self, buf: &mut [u8], off: usize) -> Result<()> {
         match &self.target {
+            MapTarget::Remote(s) if s.proxied => {
+                if off.checked_add(buf.len()).is_none_or(|e| e > self.size) {
+                    return Err(SciError::OutOfRange);
+                }
+                s.flush_proxied(true)?;
+                // SAFETY: bounds checked above; the map is readable shared
+                // memory of at least `size` bytes at `addr`.
+                unsafe { std::ptr::copy(self.addr.add(off), buf.as_mut_ptr(), buf.len()) };
+                Ok(())
+            }
             MapTarget::Remote(s) if s.is_remote() => s.read_fresh(buf, self.offset + off as u64),
             _ => Err(SciError::IllegalOperation),
         }
@@ -246,6 +271,9 @@ impl Map {
             return;
         }
         std::sync::atomic::fence(Ordering::SeqCst);
+        if let Some(s) = self.proxied() {
+            let _ = s.flush_proxied(false);
+        }
         if let Some(r) = &self.remote {
             // Unmap makes earlier stores visible at the owner; a lost
             // segment has nowhere to send them.

@@ -196,7 +196,24 @@ pub(crate) struct RemoteMap {
     last_refresh: Mutex<Instant>,
     /// Set when the segment is lost: stop shipping.
     pub(crate) failed: std::sync::atomic::AtomicBool,
+    /// Shipped by the background flusher (false for large maps whose
+    /// stores cannot be tracked by page faults: see `Tracking`).
+    background: bool,
 }
+
+/// How a remote map finds the bytes that were stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tracking {
+    /// Our own mapping is written by this process: write-protect tracking.
+    Faults,
+    /// Someone else writes the shadow (a guest, through QEMU's mapping), so
+    /// no fault ever reaches us: compare the whole map with the twin.
+    Compare,
+}
+
+/// Largest map compared in the background; bigger ones ship at flush
+/// points only (a full compare per round would cost more than it saves).
+const BACKGROUND_COMPARE_MAX: usize = 1 << 20;
 
 // SAFETY: the tracker points into a mapping owned by the `Map` that owns
 // this `RemoteMap` (it closes the tracker before unmapping), and is only
@@ -209,7 +226,16 @@ impl RemoteMap {
     /// Track a fresh user mapping and fill it with the owner's current
     /// content (written through `fill`, an untracked second mapping of the
     /// shadow, so the fetch is not mistaken for our own stores).
-    pub(crate) fn new(target: Arc<RemoteTarget>, base: *mut u8, len: usize, seg_off: u64, valid: usize, fill: *mut u8) -> Result<Arc<RemoteMap>> {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        target: Arc<RemoteTarget>,
+        base: *mut u8,
+        len: usize,
+        seg_off: u64,
+        valid: usize,
+        fill: *mut u8,
+        tracking: Tracking,
+    ) -> Result<Arc<RemoteMap>> {
         // Fetch first, through the untracked mapping, then start tracking
         // with the fetched bytes as the baseline: nothing is shipped back.
         // SAFETY: `fill` maps the same `len` bytes of the shadow; `valid`
@@ -225,10 +251,15 @@ impl RemoteMap {
             }
             std::thread::sleep(Duration::from_millis(50 * tries));
         }
+        let mode = match tracking {
+            Tracking::Faults => vsci_dirty::ModeRequest::Auto,
+            Tracking::Compare => vsci_dirty::ModeRequest::Compare,
+        };
+        let cfg = vsci_dirty::DiffConfig { merge_gap: MERGE_GAP, mode, ..vsci_dirty::DiffConfig::default() };
         // SAFETY: `base..base+len` is a page-aligned MAP_SHARED mapping that
-        // the owning `Map` keeps alive until after `close()` drops the
-        // tracker.
-        let tracker = unsafe { vsci_dirty::DiffTracker::new(base, len, MERGE_GAP) }.map_err(|e| {
+        // the owner of this map (a `Map` or a `ProxiedSegment`) keeps alive
+        // until after `close()` drops the tracker.
+        let tracker = unsafe { vsci_dirty::DiffTracker::with_config(base, len, cfg) }.map_err(|e| {
             log::error!("vsci: cannot track stores to a remote map: {e}");
             SciError::System
         })?;
@@ -240,6 +271,7 @@ impl RemoteMap {
             valid,
             last_refresh: Mutex::new(Instant::now()),
             failed: std::sync::atomic::AtomicBool::new(false),
+            background: tracking == Tracking::Faults || len <= BACKGROUND_COMPARE_MAX,
         });
         flusher().add(&m);
         Ok(m)
@@ -435,6 +467,7 @@ pub(crate) fn any_remote_maps() -> bool {
 
 /// Make every store to every remote map visible at its owner.
 pub(crate) fn flush_all() -> Result<()> {
+    crate::guest::flush_proxied()?;
     if !any_remote_maps() {
         return Ok(());
     }
@@ -493,7 +526,7 @@ impl Flusher {
             let mut shipped = false;
             let hot = last_activity.elapsed() < HOT;
             for m in &maps {
-                if m.failed.load(Ordering::Relaxed) {
+                if m.failed.load(Ordering::Relaxed) || !m.background {
                     continue;
                 }
                 shipped |= m.ship(false).unwrap_or(false);
@@ -520,6 +553,11 @@ impl Flusher {
 /// every earlier store visible at its owner.
 pub(crate) fn send_trigger(ep: &Endpoint, token: u64, data: Option<&[u8]>) -> Result<()> {
     flush_all()?;
+    send_trigger_only(ep, token, data)
+}
+
+/// Send a trigger message, nothing else.
+pub(crate) fn send_trigger_only(ep: &Endpoint, token: u64, data: Option<&[u8]>) -> Result<()> {
     let msg = postcard::to_stdvec(&TriggerMsg { token, data: data.map(<[u8]>::to_vec) }).map_err(|_| SciError::System)?;
     ep.rma.fabric.send(&ep.peer, &msg).map_err(|e| {
         log::debug!("vsci: trigger send failed: {e}");

@@ -34,6 +34,9 @@ pub struct RemoteSegment {
     /// For a segment of another node: where its memory is (our memfd is
     /// then a shadow whose stores are shipped there).
     pub(crate) target: Option<Arc<crate::remote::RemoteTarget>>,
+    /// In a guest: another node's segment whose shadow the guest's host
+    /// side keeps in step (flush points ask it with `FlushRemote`).
+    pub(crate) proxied: bool,
 }
 
 fn expect_fd(mut fds: Vec<OwnedFd>) -> Result<OwnedFd> {
@@ -76,7 +79,7 @@ impl Client {
     /// `timeout_ms` for it to exist and be available.
     pub fn connect_segment(&self, node_id: u32, segment_id: u32, timeout_ms: u32) -> Result<Arc<RemoteSegment>> {
         let (reply, fds) = self.call(Request::ConnectSegment { node_id, segment_id, timeout_ms })?;
-        let Reply::Connected { conn, node_id, segment_id, size, remote } = reply else { return Err(SciError::System) };
+        let Reply::Connected { conn, node_id, segment_id, size, remote, proxied } = reply else { return Err(SciError::System) };
         let memfd = expect_fd(fds)?;
         let target = match &remote {
             Some(access) => match crate::remote::RemoteTarget::new(access) {
@@ -98,7 +101,11 @@ impl Client {
             events: Arc::new(EventQueue::default()),
             maps: AtomicUsize::new(0),
             target,
+            proxied,
         });
+        if proxied {
+            crate::guest::register_proxied(&s);
+        }
         if let Some(t) = &s.target {
             crate::remote::watch_segment(&s.events, &t.ep);
         }
@@ -175,9 +182,16 @@ impl RemoteSegment {
         &self.client
     }
 
-    /// Is this a segment of another node (reached over the RMA engine)?
+    /// Is this a segment of another node (reached over the RMA engine,
+    /// directly or through a guest's host side)?
     pub fn is_remote(&self) -> bool {
-        self.target.is_some()
+        self.target.is_some() || self.proxied
+    }
+
+    /// Ask the guest's host side to ship our stores to this (proxied)
+    /// segment, and with `refresh` to refetch the owner's bytes.
+    pub(crate) fn flush_proxied(&self, refresh: bool) -> Result<()> {
+        self.client.call(Request::FlushRemote { conn: Some(self.id), refresh }).map(|_| ())
     }
 
     /// Read fresh bytes from the owner (remote segments only).

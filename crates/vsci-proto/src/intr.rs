@@ -55,6 +55,34 @@ pub struct Shared {
 /// Bytes to allocate for the shared page(s), rounded to whole pages.
 pub const SHARED_SIZE: usize = (std::mem::size_of::<Shared>() + 4095) & !4095;
 
+/// Take the next complete data message into `buf` (at least [`DATA_MAX`]
+/// bytes) as the single consumer whose position is `tail`; returns its
+/// length. The length is clamped and the bytes copied out before use: every
+/// producer can write the page.
+pub fn try_dequeue(shared: &Shared, tail: &mut u64, buf: &mut [u8; DATA_MAX]) -> Option<usize> {
+    use std::sync::atomic::Ordering;
+    let pos = *tail;
+    let slot = &shared.slots[(pos as usize) % RING_SLOTS];
+    if slot.seq.load(Ordering::Acquire) != pos + 1 {
+        return None;
+    }
+    let len = (slot.len.load(Ordering::Relaxed) as usize).min(DATA_MAX);
+    // SAFETY: `slot.data` is DATA_MAX bytes and len <= DATA_MAX; the
+    // producer published `seq` after writing (Release/Acquire). A hostile
+    // producer still writing garbles bytes, never bounds; volatile reads
+    // keep the compiler from assuming the bytes are stable.
+    unsafe {
+        let src = slot.data.as_ptr();
+        for (i, b) in buf.iter_mut().take(len).enumerate() {
+            *b = std::ptr::read_volatile(src.add(i));
+        }
+    }
+    slot.seq.store(pos + RING_SLOTS as u64, Ordering::Release);
+    *tail = pos + 1;
+    shared.tail.store(pos + 1, Ordering::Relaxed);
+    Some(len)
+}
+
 /// Why a data message could not be queued.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EnqueueError {
@@ -67,6 +95,17 @@ pub enum EnqueueError {
 }
 
 impl Shared {
+    /// Lay out a zero-filled page: empty queue, live, magic last (readers
+    /// check the magic before trusting the rest).
+    pub fn init(&self) {
+        use std::sync::atomic::Ordering::*;
+        for (i, slot) in self.slots.iter().enumerate() {
+            slot.seq.store(i as u64, Relaxed);
+        }
+        self.state.store(STATE_LIVE, Relaxed);
+        self.magic.store(MAGIC, Release);
+    }
+
     pub fn is_live(&self) -> bool {
         self.state.load(std::sync::atomic::Ordering::Acquire) == STATE_LIVE
     }

@@ -86,6 +86,11 @@ pub enum Request {
     DisconnectInterrupt { conn: ObjId },
     ProbeNode { node_id: u32 },
     Status,
+    /// Guests only, answered by the guest's host side: make the stores the
+    /// program made to segments of other nodes (all, or connection `conn`'s)
+    /// visible at their owners; with `refresh`, also refetch the owner's
+    /// bytes into the shadow. vscid refuses it.
+    FlushRemote { conn: Option<ObjId>, refresh: bool },
 }
 
 /// Daemon → client.
@@ -102,7 +107,10 @@ pub enum Reply {
     Segment { seg: ObjId, segment_id: u32, size: u64 },
     /// Local segments carry the segment memfd. Remote ones carry a fresh
     /// zero-filled *shadow* memfd to map, plus where the owner's memory is.
-    Connected { conn: ObjId, node_id: u32, segment_id: u32, size: u64, remote: Option<RemoteAccess> },
+    /// `proxied`: set by a guest's host side for another node's segment it
+    /// keeps in step on the guest's behalf (the memory is then a shadow,
+    /// flushed with `FlushRemote`).
+    Connected { conn: ObjId, node_id: u32, segment_id: u32, size: u64, remote: Option<RemoteAccess>, proxied: bool },
     Interrupt { intr: ObjId, number: u32 },
     /// Local interrupts carry [page memfd, eventfd]; remote ones no fds.
     InterruptConnected { conn: ObjId, remote: Option<RemoteTrigger> },

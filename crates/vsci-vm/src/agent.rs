@@ -38,6 +38,8 @@ use vsci_proto::guest::{self, AgentRecord, Attachment, Role, Session};
 use vsci_proto::wire;
 use vsci_proto::{ClientMsg, Event, ObjId, Reply, Request, SciError, ServerMsg};
 
+use vsci_client::proxy::{ProxiedSegment, ProxiedTrigger};
+
 use crate::ivshmem::{self, Server};
 use crate::qmp::{Plugged, Qmp};
 
@@ -195,6 +197,47 @@ struct Sess {
     disconnecting: HashMap<u64, ObjId>,
     /// Set when the guest broke the protocol: ignored until it reopens.
     broken: bool,
+    /// Other nodes' segments kept in step for the guest, by connection.
+    proxied: HashMap<ObjId, ProxiedSegment>,
+    /// Other nodes' interrupts the guest triggers through a relay page.
+    relays: HashMap<ObjId, Relay>,
+}
+
+impl Sess {
+    fn new(generation: u32, ring: Session, broken: bool) -> Sess {
+        Sess {
+            generation,
+            ring,
+            node: None,
+            queued: VecDeque::new(),
+            vector_for: HashMap::new(),
+            vpeer_of: HashMap::new(),
+            disconnecting: HashMap::new(),
+            broken,
+            proxied: HashMap::new(),
+            relays: HashMap::new(),
+        }
+    }
+
+    /// Ship the guest's stores to other nodes' segments (all, or one).
+    fn flush_proxied(&self, conn: Option<ObjId>, refresh: bool) -> std::result::Result<(), SciError> {
+        let mut r = Ok(());
+        for (c, p) in &self.proxied {
+            if conn.is_some_and(|x| x != *c) {
+                continue;
+            }
+            if let Err(e) = p.flush().and_then(|_| if refresh { p.refresh() } else { Ok(()) }) {
+                r = Err(e);
+            }
+        }
+        r
+    }
+}
+
+/// A remote interrupt the guest triggers: the relay page's doorbell.
+struct Relay {
+    trigger: ProxiedTrigger,
+    bell: OwnedFd,
 }
 
 struct Window {
@@ -272,6 +315,13 @@ impl Worker {
                     idx.push(i);
                 }
             }
+            let mut relay_idx = Vec::new();
+            for (i, s) in self.sessions.iter().enumerate() {
+                for (conn, r) in s.iter().flat_map(|s| s.relays.iter()) {
+                    pfds.push(libc::pollfd { fd: r.bell.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+                    relay_idx.push((i, *conn));
+                }
+            }
             let timeout = if busy { 0 } else { 200 };
             // SAFETY: pfds is a live array of pollfd of the given length.
             let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout) };
@@ -291,9 +341,26 @@ impl Worker {
                     self.from_node(*i);
                 }
             }
+            for (k, (i, conn)) in relay_idx.iter().enumerate() {
+                if pfds[k + 2 + idx.len()].revents != 0 {
+                    self.relay(*i, *conn);
+                }
+            }
             busy = self.scan_sessions();
             self.flush_queued();
             self.scan_windows();
+        }
+    }
+
+    /// The guest rang a relay: stores first, then its triggers.
+    fn relay(&mut self, i: usize, conn: ObjId) {
+        let Some(s) = self.sessions[i].as_mut() else { return };
+        let _ = s.flush_proxied(None, false);
+        if let Some(r) = s.relays.get_mut(&conn) {
+            let _ = ivshmem::drain(r.bell.as_fd());
+            if let Err(e) = r.trigger.forward() {
+                log::debug!("vsci agent: forwarding a trigger: {}", e.c_name());
+            }
         }
     }
 
@@ -318,16 +385,7 @@ impl Worker {
                         self.close_session(i);
                     }
                     if self.sessions[i].is_none() {
-                        self.sessions[i] = Some(Sess {
-                            generation,
-                            ring: self.region.session(i),
-                            node: None,
-                            queued: VecDeque::new(),
-                            vector_for: HashMap::new(),
-                            vpeer_of: HashMap::new(),
-                            disconnecting: HashMap::new(),
-                            broken: false,
-                        });
+                        self.sessions[i] = Some(Sess::new(generation, self.region.session(i), false));
                     }
                     more |= self.take_requests(i);
                 }
@@ -362,16 +420,7 @@ impl Worker {
         // Remember the generation so the same session is not revived.
         let word = self.region.word(guest::SESSIONS_OFFSET + 4 * i).load(Ordering::Acquire);
         let (generation, _) = guest::split_state(word);
-        self.sessions[i] = Some(Sess {
-            generation,
-            ring: self.region.session(i),
-            node: None,
-            queued: VecDeque::new(),
-            vector_for: HashMap::new(),
-            vpeer_of: HashMap::new(),
-            disconnecting: HashMap::new(),
-            broken: true,
-        });
+        self.sessions[i] = Some(Sess::new(generation, self.region.session(i), true));
     }
 
     fn take_requests(&mut self, i: usize) -> bool {
@@ -443,6 +492,16 @@ impl Worker {
             Request::DisconnectInterrupt { conn } => {
                 self.sessions[i].as_mut().expect("open").disconnecting.insert(tag, conn);
                 Request::DisconnectInterrupt { conn }
+            }
+            Request::DisconnectSegment { conn } => {
+                self.sessions[i].as_mut().expect("open").disconnecting.insert(tag, conn);
+                Request::DisconnectSegment { conn }
+            }
+            // Ours to answer: the guest's stores to other nodes' segments.
+            Request::FlushRemote { conn, refresh } => {
+                let r = self.sessions[i].as_ref().expect("open").flush_proxied(conn, refresh);
+                let msg = ServerMsg::Reply { tag, result: r.map(|_| Reply::Done) };
+                return self.to_guest(i, &msg, Vec::new());
             }
             other => other,
         };
@@ -528,9 +587,16 @@ impl Worker {
                 let w = one(&fds).and_then(|fd| self.window(fd)).map_err(|e| (e, Some(Request::DisconnectSegment { conn })))?;
                 Ok(vec![w])
             }
-            Reply::Connected { conn, remote: Some(_), .. } => {
+            Reply::Connected { conn, remote: remote @ Some(_), size, proxied, .. } => {
                 let conn = *conn;
-                Err((anyhow::anyhow!("segments of other nodes cannot be mapped into a guest yet"), Some(Request::DisconnectSegment { conn })))
+                let access = remote.take().expect("matched Some");
+                let undo = Some(Request::DisconnectSegment { conn });
+                let shadow = one(&fds).map_err(|e| (e, undo.clone()))?;
+                let p = ProxiedSegment::new(&access, shadow, *size).map_err(|e| (anyhow::anyhow!("reaching the owner: {}", e.c_name()), undo.clone()))?;
+                let w = self.window(shadow).map_err(|e| (e, undo))?;
+                *proxied = true;
+                self.sessions[i].as_mut().expect("open").proxied.insert(conn, p);
+                Ok(vec![w])
             }
             Reply::Interrupt { intr, .. } => {
                 let intr = *intr;
@@ -562,12 +628,29 @@ impl Worker {
                     }
                 }
             }
-            Reply::InterruptConnected { conn, remote: Some(_) } => {
+            Reply::InterruptConnected { conn, remote: remote @ Some(_) } => {
                 let conn = *conn;
-                Err((anyhow::anyhow!("interrupts of other nodes cannot be triggered from a guest yet"), Some(Request::DisconnectInterrupt { conn })))
+                let trig = remote.take().expect("matched Some");
+                let undo = Some(Request::DisconnectInterrupt { conn });
+                let (relay, page) = Relay::new(&trig).map_err(|e| (e, undo.clone()))?;
+                let peer = self.add_vpeer(relay.bell.as_fd()).map_err(|e| (e, undo.clone()))?;
+                match self.window(page.as_fd()) {
+                    Ok(w) => {
+                        let s = self.sessions[i].as_mut().expect("open");
+                        s.vpeer_of.insert(conn, peer);
+                        s.relays.insert(conn, relay);
+                        Ok(vec![w, Attachment::Doorbell { peer, vector: 0 }])
+                    }
+                    Err(e) => {
+                        self.drop_vpeer(peer);
+                        Err((e, undo))
+                    }
+                }
             }
             Reply::Done => {
                 if let Some(conn) = s.disconnecting.remove(&tag) {
+                    s.proxied.remove(&conn);
+                    s.relays.remove(&conn);
                     if let Some(p) = s.vpeer_of.remove(&conn) {
                         self.drop_vpeer(p);
                     }
@@ -674,6 +757,18 @@ impl Worker {
         for i in 0..guest::MAX_SESSIONS {
             self.close_session(i);
         }
+    }
+}
+
+impl Relay {
+    /// A relay page (returned, to be plugged) and its doorbell eventfd.
+    fn new(trig: &vsci_proto::RemoteTrigger) -> Result<(Relay, OwnedFd)> {
+        let size = (vsci_proto::intr::SHARED_SIZE as u64).next_power_of_two();
+        let page = nix::sys::memfd::memfd_create(c"vsci-relay", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC)?;
+        nix::unistd::ftruncate(&page, size as i64)?;
+        let trigger = ProxiedTrigger::new(trig, page.as_fd()).map_err(|e| anyhow::anyhow!("reaching the interrupt's node: {}", e.c_name()))?;
+        let bell: OwnedFd = nix::sys::eventfd::EventFd::from_flags(nix::sys::eventfd::EfdFlags::EFD_CLOEXEC | nix::sys::eventfd::EfdFlags::EFD_NONBLOCK)?.into();
+        Ok((Relay { trigger, bell }, page))
     }
 }
 

@@ -77,13 +77,7 @@ impl IntrObjects {
         // SAFETY: the mapping is SHARED_SIZE >= size_of::<Shared>() bytes,
         // page-aligned, zero-filled (a valid bit pattern for all atomics),
         // and not yet visible to any other process.
-        let shared = unsafe { page.as_ref() };
-        use std::sync::atomic::Ordering::*;
-        for (i, slot) in shared.slots.iter().enumerate() {
-            slot.seq.store(i as u64, Relaxed);
-        }
-        shared.state.store(intr::STATE_LIVE, Relaxed);
-        shared.magic.store(intr::MAGIC, Release);
+        unsafe { page.as_ref() }.init();
         Ok(IntrObjects { memfd, eventfd, page })
     }
 

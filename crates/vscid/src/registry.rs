@@ -254,7 +254,7 @@ impl Registry {
         let from = self.node_of(cfg, client);
         self.send(owner, Outgoing::event(Event::LocalSegment { seg, reason: SegmentEvent::Connect, node_id: from }));
         Ok(Outgoing {
-            msg: reply_ok(0, Reply::Connected { conn, node_id: cfg.node_id, segment_id, size, remote: None }),
+            msg: reply_ok(0, Reply::Connected { conn, node_id: cfg.node_id, segment_id, size, remote: None, proxied: false }),
             fds: vec![fd],
         })
     }
@@ -368,7 +368,7 @@ impl Registry {
         let conn = self.new_id();
         self.remote_segs.insert(conn, RemoteSeg { client, peer, remote_conn: grant.conn, segment_id });
         Ok(Outgoing {
-            msg: reply_ok(0, Reply::Connected { conn, node_id: peer, segment_id, size: grant.size, remote: Some(access) }),
+            msg: reply_ok(0, Reply::Connected { conn, node_id: peer, segment_id, size: grant.size, remote: Some(access), proxied: false }),
             fds: vec![shadow],
         })
     }
@@ -607,7 +607,7 @@ impl Node {
         let cfg = &self.cfg;
         let mut reg = self.lock();
         let result: Result<Outgoing, SciError> = match req {
-            R::Hello { .. } => Err(SciError::IllegalOperation),
+            R::Hello { .. } | R::FlushRemote { .. } => Err(SciError::IllegalOperation),
             R::CreateSegment { segment_id, auto_id, size, events: _ } => {
                 let r = reg.create_segment(cfg, client, segment_id, auto_id, size);
                 self.changed.notify_all();
