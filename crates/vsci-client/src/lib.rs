@@ -6,6 +6,7 @@
 //! through a shared page, without the daemon.
 
 mod conn;
+mod dma;
 mod interrupt;
 mod map;
 mod remote;
@@ -14,6 +15,7 @@ mod wait;
 pub use interrupt::DataWait;
 
 pub use conn::{Client, EventQueue, SegEvent};
+pub use dma::{Completion, DmaEntry, DmaLocal, DmaQueue, QueueState, Transfer, DMA_ALIGN};
 pub use interrupt::{LocalInterrupt, RemoteInterrupt};
 pub use map::{Map, MapFlags, MapTarget};
 pub use segment::{LocalSegment, RemoteSegment};
