@@ -263,7 +263,10 @@ impl DmaQueue {
                 Err(now) => cur = now,
             }
         }
-        // Only the claimant writes these while the queue is POSTED.
+        // Only the claimant writes these while the queue is POSTED. The
+        // previous completion's kick is still in the eventfd (waits on it
+        // do not drain: every waiter must see it); clear it for this one.
+        wait::drain(sh.done_efd.as_fd());
         sh.abort.store(false, SeqCst);
         sh.uses_callback.store(completion.is_some() && !wait, SeqCst);
         if wait {
@@ -290,7 +293,7 @@ impl DmaQueue {
             return Err((QueueState::Posted, SciError::IllegalOperation));
         }
         let deadline = wait::deadline(timeout_ms);
-        let r = wait::wait_until(sh.policy, deadline, &sh.done_sleepers, sh.done_efd.as_fd(), || {
+        let r = wait::wait_until_sticky(sh.policy, deadline, &sh.done_sleepers, sh.done_efd.as_fd(), || {
             sh.state.load(SeqCst) != QueueState::Posted as u32
         });
         if let Waited::TimedOut = r {
@@ -319,7 +322,7 @@ impl DmaQueue {
         }
         // Wait with the queue's own policy: the engine notices within one
         // chunk.
-        wait::wait_until(sh.policy, None, &sh.done_sleepers, sh.done_efd.as_fd(), || {
+        wait::wait_until_sticky(sh.policy, None, &sh.done_sleepers, sh.done_efd.as_fd(), || {
             sh.state.load(SeqCst) != QueueState::Posted as u32
         });
         Ok(())
