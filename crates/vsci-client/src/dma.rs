@@ -117,6 +117,8 @@ struct Shared {
     done_sleepers: AtomicU32,
     done_efd: OwnedFd,
     job: Mutex<Option<Job>>,
+    /// A transfer sits in `job`, not yet picked up (read without the lock).
+    pending: AtomicBool,
     work_sleepers: AtomicU32,
     work_efd: OwnedFd,
     shutdown: AtomicBool,
@@ -167,6 +169,7 @@ impl Client {
             done_sleepers: AtomicU32::new(0),
             done_efd: new_eventfd()?,
             job: Mutex::new(None),
+            pending: AtomicBool::new(false),
             work_sleepers: AtomicU32::new(0),
             work_efd: new_eventfd()?,
             shutdown: AtomicBool::new(false),
@@ -193,7 +196,11 @@ impl Client {
 
 impl DmaQueue {
     pub fn state(&self) -> QueueState {
-        QueueState::from_raw(self.shared.state.load(SeqCst))
+        let st = QueueState::from_raw(self.shared.state.load(SeqCst));
+        if st == QueueState::Posted && self.shared.pending.load(SeqCst) {
+            self.shared.let_worker_run();
+        }
+        st
     }
 
     pub fn wait_policy(&self) -> WaitPolicy {
@@ -278,6 +285,7 @@ impl DmaQueue {
             };
         }
         *sh.job.lock().unwrap() = Some(Job { transfer: t, completion });
+        sh.pending.store(true, SeqCst);
         if sh.work_sleepers.load(SeqCst) > 0 {
             wait::kick(sh.work_efd.as_fd());
         }
@@ -292,7 +300,28 @@ impl DmaQueue {
         if sh.state.load(SeqCst) == QueueState::Posted as u32 && sh.uses_callback.load(SeqCst) {
             return Err((QueueState::Posted, SciError::IllegalOperation));
         }
+        // A waiter with nothing else to do runs a transfer the worker has not
+        // picked up yet itself: on a machine with few cores, handing it over
+        // costs a wake-up of the worker and one of the waiter, and a
+        // spinning waiter can even keep the worker off the CPU. Only
+        // unbounded waits do, so a timeout still returns on time.
+        if timeout_ms == crate::INFINITE {
+            if let Some(job) = sh.take_job() {
+                let status = sh.execute(&job.transfer);
+                drop(job.transfer);
+                sh.finish(status, job.completion);
+            }
+        }
         let deadline = wait::deadline(timeout_ms);
+        // Until the worker has the transfer, a spinning waiter would only
+        // delay it (it is usually queued on this very CPU, where it was
+        // woken): step aside instead.
+        while sh.pending.load(SeqCst) && sh.state.load(SeqCst) == QueueState::Posted as u32 {
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                break;
+            }
+            sh.let_worker_run();
+        }
         let r = wait::wait_until_sticky(sh.policy, deadline, &sh.done_sleepers, sh.done_efd.as_fd(), || {
             sh.state.load(SeqCst) != QueueState::Posted as u32
         });
@@ -387,11 +416,25 @@ impl Shared {
             if self.shutdown.load(SeqCst) {
                 return;
             }
-            let Some(job) = self.job.lock().unwrap().take() else { continue };
+            let Some(job) = self.take_job() else { continue };
             let status = self.execute(&job.transfer);
             drop(job.transfer);
             self.finish(status, job.completion);
         }
+    }
+
+    fn take_job(&self) -> Option<Job> {
+        let mut slot = self.job.lock().unwrap();
+        let job = slot.take();
+        self.pending.store(false, SeqCst);
+        job
+    }
+
+    /// Give the CPU to the worker if it is waiting for one. A queue's
+    /// worker, woken by a start, is typically queued on the starter's CPU;
+    /// a thread that spins there for the result keeps it from running.
+    fn let_worker_run(&self) {
+        std::thread::yield_now();
     }
 
     /// Publish the outcome, wake waiters, then run the completion (which
