@@ -633,7 +633,7 @@ impl SegMem {
 
 impl Drop for SegMem {
     fn drop(&mut self) {
-        // SAFETY: base/len are the mapping created in `map_memfd`; nobody
+        // SAFETY: base/len are the mapping created in `seg_mem`; nobody
         // uses it any more (the last Arc is gone).
         unsafe {
             let _ = munmap(self.base, self.len);
