@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
-use vsci_client::{Client, LocalInterrupt, LocalSegment, Map, RemoteInterrupt, RemoteSegment, SciError};
+use vsci_client::{Client, DmaQueue, LocalInterrupt, LocalSegment, Map, RemoteInterrupt, RemoteSegment, SciError};
 
 pub struct Sequence {
     pub map: Arc<Map>,
@@ -34,6 +34,7 @@ pub enum Obj {
     RemoteIntr(Arc<RemoteInterrupt>),
     LocalDataIntr(Arc<LocalIntr>),
     RemoteDataIntr(Arc<RemoteInterrupt>),
+    DmaQueue(Arc<DmaQueue>),
 }
 
 #[derive(Clone)]
@@ -117,3 +118,4 @@ getter!(local_intr, LocalIntr, Arc<LocalIntr>);
 getter!(remote_intr, RemoteIntr, Arc<RemoteInterrupt>);
 getter!(local_data_intr, LocalDataIntr, Arc<LocalIntr>);
 getter!(remote_data_intr, RemoteDataIntr, Arc<RemoteInterrupt>);
+getter!(dma_queue, DmaQueue, Arc<DmaQueue>);

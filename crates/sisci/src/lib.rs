@@ -8,6 +8,9 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
+mod dma;
+#[allow(unused_imports)]
+pub(crate) use dma::*;
 mod dolphin_abi;
 mod handles;
 
@@ -366,7 +369,7 @@ pub unsafe extern "C" fn SCIQuery(command: c_uint, data: *mut c_void, flags: c_u
                         0x10D | 0x10E => 0,         // adapter NUMBER / INSTANCE_NUMBER
                         0x110 => 0,                 // CONNECTED_TO_SWITCH
                         0x111 => 4096,              // ATT_PAGE_SIZE
-                        0x114 => 0,                 // DMA_AVAILABLE: no DMA engine yet
+                        0x114 => 1,                 // DMA_AVAILABLE
                         _ => return Err(SciError::IllegalQuery),
                     };
                     out(qa.data.cast::<c_uint>(), value)
@@ -1210,87 +1213,4 @@ pub unsafe extern "C" fn SCITriggerDataInterrupt(
             ri.trigger_data(payload)
         })
     }
-}
-
-// ---------------------------------------------------------------------------
-// DMA: the engine arrives with the DMA issue; until then every DMA call says
-// so plainly instead of pretending.
-
-#[no_mangle]
-pub unsafe extern "C" fn SCICreateDMAQueue(_sd: Handle, _dq: *mut Handle, _adapter: c_uint, _max: c_uint, _flags: c_uint, error: *mut SciErr) {
-    // SAFETY: see `set`.
-    unsafe { set(error, SciError::NotImplemented) };
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn SCIRemoveDMAQueue(_dq: Handle, _flags: c_uint, error: *mut SciErr) {
-    // SAFETY: see `set`.
-    unsafe { set(error, SciError::NotImplemented) };
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn SCIAbortDMAQueue(_dq: Handle, _flags: c_uint, error: *mut SciErr) {
-    // SAFETY: see `set`.
-    unsafe { set(error, SciError::NotImplemented) };
-}
-
-#[no_mangle]
-pub extern "C" fn SCIDMAQueueState(_dq: Handle) -> c_uint {
-    5 // SCI_DMAQUEUE_ERROR: no queue can exist yet
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn SCIWaitForDMAQueue(_dq: Handle, _timeout: c_uint, _flags: c_uint, error: *mut SciErr) -> c_uint {
-    // SAFETY: see `set`.
-    unsafe { set(error, SciError::NotImplemented) };
-    5
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn SCIStartDmaTransfer(
-    _dq: Handle,
-    _ls: Handle,
-    _rs: Handle,
-    _loff: usize,
-    _size: usize,
-    _roff: usize,
-    _cb: *mut c_void,
-    _arg: *mut c_void,
-    _flags: c_uint,
-    error: *mut SciErr,
-) {
-    // SAFETY: see `set`.
-    unsafe { set(error, SciError::NotImplemented) };
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn SCIStartDmaTransferMem(
-    _dq: Handle,
-    _mem: *mut c_void,
-    _rs: Handle,
-    _size: usize,
-    _roff: usize,
-    _cb: *mut c_void,
-    _arg: *mut c_void,
-    _flags: c_uint,
-    error: *mut SciErr,
-) {
-    // SAFETY: see `set`.
-    unsafe { set(error, SciError::NotImplemented) };
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn SCIStartDmaTransferVec(
-    _dq: Handle,
-    _ls: Handle,
-    _rs: Handle,
-    _len: usize,
-    _vec: *mut c_void,
-    _cb: *mut c_void,
-    _arg: *mut c_void,
-    _flags: c_uint,
-    error: *mut SciErr,
-) {
-    // SAFETY: see `set`.
-    unsafe { set(error, SciError::NotImplemented) };
 }

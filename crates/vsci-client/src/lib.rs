@@ -6,6 +6,7 @@
 //! through a shared page, without the daemon.
 
 mod conn;
+mod dma;
 pub mod guest;
 mod interrupt;
 mod map;
@@ -16,6 +17,7 @@ mod wait;
 pub use interrupt::DataWait;
 
 pub use conn::{Client, EventQueue, SegEvent};
+pub use dma::{Completion, DmaEntry, DmaLocal, DmaQueue, QueueState, Transfer, DMA_ALIGN};
 pub use interrupt::{LocalInterrupt, RemoteInterrupt};
 pub use map::{Map, MapFlags, MapTarget};
 pub use segment::{LocalSegment, RemoteSegment};

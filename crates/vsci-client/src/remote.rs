@@ -167,7 +167,7 @@ impl RemoteTarget {
     /// it must never be the caller's memory.
     pub(crate) fn read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         let mut bounce = vec![0u8; buf.len()];
-        match self.ep.rma.fabric.read(&self.ep.peer, &mut bounce, &self.region, offset) {
+        match self.read_direct(&mut bounce, offset) {
             Ok(()) => {
                 buf.copy_from_slice(&bounce);
                 Ok(())
@@ -178,6 +178,23 @@ impl RemoteTarget {
                 Err(SciError::TransferFailed)
             }
         }
+    }
+}
+
+impl RemoteTarget {
+    /// RMA read straight into `buf`. After `Err(Abandoned)` the engine may
+    /// still write into `buf` later: the caller must then keep that memory
+    /// for good (the DMA engine reads into segment pages it never unmaps
+    /// after that; `read` uses a throw-away buffer).
+    pub(crate) fn read_direct(&self, buf: &mut [u8], offset: u64) -> std::result::Result<(), vsci_fabric::Error> {
+        self.ep.rma.fabric.read(&self.ep.peer, buf, &self.region, offset)
+    }
+
+    /// RMA writes of `(bytes, segment offset)` runs straight from the
+    /// caller's memory, all visible at the owner when this returns. After
+    /// `Err(Abandoned)` the engine may still read that memory later.
+    pub(crate) fn write_direct(&self, runs: &[(&[u8], u64)]) -> std::result::Result<(), vsci_fabric::Error> {
+        self.ep.rma.fabric.write_many(&self.ep.peer, runs, &self.region)
     }
 }
 

@@ -49,6 +49,32 @@ pub fn wait_until(
     deadline: Option<Instant>,
     sleepers: &std::sync::atomic::AtomicU32,
     eventfd: BorrowedFd<'_>,
+    ready: impl FnMut() -> bool,
+) -> Waited {
+    wait_inner(policy, deadline, sleepers, eventfd, true, ready)
+}
+
+/// [`wait_until`] for a condition that, once true, stays true for every
+/// waiter (a DMA queue leaving POSTED): the eventfd is not drained after a
+/// wake-up, so one kick wakes every sleeper — draining it would let the
+/// first waiter to wake swallow the others' wake-up. Whoever makes the
+/// condition false again drains it ([`drain`]) before doing so.
+pub fn wait_until_sticky(
+    policy: WaitPolicy,
+    deadline: Option<Instant>,
+    sleepers: &std::sync::atomic::AtomicU32,
+    eventfd: BorrowedFd<'_>,
+    ready: impl FnMut() -> bool,
+) -> Waited {
+    wait_inner(policy, deadline, sleepers, eventfd, false, ready)
+}
+
+fn wait_inner(
+    policy: WaitPolicy,
+    deadline: Option<Instant>,
+    sleepers: &std::sync::atomic::AtomicU32,
+    eventfd: BorrowedFd<'_>,
+    drain_after_wake: bool,
     mut ready: impl FnMut() -> bool,
 ) -> Waited {
     use std::sync::atomic::Ordering::SeqCst;
@@ -104,7 +130,9 @@ pub fn wait_until(
         };
         let mut fds = [PollFd::new(eventfd.as_fd(), PollFlags::POLLIN)];
         let _ = nix::poll::poll(&mut fds, timeout);
-        drain(eventfd);
+        if drain_after_wake {
+            drain(eventfd);
+        }
         sleepers.fetch_sub(1, SeqCst);
         if ready() {
             return Waited::Ready;

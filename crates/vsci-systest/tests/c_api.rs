@@ -55,6 +55,11 @@ fn c_datainterrupts() {
     run_c_tests("t_datainterrupts", 6);
 }
 
+#[test]
+fn c_dma() {
+    run_c_tests("t_dma", 8);
+}
+
 /// `vscid --wait-mode` sets the default wait strategy of clients that do not
 /// set VSCI_WAIT: a polling waiter stays runnable, a blocking one sleeps.
 #[test]

@@ -359,6 +359,63 @@ fn unauthenticated_nodes_refused() {
     assert_no_failures(&failures);
 }
 
+// ---- DMA ------------------------------------------------------------------------------
+
+fn t_dma() -> PathBuf {
+    built("tests/t_dma")
+}
+
+/// DMA to and from a segment of another node (tests/c/t_dma.c "client"):
+/// writes, reads, vectors, program memory, callbacks, polling, each waiting
+/// mode and several queues at once, every byte checked through SCIMemCpy
+/// reads from the owner; the owner's own CRC of its segment must match the
+/// last pattern the client wrote by DMA.
+#[test]
+fn dma_across_nodes() {
+    let Some(c) = Cluster::start(&[1, 2]) else { return };
+    let td = t_dma();
+    let mut owner = spawn(&c, 2, &td, &["owner", "0x7801", "6m"]);
+    owner.wait_line("OWNER READY", LINE_TIMEOUT);
+    let cl = finish(spawn(&c, 1, &td, &["client", "2", "0x7801", "6m"]), RUN);
+    let crc = cl
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("CLIENT DONE crc="))
+        .unwrap_or_else(|| panic!("no CLIENT DONE line\n{}", cl.describe()))
+        .to_string();
+    owner.signal(libc::SIGTERM);
+    finish(owner, RUN).assert_contains(&format!("OWNER CRC crc={crc}"));
+    c.wait_clean(1, "after DMA");
+    c.wait_clean(2, "after DMA");
+}
+
+/// A client on node 1 streams DMA writes and reads of 32 MiB to node 2's
+/// segment; node 2 is killed (SIGKILL of its vscid and its clients) in the
+/// middle: the transfer in flight ends with an error and the queue in state
+/// ERROR (or the next start is refused), releasing everything returns, and
+/// node 1 keeps running clean.
+#[test]
+fn dma_peer_node_killed() {
+    let Some(mut c) = Cluster::start(&[1, 2]) else { return };
+    let td = t_dma();
+    let mut owner = spawn(&c, 2, &td, &["owner", "0x7802", "32m"]);
+    owner.wait_line("OWNER READY", LINE_TIMEOUT);
+    let mut st = spawn(&c, 1, &td, &["stream", "2", "0x7802", "32m"]);
+    st.wait_line("STREAMING", LINE_TIMEOUT);
+    thread::sleep(Duration::from_millis(300));
+    c.kill_node(2);
+    drop(owner);
+    let out = finish(st, RUN);
+    out.assert_contains("STREAM FAILED").assert_contains("STREAM DONE");
+    assert!(
+        out.stdout.contains("state=5 err=SCI_ERR_TRANSFER_FAILED") || out.stdout.contains("err=SCI_ERR_SEGMENT_NOT_CONNECTED"),
+        "unexpected end of the DMA stream\n{}",
+        out.describe()
+    );
+    c.assert_running(1);
+    c.wait_clean(1, "after its DMA peer died");
+}
+
 // ---- failures -------------------------------------------------------------------------
 
 /// Node 2 dies (SIGKILL of its vscid and its clients) while clients on nodes

@@ -1,0 +1,710 @@
+//! The DMA engine: SISCI DMA queues on a host.
+//!
+//! A queue carries one transfer at a time (SISCI's queue states: IDLE →
+//! POSTED → DONE / ABORTED / ERROR, and POSTED again for the next one). Each
+//! queue has its own worker thread, so transfers on different queues run
+//! side by side and the program's thread is free while its transfer moves.
+//!
+//! Where the bytes go:
+//! - the remote segment lives on this node (a co-located segment): the
+//!   engine maps both memfds itself and copies straight from one to the
+//!   other — one `memcpy`, through no intermediate buffer;
+//! - the remote segment lives on another node: the engine hands the local
+//!   segment's pages to the RMA engine (`vsci-fabric`), which writes them
+//!   into, or reads them from, the owner's registered region directly — the
+//!   same machinery `SCIMemCpy` uses, without the shadow map in between.
+//!
+//! Completion is seen by polling [`DmaQueue::state`], by a blocking
+//! [`DmaQueue::wait`] (poll, block or spin-then-block, as for interrupts:
+//! `VSCI_DMA_WAIT`, else `VSCI_WAIT`, else the node's default), or by a
+//! completion closure run on the worker.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::thread::JoinHandle;
+
+use nix::sys::mman::{mmap, munmap, MapFlags as MmapFlags, ProtFlags};
+use vsci_proto::{SciError, WaitMode};
+
+use crate::conn::Client;
+use crate::segment::{LocalSegment, RemoteSegment};
+use crate::wait::{self, WaitPolicy, Waited};
+use crate::Result;
+
+/// `sci_dma_queue_state_t`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum QueueState {
+    Idle = 0,
+    Gather = 1,
+    Posted = 2,
+    Done = 3,
+    Aborted = 4,
+    Error = 5,
+}
+
+impl QueueState {
+    fn from_raw(v: u32) -> QueueState {
+        match v {
+            0 => QueueState::Idle,
+            1 => QueueState::Gather,
+            2 => QueueState::Posted,
+            3 => QueueState::Done,
+            4 => QueueState::Aborted,
+            _ => QueueState::Error,
+        }
+    }
+}
+
+/// Offsets and sizes must be multiples of this (what `SCIQuery` reports as
+/// `SCI_Q_ADAPTER_DMA_SIZE_ALIGNMENT` / `..._OFFSET_ALIGNMENT`): a program
+/// that runs here then also meets a DMA engine's alignment rules.
+pub const DMA_ALIGN: u64 = 8;
+
+/// Largest piece the engine moves between two looks at the abort flag and
+/// at the remote segment's health: about 100 µs of `memcpy` here, so an
+/// abort takes effect promptly, and one RMA operation of a size the
+/// `tcp;ofi_rxm` provider moves at full speed.
+const CHUNK: usize = 1 << 20;
+
+/// RMA writes posted at once before waiting (several in flight hide the
+/// per-operation round trip).
+const WRITE_BATCH: usize = 8;
+
+/// The local side of a transfer.
+pub enum DmaLocal {
+    Segment(Arc<LocalSegment>),
+    /// Program memory (`SCIStartDmaTransferMem`): `len` bytes at `addr`,
+    /// which the program keeps valid until the transfer has ended.
+    Mem { addr: usize, len: usize },
+}
+
+/// One piece of a transfer (`dis_dma_vec_t` without its flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DmaEntry {
+    pub size: u64,
+    pub local_offset: u64,
+    pub remote_offset: u64,
+}
+
+pub struct Transfer {
+    pub local: DmaLocal,
+    pub remote: Arc<RemoteSegment>,
+    pub entries: Vec<DmaEntry>,
+    /// `SCI_FLAG_DMA_READ`: remote → local (default local → remote).
+    pub read: bool,
+}
+
+/// Run once when a transfer ends, with its status (`Ok`, `Cancelled` after
+/// an abort, or the error that stopped it).
+pub type Completion = Box<dyn FnOnce(SciError) + Send>;
+
+struct Job {
+    transfer: Transfer,
+    completion: Option<Completion>,
+}
+
+struct Shared {
+    state: AtomicU32,
+    /// Status of the transfer that ended last (a raw `SciError`).
+    status: AtomicU32,
+    abort: AtomicBool,
+    /// The current transfer reports by callback: waiting on it is refused.
+    uses_callback: AtomicBool,
+    done_sleepers: AtomicU32,
+    done_efd: OwnedFd,
+    job: Mutex<Option<Job>>,
+    /// A transfer sits in `job`, not yet picked up (read without the lock).
+    pending: AtomicBool,
+    work_sleepers: AtomicU32,
+    work_efd: OwnedFd,
+    shutdown: AtomicBool,
+    policy: WaitPolicy,
+}
+
+pub struct DmaQueue {
+    shared: Arc<Shared>,
+    pub max_entries: u32,
+    worker: Mutex<Option<JoinHandle<()>>>,
+    worker_id: OnceLock<std::thread::ThreadId>,
+    removed: AtomicBool,
+    _client: Client,
+}
+
+fn new_eventfd() -> Result<OwnedFd> {
+    // SAFETY: eventfd has no memory arguments; on success it returns a new
+    // descriptor that nothing else owns, which OwnedFd then owns.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(SciError::Nospc);
+    }
+    // SAFETY: see above: a fresh descriptor owned by no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The queue's waiting policy: `VSCI_DMA_WAIT` overrides the mode the
+/// descriptor uses for interrupts (`VSCI_WAIT` or the node's default).
+fn dma_policy(base: WaitPolicy) -> WaitPolicy {
+    let mode = std::env::var("VSCI_DMA_WAIT").ok().and_then(|v| v.parse::<WaitMode>().ok()).unwrap_or(base.mode);
+    WaitPolicy { mode, spin: base.spin }
+}
+
+impl Client {
+    /// Create a DMA queue taking vectors of up to `max_entries` entries.
+    pub fn create_dma_queue(&self, max_entries: u32) -> Result<Arc<DmaQueue>> {
+        if max_entries == 0 {
+            return Err(SciError::IllegalParameter);
+        }
+        if !self.is_alive() {
+            return Err(SciError::NoLinkAccess);
+        }
+        let shared = Arc::new(Shared {
+            state: AtomicU32::new(QueueState::Idle as u32),
+            status: AtomicU32::new(SciError::Ok as u32),
+            abort: AtomicBool::new(false),
+            uses_callback: AtomicBool::new(false),
+            done_sleepers: AtomicU32::new(0),
+            done_efd: new_eventfd()?,
+            job: Mutex::new(None),
+            pending: AtomicBool::new(false),
+            work_sleepers: AtomicU32::new(0),
+            work_efd: new_eventfd()?,
+            shutdown: AtomicBool::new(false),
+            policy: dma_policy(self.wait_policy()),
+        });
+        let s2 = shared.clone();
+        let worker = std::thread::Builder::new()
+            .name("vsci-dma".into())
+            .spawn(move || s2.run())
+            .map_err(|_| SciError::Nospc)?;
+        let q = Arc::new(DmaQueue {
+            shared,
+            max_entries,
+            worker_id: OnceLock::new(),
+            worker: Mutex::new(None),
+            removed: AtomicBool::new(false),
+            _client: self.clone(),
+        });
+        let _ = q.worker_id.set(worker.thread().id());
+        *q.worker.lock().unwrap() = Some(worker);
+        Ok(q)
+    }
+}
+
+impl DmaQueue {
+    pub fn state(&self) -> QueueState {
+        let st = QueueState::from_raw(self.shared.state.load(SeqCst));
+        if st == QueueState::Posted && self.shared.pending.load(SeqCst) {
+            self.shared.let_worker_run();
+        }
+        st
+    }
+
+    pub fn wait_policy(&self) -> WaitPolicy {
+        self.shared.policy
+    }
+
+    /// Check a transfer against the queue and both segments; every error a
+    /// bad argument can cause is found here, before anything moves.
+    fn validate(&self, t: &Transfer) -> Result<()> {
+        if t.entries.is_empty() {
+            return Err(SciError::IllegalParameter);
+        }
+        if t.entries.len() > self.max_entries as usize {
+            return Err(SciError::MaxEntries);
+        }
+        let local_size = match &t.local {
+            DmaLocal::Segment(s) => s.size,
+            DmaLocal::Mem { addr, len } => {
+                if *addr == 0 {
+                    return Err(SciError::IllegalParameter);
+                }
+                *len as u64
+            }
+        };
+        for e in &t.entries {
+            if e.size == 0 {
+                return Err(SciError::IllegalParameter);
+            }
+            let in_range = |off: u64, limit: u64| off.checked_add(e.size).is_some_and(|end| end <= limit);
+            if !in_range(e.local_offset, local_size) || !in_range(e.remote_offset, t.remote.size) {
+                return Err(SciError::OutOfRange);
+            }
+            if e.size % DMA_ALIGN != 0 {
+                return Err(SciError::SizeAlignment);
+            }
+            if e.local_offset % DMA_ALIGN != 0 || e.remote_offset % DMA_ALIGN != 0 {
+                return Err(SciError::OffsetAlignment);
+            }
+        }
+        if t.remote.is_lost() {
+            return Err(SciError::SegmentNotConnected);
+        }
+        if !t.remote.client().is_alive() {
+            return Err(SciError::NoLinkAccess);
+        }
+        Ok(())
+    }
+
+    /// Start a transfer. With `wait` it runs in the calling thread and the
+    /// call returns its status (`SCI_FLAG_DMA_WAIT`); otherwise it is handed
+    /// to the queue's worker and this returns at once. `completion` runs
+    /// when it ends (on the worker, or before a waiting call returns).
+    pub fn start(&self, t: Transfer, completion: Option<Completion>, wait: bool) -> Result<()> {
+        if self.removed.load(SeqCst) {
+            return Err(SciError::IllegalParameter);
+        }
+        self.validate(&t)?;
+        let sh = &*self.shared;
+        // Claim the queue: one transfer at a time, whoever races us.
+        let mut cur = sh.state.load(SeqCst);
+        loop {
+            if cur == QueueState::Posted as u32 {
+                return Err(SciError::Busy);
+            }
+            match sh.state.compare_exchange(cur, QueueState::Posted as u32, SeqCst, SeqCst) {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
+        // Only the claimant writes these while the queue is POSTED. The
+        // previous completion's kick is still in the eventfd (waits on it
+        // do not drain: every waiter must see it); clear it for this one.
+        wait::drain(sh.done_efd.as_fd());
+        sh.abort.store(false, SeqCst);
+        sh.uses_callback.store(completion.is_some() && !wait, SeqCst);
+        if wait {
+            let status = sh.execute(&t);
+            sh.finish(status, completion);
+            return match status {
+                SciError::Ok => Ok(()),
+                e => Err(e),
+            };
+        }
+        *sh.job.lock().unwrap() = Some(Job { transfer: t, completion });
+        sh.pending.store(true, SeqCst);
+        if sh.work_sleepers.load(SeqCst) > 0 {
+            wait::kick(sh.work_efd.as_fd());
+        }
+        Ok(())
+    }
+
+    /// Wait up to `timeout_ms` for the queue to leave POSTED; returns the
+    /// state it ended in, or the error the transfer ended with (`Cancelled`
+    /// for an abort). A queue with no transfer posted returns at once.
+    pub fn wait(&self, timeout_ms: u32) -> std::result::Result<QueueState, (QueueState, SciError)> {
+        let sh = &*self.shared;
+        if sh.state.load(SeqCst) == QueueState::Posted as u32 && sh.uses_callback.load(SeqCst) {
+            return Err((QueueState::Posted, SciError::IllegalOperation));
+        }
+        // A waiter with nothing else to do runs a transfer the worker has not
+        // picked up yet itself: on a machine with few cores, handing it over
+        // costs a wake-up of the worker and one of the waiter, and a
+        // spinning waiter can even keep the worker off the CPU. Only
+        // unbounded waits do, so a timeout still returns on time.
+        if timeout_ms == crate::INFINITE {
+            if let Some(job) = sh.take_job() {
+                let status = sh.execute(&job.transfer);
+                drop(job.transfer);
+                sh.finish(status, job.completion);
+            }
+        }
+        let deadline = wait::deadline(timeout_ms);
+        // Until the worker has the transfer, a spinning waiter would only
+        // delay it (it is usually queued on this very CPU, where it was
+        // woken): step aside instead.
+        while sh.pending.load(SeqCst) && sh.state.load(SeqCst) == QueueState::Posted as u32 {
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                break;
+            }
+            sh.let_worker_run();
+        }
+        let r = wait::wait_until_sticky(sh.policy, deadline, &sh.done_sleepers, sh.done_efd.as_fd(), || {
+            sh.state.load(SeqCst) != QueueState::Posted as u32
+        });
+        if let Waited::TimedOut = r {
+            return Err((QueueState::Posted, SciError::Timeout));
+        }
+        let st = self.state();
+        match st {
+            QueueState::Aborted => Err((st, SciError::Cancelled)),
+            QueueState::Error => Err((st, SciError::from_raw(sh.status.load(SeqCst)).unwrap_or(SciError::TransferFailed))),
+            _ => Ok(st),
+        }
+    }
+
+    /// Stop the transfer in flight. Returns once the engine has stopped
+    /// touching either side's memory; the queue is then ABORTED (or DONE,
+    /// if the transfer finished first). With nothing in flight it does
+    /// nothing.
+    pub fn abort(&self) -> Result<()> {
+        let sh = &*self.shared;
+        if sh.state.load(SeqCst) != QueueState::Posted as u32 {
+            return Ok(());
+        }
+        sh.abort.store(true, SeqCst);
+        if self.on_worker() {
+            return Ok(()); // from a callback: the worker is not copying now
+        }
+        // Wait with the queue's own policy: the engine notices within one
+        // chunk.
+        wait::wait_until_sticky(sh.policy, None, &sh.done_sleepers, sh.done_efd.as_fd(), || {
+            sh.state.load(SeqCst) != QueueState::Posted as u32
+        });
+        Ok(())
+    }
+
+    fn on_worker(&self) -> bool {
+        self.worker_id.get() == Some(&std::thread::current().id())
+    }
+
+    /// Remove the queue. Refused with `SCI_ERR_ILLEGAL_OPERATION` while a
+    /// transfer is in flight (SISCI: "not allowed in this queue state").
+    pub fn remove(&self) -> Result<()> {
+        if self.state() == QueueState::Posted {
+            return Err(SciError::IllegalOperation);
+        }
+        self.stop_worker();
+        Ok(())
+    }
+
+    fn stop_worker(&self) {
+        if self.removed.swap(true, SeqCst) {
+            return;
+        }
+        self.shared.shutdown.store(true, SeqCst);
+        wait::kick(self.shared.work_efd.as_fd());
+        prune_cache();
+        let handle = self.worker.lock().unwrap().take();
+        // A callback may remove its own queue: the worker then ends by
+        // itself once the callback returns.
+        if let Some(h) = handle {
+            if !self.on_worker() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+impl Drop for DmaQueue {
+    /// A queue dropped with a transfer in flight (SCIClose, process exit)
+    /// aborts it first, so no memory is touched after its owner is gone.
+    fn drop(&mut self) {
+        if self.state() == QueueState::Posted {
+            let _ = self.abort();
+        }
+        self.stop_worker();
+    }
+}
+
+impl Shared {
+    fn run(self: Arc<Self>) {
+        // The worker never polls forever: between transfers it spins for
+        // the spin time (a program posting back to back finds it awake),
+        // then sleeps. Only a `block` queue sleeps at once.
+        let idle = WaitPolicy {
+            mode: if self.policy.mode == WaitMode::Block { WaitMode::Block } else { WaitMode::Adaptive },
+            spin: self.policy.spin,
+        };
+        loop {
+            wait::wait_until(idle, None, &self.work_sleepers, self.work_efd.as_fd(), || {
+                self.shutdown.load(SeqCst) || self.job.lock().unwrap().is_some()
+            });
+            if self.shutdown.load(SeqCst) {
+                return;
+            }
+            let Some(job) = self.take_job() else { continue };
+            let status = self.execute(&job.transfer);
+            drop(job.transfer);
+            self.finish(status, job.completion);
+        }
+    }
+
+    fn take_job(&self) -> Option<Job> {
+        let mut slot = self.job.lock().unwrap();
+        let job = slot.take();
+        self.pending.store(false, SeqCst);
+        job
+    }
+
+    /// Give the CPU to the worker if it is waiting for one. A queue's
+    /// worker, woken by a start, is typically queued on the starter's CPU;
+    /// a thread that spins there for the result keeps it from running.
+    fn let_worker_run(&self) {
+        std::thread::yield_now();
+    }
+
+    /// Publish the outcome, wake waiters, then run the completion (which
+    /// may start the next transfer on this queue).
+    fn finish(&self, status: SciError, completion: Option<Completion>) {
+        let st = match status {
+            SciError::Ok => QueueState::Done,
+            SciError::Cancelled => QueueState::Aborted,
+            _ => QueueState::Error,
+        };
+        self.status.store(status as u32, SeqCst);
+        self.state.store(st as u32, SeqCst);
+        if self.done_sleepers.load(SeqCst) > 0 {
+            wait::kick(self.done_efd.as_fd());
+        }
+        if let Some(c) = completion {
+            c(status);
+        }
+    }
+
+    fn aborted(&self) -> bool {
+        self.abort.load(SeqCst)
+    }
+
+    /// Move the bytes of `t`; `Ok`, `Cancelled` or the failure.
+    fn execute(&self, t: &Transfer) -> SciError {
+        match &t.remote.target {
+            None => self.execute_local(t),
+            Some(target) => self.execute_rma(t, target),
+        }
+    }
+
+    /// Co-located segment: copy between the two memfds' pages.
+    fn execute_local(&self, t: &Transfer) -> SciError {
+        let remote = match seg_mem_remote(&t.remote) {
+            Ok(m) => m,
+            Err(e) => return e,
+        };
+        let local = match &t.local {
+            DmaLocal::Segment(s) => match seg_mem_local(s) {
+                Ok(m) => Some(m),
+                Err(e) => return e,
+            },
+            DmaLocal::Mem { .. } => None,
+        };
+        // Earlier stores by the program are in memory before the engine reads.
+        std::sync::atomic::fence(SeqCst);
+        for e in &t.entries {
+            let n = e.size as usize;
+            let l_ptr = match (&local, &t.local) {
+                // SAFETY: validate() checked local_offset + size against the
+                // segment, and the mapping covers the whole segment.
+                (Some(m), _) => unsafe { m.ptr().add(e.local_offset as usize) },
+                (None, DmaLocal::Mem { addr, .. }) => (*addr + e.local_offset as usize) as *mut u8,
+                (None, DmaLocal::Segment(_)) => unreachable!("segment mapped above"),
+            };
+            // SAFETY: as above for the remote segment.
+            let r_ptr = unsafe { remote.ptr().add(e.remote_offset as usize) };
+            let (src, dst) = if t.read { (r_ptr, l_ptr) } else { (l_ptr, r_ptr) };
+            // Both sides may be the same memory (a process connected to its
+            // own segment, one shared mapping): copy chunks in the order
+            // memmove would, so an overlapping move stays correct.
+            let backward = (dst as usize) > (src as usize) && (dst as usize) < (src as usize) + n;
+            let chunks = n.div_ceil(CHUNK);
+            for i in 0..chunks {
+                if self.aborted() {
+                    return SciError::Cancelled;
+                }
+                if t.remote.is_lost() {
+                    return SciError::TransferFailed;
+                }
+                let k = if backward { chunks - 1 - i } else { i };
+                let off = k * CHUNK;
+                let len = CHUNK.min(n - off);
+                // SAFETY: src/dst + off + len stay inside the ranges checked
+                // by validate(): the segment mappings cover whole segments,
+                // and program memory is the program's promise (SISCI's
+                // contract for SCIStartDmaTransferMem). ptr::copy allows
+                // overlap; the memory is shared with other processes, which
+                // SISCI leaves to the program, as a hardware DMA engine does.
+                unsafe { std::ptr::copy(src.add(off), dst.add(off), len) };
+            }
+        }
+        std::sync::atomic::fence(SeqCst);
+        SciError::Ok
+    }
+
+    /// Segment of another node: RMA straight between the local pages and
+    /// the owner's registered region.
+    fn execute_rma(&self, t: &Transfer, target: &crate::remote::RemoteTarget) -> SciError {
+        // The program's earlier stores to remote maps go first, so a DMA
+        // never overtakes them (and a DMA read sees them).
+        if crate::remote::flush_all().is_err() && t.remote.is_lost() {
+            return SciError::TransferFailed;
+        }
+        let local = match &t.local {
+            DmaLocal::Segment(s) => match seg_mem_local(s) {
+                Ok(m) => Some(m),
+                Err(e) => return e,
+            },
+            DmaLocal::Mem { .. } => None,
+        };
+        // After an abandoned operation (the node stopped answering while it
+        // was in flight) the provider may still touch the local pages: keep
+        // the engine's mapping of them for the life of the process.
+        let keep_mapping = |r: &std::result::Result<(), vsci_fabric::Error>| {
+            if let (Err(vsci_fabric::Error::Abandoned), Some(m)) = (r, &local) {
+                std::mem::forget(m.clone());
+            }
+        };
+        for e in &t.entries {
+            let n = e.size as usize;
+            let l_ptr = match (&local, &t.local) {
+                // SAFETY: range checked by validate(); mapping covers the segment.
+                (Some(m), _) => unsafe { m.ptr().add(e.local_offset as usize) },
+                (None, DmaLocal::Mem { addr, .. }) => (*addr + e.local_offset as usize) as *mut u8,
+                (None, DmaLocal::Segment(_)) => unreachable!("segment mapped above"),
+            };
+            let mut off = 0usize;
+            while off < n {
+                if self.aborted() {
+                    return SciError::Cancelled;
+                }
+                if t.remote.is_lost() {
+                    return SciError::TransferFailed;
+                }
+                let roff = e.remote_offset + off as u64;
+                let (r, moved) = if t.read {
+                    let len = CHUNK.min(n - off);
+                    // SAFETY: `len` bytes at l_ptr + off lie in the range
+                    // validate() checked: the engine's mapping of the local
+                    // segment, or the program's buffer it vouched for.
+                    let dst = unsafe { std::slice::from_raw_parts_mut(l_ptr.add(off), len) };
+                    let r = if local.is_some() {
+                        let r = target.read_direct(dst, roff);
+                        keep_mapping(&r);
+                        r.inspect_err(|e| log::warn!("vsci: DMA read failed: {e}")).map_err(|_| ())
+                    } else {
+                        // Program memory must never receive a late write
+                        // from an abandoned read: `read` goes through a
+                        // buffer of its own.
+                        target.read(dst, roff).map_err(|_| ())
+                    };
+                    (r, len)
+                } else {
+                    let batch = (CHUNK * WRITE_BATCH).min(n - off);
+                    let mut runs: Vec<(&[u8], u64)> = Vec::with_capacity(WRITE_BATCH);
+                    let mut b = 0;
+                    while b < batch {
+                        let len = CHUNK.min(batch - b);
+                        // SAFETY: inside the checked range of the local side;
+                        // the provider only reads it.
+                        let src = unsafe { std::slice::from_raw_parts(l_ptr.add(off + b), len) };
+                        runs.push((src, roff + b as u64));
+                        b += len;
+                    }
+                    let r = target.write_direct(&runs);
+                    keep_mapping(&r);
+                    (r.inspect_err(|e| log::warn!("vsci: DMA write failed: {e}")).map_err(|_| ()), batch)
+                };
+                if r.is_err() {
+                    return SciError::TransferFailed;
+                }
+                off += moved;
+            }
+        }
+        SciError::Ok
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The engine's own mappings of segment memory.
+//
+// Mapping per transfer would cost an mmap and a page fault per page every
+// time; the engine keeps one mapping of each segment it has used, for as
+// long as some segment object of this process refers to that memory. Two
+// objects backed by the same memfd (a process connected to its own segment)
+// share one mapping, so an overlapping copy between them is a plain memmove.
+
+struct SegMem {
+    base: NonNull<libc::c_void>,
+    len: usize,
+}
+
+// SAFETY: a MAP_SHARED mapping owned by this struct, unmapped on drop; the
+// engine only copies through raw pointers into ranges it validated.
+unsafe impl Send for SegMem {}
+// SAFETY: as above.
+unsafe impl Sync for SegMem {}
+
+impl SegMem {
+    fn ptr(&self) -> *mut u8 {
+        self.base.as_ptr().cast()
+    }
+}
+
+impl Drop for SegMem {
+    fn drop(&mut self) {
+        // SAFETY: base/len are the mapping created in `seg_mem`; nobody
+        // uses it any more (the last Arc is gone).
+        unsafe {
+            let _ = munmap(self.base, self.len);
+        }
+    }
+}
+
+enum Owner {
+    Local(Weak<LocalSegment>),
+    Remote(Weak<RemoteSegment>),
+}
+
+impl Owner {
+    fn alive(&self) -> bool {
+        match self {
+            Owner::Local(w) => w.strong_count() > 0,
+            Owner::Remote(w) => w.strong_count() > 0,
+        }
+    }
+    fn addr(&self) -> usize {
+        match self {
+            Owner::Local(w) => w.as_ptr() as usize,
+            Owner::Remote(w) => w.as_ptr() as usize,
+        }
+    }
+}
+
+struct CacheEntry {
+    mem: Arc<SegMem>,
+    owners: Vec<Owner>,
+}
+
+static CACHE: OnceLock<Mutex<HashMap<(u64, u64), CacheEntry>>> = OnceLock::new();
+
+/// Drop mappings of segments no object of this process refers to any more.
+fn prune_cache() {
+    if let Some(c) = CACHE.get() {
+        c.lock().unwrap().retain(|_, e| {
+            e.owners.retain(Owner::alive);
+            !e.owners.is_empty()
+        });
+    }
+}
+
+fn seg_mem_local(s: &Arc<LocalSegment>) -> Result<Arc<SegMem>> {
+    seg_mem(Arc::as_ptr(s) as usize, s.memfd.as_fd(), s.size, || Owner::Local(Arc::downgrade(s)))
+}
+
+fn seg_mem_remote(s: &Arc<RemoteSegment>) -> Result<Arc<SegMem>> {
+    seg_mem(Arc::as_ptr(s) as usize, s.memfd.as_fd(), s.size, || Owner::Remote(Arc::downgrade(s)))
+}
+
+fn seg_mem(key: usize, fd: std::os::fd::BorrowedFd<'_>, size: u64, owner: impl FnOnce() -> Owner) -> Result<Arc<SegMem>> {
+    prune_cache();
+    let mut cache = CACHE.get_or_init(Default::default).lock().unwrap();
+    if let Some(e) = cache.values().find(|e| e.owners.iter().any(|o| o.addr() == key)) {
+        return Ok(e.mem.clone());
+    }
+    let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|_| SciError::System)?;
+    let id = (st.st_dev, st.st_ino);
+    if let Some(e) = cache.get_mut(&id) {
+        e.owners.push(owner());
+        return Ok(e.mem.clone());
+    }
+    let len = usize::try_from(size).map_err(|_| SciError::Nospc)?;
+    let nz = std::num::NonZeroUsize::new(len).ok_or(SciError::IllegalParameter)?;
+    // SAFETY: a new MAP_SHARED mapping of a sealed memfd (it cannot shrink
+    // under us) of exactly the segment's size; no Rust object aliases it.
+    let base = unsafe { mmap(None, nz, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MmapFlags::MAP_SHARED, fd, 0) }
+        .map_err(|_| SciError::Nospc)?;
+    let mem = Arc::new(SegMem { base, len });
+    cache.insert(id, CacheEntry { mem: mem.clone(), owners: vec![owner()] });
+    Ok(mem)
+}
