@@ -67,6 +67,9 @@ enum Cmd {
         /// skipped with the reason.
         #[arg(long, value_delimiter = ',', default_value = "local")]
         paths: Vec<String>,
+        /// Rebuild the report (--report DIR) from a saved results.json instead of measuring.
+        #[arg(long, value_name = "FILE", requires = "report")]
+        from_json: Option<PathBuf>,
         /// Do not install missing peers (sockperf, iperf3, ucx_perftest) with apt-get.
         #[arg(long)]
         no_install: bool,
@@ -92,8 +95,8 @@ fn main() -> Result<()> {
         Cmd::Status { socket, json } => status(socket, json),
         Cmd::Demo { socket, round_trips, stream_bytes } => demo::run(socket, round_trips, stream_bytes),
         Cmd::DemoPeer { role, round_trips, stream_bytes } => demo::peer(role, round_trips, stream_bytes),
-        Cmd::Bench { quick, json, report, bench_dir, paths, no_install } => {
-            bench::run(bench::Options { quick, json, report, bench_dir, paths, install: !no_install })
+        Cmd::Bench { quick, json, report, bench_dir, paths, no_install, from_json } => {
+            bench::run(bench::Options { quick, json, report, bench_dir, paths, install: !no_install, from_json })
         }
         Cmd::Vm(cmd) => vm::run(cmd),
     }

@@ -78,7 +78,7 @@ fn run(ctx: &Ctx) -> Result<Value> {
         if ctx.quick { (&[64, 8192], &[65536, 8 << 20]) } else { (&[4, 64, 1024, 8192], &[1024, 4096, 65536, 1 << 20, 8 << 20]) };
     // posix: the shared-memory transport between processes; self: a
     // process's own endpoint, which UCP wants available.
-    let ucx = peers::ucx(&Local { socket: Path::new("/nonexistent") }, &ctx.tools, "posix,self", lat, bw, ctx.quick);
+    let ucx = peers::ucx(&Local { socket: Path::new("/nonexistent") }, &ctx.tools, "posix,self", lat, bw, false, ctx.quick);
     Ok(json!({
         "path": "local",
         "what": PATH.what,

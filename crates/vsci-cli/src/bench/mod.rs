@@ -37,6 +37,8 @@ pub struct Options {
     pub bench_dir: Option<PathBuf>,
     pub paths: Vec<String>,
     pub install: bool,
+    /// Rebuild the report from this results.json instead of measuring.
+    pub from_json: Option<PathBuf>,
 }
 
 /// One data path. Adding a path (guest↔host, guest↔guest, remote guests)
@@ -114,6 +116,15 @@ pub fn run(opts: Options) -> Result<()> {
         exe.parent().and_then(|p| p.parent()).map(|p| p.join("bench")).unwrap_or_else(|| PathBuf::from("build/bench"))
     });
     let examples_dir = bench_dir.parent().map(|p| p.join("examples")).unwrap_or_else(|| PathBuf::from("build/examples"));
+    if let Some(f) = &opts.from_json {
+        let Some(dir) = &opts.report else { bail!("--from-json needs --report DIR") };
+        let out: Value = serde_json::from_str(&std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?)
+            .with_context(|| format!("{} is not JSON", f.display()))?;
+        for f in write_report(dir, &out, false)? {
+            say(&format!("report: wrote {}", f.display()));
+        }
+        return Ok(());
+    }
     let selected = select_paths(&opts.paths)?;
     netns::catch_signals();
     let started = Instant::now();
@@ -188,7 +199,7 @@ pub fn run(opts: Options) -> Result<()> {
     }
     if let Some(dir) = &opts.report {
         step("report: Markdown, JSON and plots");
-        let files = write_report(dir, &out)?;
+        let files = write_report(dir, &out, true)?;
         for f in files {
             say(&format!("report: wrote {}", f.display()));
         }
@@ -202,16 +213,22 @@ pub fn run(opts: Options) -> Result<()> {
 }
 
 /// `DIR/benchmarks.md`, `DIR/bench/results.{json,txt}`, `DIR/bench/*.png`.
-fn write_report(dir: &Path, out: &Value) -> Result<Vec<PathBuf>> {
+/// `transcript`: also write what this run printed (not when the report is
+/// rebuilt from a saved JSON).
+fn write_report(dir: &Path, out: &Value, with_transcript: bool) -> Result<Vec<PathBuf>> {
     let sub = dir.join("bench");
     std::fs::create_dir_all(&sub).with_context(|| format!("creating {}", sub.display()))?;
     let mut files = Vec::new();
     let j = sub.join("results.json");
-    write_file(&j, &(serde_json::to_string_pretty(out)? + "\n"))?;
-    files.push(j);
-    let t = sub.join("results.txt");
-    write_file(&t, &transcript())?;
-    files.push(t);
+    if with_transcript {
+        write_file(&j, &(serde_json::to_string_pretty(out)? + "\n"))?;
+        files.push(j);
+    }
+    if with_transcript {
+        let t = sub.join("results.txt");
+        write_file(&t, &transcript())?;
+        files.push(t);
+    }
     let plots = match plot::write_all(&sub, out) {
         Ok(p) => p,
         Err(e) => {

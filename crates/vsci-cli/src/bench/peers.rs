@@ -315,13 +315,18 @@ fn ucx_final(text: &str) -> Option<Vec<f64>> {
 /// ucx_perftest between the two ends with the given `UCX_TLS`:
 /// `ucp_put_lat` (RTT/2, busy polling) and `ucp_put_bw` per size. A
 /// failing run is kept as its error text, never as a number.
-pub fn ucx(sites: &dyn Sites, tools: &Tools, tls: &str, lat_sizes: &[u64], bw_sizes: &[u64], quick: bool) -> Value {
+/// With `am_bw`, also `ucp_am_bw` per size: UCX 1.13 has no native put
+/// over TCP and emulates it, slowly for large messages; active messages
+/// are what UCX moves fastest over TCP, so they bound what UCX can do on
+/// the path.
+pub fn ucx(sites: &dyn Sites, tools: &Tools, tls: &str, lat_sizes: &[u64], bw_sizes: &[u64], am_bw: bool, quick: bool) -> Value {
     let Some(prog) = tools.get(Tool::UcxPerftest) else {
         say(&tools.missing(Tool::UcxPerftest));
         return json!({"available": false, "tls": tls});
     };
     let mut lat = Vec::new();
     let mut bw = Vec::new();
+    let mut am = Vec::new();
     let mut errors = Vec::new();
     let mut one = |test: &str, size: u64, iters: u64| -> Option<Vec<f64>> {
         match ucx_run(sites, prog, tls, test, size, iters) {
@@ -341,23 +346,32 @@ pub fn ucx(sites: &dyn Sites, tools: &Tools, tls: &str, lat_sizes: &[u64], bw_si
             lat.push(json!({"size": s, "n": v[0], "median_us": v[1], "mean_us": v[2]}));
         }
     }
-    for &s in bw_sizes {
-        // About 256 MiB per run (64 MiB quick), at least 50 iterations.
-        let iters = ((if quick { 64u64 << 20 } else { 256 << 20 }) / s).max(50);
-        if let Some(v) = one("ucp_put_bw", s, iters) {
-            // ucx_perftest's "MB/s" is MiB/s; use the message rate instead.
-            let mbps = v[7] * s as f64 / 1e6;
-            say(&format!("ucx_perftest -t ucp_put_bw  -s {:<8} UCX_TLS={tls}: {mbps:.1} MB/s", s));
-            bw.push(json!({"size": s, "n": v[0], "MBps": mbps}));
+    let bw_tests: &[&str] = if am_bw { &["ucp_put_bw", "ucp_am_bw"] } else { &["ucp_put_bw"] };
+    for &test in bw_tests {
+        for &s in bw_sizes {
+            // About 256 MiB per run (64 MiB quick), at least 50 iterations.
+            let iters = ((if quick { 64u64 << 20 } else { 256 << 20 }) / s).max(50);
+            if let Some(v) = one(test, s, iters) {
+                // ucx_perftest's "MB/s" is MiB/s; use the message rate instead.
+                let mbps = v[7] * s as f64 / 1e6;
+                say(&format!("ucx_perftest -t {test:<11} -s {:<8} UCX_TLS={tls}: {mbps:.1} MB/s", s));
+                let row = json!({"size": s, "n": v[0], "MBps": mbps});
+                if test == "ucp_am_bw" {
+                    am.push(row);
+                } else {
+                    bw.push(row);
+                }
+            }
         }
     }
     json!({
         "available": true,
         "tls": tls,
-        "command": format!("UCX_TLS={tls} ucx_perftest -p {UCX_PORT} (end 1); UCX_TLS={tls} ucx_perftest {} -p {UCX_PORT} -t ucp_put_lat|ucp_put_bw -s SIZE -n N (end 0)", sites.addr(1)),
+        "command": format!("UCX_TLS={tls} ucx_perftest -p {UCX_PORT} (end 1); UCX_TLS={tls} ucx_perftest {} -p {UCX_PORT} -t ucp_put_lat|ucp_put_bw{} -s SIZE -n N (end 0)", sites.addr(1), if am_bw { "|ucp_am_bw" } else { "" }),
         "what": "UCP put: latency = RTT/2 of a put ping-pong with busy polling; bandwidth = message rate x size",
         "lat": lat,
         "bw": bw,
+        "am_bw": am,
         "errors": errors,
     })
 }

@@ -89,6 +89,7 @@ pub fn write_all(dir: &Path, out: &Value) -> Result<Vec<PathBuf>> {
     s.extend(series("remote vsci (memcpy + SCIFlush)", pts(&rb, "size", |r| r["flush_MBps"].as_f64()), false));
     s.extend(series("remote vsci (SCIMemCpy)", pts(&rb, "size", |r| r["memcpy_MBps"].as_f64()), false));
     s.extend(series("UCX tcp put_bw", pts(&arr(r, &["peers", "ucx_perftest", "bw"]), "size", |r| r["MBps"].as_f64()), false));
+    s.extend(series("UCX tcp am_bw", pts(&arr(r, &["peers", "ucx_perftest", "am_bw"]), "size", |r| r["MBps"].as_f64()), false));
     if let Some(ip) = r["peers"]["iperf3"]["MBps"].as_f64() {
         s.extend(series("iperf3 (1 TCP stream, any size)", vec![(1024.0, ip), (8388608.0, ip)], false));
     }
@@ -177,23 +178,28 @@ fn log_plot(path: &Path, title: &str, xdesc: &str, ydesc: &str, s: &[Series], si
         let mut b = ChartBuilder::on(&root);
         b.caption(title, (FONT, 24)).margin(12).x_label_area_size(45).y_label_area_size(80);
         if size_axis {
-            let mut chart = b.build_cartesian_2d((x0 / 1.3..x1 * 1.3).log_scale(), (y0..y1).log_scale())?;
+            // Sizes are powers of two: plot log2(size) on a linear axis so
+            // that every tick is a power of two with a readable name.
+            let (l0, l1) = (x0.log2().floor() - 0.3, x1.log2().ceil() + 0.3);
+            let mut chart = b.build_cartesian_2d(l0..l1, (y0..y1).log_scale())?;
             chart
                 .configure_mesh()
                 .x_desc(xdesc)
                 .y_desc(ydesc)
                 .label_style((FONT, 14))
-                .x_label_formatter(&|x| size_name(x.round() as u64))
+                .x_labels(((l1 - l0) as usize + 1).min(32))
+                .x_label_formatter(&|x| if (x - x.round()).abs() < 0.01 { size_name(2f64.powf(x.round()) as u64) } else { String::new() })
                 .y_label_formatter(&|y| short(*y))
                 .draw()?;
             for (i, se) in s.iter().enumerate() {
                 let c = Palette99::pick(i).to_rgba();
                 let style = c.stroke_width(2);
+                let p: Vec<(f64, f64)> = se.pts.iter().map(|&(x, y)| (x.log2(), y)).collect();
                 if se.dashed {
-                    chart.draw_series(DashedLineSeries::new(se.pts.clone(), 8, 5, style))?.label(se.name.clone()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c));
+                    chart.draw_series(DashedLineSeries::new(p, 8, 5, style))?.label(se.name.clone()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c));
                 } else {
-                    chart.draw_series(LineSeries::new(se.pts.clone(), style))?.label(se.name.clone()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
-                    chart.draw_series(se.pts.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
+                    chart.draw_series(LineSeries::new(p.clone(), style))?.label(se.name.clone()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+                    chart.draw_series(p.iter().map(|&q| Circle::new(q, 3, c.filled())))?;
                 }
             }
             chart.configure_series_labels().label_font((FONT, 14)).background_style(WHITE.mix(0.85)).border_style(BLACK).position(SeriesLabelPosition::UpperLeft).draw()?;
@@ -202,10 +208,21 @@ fn log_plot(path: &Path, title: &str, xdesc: &str, ydesc: &str, s: &[Series], si
             chart.configure_mesh().x_desc(xdesc).y_desc(ydesc).label_style((FONT, 14)).y_label_formatter(&|y| short(*y)).draw()?;
             for (i, se) in s.iter().enumerate() {
                 let c = Palette99::pick(i).to_rgba();
-                chart
-                    .draw_series(LineSeries::new(se.pts.clone(), c.stroke_width(2)))?
-                    .label(se.name.clone())
-                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+                // Empty buckets are left out (log scale), so lines join only
+                // neighbouring buckets and a gap shows as a gap.
+                let mut runs: Vec<Vec<(f64, f64)>> = Vec::new();
+                for &p in &se.pts {
+                    match runs.last_mut() {
+                        Some(r) if r.last().is_some_and(|q| (p.0 - q.0 - 10.0).abs() < 0.5) => r.push(p),
+                        _ => runs.push(vec![p]),
+                    }
+                }
+                for (k, r) in runs.into_iter().enumerate() {
+                    let ser = chart.draw_series(LineSeries::new(r, c.stroke_width(2)))?;
+                    if k == 0 {
+                        ser.label(se.name.clone()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+                    }
+                }
                 chart.draw_series(se.pts.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
             }
             chart.configure_series_labels().label_font((FONT, 14)).background_style(WHITE.mix(0.85)).border_style(BLACK).position(SeriesLabelPosition::UpperRight).draw()?;

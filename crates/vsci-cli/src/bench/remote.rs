@@ -114,7 +114,7 @@ fn run(ctx: &Ctx) -> Result<Value> {
     let iperf = peers::iperf3(&pair, &ctx.tools, if ctx.quick { 2 } else { 5 });
     let (lat, bw): (&[u64], &[u64]) =
         if ctx.quick { (&[64, 8192], &[65536, 8 << 20]) } else { (&[4, 64, 1024, 8192], &[65536, 1 << 20, 8 << 20]) };
-    let ucx = peers::ucx(&pair, &ctx.tools, "tcp", lat, bw, ctx.quick);
+    let ucx = peers::ucx(&pair, &ctx.tools, "tcp", lat, bw, true, ctx.quick);
     pair.check_daemons()?;
 
     let table = print_table(&pair, &vsci, &sockperf, &iperf);
