@@ -19,8 +19,8 @@ pub const PATH: PathSpec = PathSpec {
     name: "local",
     what: "host processes on one node sharing segments (zero copy)",
     unavailable: |_| None,
-    steps: 3,
-    tools: &[Tool::UcxPerftest],
+    steps: 4,
+    tools: &[Tool::UcxPerftest, Tool::Sockperf, Tool::Iperf3],
     run,
 };
 
@@ -97,11 +97,19 @@ fn run(ctx: &Ctx) -> Result<Value> {
     if let (Some(r), Some(o)) = (reference, ucx.as_object_mut()) {
         o.insert("reference_pingpong".into(), r);
     }
+
+    // What the same two ends get from TCP through the loopback device.
+    step("local: sockperf and iperf3 over loopback");
+    let lo = Local { socket: Path::new("/nonexistent") };
+    let secs = if ctx.quick { 1 } else { 5 };
+    let sizes: &[u64] = if ctx.quick { &[64] } else { &[64, 1024, 8192] };
+    let sockperf = peers::sockperf(&lo, &ctx.tools, sizes, secs);
+    let iperf = peers::iperf3(&lo, &ctx.tools, secs);
     Ok(json!({
         "path": "local",
         "what": PATH.what,
         "sisci_bench": sb,
         "transfers": transfers,
-        "peers": {"ucx_perftest": ucx},
+        "peers": {"ucx_perftest": ucx, "sockperf": sockperf, "iperf3": iperf},
     }))
 }

@@ -248,9 +248,23 @@ fn summary(d: &mut Doc) {
         d.line("");
         return;
     }
-    let body: Vec<Vec<String>> = v
+    d.line("Overall, then the three furthest on each path. Some peers differ in kind (a blocking");
+    d.line("`eventfd` or TCP wake-up against a polled SISCI interrupt): the tables below say which.");
+    d.line("");
+    let mut pick: Vec<&(String, f64, bool)> = v.iter().take(3).collect();
+    let mut paths: Vec<&str> = v.iter().filter_map(|x| x.0.split_whitespace().next()).collect();
+    paths.dedup();
+    let mut seen = std::collections::BTreeSet::new();
+    paths.retain(|p| seen.insert(*p));
+    for p in paths {
+        for x in v.iter().filter(|x| x.0.split_whitespace().next() == Some(p)).take(3) {
+            if !pick.iter().any(|y| y.0 == x.0) {
+                pick.push(x);
+            }
+        }
+    }
+    let body: Vec<Vec<String>> = pick
         .iter()
-        .take(6)
         .map(|(w, r, lat)| {
             let better = if (*lat && *r < 1.0) || (!*lat && *r > 1.0) { "vsci better" } else { "vsci worse" };
             vec![w.clone(), fr(Some(*r)), if *lat { "latency".into() } else { "bandwidth".into() }, better.into()]
@@ -342,9 +356,64 @@ fn local(d: &mut Doc, l: &Value) {
     // Interrupts.
     interrupts_local(d, sb);
 
+    tcp_loopback(d, sb, &l["peers"]);
+
     // Transfers.
     let memcpy8 = rows(sb, &["write_bandwidth"]).iter().find(|r| r["size"].as_u64() == Some(8 << 20)).and_then(|r| r["peer_MBps"].as_f64());
     transfers(d, &l["transfers"], memcpy8, "two copies of the data (in and out) at this run's 8 MiB `memcpy` rate", 2.0, "local");
+}
+
+/// The local figures against TCP between the same two processes' host.
+fn tcp_loopback(d: &mut Doc, sb: &Value, peers: &Value) {
+    let sp = &peers["sockperf"];
+    let ip = &peers["iperf3"];
+    if sp.is_null() && ip.is_null() {
+        return;
+    }
+    d.line("### Against TCP over loopback (sockperf, iperf3)");
+    d.line("");
+    d.line("What two processes on this host get from the kernel's TCP through `lo`, in the same run:");
+    d.line("`sockperf` blocking TCP ping-pong (RTT/2) and `iperf3` (one stream).");
+    d.line("");
+    for (name, v) in [("sockperf", sp), ("iperf3", ip)] {
+        if v.get("available").and_then(Value::as_bool) != Some(true) {
+            d.line(&format!("**{name} was not available in this run; its column shows \"-\".**"));
+            d.line("");
+        } else if let Some(e) = v.get("error").and_then(Value::as_str) {
+            d.line(&format!("**{name} failed:** {}", e.lines().next().unwrap_or("")));
+            d.line("");
+        }
+    }
+    let sp_rows: Vec<&Value> = sp.get("rows").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default();
+    let mut body = Vec::new();
+    for row in rows(sb, &["pingpong"]) {
+        let Some(size) = row["size"].as_u64() else { continue };
+        let Some(s) = row_for(&sp_rows, "size", size) else { continue };
+        let v = med(row.get("vsci"));
+        let r = d.peer(format!("local ping-pong {} vs sockperf loopback", size_name(size)), ratio(v, med(Some(&s))), true);
+        body.push(vec![format!("ping-pong {}", size_name(size)), lat2(row.get("vsci")), lat2(Some(&s)), fr(r)]);
+    }
+    if let Some(s) = row_for(&sp_rows, "size", 64) {
+        for row in rows(sb, &["interrupt"]) {
+            let w = row["wait"].as_str().unwrap_or("?");
+            let v = med(row.get("vsci"));
+            let r = d.peer(format!("local interrupt ({w} wait) vs sockperf loopback 64 B"), ratio(v, med(Some(&s))), true);
+            body.push(vec![format!("interrupt, `{w}` (sockperf 64 B)"), lat2(row.get("vsci")), lat2(Some(&s)), fr(r)]);
+        }
+    }
+    let ipm = ip.get("MBps").and_then(Value::as_f64);
+    if ipm.is_some() {
+        for row in rows(sb, &["write_bandwidth"]) {
+            let Some(size) = row["size"].as_u64() else { continue };
+            if ![64 << 10, 1 << 20, 8 << 20].contains(&size) {
+                continue;
+            }
+            let v = row["vsci_MBps"].as_f64();
+            let r = d.peer(format!("local write {} vs iperf3 loopback", size_name(size)), ratio(v, ipm), false);
+            body.push(vec![format!("write {}, MB/s (iperf3)", size_name(size)), mbps(v), mbps(ipm), fr(r)]);
+        }
+    }
+    d.table(&["what", "vsci", "TCP over loopback", "vsci/peer"], &body);
 }
 
 fn ucx_note(d: &mut Doc, ucx: &Value) {
