@@ -76,6 +76,16 @@ fn sig(v: Option<f64>) -> String {
     }
 }
 
+/// sendrecv's times are whole microseconds: at most 3 decimals of a ms.
+fn ms_fmt(v: Option<f64>) -> String {
+    match v {
+        Some(x) if x.is_finite() && x >= 100.0 => format!("{x:.0}"),
+        Some(x) if x.is_finite() && x >= 10.0 => format!("{x:.1}"),
+        Some(x) if x.is_finite() => format!("{x:.3}"),
+        _ => "-".into(),
+    }
+}
+
 fn mbps(v: Option<f64>) -> String {
     match v {
         Some(x) if x.is_finite() && x < 100.0 => format!("{x:.1}"),
@@ -531,7 +541,7 @@ fn transfers(d: &mut Doc, t: &Value, rate: Option<f64>, limit_what: &str, copies
     d.line("the receiver copies the chunk out into a local buffer and acks with an interrupt; the next chunk");
     d.line("waits for the ack. Time from before the first copy to the last ack, the seed's definition;");
     d.line("median of 3 runs (the first run of each size also pays for first-touch page faults). The");
-    d.line("receiver checks every byte after each transfer, untimed.");
+    d.line("receiver checks every byte after each transfer, untimed. The sender's clock reads whole µs.");
     d.line(&format!("Limit: {limit_what}."));
     d.line("Seed 001: kvmtool, guest→guest on one host, its table 1.");
     d.line("");
@@ -543,16 +553,16 @@ fn transfers(d: &mut Doc, t: &Value, rate: Option<f64>, limit_what: &str, copies
         let seed = r["seed001_ms"].as_f64();
         let _ = path;
         let rs = ratio(ms, seed);
-        let runs: Vec<String> = r["runs_ms"].as_array().into_iter().flatten().filter_map(Value::as_f64).map(|x| format!("{x:.3}")).collect();
+        let runs: Vec<String> = r["runs_ms"].as_array().into_iter().flatten().map(|x| ms_fmt(x.as_f64())).collect();
         body.push(vec![
             size_name(size),
             format!("{}", r["chunks"].as_u64().unwrap_or(0)),
-            fmt_opt(ms, 3),
+            ms_fmt(ms),
             runs.join(", "),
             mbps(r["MBps"].as_f64()),
             sig(lim),
             fr(ratio(ms, lim)),
-            fmt_opt(seed, 3),
+            sig(seed),
             fr(rs),
         ]);
     }
@@ -750,7 +760,7 @@ ack per chunk; its receiver copies, ours verifies every byte.
 **Regenerating this file:**
 
 ```sh
-make && sudo build/bin/vsci bench --paths local,remote --report docs
+make && sudo build/bin/vsci bench --paths local,remote --report docs     # or: sudo make bench-report
 ```
 
 writes `docs/benchmarks.md`, `docs/bench/results.json`, `docs/bench/results.txt` and
