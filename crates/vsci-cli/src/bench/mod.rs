@@ -138,7 +138,13 @@ pub fn run(opts: Options) -> Result<()> {
             None => runnable.push(*p),
         }
     }
+    if runnable.is_empty() {
+        let why: Vec<String> =
+            skipped.iter().map(|s| format!("  {}: {}", s["path"].as_str().unwrap_or(""), s["reason"].as_str().unwrap_or(""))).collect();
+        bail!("no path asked for can run here:\n{}", why.join("\n"));
+    }
     let mut tools: Vec<Tool> = runnable.iter().flat_map(|p| p.tools.iter().copied()).collect();
+    tools.sort();
     tools.dedup();
     let total: u64 = 1 + runnable.iter().map(|p| p.steps).sum::<u64>() + u64::from(opts.report.is_some());
     progress_start(total);
