@@ -528,3 +528,25 @@ pub fn strip_ansi(s: &str) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_selected_by_name_and_all() {
+        let names = |v: &[&str]| select_paths(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>()).map(|p| p.iter().map(|p| p.name).collect::<Vec<_>>());
+        assert_eq!(names(&["local"]).unwrap(), ["local"]);
+        assert_eq!(names(&["remote", "local", "remote"]).unwrap(), ["remote", "local"]);
+        assert_eq!(names(&["all"]).unwrap(), PATHS.iter().map(|p| p.name).collect::<Vec<_>>());
+        let e = names(&["local", "moon"]).unwrap_err().to_string();
+        assert!(e.contains("unknown path `moon`") && e.contains("remote"), "{e}");
+    }
+
+    #[test]
+    fn utc_now_looks_like_iso_8601() {
+        let t = utc_now();
+        assert_eq!(t.len(), 20, "{t}");
+        assert!(t.ends_with('Z') && &t[4..5] == "-" && &t[10..11] == "T", "{t}");
+    }
+}

@@ -505,3 +505,28 @@ pub fn transfers(sites: &dyn Sites, sendrecv: &Path, quick: bool) -> Result<Valu
         "rows": rows,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ucx_final_line_is_parsed() {
+        let out = "| Stage | # iterations | ... |\nFinal:                 20000      0.060     0.063     0.063      121.25     121.25    15892030    15892030\n";
+        let v = ucx_final(out).expect("a Final: line");
+        assert_eq!(v.len(), 8);
+        assert_eq!(v[0], 20000.0);
+        assert_eq!(v[1], 0.060);
+        assert_eq!(v[7], 15892030.0);
+        assert!(ucx_final("no result here\n").is_none());
+    }
+
+    #[test]
+    fn sockperf_values_are_parsed() {
+        let out = "sockperf: ====> avg-latency=6.912 (std-dev=1.2)\nsockperf: ---> percentile 99.000 =   14.951\nsockperf: ---> percentile 50.000 =    6.905\n";
+        assert_eq!(sockperf_value(out, "avg-latency="), Some(6.912));
+        assert_eq!(sockperf_value(out, "percentile 99.000 ="), Some(14.951));
+        assert_eq!(sockperf_value(out, "percentile 50.000 ="), Some(6.905));
+        assert_eq!(sockperf_value(out, "<MAX> observation ="), None);
+    }
+}

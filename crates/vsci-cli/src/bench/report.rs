@@ -768,3 +768,38 @@ writes `docs/benchmarks.md`, `docs/bench/results.json`, `docs/bench/results.txt`
 skipped and the report says so). A full run takes several minutes on 2 cores; `--quick` is the
 seconds-long smoke version the test suite runs.
 ";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn thesis_tables_line_up_with_sizes() {
+        assert_eq!(t5(&T51, 1 << 10), Some(95279.0));
+        assert_eq!(t5(&T55_NATIVE, 8 << 20), Some(5682.0));
+        assert_eq!(t5(&T51, 16 << 10), None);
+        assert_eq!(t56(&T56_NATIVE, 4), Some(0.710));
+        assert_eq!(t56(&T56_NATIVE, 8192), Some(3.572));
+        assert_eq!(t56(&T56_NATIVE, 3), None);
+    }
+
+    #[test]
+    fn a_run_without_results_still_makes_a_report() {
+        let md = markdown(&json!({"machine": {"cpu": "x"}, "paths": {}, "skipped": [{"path": "remote", "reason": "needs root"}]}), &[]);
+        assert!(md.contains("# Benchmarks") && md.contains("path remote skipped") && md.contains("No ratio"), "{md}");
+    }
+
+    #[test]
+    fn ratios_and_peer_rows_come_from_the_json() {
+        let out = json!({"paths": {"local": {
+            "sisci_bench": {"write_bandwidth": {"rows": [{"size": 1024, "vsci_MBps": 50.0, "peer_MBps": 100.0}]}},
+            "peers": {"ucx_perftest": {"available": true, "tls": "posix,self", "bw": [{"size": 1024, "MBps": 25.0}], "lat": [], "errors": []}},
+            "transfers": {"rows": [{"size": 4096, "chunks": 1, "median_ms": 0.5, "runs_ms": [0.5], "seed001_ms": 1.0}]}
+        }}});
+        let md = markdown(&out, &["bandwidth.png".into()]);
+        assert!(md.contains("| 1 KiB | 50.0 | 100 | 0.50 | 25.0 | 2.00 | 95279 |"), "{md}");
+        assert!(md.contains("local write 1 KiB vs UCX shm put"), "{md}");
+        assert!(md.contains("![bandwidth.png](bench/bandwidth.png)"), "{md}");
+    }
+}
