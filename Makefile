@@ -17,7 +17,7 @@ BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 TEST_PKGS := -p vsci-proto -p vscid -p vsci-client -p sisci -p vsci-cli -p vsci-fabric -p vsci-dirty -p vsci-vm -p vsci-systest
 C_COMMON := $(wildcard tests/c/common/*.h examples/common/*.h bench/common/*.h)
 
-.PHONY: all rust stage c test demo bench install clean
+.PHONY: all rust stage c test demo bench bench-report install clean
 
 all: c
 
@@ -54,6 +54,11 @@ demo: all
 
 bench: all
 	$(BUILD)/bin/vsci bench
+
+# Regenerates docs/benchmarks.md, docs/bench/results.{json,txt} and the
+# plots (the remote path needs root for its network namespaces).
+bench-report: all
+	$(BUILD)/bin/vsci bench --paths local,remote --report docs
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include

@@ -15,13 +15,19 @@
  * from its absolute offset in the transfer, and acks it with a plain
  * interrupt.  Each side prints the MB/s of each transfer.
  *
+ * With -copy (sender's option) the sides work as in seed 001 instead: the
+ * sender memcpy()s each chunk from a local buffer that holds the whole
+ * transfer (filled before the clock starts), the receiver memcpy()s it out
+ * into a local buffer and acks, and checks every byte of that buffer when
+ * the transfer has ended, outside the sender's timing.
+ *
  *   sendrecv -receiver [-window BYTES] [-segid ID]
- *   sendrecv -sender   [-rn RECEIVER_NODE] [-bytes LIST] [-slots N] [-segid ID]
+ *   sendrecv -sender   [-rn RECEIVER_NODE] [-bytes LIST] [-slots N] [-segid ID] [-copy]
  *
  * -server is the same as -receiver, -client the same as -sender.
  * -bytes is a comma-separated list of sizes with k/m/g suffixes
  * (default 4k,2m,1g).  The receiver learns everything else from the
- * messages, so only the sender needs -bytes and -slots.
+ * messages, so only the sender needs -bytes, -slots and -copy.
  */
 #include "common/example.h"
 
@@ -48,7 +54,7 @@ struct sr_msg {
     uint32_t slot;          /* CHUNK: window slot */
     uint32_t node;          /* HELLO: sender's node */
     uint32_t ack_intno;     /* HELLO: sender's ack interrupt */
-    uint32_t pad;
+    uint32_t copy;          /* HELLO: 1 = -copy mode */
     uint64_t total;         /* transfer size */
     uint64_t offset;        /* CHUNK: absolute offset in the transfer */
     uint64_t len;           /* CHUNK: bytes */
@@ -130,7 +136,9 @@ static int run_receiver(sci_desc_t sd, unsigned int segid, uint64_t window)
     sci_remote_interrupt_t ack = NULL;
     struct sr_msg m;
     uint64_t chunk = 0, xfer_start = 0, xfer_chunks = 0, xfer_bytes = 0;
-    int rc = 0, done = 0;
+    int rc = 0, done = 0, copy = 0;
+    unsigned char *dst = NULL;      /* -copy: the whole transfer, copied out */
+    uint64_t dst_size = 0;
     while (!done) {
         unsigned int len = sizeof m;
         SCIWaitForDataInterrupt(data_intr, &m, &len, timeout_ms, NO_FLAGS, &err);
@@ -142,8 +150,10 @@ static int run_receiver(sci_desc_t sd, unsigned int segid, uint64_t window)
             chunk = m.chunk;
             if (chunk == 0 || chunk > window)
                 fail("sender's chunk size %" PRIu64 " does not fit the window", chunk);
+            copy = m.copy == 1;
             connect_interrupt(sd, &ack, m.node, m.ack_intno, "SCIConnectInterrupt (ack)");
-            printf("receiver: sender on node %u, chunks of %" PRIu64 " bytes\n", m.node, chunk);
+            printf("receiver: sender on node %u, chunks of %" PRIu64 " bytes%s\n", m.node, chunk,
+                   copy ? ", copied out and checked at the end of each transfer" : "");
             break;
         case MSG_CHUNK: {
             if (!ack)
@@ -155,7 +165,22 @@ static int run_receiver(sci_desc_t sd, unsigned int segid, uint64_t window)
             if (m.len > chunk || (uint64_t)(m.slot + 1) * chunk > window)
                 fail("chunk %" PRIu64 "+%" PRIu64 " in slot %u does not fit", m.offset, m.len,
                      m.slot);
-            uint64_t bad = check_chunk(win + (uint64_t)m.slot * chunk, m.offset, m.len, m.xfer);
+            uint64_t bad = UINT64_MAX;
+            if (copy) {
+                if (m.offset > m.total || m.len > m.total - m.offset)
+                    fail("chunk %" PRIu64 "+%" PRIu64 " outside a transfer of %" PRIu64 " bytes",
+                         m.offset, m.len, m.total);
+                if (m.total > dst_size) {
+                    free(dst);
+                    dst = malloc(m.total);
+                    if (!dst)
+                        fail("no memory for a %" PRIu64 "-byte receive buffer", m.total);
+                    dst_size = m.total;
+                }
+                memcpy(dst + m.offset, win + (uint64_t)m.slot * chunk, m.len);
+            } else {
+                bad = check_chunk(win + (uint64_t)m.slot * chunk, m.offset, m.len, m.xfer);
+            }
             if (bad != UINT64_MAX) {
                 printf("receiver: transfer %u: byte %" PRIu64 " is wrong\n", m.xfer, bad);
                 h->bad_offset = bad;
@@ -173,6 +198,17 @@ static int run_receiver(sci_desc_t sd, unsigned int segid, uint64_t window)
             if (xfer_bytes != m.total)
                 fail("transfer %u: got %" PRIu64 " of %" PRIu64 " bytes", m.xfer, xfer_bytes,
                      m.total);
+            if (copy) {
+                uint64_t bad = check_chunk(dst, 0, m.total, m.xfer);
+                if (bad != UINT64_MAX) {
+                    printf("receiver: transfer %u: byte %" PRIu64 " is wrong\n", m.xfer, bad);
+                    h->bad_offset = bad;
+                    h->error = 1;
+                    rc = 1;
+                    done = 1;
+                    break;
+                }
+            }
             printf("receiver: transfer %u verified, every byte:\n", m.xfer);
             print_rate("receiver", m.total, xfer_chunks, now_us() - xfer_start);
             xfer_chunks = 0;
@@ -191,6 +227,7 @@ static int run_receiver(sci_desc_t sd, unsigned int segid, uint64_t window)
         SCIDisconnectInterrupt(ack, NO_FLAGS, &err);
         DIE_ON_ERROR(err, "SCIDisconnectInterrupt");
     }
+    free(dst);
     remove_mapped_segment(segment, map, 0);
     SCIRemoveDataInterrupt(data_intr, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCIRemoveDataInterrupt");
@@ -198,7 +235,7 @@ static int run_receiver(sci_desc_t sd, unsigned int segid, uint64_t window)
 }
 
 static int run_sender(sci_desc_t sd, unsigned int remote_node, unsigned int segid,
-                      const uint64_t *sizes, int nsizes, unsigned int slots)
+                      const uint64_t *sizes, int nsizes, unsigned int slots, int copy)
 {
     sci_error_t err;
     sci_remote_segment_t segment;
@@ -229,7 +266,16 @@ static int run_sender(sci_desc_t sd, unsigned int remote_node, unsigned int segi
            chunk);
 
     struct sr_msg m = { .type = MSG_HELLO, .node = local_node, .ack_intno = ack_intno,
-                        .chunk = chunk };
+                        .chunk = chunk, .copy = (uint32_t)copy };
+    unsigned char *src = NULL;      /* -copy: the whole transfer, filled in advance */
+    if (copy) {
+        uint64_t most = 0;
+        for (int s = 0; s < nsizes; s++)
+            most = sizes[s] > most ? sizes[s] : most;
+        src = malloc(most);
+        if (!src)
+            fail("no memory for a %" PRIu64 "-byte send buffer", most);
+    }
     SCITriggerDataInterrupt(data_intr, &m, sizeof m, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCITriggerDataInterrupt (hello)");
 
@@ -237,6 +283,8 @@ static int run_sender(sci_desc_t sd, unsigned int remote_node, unsigned int segi
     for (int s = 0; s < nsizes && rc == 0; s++) {
         uint64_t total = sizes[s], sent = 0, acked = 0, chunks = 0;
         uint32_t xfer = (uint32_t)s + 1;
+        if (copy)
+            fill_chunk(src, 0, total, xfer);
         uint64_t t0 = now_us();
         for (uint64_t off = 0; off < total; off += chunk) {
             /* A slot is free once the chunk that used it was acked. */
@@ -251,7 +299,10 @@ static int run_sender(sci_desc_t sd, unsigned int remote_node, unsigned int segi
             }
             uint32_t slot = (uint32_t)(sent % slots);
             uint64_t len = total - off < chunk ? total - off : chunk;
-            fill_chunk(win + (uint64_t)slot * chunk, off, len, xfer);
+            if (copy)
+                memcpy(win + (uint64_t)slot * chunk, src + off, len);
+            else
+                fill_chunk(win + (uint64_t)slot * chunk, off, len, xfer);
             SCIStoreBarrier(NULL, NO_FLAGS);   /* data before the message */
             struct sr_msg c = { .type = MSG_CHUNK, .xfer = xfer, .slot = slot, .total = total,
                                 .offset = off, .len = len };
@@ -284,6 +335,7 @@ static int run_sender(sci_desc_t sd, unsigned int remote_node, unsigned int segi
         DIE_ON_ERROR(err, "SCITriggerDataInterrupt (bye)");
     }
 
+    free(src);
     SCIDisconnectDataInterrupt(data_intr, NO_FLAGS, &err);
     DIE_ON_ERROR(err, "SCIDisconnectDataInterrupt");
     disconnect_mapped_segment(segment, hmap, wmap);
@@ -296,12 +348,14 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: sendrecv -receiver [-window BYTES] [-segid ID] [-a ADAPTER] [-timeout MS]\n"
-            "       sendrecv -sender [-rn NODE] [-bytes LIST] [-slots N] [-segid ID]\n"
+            "       sendrecv -sender [-rn NODE] [-bytes LIST] [-slots N] [-segid ID] [-copy]\n"
             "                [-a ADAPTER] [-timeout MS]\n"
             "  -window BYTES  receiver's window (default 128m)\n"
             "  -bytes LIST    transfer sizes, comma-separated (default 4k,2m,1g)\n"
             "  -slots N       chunks in flight; chunk = window / N (default 2)\n"
             "  -segid ID      the window's segment id (default 0x%x)\n"
+            "  -copy          copy in from and out to local buffers (seed 001's way);\n"
+            "                 the receiver checks every byte after each transfer\n"
             "  (-server = -receiver, -client = -sender)\n",
             DEFAULT_SEGID);
     exit(2);
@@ -311,6 +365,7 @@ int main(int argc, char **argv)
 {
     int receiver = -1;
     unsigned int remote_node = 0, segid = DEFAULT_SEGID, slots = 2;
+    int copy = 0;
     uint64_t window = 128ULL << 20;
     uint64_t sizes[MAX_SIZES] = { 4ULL << 10, 2ULL << 20, 1ULL << 30 };
     int nsizes = 3;
@@ -326,6 +381,8 @@ int main(int argc, char **argv)
             receiver = 0;
         } else if (!strcmp(argv[i], "-window")) {
             window = parse_size(opt_value(argc, argv, &i));
+        } else if (!strcmp(argv[i], "-copy")) {
+            copy = 1;
         } else if (!strcmp(argv[i], "-slots")) {
             slots = opt_uint(argc, argv, &i);
         } else if (!strcmp(argv[i], "-segid")) {
@@ -354,7 +411,7 @@ int main(int argc, char **argv)
     if (remote_node == 0)
         remote_node = local_node_id();
     int rc = receiver ? run_receiver(sd, segid, window)
-                      : run_sender(sd, remote_node, segid, sizes, nsizes, slots);
+                      : run_sender(sd, remote_node, segid, sizes, nsizes, slots, copy);
     close_descriptor(sd);                              /* SCIClose, SCITerminate */
     printf("%s: %s\n", receiver ? "receiver" : "sender", rc == 0 ? "success" : "FAILED");
     return rc;

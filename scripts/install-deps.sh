@@ -4,8 +4,10 @@
 set -euo pipefail
 
 PKGS=(build-essential pkg-config make gcc libc6-dev curl ca-certificates iproute2 procps
-      # remote nodes: the RMA engine; benchmark peers
-      libfabric-dev libfabric-bin sockperf iperf3
+      # remote nodes: the RMA engine; benchmark peers (ucx-utils: ucx_perftest)
+      libfabric-dev libfabric-bin sockperf iperf3 ucx-utils
+      # vsci bench --report: the TrueType font its PNG plots are labelled with
+      fonts-dejavu-core
       # vsci vm: QEMU 7.2, busybox for the guest image; dpkg-deb, tar and
       # apt-get download fetch and unpack the pinned guest kernel (guest/kernel-version)
       qemu-system-x86 busybox-static dpkg tar apt)

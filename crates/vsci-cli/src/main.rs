@@ -47,21 +47,32 @@ enum Cmd {
         #[arg(long, default_value_t = 256 << 20)]
         stream_bytes: u64,
     },
-    /// Run the benchmark suite (C programs under build/bench) on a fresh node.
+    /// Run the benchmarks on each data path, with peers measured in the same run.
     Bench {
-        /// Seconds-long smoke run instead of the full suite.
+        /// Seconds-long smoke run (fewer sizes and iterations) instead of the full suite.
         #[arg(long)]
         quick: bool,
         /// Write the JSON results here.
-        #[arg(long)]
+        #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
+        /// Write the report here: DIR/benchmarks.md, DIR/bench/results.{json,txt},
+        /// DIR/bench/*.png (`--report docs` regenerates docs/benchmarks.md).
+        #[arg(long, value_name = "DIR")]
+        report: Option<PathBuf>,
         /// Directory with the benchmark binaries [default: next to this program, ../bench].
         #[arg(long)]
         bench_dir: Option<PathBuf>,
-        /// Data paths to measure, comma-separated: `local` (processes on one node) and
-        /// `remote` (two nodes in two network namespaces, against sockperf and iperf3; needs root).
-        #[arg(long, value_enum, value_delimiter = ',', default_value = "local")]
-        paths: Vec<bench::BenchPath>,
+        /// Data paths, comma-separated: `local` (processes on one node), `remote` (two nodes
+        /// in two network namespaces; needs root), or `all`. Paths that cannot run here are
+        /// skipped with the reason.
+        #[arg(long, value_delimiter = ',', default_value = "local")]
+        paths: Vec<String>,
+        /// Rebuild the report (--report DIR) from a saved results.json instead of measuring.
+        #[arg(long, value_name = "FILE", requires = "report")]
+        from_json: Option<PathBuf>,
+        /// Do not install missing peers (sockperf, iperf3, ucx_perftest) with apt-get.
+        #[arg(long)]
+        no_install: bool,
     },
     /// QEMU guests: `vsci vm run --socket PATH --name NAME [--add HOST:GUEST]... -- CMD`.
     #[command(subcommand)]
@@ -87,7 +98,9 @@ fn main() -> Result<()> {
         Cmd::Status { socket, json } => status(socket, json),
         Cmd::Demo { socket, round_trips, stream_bytes } => demo::run(socket, round_trips, stream_bytes),
         Cmd::DemoPeer { role, round_trips, stream_bytes } => demo::peer(role, round_trips, stream_bytes),
-        Cmd::Bench { quick, json, bench_dir, paths } => bench::run(quick, json, bench_dir, paths),
+        Cmd::Bench { quick, json, report, bench_dir, paths, no_install, from_json } => {
+            bench::run(bench::Options { quick, json, report, bench_dir, paths, install: !no_install, from_json })
+        }
         Cmd::Vm(cmd) => vm::run(cmd),
     }
 }

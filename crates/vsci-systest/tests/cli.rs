@@ -32,17 +32,48 @@ fn status_lists_what_a_node_holds() {
 }
 
 #[test]
-fn bench_quick_smoke_run_writes_json() {
+fn bench_quick_smoke_run_writes_json_and_report() {
     let dir = TempDir::new("bench");
     let json = dir.path.join("bench.json");
+    let report = dir.path.join("report");
+    // --no-install: a test never installs packages; missing peers are
+    // reported as missing, which is all this run checks.
     let out = run(
-        "vsci bench --quick",
-        Command::new(built("bin/vsci")).args(["bench", "--quick", "--json"]).arg(&json).arg("--bench-dir").arg(build_dir().join("bench")),
+        "vsci bench --quick --report",
+        Command::new(built("bin/vsci"))
+            .args(["bench", "--quick", "--no-install", "--paths", "local", "--json"])
+            .arg(&json)
+            .arg("--report")
+            .arg(&report)
+            .arg("--bench-dir")
+            .arg(build_dir().join("bench")),
         PROGRAM_TIMEOUT,
     );
     out.assert_success();
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("bench wrote its JSON")).expect("valid JSON");
-    assert!(v.is_object(), "bench JSON is an object: {v}");
+    assert!(v["paths"]["local"]["sisci_bench"].is_object(), "bench JSON has the local sisci_bench results: {v}");
+    assert!(v["machine"]["cores"].as_u64().is_some(), "bench JSON describes the machine: {v}");
+    let md = std::fs::read_to_string(report.join("benchmarks.md")).expect("report wrote benchmarks.md");
+    for part in ["## The machine and the run", "## Local path", "thesis 5.1", "Seed 001"] {
+        assert!(md.contains(part), "benchmarks.md has {part:?}:\n{md}");
+    }
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(report.join("bench/results.json")).expect("report wrote results.json")).expect("valid JSON");
+    assert!(saved["paths"]["local"].is_object());
+    assert!(report.join("bench/results.txt").exists(), "report wrote results.txt");
+    // Plots need a TrueType font (fonts-dejavu-core); without one the run
+    // says so and the Markdown has no plots, which is not a failure.
+    if std::path::Path::new("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf").exists() {
+        let png = std::fs::read(report.join("bench/bandwidth.png")).expect("report wrote bandwidth.png");
+        assert!(png.starts_with(b"\x89PNG"), "bandwidth.png is a PNG");
+    }
+}
+
+#[test]
+fn bench_names_the_paths_when_one_is_unknown() {
+    let out = run("vsci bench --paths nowhere", Command::new(built("bin/vsci")).args(["bench", "--paths", "local,nowhere"]), PROGRAM_TIMEOUT);
+    assert!(!out.status.success(), "an unknown path must fail: {}", out.describe());
+    out.assert_contains("unknown path `nowhere`").assert_contains("local").assert_contains("remote");
 }
 
 /// The acceptance path for users: an unmodified SISCI program builds with

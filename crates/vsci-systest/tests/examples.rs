@@ -212,6 +212,25 @@ fn sendrecv_small_window() {
     d.assert_running();
 }
 
+/// -copy (seed 001's way: copy in from a local buffer, copy out, check at
+/// the end) through a window smaller than the transfer, with one slot.
+#[test]
+fn sendrecv_copy_mode() {
+    let mut d = Daemon::start(17);
+    let mut rc = d.client(&example("sendrecv"));
+    rc.args(["-receiver", "-window", "256k"]);
+    let receiver = Proc::spawn("sendrecv -receiver", &mut rc);
+    let mut sc = d.client(&example("sendrecv"));
+    sc.args(["-sender", "-bytes", "4k,1000003", "-slots", "1", "-copy"]);
+    let sender = Proc::spawn("sendrecv -sender", &mut sc);
+    let s = sender.wait(PROGRAM_TIMEOUT);
+    let r = receiver.wait(PROGRAM_TIMEOUT);
+    r.assert_success().assert_contains("copied out").assert_contains("1000003 bytes in");
+    s.assert_success().assert_contains("1000003 bytes in");
+    assert_eq!(r.stdout.matches("verified, every byte").count(), 2, "{}", r.describe());
+    d.assert_running();
+}
+
 /// Usage errors exit non-zero with a message, without a daemon.
 #[test]
 fn examples_reject_bad_arguments() {

@@ -1,0 +1,552 @@
+//! `vsci bench`: run the benchmark programs on every data path asked for,
+//! put each figure next to peers measured in the same run on the same path,
+//! and (with `--report DIR`) write JSON, a Markdown report and PNG plots.
+//!
+//! A *path* is one way two SISCI programs can sit relative to each other
+//! (two processes of one node, two nodes in network namespaces, and later
+//! guests). Each path is one entry of [`PATHS`] and one runner function;
+//! the runner returns a JSON object, and the report and plots read only
+//! that JSON, so a new path shows up in them as soon as its runner fills
+//! the same keys (`sisci_bench`/`remote_bench`, `transfers`, `peers`).
+
+mod local;
+mod netns;
+mod peers;
+mod plot;
+mod remote;
+mod report;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::{json, Value};
+
+pub use peers::Tool;
+
+/// What `vsci bench` was asked to do.
+pub struct Options {
+    pub quick: bool,
+    pub json: Option<PathBuf>,
+    pub report: Option<PathBuf>,
+    pub bench_dir: Option<PathBuf>,
+    pub paths: Vec<String>,
+    pub install: bool,
+    /// Rebuild the report from this results.json instead of measuring.
+    pub from_json: Option<PathBuf>,
+}
+
+/// One data path. Adding a path (guest↔host, guest↔guest, remote guests)
+/// is one more entry in [`PATHS`] plus its runner.
+pub struct PathSpec {
+    pub name: &'static str,
+    pub what: &'static str,
+    /// Why the path cannot run on this machine now, if it cannot; the path
+    /// is then skipped with that reason instead of failing the run.
+    pub unavailable: fn(&Ctx) -> Option<String>,
+    /// Progress-bar steps the runner reports through [`step`].
+    pub steps: u64,
+    /// Peer programs the runner uses; missing ones are installed first.
+    pub tools: &'static [Tool],
+    pub run: fn(&Ctx) -> Result<Value>,
+}
+
+/// Every path, in the order they run. Guest paths (`guest-host`,
+/// `guest-guest`, `remote-guest`) will be entries here whose runners start
+/// the benchmarks through `vsci vm run`.
+pub const PATHS: &[PathSpec] = &[local::PATH, remote::PATH];
+
+/// What every runner gets.
+pub struct Ctx {
+    pub quick: bool,
+    /// Directory of `sisci_bench` and `remote_bench`.
+    pub bench_dir: PathBuf,
+    /// Directory of the example programs (`sendrecv`).
+    pub examples_dir: PathBuf,
+    /// Peer programs found or installed.
+    pub tools: peers::Tools,
+}
+
+impl Ctx {
+    pub fn program(&self, dir: &Path, name: &str) -> Result<PathBuf> {
+        let p = dir.join(name);
+        if !p.exists() {
+            bail!("{} not found; build it with `make`", p.display());
+        }
+        Ok(p.canonicalize()?)
+    }
+}
+
+/// Resolve `--paths`: names of [`PATHS`] or `all`.
+fn select_paths(names: &[String]) -> Result<Vec<&'static PathSpec>> {
+    let mut out: Vec<&'static PathSpec> = Vec::new();
+    for n in names {
+        let n = n.trim();
+        if n == "all" {
+            for p in PATHS {
+                if !out.iter().any(|q| q.name == p.name) {
+                    out.push(p);
+                }
+            }
+            continue;
+        }
+        match PATHS.iter().find(|p| p.name == n) {
+            Some(p) if !out.iter().any(|q| q.name == p.name) => out.push(p),
+            Some(_) => {}
+            None => {
+                let list: Vec<String> = PATHS.iter().map(|p| format!("  {:<8} {}", p.name, p.what)).collect();
+                bail!("unknown path `{n}` in --paths; the paths are:\n{}\n  all      every path above", list.join("\n"));
+            }
+        }
+    }
+    if out.is_empty() {
+        bail!("--paths names no path");
+    }
+    Ok(out)
+}
+
+pub fn run(opts: Options) -> Result<()> {
+    let bench_dir = opts.bench_dir.clone().unwrap_or_else(|| {
+        let exe = std::env::current_exe().unwrap_or_default();
+        exe.parent().and_then(|p| p.parent()).map(|p| p.join("bench")).unwrap_or_else(|| PathBuf::from("build/bench"))
+    });
+    let examples_dir = bench_dir.parent().map(|p| p.join("examples")).unwrap_or_else(|| PathBuf::from("build/examples"));
+    if let Some(f) = &opts.from_json {
+        let Some(dir) = &opts.report else { bail!("--from-json needs --report DIR") };
+        let out: Value = serde_json::from_str(&std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?)
+            .with_context(|| format!("{} is not JSON", f.display()))?;
+        for f in write_report(dir, &out, false)? {
+            say(&format!("report: wrote {}", f.display()));
+        }
+        return Ok(());
+    }
+    let selected = select_paths(&opts.paths)?;
+    netns::catch_signals();
+    let started = Instant::now();
+
+    let mut ctx = Ctx { quick: opts.quick, bench_dir, examples_dir, tools: peers::Tools::default() };
+    let mut runnable = Vec::new();
+    let mut skipped = Vec::new();
+    for p in &selected {
+        match (p.unavailable)(&ctx) {
+            Some(why) => skipped.push(json!({"path": p.name, "reason": why})),
+            None => runnable.push(*p),
+        }
+    }
+    if runnable.is_empty() {
+        let why: Vec<String> =
+            skipped.iter().map(|s| format!("  {}: {}", s["path"].as_str().unwrap_or(""), s["reason"].as_str().unwrap_or(""))).collect();
+        bail!("no path asked for can run here:\n{}", why.join("\n"));
+    }
+    let mut tools: Vec<Tool> = runnable.iter().flat_map(|p| p.tools.iter().copied()).collect();
+    tools.sort();
+    tools.dedup();
+    let total: u64 = 1 + runnable.iter().map(|p| p.steps).sum::<u64>() + u64::from(opts.report.is_some());
+    progress_start(total);
+    for s in &skipped {
+        say(&format!("path {}: skipped: {}", s["path"].as_str().unwrap_or(""), s["reason"].as_str().unwrap_or("")));
+    }
+    step("peers: looking for sockperf, iperf3, ucx_perftest");
+    ctx.tools = peers::ensure(&tools, opts.install);
+
+    let machine = machine();
+    say(&format!(
+        "machine: {} | {} cores | {} | Linux {} | {}",
+        machine["cpu"].as_str().unwrap_or("?"),
+        machine["cores"],
+        machine["memory"].as_str().unwrap_or("?"),
+        machine["kernel"].as_str().unwrap_or("?"),
+        machine["virtualization"].as_str().unwrap_or("?"),
+    ));
+    let mut results = serde_json::Map::new();
+    let mut errors = serde_json::Map::new();
+    for p in &runnable {
+        if netns::interrupted() {
+            break;
+        }
+        say(&format!("\n######## path {}: {} ########", p.name, p.what));
+        match (p.run)(&ctx) {
+            Ok(v) => {
+                results.insert(p.name.into(), v);
+            }
+            Err(e) => {
+                say(&format!("!! path {} failed: {e:#}", p.name));
+                errors.insert(p.name.into(), json!(format!("{e:#}")));
+            }
+        }
+    }
+    let out = json!({
+        "benchmark": "vsci bench",
+        "version": env!("CARGO_PKG_VERSION"),
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "date": utc_now(),
+        "elapsed_s": started.elapsed().as_secs_f64(),
+        "mode": if opts.quick { "quick" } else { "full" },
+        "machine": machine,
+        "paths": results,
+        "skipped": skipped,
+        "errors": errors,
+        "peers": ctx.tools.to_json(),
+        "units": {
+            "latency": "microseconds; RTT/2 for ping-pongs and interrupts, one way for store-to-visibility",
+            "bandwidth": "MB/s (1e6 B/s)",
+            "transfer": "milliseconds from the first store to the last ack",
+            "ratio": "vsci / peer, vsci / limit",
+        },
+    });
+    if let Some(j) = &opts.json {
+        write_file(j, &(serde_json::to_string_pretty(&out)? + "\n"))?;
+        say(&format!("json written to {}", j.display()));
+    }
+    if let Some(dir) = &opts.report {
+        step("report: Markdown, JSON and plots");
+        let files = write_report(dir, &out, true)?;
+        for f in files {
+            say(&format!("report: wrote {}", f.display()));
+        }
+    }
+    progress_finish();
+    netns::check_interrupted()?;
+    if !errors.is_empty() {
+        bail!("{} path(s) failed: {}", errors.len(), errors.keys().cloned().collect::<Vec<_>>().join(", "));
+    }
+    Ok(())
+}
+
+/// `DIR/benchmarks.md`, `DIR/bench/results.{json,txt}`, `DIR/bench/*.png`.
+/// `transcript`: also write what this run printed (not when the report is
+/// rebuilt from a saved JSON).
+fn write_report(dir: &Path, out: &Value, with_transcript: bool) -> Result<Vec<PathBuf>> {
+    let sub = dir.join("bench");
+    std::fs::create_dir_all(&sub).with_context(|| format!("creating {}", sub.display()))?;
+    let mut files = Vec::new();
+    let j = sub.join("results.json");
+    if with_transcript {
+        write_file(&j, &(serde_json::to_string_pretty(out)? + "\n"))?;
+        files.push(j);
+    }
+    if with_transcript {
+        let t = sub.join("results.txt");
+        write_file(&t, &transcript())?;
+        files.push(t);
+    }
+    let plots = match plot::write_all(&sub, out) {
+        Ok(p) => p,
+        Err(e) => {
+            say(&format!("!! plots not written: {e:#}"));
+            Vec::new()
+        }
+    };
+    let md = dir.join("benchmarks.md");
+    let names: Vec<String> = plots.iter().filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())).collect();
+    write_file(&md, &report::markdown(out, &names))?;
+    files.push(md);
+    files.extend(plots);
+    Ok(files)
+}
+
+fn write_file(p: &Path, text: &str) -> Result<()> {
+    std::fs::write(p, text).with_context(|| format!("writing {}", p.display()))
+}
+
+// ---------------------------------------------------------------------------
+// Progress and output: every line the run prints goes through `say`, which
+// keeps the progress bar (stderr) intact and records a transcript for the
+// report.
+
+struct Progress {
+    bar: ProgressBar,
+    transcript: Mutex<String>,
+    step_name: Mutex<String>,
+}
+
+static PROGRESS: OnceLock<Progress> = OnceLock::new();
+
+fn progress() -> &'static Progress {
+    PROGRESS.get_or_init(|| Progress {
+        bar: ProgressBar::hidden(),
+        transcript: Mutex::new(String::new()),
+        step_name: Mutex::new(String::new()),
+    })
+}
+
+fn progress_start(len: u64) {
+    let p = progress();
+    // Drawn only when stderr is a terminal; a redirected run gets plain text.
+    p.bar.set_draw_target(ProgressDrawTarget::stderr());
+    p.bar.set_length(len);
+    if let Ok(style) = ProgressStyle::with_template("{spinner} [{elapsed_precise}] [{bar:24}] {pos}/{len} {wide_msg}") {
+        p.bar.set_style(style.progress_chars("=> "));
+    }
+    p.bar.enable_steady_tick(Duration::from_millis(200));
+}
+
+fn progress_finish() {
+    progress().bar.finish_and_clear();
+}
+
+/// Print a line to stdout (above the bar) and keep it for results.txt.
+pub fn say(line: &str) {
+    let p = progress();
+    p.bar.suspend(|| println!("{line}"));
+    if let Ok(mut t) = p.transcript.lock() {
+        t.push_str(line);
+        t.push('\n');
+    }
+}
+
+/// Print a line to stderr (above the bar); not part of the transcript.
+pub fn say_err(line: &str) {
+    progress().bar.suspend(|| eprintln!("{line}"));
+}
+
+/// Start the next progress step.
+pub fn step(name: &str) {
+    let p = progress();
+    if let Ok(mut s) = p.step_name.lock() {
+        if !s.is_empty() {
+            p.bar.inc(1);
+        }
+        *s = name.to_string();
+    }
+    p.bar.set_message(name.to_string());
+}
+
+/// Show what the current step is doing (the last line of a benchmark).
+fn status(line: &str) {
+    let p = progress();
+    let name = p.step_name.lock().map(|s| s.clone()).unwrap_or_default();
+    let line: String = line.trim().chars().take(70).collect();
+    p.bar.set_message(format!("{name}: {line}"));
+}
+
+fn transcript() -> String {
+    progress().transcript.lock().map(|t| t.clone()).unwrap_or_default()
+}
+
+/// Forwards a child's stdout (through [`say`]) and stderr (through
+/// [`say_err`]) line by line and keeps both for the caller.
+pub struct Forward {
+    pub text: Arc<Mutex<String>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Forward {
+    /// `echo`: also print the lines (benchmarks) or only keep them (peers
+    /// whose output we parse and summarise).
+    pub fn start(child: &mut Child, echo: bool) -> Forward {
+        let text = Arc::new(Mutex::new(String::new()));
+        let mut threads = Vec::new();
+        fn pump<R: Read + Send + 'static>(r: R, text: Arc<Mutex<String>>, echo: bool, err: bool) -> JoinHandle<()> {
+            std::thread::spawn(move || {
+                for line in BufReader::new(r).lines() {
+                    let Ok(line) = line else { break };
+                    if echo {
+                        if err {
+                            say_err(&line);
+                        } else {
+                            say(&line);
+                        }
+                    }
+                    if !line.trim().is_empty() {
+                        status(&line);
+                    }
+                    if let Ok(mut t) = text.lock() {
+                        t.push_str(&line);
+                        t.push('\n');
+                    }
+                }
+            })
+        }
+        if let Some(o) = child.stdout.take() {
+            threads.push(pump(o, text.clone(), echo, false));
+        }
+        if let Some(e) = child.stderr.take() {
+            threads.push(pump(e, text.clone(), echo, true));
+        }
+        Forward { text, threads }
+    }
+
+    pub fn contains(&self, s: &str) -> bool {
+        self.text.lock().map(|t| t.contains(s)).unwrap_or(false)
+    }
+
+    /// Wait for the pipes to close and return everything.
+    pub fn finish(self) -> String {
+        for t in self.threads {
+            let _ = t.join();
+        }
+        self.text.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+}
+
+/// Run a command with its output piped through [`Forward`]; kill it after
+/// `timeout` or on a signal.
+pub fn run_forwarded(mut cmd: Command, what: &str, timeout: Duration, echo: bool) -> Result<(ExitStatus, String)> {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().with_context(|| format!("starting {what}"))?;
+    let fwd = Forward::start(&mut child, echo);
+    let st = netns::wait_child(&mut child, timeout, what);
+    let text = fwd.finish();
+    Ok((st?, text))
+}
+
+// ---------------------------------------------------------------------------
+// The machine
+
+fn read(p: &str) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+/// CPU, cores, memory, kernel and what a guest would run on.
+fn machine() -> Value {
+    let cpuinfo = read("/proc/cpuinfo");
+    let cpu = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    let flags: Vec<&str> = cpuinfo.lines().find(|l| l.starts_with("flags")).and_then(|l| l.split_once(':')).map(|(_, v)| v.split_whitespace().collect()).unwrap_or_default();
+    let hw_virt = flags.iter().any(|f| *f == "vmx" || *f == "svm");
+    let under_hv = flags.contains(&"hypervisor");
+    let kvm_dev = Path::new("/dev/kvm").exists();
+    let accel = if hw_virt && kvm_dev {
+        "guests would run under KVM (CPU has vmx/svm, /dev/kvm present)".to_string()
+    } else if kvm_dev {
+        "guests would run under TCG: /dev/kvm exists but the CPU flags show no vmx/svm (nested PVM KVM, where stock guest kernels hang)".to_string()
+    } else {
+        "guests would run under TCG (no /dev/kvm)".to_string()
+    };
+    let mem_kib: u64 = read("/proc/meminfo")
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let uts = nix::sys::utsname::uname().ok();
+    let kernel = uts.as_ref().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
+    let host = uts.as_ref().map(|u| u.nodename().to_string_lossy().into_owned()).unwrap_or_default();
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    json!({
+        "cpu": cpu,
+        "cores": cores,
+        "memory": format!("{:.0} GiB", mem_kib as f64 / (1024.0 * 1024.0)),
+        "kernel": kernel,
+        "hostname": host,
+        "under_hypervisor": under_hv,
+        "virtualization": format!("{}{}", if under_hv { "this machine is itself a VM; " } else { "bare metal; " }, accel),
+    })
+}
+
+/// ISO 8601 UTC, without a date crate.
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0) as i64;
+    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+// ---------------------------------------------------------------------------
+// Small helpers shared by the runners
+
+pub fn f64_at(v: &Value, path: &[&str]) -> Option<f64> {
+    let mut cur = v;
+    for k in path {
+        cur = cur.get(*k)?;
+    }
+    cur.as_f64()
+}
+
+pub fn rows<'a>(v: &'a Value, path: &[&str]) -> Vec<&'a Value> {
+    let mut cur = v;
+    for k in path {
+        match cur.get(*k) {
+            Some(x) => cur = x,
+            None => return Vec::new(),
+        }
+    }
+    cur.get("rows").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default()
+}
+
+pub fn fmt_opt(v: Option<f64>, prec: usize) -> String {
+    match v {
+        Some(x) if x.is_finite() => format!("{x:.prec$}"),
+        _ => "-".into(),
+    }
+}
+
+pub fn size_name(s: u64) -> String {
+    if s >= 1 << 30 && s % (1 << 30) == 0 {
+        format!("{} GiB", s >> 30)
+    } else if s >= 1 << 20 && s % (1 << 20) == 0 {
+        format!("{} MiB", s >> 20)
+    } else if s >= 1024 && s % 1024 == 0 {
+        format!("{} KiB", s >> 10)
+    } else {
+        format!("{s} B")
+    }
+}
+
+/// The last `n` lines of a text.
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// Remove terminal colour sequences.
+pub fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.chars().peekable();
+    while let Some(c) = it.next() {
+        if c == '\x1b' {
+            if it.peek() == Some(&'[') {
+                it.next();
+                for d in it.by_ref() {
+                    if d.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_selected_by_name_and_all() {
+        let names = |v: &[&str]| select_paths(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>()).map(|p| p.iter().map(|p| p.name).collect::<Vec<_>>());
+        assert_eq!(names(&["local"]).unwrap(), ["local"]);
+        assert_eq!(names(&["remote", "local", "remote"]).unwrap(), ["remote", "local"]);
+        assert_eq!(names(&["all"]).unwrap(), PATHS.iter().map(|p| p.name).collect::<Vec<_>>());
+        let e = names(&["local", "moon"]).unwrap_err().to_string();
+        assert!(e.contains("unknown path `moon`") && e.contains("remote"), "{e}");
+    }
+
+    #[test]
+    fn utc_now_looks_like_iso_8601() {
+        let t = utc_now();
+        assert_eq!(t.len(), 20, "{t}");
+        assert!(t.ends_with('Z') && &t[4..5] == "-" && &t[10..11] == "T", "{t}");
+    }
+}

@@ -1,0 +1,244 @@
+//! PNG plots of a run, drawn from its JSON with plotters' bitmap backend.
+//!
+//! Text goes through plotters' ab_glyph renderer with a TrueType font read
+//! at run time (DejaVu Sans from Debian's fonts-dejavu-core), so the binary
+//! links no fontconfig or freetype and ships no font of its own.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use anyhow::{bail, Context, Result};
+use plotters::prelude::*;
+use serde_json::Value;
+
+use super::{rows, size_name};
+
+const FONT: &str = "sans-serif";
+
+/// Where Debian (fonts-dejavu-core) and others keep a plain sans font.
+const FONT_FILES: &[&str] = &[
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+];
+
+fn register_font() -> Result<()> {
+    static DONE: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let path = FONT_FILES.iter().find(|p| Path::new(p).exists()).ok_or_else(|| {
+            format!("no TrueType font found ({}); install fonts-dejavu-core (scripts/install-deps.sh does)", FONT_FILES[0])
+        })?;
+        let bytes = std::fs::read(path).map_err(|e| format!("reading {path}: {e}"))?;
+        // plotters keeps fonts for the life of the process; the run draws a
+        // few plots and exits, so one leaked copy is what it needs.
+        let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+        plotters::style::register_font(FONT, FontStyle::Normal, bytes).map_err(|_| format!("{path} is not a usable font"))
+    })
+    .clone()
+    .map_err(anyhow::Error::msg)
+}
+
+struct Series {
+    name: String,
+    pts: Vec<(f64, f64)>,
+    /// Published figures from other hardware: dashed.
+    dashed: bool,
+}
+
+fn series(name: &str, pts: Vec<(f64, f64)>, dashed: bool) -> Option<Series> {
+    let pts: Vec<(f64, f64)> = pts.into_iter().filter(|(x, y)| x.is_finite() && y.is_finite() && *x > 0.0 && *y > 0.0).collect();
+    (!pts.is_empty()).then(|| Series { name: name.into(), pts, dashed })
+}
+
+fn pts(rs: &[&Value], x: &str, y: impl Fn(&Value) -> Option<f64>) -> Vec<(f64, f64)> {
+    rs.iter().filter_map(|r| Some((r.get(x)?.as_f64()?, y(r)?))).collect()
+}
+
+fn arr<'a>(v: &'a Value, path: &[&str]) -> Vec<&'a Value> {
+    let mut cur = v;
+    for k in path {
+        match cur.get(*k) {
+            Some(x) => cur = x,
+            None => return Vec::new(),
+        }
+    }
+    cur.as_array().map(|a| a.iter().collect()).unwrap_or_default()
+}
+
+fn med(v: &Value, k: &str) -> Option<f64> {
+    v.get(k)?.get("median_us")?.as_f64()
+}
+
+const T5_SIZES: [f64; 11] = [1024., 2048., 4096., 8192., 32768., 65536., 262144., 1048576., 2097152., 4194304., 8388608.];
+
+/// Draw every plot the run has data for; returns the files written.
+pub fn write_all(dir: &Path, out: &Value) -> Result<Vec<PathBuf>> {
+    register_font()?;
+    let l = &out["paths"]["local"];
+    let r = &out["paths"]["remote"];
+    let mut files = Vec::new();
+
+    // Bandwidth.
+    let lb = rows(&l["sisci_bench"], &["write_bandwidth"]);
+    let rb = rows(&r["remote_bench"], &["write_bandwidth"]);
+    let mut s = Vec::new();
+    s.extend(series("local vsci (memcpy + SCIFlush)", pts(&lb, "size", |r| r["vsci_MBps"].as_f64()), false));
+    s.extend(series("local memcpy (limit)", pts(&lb, "size", |r| r["peer_MBps"].as_f64()), false));
+    s.extend(series("UCX shm put_bw", pts(&arr(l, &["peers", "ucx_perftest", "bw"]), "size", |r| r["MBps"].as_f64()), false));
+    s.extend(series("remote vsci (memcpy + SCIFlush)", pts(&rb, "size", |r| r["flush_MBps"].as_f64()), false));
+    s.extend(series("remote vsci (SCIMemCpy)", pts(&rb, "size", |r| r["memcpy_MBps"].as_f64()), false));
+    s.extend(series("UCX tcp put_bw", pts(&arr(r, &["peers", "ucx_perftest", "bw"]), "size", |r| r["MBps"].as_f64()), false));
+    s.extend(series("UCX tcp am_bw", pts(&arr(r, &["peers", "ucx_perftest", "am_bw"]), "size", |r| r["MBps"].as_f64()), false));
+    if let Some(ip) = r["peers"]["iperf3"]["MBps"].as_f64() {
+        s.extend(series("iperf3 (1 TCP stream, any size)", vec![(1024.0, ip), (8388608.0, ip)], false));
+    }
+    s.extend(series("thesis 5.2 native (2017, local)", T5_SIZES.iter().copied().zip(super::report::t52_native()).collect(), true));
+    s.extend(series("thesis 5.5 PXH830 native (remote)", T5_SIZES.iter().copied().zip(super::report::t55_native()).collect(), true));
+    if !s.is_empty() {
+        let f = dir.join("bandwidth.png");
+        log_plot(&f, "Write bandwidth", "size", "MB/s", &s, true)?;
+        files.push(f);
+    }
+
+    // Ping-pong latency.
+    let lp = rows(&l["sisci_bench"], &["pingpong"]);
+    let rp = rows(&r["remote_bench"], &["pingpong"]);
+    let mut s = Vec::new();
+    s.extend(series("local vsci", pts(&lp, "size", |r| med(r, "vsci")), false));
+    s.extend(series("local raw memfd polling (limit)", pts(&lp, "size", |r| med(r, "peer")), false));
+    s.extend(series("UCX shm put_lat", pts(&arr(l, &["peers", "ucx_perftest", "lat"]), "size", |r| r["median_us"].as_f64()), false));
+    s.extend(series("remote vsci", pts(&rp, "size", |r| med(r, "vsci")), false));
+    s.extend(series("sockperf TCP", pts(&arr(r, &["peers", "sockperf", "rows"]), "size", |r| r["median_us"].as_f64()), false));
+    s.extend(series("UCX tcp put_lat", pts(&arr(r, &["peers", "ucx_perftest", "lat"]), "size", |r| r["median_us"].as_f64()), false));
+    s.extend(series("thesis 5.6 IXH610 native (remote)", (0..12).map(|i| ((4u64 << i) as f64, super::report::t56_native()[i])).collect(), true));
+    if !s.is_empty() {
+        let f = dir.join("latency.png");
+        log_plot(&f, "Ping-pong latency (median, RTT/2)", "message size", "µs", &s, true)?;
+        files.push(f);
+    }
+
+    // Interrupt histograms: share of round trips per 10 µs bucket.
+    let mut s = Vec::new();
+    let hist = |v: &Value| -> Vec<(f64, f64)> {
+        let h: Vec<f64> = v.get("hist_10us").and_then(Value::as_array).map(|a| a.iter().map(|x| x.as_f64().unwrap_or(0.0)).collect()).unwrap_or_default();
+        let total: f64 = h.iter().sum();
+        h.iter().enumerate().map(|(i, c)| (i as f64 * 10.0 + 5.0, if total > 0.0 { 100.0 * c / total } else { 0.0 })).collect()
+    };
+    for row in rows(&l["sisci_bench"], &["interrupt"]) {
+        s.extend(series(&format!("local vsci, {} wait", row["wait"].as_str().unwrap_or("?")), hist(&row["vsci"]), false));
+    }
+    if let Some(p) = l["sisci_bench"]["interrupt"].get("peer") {
+        s.extend(series("local eventfd ping-pong", hist(p), false));
+    }
+    if let Some(v) = r["remote_bench"]["interrupt"].get("vsci") {
+        s.extend(series("remote vsci interrupt", hist(v), false));
+    }
+    if !s.is_empty() {
+        let f = dir.join("interrupts.png");
+        log_plot(&f, "Interrupt latency histogram (10 µs buckets, last = ≥300 µs)", "RTT/2, µs (bucket middle)", "% of round trips", &s, false)?;
+        files.push(f);
+    }
+
+    // Seed 001 transfers.
+    let mut s = Vec::new();
+    s.extend(series("local vsci", pts(&rows(&l["transfers"], &[]), "size", |r| r["median_ms"].as_f64()), false));
+    s.extend(series("remote vsci", pts(&rows(&r["transfers"], &[]), "size", |r| r["median_ms"].as_f64()), false));
+    if !s.is_empty() {
+        s.extend(series(
+            "seed 001 (kvmtool guests)",
+            super::peers::SEED001_NS.iter().map(|(b, ns)| (*b as f64, ns / 1e6)).collect(),
+            true,
+        ));
+        let f = dir.join("transfers.png");
+        log_plot(&f, "Seed 001 transfers with acks: time to the last ack", "transfer size", "ms", &s, true)?;
+        files.push(f);
+    }
+    Ok(files)
+}
+
+/// A log-log plot (`size_axis`: label x as byte sizes; otherwise x is
+/// linear).
+fn log_plot(path: &Path, title: &str, xdesc: &str, ydesc: &str, s: &[Series], size_axis: bool) -> Result<()> {
+    let all = s.iter().flat_map(|s| s.pts.iter());
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for &(x, y) in all {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y0 = y0.min(y);
+        y1 = y1.max(y);
+    }
+    if x0 > x1 {
+        bail!("nothing to plot for {}", path.display());
+    }
+    let (y0, y1) = (y0 / 1.5, y1 * 3.0);
+    let root = BitMapBackend::new(path, (1100, 700)).into_drawing_area();
+    let draw = || -> std::result::Result<(), Box<dyn std::error::Error + '_>> {
+        root.fill(&WHITE)?;
+        let mut b = ChartBuilder::on(&root);
+        b.caption(title, (FONT, 24)).margin(12).x_label_area_size(45).y_label_area_size(80);
+        if size_axis {
+            // Sizes are powers of two: plot log2(size) on a linear axis so
+            // that every tick is a power of two with a readable name.
+            let (l0, l1) = (x0.log2().floor() - 0.3, x1.log2().ceil() + 0.3);
+            let mut chart = b.build_cartesian_2d(l0..l1, (y0..y1).log_scale())?;
+            chart
+                .configure_mesh()
+                .x_desc(xdesc)
+                .y_desc(ydesc)
+                .label_style((FONT, 14))
+                .x_labels(((l1 - l0) as usize + 1).min(32))
+                .x_label_formatter(&|x| if (x - x.round()).abs() < 0.01 { size_name(2f64.powf(x.round()) as u64) } else { String::new() })
+                .y_label_formatter(&|y| short(*y))
+                .draw()?;
+            for (i, se) in s.iter().enumerate() {
+                let c = Palette99::pick(i).to_rgba();
+                let style = c.stroke_width(2);
+                let p: Vec<(f64, f64)> = se.pts.iter().map(|&(x, y)| (x.log2(), y)).collect();
+                if se.dashed {
+                    chart.draw_series(DashedLineSeries::new(p, 8, 5, style))?.label(se.name.clone()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c));
+                } else {
+                    chart.draw_series(LineSeries::new(p.clone(), style))?.label(se.name.clone()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+                    chart.draw_series(p.iter().map(|&q| Circle::new(q, 3, c.filled())))?;
+                }
+            }
+            chart.configure_series_labels().label_font((FONT, 14)).background_style(WHITE.mix(0.85)).border_style(BLACK).position(SeriesLabelPosition::UpperLeft).draw()?;
+        } else {
+            let mut chart = b.build_cartesian_2d(0f64..x1 + 10.0, (y0.max(1e-3)..y1.max(1e-2)).log_scale())?;
+            chart.configure_mesh().x_desc(xdesc).y_desc(ydesc).label_style((FONT, 14)).y_label_formatter(&|y| short(*y)).draw()?;
+            for (i, se) in s.iter().enumerate() {
+                let c = Palette99::pick(i).to_rgba();
+                // Empty buckets are left out (log scale), so lines join only
+                // neighbouring buckets and a gap shows as a gap.
+                let mut runs: Vec<Vec<(f64, f64)>> = Vec::new();
+                for &p in &se.pts {
+                    match runs.last_mut() {
+                        Some(r) if r.last().is_some_and(|q| (p.0 - q.0 - 10.0).abs() < 0.5) => r.push(p),
+                        _ => runs.push(vec![p]),
+                    }
+                }
+                for (k, r) in runs.into_iter().enumerate() {
+                    let ser = chart.draw_series(LineSeries::new(r, c.stroke_width(2)))?;
+                    if k == 0 {
+                        ser.label(se.name.clone()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+                    }
+                }
+                chart.draw_series(se.pts.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
+            }
+            chart.configure_series_labels().label_font((FONT, 14)).background_style(WHITE.mix(0.85)).border_style(BLACK).position(SeriesLabelPosition::UpperRight).draw()?;
+        }
+        root.present()?;
+        Ok(())
+    };
+    draw().map_err(|e| anyhow::anyhow!("{e}")).with_context(|| format!("drawing {}", path.display()))
+}
+
+fn short(y: f64) -> String {
+    if y >= 1000.0 {
+        format!("{:.0}", y)
+    } else if y >= 1.0 {
+        format!("{:.1}", y)
+    } else {
+        format!("{:.3}", y)
+    }
+}
