@@ -49,8 +49,10 @@ const FIRST_WINDOW_SLOT: u8 = 4;
 /// Slots on bus 0.
 const SLOTS: u8 = 32;
 /// Virtual peer ids (interrupts the guest triggers), above any real client.
+/// Never reused: QEMU 7.2 frees a peer's eventfd array when the peer goes
+/// away but keeps the pointer, so a second peer with the same id writes
+/// into freed memory (QEMU crashed with SIGSEGV until we stopped reusing).
 const FIRST_VPEER: u16 = 16;
-const MAX_VPEERS: u16 = 4096;
 /// Replies and events queued for a session whose ring is full; a guest that
 /// stops reading loses that session, never the node's memory.
 const MAX_QUEUED: usize = 1024;
@@ -259,6 +261,7 @@ struct Worker {
     windows: BTreeMap<u8, Window>,
     next_vector: u16,
     vpeers_used: std::collections::BTreeSet<u16>,
+    next_vpeer: u16,
     own_tag: u64,
 }
 
@@ -280,6 +283,7 @@ impl Worker {
             windows: BTreeMap::new(),
             next_vector: 0,
             vpeers_used: Default::default(),
+            next_vpeer: FIRST_VPEER,
             own_tag: OWN_TAG,
         }
     }
@@ -455,6 +459,7 @@ impl Worker {
     }
 
     fn request(&mut self, i: usize, ClientMsg { tag, req }: ClientMsg) {
+        log::debug!("vsci agent: session {i} tag {tag}: {req:?}");
         let s = self.sessions[i].as_mut().expect("open");
         if s.node.is_none() {
             let Request::Hello { version, name } = req else {
@@ -546,6 +551,7 @@ impl Worker {
             }
         };
         let Ok(mut sm) = msg.decode::<ServerMsg>() else { return };
+        log::debug!("vsci agent: session {i} from the node: {sm:?}");
         let fds = std::mem::take(&mut msg.fds);
         if let ServerMsg::Reply { tag, .. } = &sm {
             if tag & OWN_TAG != 0 {
@@ -698,7 +704,9 @@ impl Worker {
     // ---- doorbells to the node -------------------------------------------
 
     fn add_vpeer(&mut self, eventfd: BorrowedFd) -> Result<u16> {
-        let id = (FIRST_VPEER..MAX_VPEERS).find(|p| !self.vpeers_used.contains(p)).context("no virtual peer ids left")?;
+        let id = self.next_vpeer;
+        anyhow::ensure!(id < u16::MAX, "this guest has used up its doorbell peer ids (65519 interrupt connections)");
+        self.next_vpeer += 1;
         self.server.add_virtual_peer(self.guest.expect("attached"), id, &[eventfd])?;
         self.vpeers_used.insert(id);
         Ok(id)
@@ -747,7 +755,9 @@ impl Worker {
             let w = self.windows.remove(&slot).expect("listed");
             if let Some(q) = self.qmp.as_mut() {
                 if let Err(e) = q.unplug(&w.plugged, Duration::from_secs(20)) {
-                    log::warn!("vsci agent: unplugging window {slot}: {e:#}");
+                    // Usually QEMU exiting under us; either way QMP is done.
+                    log::debug!("vsci agent: unplugging window {slot}: {e:#}");
+                    self.qmp = None;
                 }
             }
         }
