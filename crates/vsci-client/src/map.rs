@@ -141,6 +141,14 @@ impl Map {
             },
             _ => (None, None),
         };
+        if let MapTarget::Remote(s) = &target {
+            if s.proxied {
+                // Ask the host side to keep what this map shows fresh; a
+                // map too large for that sees the owner's stores only
+                // through SCIMemCpy's fresh reads (as on a host).
+                let _ = s.client.call(vsci_proto::Request::WatchRemote { conn: s.id, offset, len: size, on: true });
+            }
+        }
         target.counter().fetch_add(1, Ordering::SeqCst);
         Ok(Map {
             target,
@@ -273,6 +281,7 @@ impl Map {
         std::sync::atomic::fence(Ordering::SeqCst);
         if let Some(s) = self.proxied() {
             let _ = s.flush_proxied(false);
+            let _ = s.client.call(vsci_proto::Request::WatchRemote { conn: s.id, offset: self.offset, len: self.size as u64, on: false });
         }
         if let Some(r) = &self.remote {
             // Unmap makes earlier stores visible at the owner; a lost

@@ -85,6 +85,13 @@ impl ProxiedSegment {
         self.map.flush().map(|_| ())
     }
 
+    /// Keep `[off, off+len)` refetched in the background (or stop).
+    pub fn watch(&self, off: u64, len: u64, on: bool) -> Result<()> {
+        let off = usize::try_from(off).map_err(|_| SciError::OutOfRange)?;
+        let len = usize::try_from(len).map_err(|_| SciError::OutOfRange)?;
+        self.map.watch(off, len, on)
+    }
+
     /// Refetch the owner's bytes now (for a guest's fresh read).
     pub fn refresh(&self) -> Result<()> {
         self.map.refresh().map(|_| ())

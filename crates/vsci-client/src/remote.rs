@@ -213,6 +213,8 @@ pub(crate) struct RemoteMap {
     last_refresh: Mutex<Instant>,
     /// Set when the segment is lost: stop shipping.
     pub(crate) failed: std::sync::atomic::AtomicBool,
+    /// Ranges refreshed in the background instead of the whole map.
+    watched: Mutex<Vec<(usize, usize)>>,
     /// Shipped by the background flusher (false for large maps whose
     /// stores cannot be tracked by page faults: see `Tracking`).
     background: bool,
@@ -227,6 +229,9 @@ pub(crate) enum Tracking {
     /// no fault ever reaches us: compare the whole map with the twin.
     Compare,
 }
+
+/// Most watched ranges per map.
+const MAX_WATCHED: usize = 64;
 
 /// Largest map compared in the background; bigger ones ship at flush
 /// points only (a full compare per round would cost more than it saves).
@@ -289,6 +294,7 @@ impl RemoteMap {
             last_refresh: Mutex::new(Instant::now()),
             failed: std::sync::atomic::AtomicBool::new(false),
             background: tracking == Tracking::Faults || len <= BACKGROUND_COMPARE_MAX,
+            watched: Mutex::new(Vec::new()),
         });
         flusher().add(&m);
         Ok(m)
@@ -381,21 +387,61 @@ impl RemoteMap {
     }
 
     pub(crate) fn refresh(&self) -> Result<bool> {
-        if self.failed.load(Ordering::Relaxed) || self.valid > refresh_max() {
+        let ranges = self.watched.lock().unwrap().clone();
+        if ranges.is_empty() {
+            if self.valid > refresh_max() {
+                return Ok(false);
+            }
+            return self.refresh_range(0, self.valid);
+        }
+        let mut any = false;
+        for (off, len) in ranges {
+            any |= self.refresh_range(off, len)?;
+        }
+        Ok(any)
+    }
+
+    /// Refetch only these ranges (offsets in the map) in the background,
+    /// instead of the whole map: how a guest's small map of a big proxied
+    /// segment still sees the owner's stores. Each range is at most
+    /// `VSCI_REFRESH_MAX` bytes.
+    pub(crate) fn watch(&self, off: usize, len: usize, on: bool) -> Result<()> {
+        if off.checked_add(len).is_none_or(|e| e > self.valid) || len > refresh_max() || len == 0 {
+            return Err(SciError::OutOfRange);
+        }
+        let mut w = self.watched.lock().unwrap();
+        if on {
+            if w.len() >= MAX_WATCHED {
+                return Err(SciError::Nospc);
+            }
+            w.push((off, len));
+        } else if let Some(i) = w.iter().position(|r| *r == (off, len)) {
+            w.remove(i);
+        }
+        Ok(())
+    }
+
+    /// Refetch `[start, start+len)` of the map from the owner into the
+    /// shadow, never overwriting a word this process stored since its last
+    /// shipment. Returns whether anything changed.
+    fn refresh_range(&self, start: usize, len: usize) -> Result<bool> {
+        if self.failed.load(Ordering::Relaxed) {
             return Ok(false);
         }
-        let mut fresh = vec![0u8; self.valid];
+        let start = start & !7;
+        let end = (start + len.div_ceil(8) * 8 + 8).min(self.valid);
+        let mut fresh = vec![0u8; end - start];
         // Hold the tracker across read and merge: a flush by another thread
         // in between would make `fresh` older than the twin, and the merge
         // would then put old bytes back. Nothing needs shipping first: the
         // twin is what the owner last got from us, and the compare-and-swap
         // below only replaces words we have not stored to since.
         let mut guard = self.tracker.lock().unwrap();
-        self.target.read(&mut fresh, self.seg_off)?;
+        self.target.read(&mut fresh, self.seg_off + start as u64)?;
         let Some(t) = guard.as_mut() else { return Ok(false) };
-        let twin = t.twin();
+        let twin = &t.twin()[start..end];
         let mut runs: Vec<(usize, usize)> = Vec::new();
-        let words = self.valid / 8;
+        let words = fresh.len() / 8;
         for w in 0..words {
             let (a, b) = (w * 8, w * 8 + 8);
             if fresh[a..b] == twin[a..b] {
@@ -403,11 +449,12 @@ impl RemoteMap {
             }
             let old = u64::from_ne_bytes(twin[a..b].try_into().expect("8 bytes"));
             let new = u64::from_ne_bytes(fresh[a..b].try_into().expect("8 bytes"));
-            // SAFETY: `fill + a` is 8-byte aligned (the mapping is page
-            // aligned) and inside the fill mapping, which lives as long as
-            // the tracker does (we hold it). The memory is shared with the
-            // program's own stores, hence the atomic.
-            let cell = unsafe { &*((self.fill + a) as *const std::sync::atomic::AtomicU64) };
+            // SAFETY: `fill + start + a` is 8-byte aligned (the mapping is
+            // page aligned, start is a multiple of 8) and inside the fill
+            // mapping (end <= valid), which lives as long as the tracker does
+            // (we hold it). The memory is shared with the program's own
+            // stores, hence the atomic.
+            let cell = unsafe { &*((self.fill + start + a) as *const std::sync::atomic::AtomicU64) };
             if cell.compare_exchange(old, new, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 match runs.last_mut() {
                     Some(r) if r.0 + r.1 == a => r.1 += 8,
@@ -415,18 +462,18 @@ impl RemoteMap {
                 }
             }
         }
-        for i in words * 8..self.valid {
+        for i in words * 8..fresh.len() {
             if fresh[i] == twin[i] {
                 continue;
             }
             // SAFETY: as above, one byte.
-            let cell = unsafe { &*((self.fill + i) as *const std::sync::atomic::AtomicU8) };
+            let cell = unsafe { &*((self.fill + start + i) as *const std::sync::atomic::AtomicU8) };
             if cell.compare_exchange(twin[i], fresh[i], Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 runs.push((i, 1));
             }
         }
-        for &(off, len) in &runs {
-            t.note_external_data(off, &fresh[off..off + len]).map_err(|_| SciError::System)?;
+        for &(off, n) in &runs {
+            t.note_external_data(start + off, &fresh[off..off + n]).map_err(|_| SciError::System)?;
         }
         *self.last_refresh.lock().unwrap() = Instant::now();
         Ok(!runs.is_empty())
@@ -434,7 +481,8 @@ impl RemoteMap {
 
     fn refresh_due(&self, hot: bool) -> bool {
         let every = if hot { REFRESH_HOT } else { REFRESH_IDLE };
-        self.valid <= refresh_max() && self.last_refresh.lock().unwrap().elapsed() >= every
+        let small = self.valid <= refresh_max() || !self.watched.lock().unwrap().is_empty();
+        small && self.last_refresh.lock().unwrap().elapsed() >= every
     }
 
     /// Stop tracking (before the mapping goes away).
@@ -543,10 +591,12 @@ impl Flusher {
             let mut shipped = false;
             let hot = last_activity.elapsed() < HOT;
             for m in &maps {
-                if m.failed.load(Ordering::Relaxed) || !m.background {
+                if m.failed.load(Ordering::Relaxed) {
                     continue;
                 }
-                shipped |= m.ship(false).unwrap_or(false);
+                if m.background {
+                    shipped |= m.ship(false).unwrap_or(false);
+                }
                 if m.refresh_due(hot) {
                     shipped |= m.refresh().unwrap_or(false);
                 }

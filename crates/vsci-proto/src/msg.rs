@@ -91,6 +91,10 @@ pub enum Request {
     /// visible at their owners; with `refresh`, also refetch the owner's
     /// bytes into the shadow. vscid refuses it.
     FlushRemote { conn: Option<ObjId>, refresh: bool },
+    /// Guests only, like `FlushRemote`: keep `[offset, offset+len)` of a
+    /// proxied segment refetched in the background (a map of it was made;
+    /// `on` false when it goes).
+    WatchRemote { conn: ObjId, offset: u64, len: u64, on: bool },
 }
 
 /// Daemon → client.

@@ -228,7 +228,9 @@ impl Sess {
             if conn.is_some_and(|x| x != *c) {
                 continue;
             }
-            if let Err(e) = p.flush().and_then(|_| if refresh { p.refresh() } else { Ok(()) }) {
+            let res = p.flush().and_then(|_| if refresh { p.refresh() } else { Ok(()) });
+            log::debug!("vsci agent: flushed the shadow of connection {c}: {res:?}");
+            if let Err(e) = res {
                 r = Err(e);
             }
         }
@@ -501,6 +503,13 @@ impl Worker {
             Request::DisconnectSegment { conn } => {
                 self.sessions[i].as_mut().expect("open").disconnecting.insert(tag, conn);
                 Request::DisconnectSegment { conn }
+            }
+            Request::WatchRemote { conn, offset, len, on } => {
+                let r = match self.sessions[i].as_ref().expect("open").proxied.get(&conn) {
+                    Some(p) => p.watch(offset, len, on).map(|_| Reply::Done),
+                    None => Err(SciError::IllegalParameter),
+                };
+                return self.to_guest(i, &ServerMsg::Reply { tag, result: r }, Vec::new());
             }
             // Ours to answer: the guest's stores to other nodes' segments.
             Request::FlushRemote { conn, refresh } => {
