@@ -127,6 +127,8 @@ pub(crate) struct Inner {
     sinks: Mutex<HashMap<ObjId, Weak<EventQueue>>>,
     /// Flags to raise when the daemon says an interrupt connection is gone.
     intr_gone: Mutex<HashMap<ObjId, Weak<AtomicBool>>>,
+    /// Guests: where the end of a DMA transfer run by the host side goes.
+    dma_done: Mutex<HashMap<u64, Sender<SciError>>>,
     dispatch: Mutex<Option<Sender<(Arc<EventQueue>, SegEvent)>>>,
     pub(crate) node_id: u32,
     pub(crate) wait: WaitPolicy,
@@ -180,6 +182,7 @@ impl Client {
             dead: AtomicBool::new(false),
             sinks: Mutex::new(HashMap::new()),
             intr_gone: Mutex::new(HashMap::new()),
+            dma_done: Mutex::new(HashMap::new()),
             dispatch: Mutex::new(None),
             node_id,
             wait: WaitPolicy::from_env(mode, spin_us),
@@ -197,6 +200,21 @@ impl Client {
             .spawn(move || reader(transport, weak))
             .map_err(|_| SciError::System)?;
         Ok(Client { inner })
+    }
+
+    /// Does this connection go through a guest's host side?
+    pub(crate) fn is_guest(&self) -> bool {
+        matches!(*self.inner.transport, Transport::Guest(_))
+    }
+
+    pub(crate) fn register_dma(&self, queue: u64) -> Receiver<SciError> {
+        let (tx, rx) = channel();
+        self.inner.dma_done.lock().unwrap().insert(queue, tx);
+        rx
+    }
+
+    pub(crate) fn unregister_dma(&self, queue: u64) {
+        self.inner.dma_done.lock().unwrap().remove(&queue);
     }
 
     /// Tells connections apart (two clones of one `Client` are the same).
@@ -314,6 +332,7 @@ fn reader(transport: Arc<Transport>, inner: Weak<Inner>) {
                 dispatch(&inner, q, SegEvent { reason: SegmentEvent::Lost, node_id: inner.node_id, status: SciError::NoLinkAccess });
             }
         }
+        inner.dma_done.lock().unwrap().clear();
         for (_, g) in inner.intr_gone.lock().unwrap().drain() {
             if let Some(g) = g.upgrade() {
                 g.store(true, Ordering::SeqCst);
@@ -335,6 +354,12 @@ fn on_event(inner: &Arc<Inner>, ev: Event) {
             }
             if let Some(g) = inner.intr_gone.lock().unwrap().get(&conn).and_then(Weak::upgrade) {
                 g.store(true, Ordering::SeqCst);
+            }
+            return;
+        }
+        Event::DmaDone { queue, status } => {
+            if let Some(tx) = inner.dma_done.lock().unwrap().get(&queue) {
+                let _ = tx.send(status);
             }
             return;
         }

@@ -123,6 +123,9 @@ struct Shared {
     work_efd: OwnedFd,
     shutdown: AtomicBool,
     policy: WaitPolicy,
+    /// In a guest: the connection whose host side runs segment transfers on
+    /// the node's engine (API remoting), and this queue's name there.
+    forward: Option<(Client, u64)>,
 }
 
 pub struct DmaQueue {
@@ -174,6 +177,10 @@ impl Client {
             work_efd: new_eventfd()?,
             shutdown: AtomicBool::new(false),
             policy: dma_policy(self.wait_policy()),
+            forward: self.is_guest().then(|| {
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+                (self.clone(), NEXT.fetch_add(1, SeqCst))
+            }),
         });
         let s2 = shared.clone();
         let worker = std::thread::Builder::new()
@@ -461,10 +468,50 @@ impl Shared {
 
     /// Move the bytes of `t`; `Ok`, `Cancelled` or the failure.
     fn execute(&self, t: &Transfer) -> SciError {
+        if let (Some((client, queue)), DmaLocal::Segment(local)) = (&self.forward, &t.local) {
+            return self.execute_forwarded(client, *queue, local, t);
+        }
         match &t.remote.target {
             None => self.execute_local(t),
             Some(target) => self.execute_rma(t, target),
         }
+    }
+
+    /// In a guest: the node's engine moves the bytes (the guest's host side
+    /// runs the transfer between the segments' memory, which it shares with
+    /// the guest, and tells us the end with an interrupt). Program memory
+    /// (`SCIStartDmaTransferMem`) is guest RAM the host cannot see; those
+    /// transfers are copied by this engine inside the guest instead.
+    fn execute_forwarded(&self, client: &Client, queue: u64, local: &Arc<LocalSegment>, t: &Transfer) -> SciError {
+        // The program's stores to other nodes' segments go first.
+        let _ = crate::remote::flush_all();
+        let done = client.register_dma(queue);
+        let entries = t.entries.iter().map(|e| (e.size, e.local_offset, e.remote_offset)).collect();
+        let req = vsci_proto::Request::DmaStart { queue, local: local.id, remote: t.remote.id, entries, read: t.read };
+        if let Err(e) = client.call(req) {
+            client.unregister_dma(queue);
+            // The program's start already succeeded: a segment lost since is
+            // a failed transfer, as on a host.
+            return if e == SciError::SegmentNotConnected { SciError::TransferFailed } else { e };
+        }
+        let mut abort_sent = false;
+        let status = loop {
+            match done.recv_timeout(std::time::Duration::from_millis(5)) {
+                Ok(s) => break s,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if self.aborted() && !abort_sent {
+                        abort_sent = true;
+                        let _ = client.call(vsci_proto::Request::DmaAbort { queue });
+                    }
+                    if !client.is_alive() {
+                        break SciError::NoLinkAccess;
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break SciError::NoLinkAccess,
+            }
+        };
+        client.unregister_dma(queue);
+        status
     }
 
     /// Co-located segment: copy between the two memfds' pages.

@@ -32,6 +32,7 @@ const PAGE: usize = 4096;
 /// A remote segment's shadow, served to a guest.
 pub struct ProxiedSegment {
     map: Arc<RemoteMap>,
+    size: u64,
     base: NonNull<libc::c_void>,
     fill: NonNull<libc::c_void>,
     len: usize,
@@ -68,7 +69,7 @@ impl ProxiedSegment {
             }
         };
         match RemoteMap::new(target, base.as_ptr().cast(), len, 0, size, fill.as_ptr().cast(), Tracking::Compare) {
-            Ok(map) => Ok(ProxiedSegment { map, base, fill, len }),
+            Ok(map) => Ok(ProxiedSegment { map, size: size as u64, base, fill, len }),
             Err(e) => {
                 // SAFETY: both mappings made above, not handed out.
                 unsafe {
@@ -78,6 +79,11 @@ impl ProxiedSegment {
                 Err(e)
             }
         }
+    }
+
+    /// The segment's size.
+    pub fn size(&self) -> u64 {
+        self.size
     }
 
     /// Make every store the guest made so far visible at the owner.
@@ -90,6 +96,27 @@ impl ProxiedSegment {
         let off = usize::try_from(off).map_err(|_| SciError::OutOfRange)?;
         let len = usize::try_from(len).map_err(|_| SciError::OutOfRange)?;
         self.map.watch(off, len, on)
+    }
+
+    /// DMA on the guest's behalf: RMA-write `src` to the owner's memory at
+    /// segment offset `off`, straight from the caller's buffer (a guest
+    /// segment's pages), not through the shadow.
+    pub fn dma_write(&self, src: &[u8], off: u64) -> Result<()> {
+        self.map.target().write_direct(&[(src, off)]).map_err(|e| {
+            log::warn!("vsci: DMA write for a guest failed: {e}");
+            SciError::TransferFailed
+        })
+    }
+
+    /// DMA on the guest's behalf: RMA-read the owner's memory at `off`
+    /// into `dst`. `dst` must stay valid even if the node dies mid-read
+    /// (the engine may write later): the guest's segment pages, which the
+    /// caller keeps mapped for the process's life once a read was abandoned.
+    pub fn dma_read(&self, dst: &mut [u8], off: u64) -> std::result::Result<(), (SciError, bool)> {
+        self.map.target().read_direct(dst, off).map_err(|e| {
+            log::warn!("vsci: DMA read for a guest failed: {e}");
+            (SciError::TransferFailed, matches!(e, vsci_fabric::Error::Abandoned))
+        })
     }
 
     /// Refetch the owner's bytes now (for a guest's fresh read).

@@ -485,6 +485,10 @@ impl RemoteMap {
         small && self.last_refresh.lock().unwrap().elapsed() >= every
     }
 
+    pub(crate) fn target(&self) -> &Arc<RemoteTarget> {
+        &self.target
+    }
+
     /// Stop tracking (before the mapping goes away).
     pub(crate) fn close(&self) {
         *self.tracker.lock().unwrap() = None;

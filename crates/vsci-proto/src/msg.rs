@@ -95,6 +95,14 @@ pub enum Request {
     /// proxied segment refetched in the background (a map of it was made;
     /// `on` false when it goes).
     WatchRemote { conn: ObjId, offset: u64, len: u64, on: bool },
+    /// Guests only: run a DMA transfer on the node's engine between the
+    /// program's local segment `local` and the segment of connection
+    /// `remote`. `queue` is the program's name for its queue; the end comes
+    /// as `Event::DmaDone` (an interrupt in the guest). Entries are (size,
+    /// local offset, remote offset). Reply `Done` once accepted.
+    DmaStart { queue: u64, local: ObjId, remote: ObjId, entries: Vec<(u64, u64, u64)>, read: bool },
+    /// Guests only: stop queue `queue`'s transfer (it ends `Cancelled`).
+    DmaAbort { queue: u64 },
 }
 
 /// Daemon → client.
@@ -162,6 +170,8 @@ pub enum Event {
     InterruptGone { conn: ObjId, status: SciError },
     /// The node is shutting down; every handle is dead.
     Shutdown,
+    /// To a guest program: the DMA transfer it started on `queue` ended.
+    DmaDone { queue: u64, status: SciError },
 }
 
 /// What `vsci status` prints.

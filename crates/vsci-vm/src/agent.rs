@@ -28,7 +28,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -40,6 +42,7 @@ use vsci_proto::{ClientMsg, Event, ObjId, Reply, Request, SciError, ServerMsg};
 
 use vsci_client::proxy::{ProxiedSegment, ProxiedTrigger};
 
+use crate::dma;
 use crate::ivshmem::{self, Server};
 use crate::qmp::{Plugged, Qmp};
 
@@ -200,7 +203,14 @@ struct Sess {
     /// Set when the guest broke the protocol: ignored until it reopens.
     broken: bool,
     /// Other nodes' segments kept in step for the guest, by connection.
-    proxied: HashMap<ObjId, ProxiedSegment>,
+    proxied: HashMap<ObjId, Arc<ProxiedSegment>>,
+    /// This node's segment memory the program holds (its segments and its
+    /// connections), for DMA on its behalf.
+    mem: HashMap<ObjId, Arc<dma::Mem>>,
+    /// Abort flags of the program's running DMA transfers, by queue.
+    dma: HashMap<u64, Arc<AtomicBool>>,
+    /// Raised when a connection's segment is lost (DMA to it then fails).
+    lost: HashMap<ObjId, Arc<AtomicBool>>,
     /// Other nodes' interrupts the guest triggers through a relay page.
     relays: HashMap<ObjId, Relay>,
 }
@@ -218,6 +228,9 @@ impl Sess {
             broken,
             proxied: HashMap::new(),
             relays: HashMap::new(),
+            mem: HashMap::new(),
+            dma: HashMap::new(),
+            lost: HashMap::new(),
         }
     }
 
@@ -264,6 +277,10 @@ struct Worker {
     next_vector: u16,
     vpeers_used: std::collections::BTreeSet<u16>,
     next_vpeer: u16,
+    /// Ends of DMA transfers: (session, generation, queue, status), with
+    /// an eventfd to wake the loop.
+    dma_done: (Sender<(usize, u32, u64, SciError)>, Receiver<(usize, u32, u64, SciError)>),
+    dma_bell: Arc<OwnedFd>,
     own_tag: u64,
 }
 
@@ -286,6 +303,12 @@ impl Worker {
             next_vector: 0,
             vpeers_used: Default::default(),
             next_vpeer: FIRST_VPEER,
+            dma_done: channel(),
+            dma_bell: Arc::new(
+                nix::sys::eventfd::EventFd::from_flags(nix::sys::eventfd::EfdFlags::EFD_CLOEXEC | nix::sys::eventfd::EfdFlags::EFD_NONBLOCK)
+                    .expect("eventfd")
+                    .into(),
+            ),
             own_tag: OWN_TAG,
         }
     }
@@ -313,6 +336,7 @@ impl Worker {
             let mut pfds = vec![
                 libc::pollfd { fd: self.stop.as_raw_fd(), events: libc::POLLIN, revents: 0 },
                 libc::pollfd { fd: host_vec, events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: self.dma_bell.as_raw_fd(), events: libc::POLLIN, revents: 0 },
             ];
             let mut idx = Vec::new();
             for (i, s) in self.sessions.iter().enumerate() {
@@ -343,18 +367,74 @@ impl Worker {
             }
             let _ = ivshmem::drain(self.server.host_vector(guest::CTL_VECTOR).expect("host peer"));
             for (k, i) in idx.iter().enumerate() {
-                if pfds[k + 2].revents != 0 {
+                if pfds[k + 3].revents != 0 {
                     self.from_node(*i);
                 }
             }
             for (k, (i, conn)) in relay_idx.iter().enumerate() {
-                if pfds[k + 2 + idx.len()].revents != 0 {
+                if pfds[k + 3 + idx.len()].revents != 0 {
                     self.relay(*i, *conn);
                 }
+            }
+            if pfds[2].revents != 0 {
+                let _ = ivshmem::drain(self.dma_bell.as_fd());
+                self.dma_ended();
             }
             busy = self.scan_sessions();
             self.flush_queued();
             self.scan_windows();
+        }
+    }
+
+    fn keep_mem(&mut self, i: usize, id: ObjId, fd: &OwnedFd, size: u64) {
+        if let (Some(s), Ok(dup)) = (self.sessions[i].as_mut(), fd.try_clone()) {
+            s.mem.insert(id, Arc::new(dma::Mem::new(dup, size)));
+        }
+    }
+
+    /// A guest program's DMA transfer: check it against the program's own
+    /// objects, then run it on a thread of the node's engine.
+    fn dma_start(&mut self, i: usize, queue: u64, local: ObjId, remote: ObjId, entries: Vec<(u64, u64, u64)>, read: bool) -> std::result::Result<(), SciError> {
+        let s = self.sessions[i].as_mut().expect("open");
+        if s.dma.contains_key(&queue) {
+            return Err(SciError::Busy);
+        }
+        let local = s.mem.get(&local).cloned().ok_or(SciError::IllegalParameter)?;
+        let target = match (s.mem.get(&remote), s.proxied.get(&remote)) {
+            (Some(m), _) => dma::Target::Local(m.clone()),
+            (_, Some(p)) => dma::Target::Proxied(p.clone()),
+            _ => return Err(SciError::IllegalParameter),
+        };
+        dma::check(&local, &target, &entries)?;
+        let lost = s.lost.entry(remote).or_default().clone();
+        if lost.load(Ordering::SeqCst) {
+            return Err(SciError::SegmentNotConnected);
+        }
+        let abort = Arc::new(AtomicBool::new(false));
+        s.dma.insert(queue, abort.clone());
+        let job = dma::Job { local, remote: target, entries, read, abort, lost };
+        let (tx, bell, generation) = (self.dma_done.0.clone(), self.dma_bell.clone(), s.generation);
+        let spawned = std::thread::Builder::new().name("vsci-guest-dma".into()).spawn(move || {
+            let status = dma::run(&job);
+            let _ = tx.send((i, generation, queue, status));
+            let _ = ivshmem::ring(bell.as_fd());
+        });
+        if spawned.is_err() {
+            s.dma.remove(&queue);
+            return Err(SciError::Nospc);
+        }
+        Ok(())
+    }
+
+    /// Tell programs their transfers ended (an interrupt in the guest).
+    fn dma_ended(&mut self) {
+        while let Ok((i, generation, queue, status)) = self.dma_done.1.try_recv() {
+            let Some(s) = self.sessions[i].as_mut() else { continue };
+            if s.generation != generation {
+                continue; // the program is gone
+            }
+            s.dma.remove(&queue);
+            self.to_guest(i, &ServerMsg::Event(Event::DmaDone { queue, status }), Vec::new());
         }
     }
 
@@ -413,6 +493,9 @@ impl Worker {
 
     fn close_session(&mut self, i: usize) {
         let Some(s) = self.sessions[i].take() else { return };
+        for a in s.dma.values() {
+            a.store(true, Ordering::SeqCst);
+        }
         // Closing the connection makes vscid release everything it held.
         drop(s.node);
         for p in s.vpeer_of.values() {
@@ -504,6 +587,20 @@ impl Worker {
                 self.sessions[i].as_mut().expect("open").disconnecting.insert(tag, conn);
                 Request::DisconnectSegment { conn }
             }
+            Request::RemoveSegment { seg } => {
+                self.sessions[i].as_mut().expect("open").disconnecting.insert(tag, seg);
+                Request::RemoveSegment { seg }
+            }
+            Request::DmaStart { queue, local, remote, entries, read } => {
+                let r = self.dma_start(i, queue, local, remote, entries, read).map(|_| Reply::Done);
+                return self.to_guest(i, &ServerMsg::Reply { tag, result: r }, Vec::new());
+            }
+            Request::DmaAbort { queue } => {
+                if let Some(a) = self.sessions[i].as_ref().expect("open").dma.get(&queue) {
+                    a.store(true, Ordering::SeqCst);
+                }
+                return self.to_guest(i, &ServerMsg::Reply { tag, result: Ok(Reply::Done) }, Vec::new());
+            }
             Request::WatchRemote { conn, offset, len, on } => {
                 let r = match self.sessions[i].as_ref().expect("open").proxied.get(&conn) {
                     Some(p) => p.watch(offset, len, on).map(|_| Reply::Done),
@@ -588,18 +685,24 @@ impl Worker {
     /// Replace descriptors by attachments. On failure, says which request
     /// undoes what vscid already did.
     fn translate(&mut self, i: usize, sm: &mut ServerMsg, fds: Vec<OwnedFd>) -> std::result::Result<Vec<Attachment>, (anyhow::Error, Option<Request>)> {
+        if let ServerMsg::Event(Event::RemoteSegment { conn, reason: vsci_proto::SegmentEvent::Lost, .. }) = sm {
+            let s = self.sessions[i].as_mut().expect("open");
+            s.lost.entry(*conn).or_default().store(true, Ordering::SeqCst);
+        }
         let ServerMsg::Reply { tag, result: Ok(reply) } = sm else { return Ok(Vec::new()) };
         let tag = *tag;
         let s = self.sessions[i].as_mut().expect("open");
         match reply {
-            Reply::Segment { seg, .. } => {
-                let seg = *seg;
+            Reply::Segment { seg, size, .. } => {
+                let (seg, size) = (*seg, *size);
                 let w = one(&fds).and_then(|fd| self.window(fd)).map_err(|e| (e, Some(Request::RemoveSegment { seg })))?;
+                self.keep_mem(i, seg, &fds[0], size);
                 Ok(vec![w])
             }
-            Reply::Connected { conn, remote: None, .. } => {
-                let conn = *conn;
+            Reply::Connected { conn, remote: None, size, .. } => {
+                let (conn, size) = (*conn, *size);
                 let w = one(&fds).and_then(|fd| self.window(fd)).map_err(|e| (e, Some(Request::DisconnectSegment { conn })))?;
+                self.keep_mem(i, conn, &fds[0], size);
                 Ok(vec![w])
             }
             Reply::Connected { conn, remote: remote @ Some(_), size, proxied, .. } => {
@@ -610,7 +713,7 @@ impl Worker {
                 let p = ProxiedSegment::new(&access, shadow, *size).map_err(|e| (anyhow::anyhow!("reaching the owner: {}", e.c_name()), undo.clone()))?;
                 let w = self.window(shadow).map_err(|e| (e, undo))?;
                 *proxied = true;
-                self.sessions[i].as_mut().expect("open").proxied.insert(conn, p);
+                self.sessions[i].as_mut().expect("open").proxied.insert(conn, Arc::new(p));
                 Ok(vec![w])
             }
             Reply::Interrupt { intr, .. } => {
@@ -665,6 +768,8 @@ impl Worker {
             Reply::Done => {
                 if let Some(conn) = s.disconnecting.remove(&tag) {
                     s.proxied.remove(&conn);
+                    s.mem.remove(&conn);
+                    s.lost.remove(&conn);
                     s.relays.remove(&conn);
                     if let Some(p) = s.vpeer_of.remove(&conn) {
                         self.drop_vpeer(p);

@@ -11,6 +11,7 @@
 
 pub mod agent;
 pub mod cpio;
+pub mod dma;
 pub mod image;
 pub mod ivshmem;
 pub mod qmp;

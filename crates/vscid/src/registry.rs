@@ -607,7 +607,9 @@ impl Node {
         let cfg = &self.cfg;
         let mut reg = self.lock();
         let result: Result<Outgoing, SciError> = match req {
-            R::Hello { .. } | R::FlushRemote { .. } | R::WatchRemote { .. } => Err(SciError::IllegalOperation),
+            R::Hello { .. } | R::FlushRemote { .. } | R::WatchRemote { .. } | R::DmaStart { .. } | R::DmaAbort { .. } => {
+                Err(SciError::IllegalOperation)
+            }
             R::CreateSegment { segment_id, auto_id, size, events: _ } => {
                 let r = reg.create_segment(cfg, client, segment_id, auto_id, size);
                 self.changed.notify_all();
