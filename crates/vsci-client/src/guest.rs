@@ -47,7 +47,7 @@ pub(crate) fn flush_proxied() -> crate::Result<()> {
             continue;
         }
         done.push(key);
-        if let Err(e) = s.client().call(vsci_proto::Request::FlushRemote { conn: None, refresh: false }) {
+        if let Err(e) = s.client().call(vsci_proto::Request::FlushRemote { conn: None, refresh: None }) {
             result = Err(e);
         }
     }

@@ -217,7 +217,7 @@ impl Map {
             None => {
                 std::sync::atomic::fence(Ordering::SeqCst);
                 match self.proxied() {
-                    Some(s) => s.flush_proxied(false),
+                    Some(s) => s.flush_proxied(None),
                     None => Ok(()),
                 }
             }
@@ -242,7 +242,7 @@ impl Map {
                 unsafe { std::ptr::copy(data.as_ptr(), self.addr.add(off), data.len()) };
                 std::sync::atomic::fence(Ordering::SeqCst);
                 match self.proxied() {
-                    Some(s) => s.flush_proxied(false),
+                    Some(s) => s.flush_proxied(None),
                     None => Ok(()),
                 }
             }
@@ -256,7 +256,7 @@ impl Map {
                 if off.checked_add(buf.len()).is_none_or(|e| e > self.size) {
                     return Err(SciError::OutOfRange);
                 }
-                s.flush_proxied(true)?;
+                s.flush_proxied(Some((self.offset + off as u64, buf.len() as u64)))?;
                 // SAFETY: bounds checked above; the map is readable shared
                 // memory of at least `size` bytes at `addr`.
                 unsafe { std::ptr::copy(self.addr.add(off), buf.as_mut_ptr(), buf.len()) };
@@ -280,7 +280,7 @@ impl Map {
         }
         std::sync::atomic::fence(Ordering::SeqCst);
         if let Some(s) = self.proxied() {
-            let _ = s.flush_proxied(false);
+            let _ = s.flush_proxied(None);
             let _ = s.client.call(vsci_proto::Request::WatchRemote { conn: s.id, offset: self.offset, len: self.size as u64, on: false });
         }
         if let Some(r) = &self.remote {

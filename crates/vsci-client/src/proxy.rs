@@ -119,9 +119,15 @@ impl ProxiedSegment {
         })
     }
 
-    /// Refetch the owner's bytes now (for a guest's fresh read).
-    pub fn refresh(&self) -> Result<()> {
-        self.map.refresh().map(|_| ())
+    /// Refetch `[off, off+len)` of the owner's bytes now (a guest's fresh
+    /// read), whatever the size of the segment.
+    pub fn refresh(&self, off: u64, len: u64) -> Result<()> {
+        let off = usize::try_from(off).map_err(|_| SciError::OutOfRange)?;
+        let len = usize::try_from(len).map_err(|_| SciError::OutOfRange)?;
+        if off.checked_add(len).is_none_or(|e| e as u64 > self.size) {
+            return Err(SciError::OutOfRange);
+        }
+        self.map.refresh_now(off, len).map(|_| ())
     }
 }
 

@@ -421,6 +421,14 @@ impl RemoteMap {
         Ok(())
     }
 
+    /// Refetch a range now, whatever the map's size (an explicit request).
+    pub(crate) fn refresh_now(&self, off: usize, len: usize) -> Result<bool> {
+        if len == 0 {
+            return Ok(false);
+        }
+        self.refresh_range(off, len)
+    }
+
     /// Refetch `[start, start+len)` of the map from the owner into the
     /// shadow, never overwriting a word this process stored since its last
     /// shipment. Returns whether anything changed.

@@ -190,7 +190,7 @@ impl RemoteSegment {
 
     /// Ask the guest's host side to ship our stores to this (proxied)
     /// segment, and with `refresh` to refetch the owner's bytes.
-    pub(crate) fn flush_proxied(&self, refresh: bool) -> Result<()> {
+    pub(crate) fn flush_proxied(&self, refresh: Option<(u64, u64)>) -> Result<()> {
         self.client.call(Request::FlushRemote { conn: Some(self.id), refresh }).map(|_| ())
     }
 

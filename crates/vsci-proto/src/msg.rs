@@ -88,9 +88,9 @@ pub enum Request {
     Status,
     /// Guests only, answered by the guest's host side: make the stores the
     /// program made to segments of other nodes (all, or connection `conn`'s)
-    /// visible at their owners; with `refresh`, also refetch the owner's
-    /// bytes into the shadow. vscid refuses it.
-    FlushRemote { conn: Option<ObjId>, refresh: bool },
+    /// visible at their owners; with `refresh` (offset, length), also
+    /// refetch those bytes of the owner's into the shadow. vscid refuses it.
+    FlushRemote { conn: Option<ObjId>, refresh: Option<(u64, u64)> },
     /// Guests only, like `FlushRemote`: keep `[offset, offset+len)` of a
     /// proxied segment refetched in the background (a map of it was made;
     /// `on` false when it goes).

@@ -235,13 +235,16 @@ impl Sess {
     }
 
     /// Ship the guest's stores to other nodes' segments (all, or one).
-    fn flush_proxied(&self, conn: Option<ObjId>, refresh: bool) -> std::result::Result<(), SciError> {
+    fn flush_proxied(&self, conn: Option<ObjId>, refresh: Option<(u64, u64)>) -> std::result::Result<(), SciError> {
         let mut r = Ok(());
         for (c, p) in &self.proxied {
             if conn.is_some_and(|x| x != *c) {
                 continue;
             }
-            let res = p.flush().and_then(|_| if refresh { p.refresh() } else { Ok(()) });
+            let res = p.flush().and_then(|_| match refresh {
+                Some((off, len)) => p.refresh(off, len),
+                None => Ok(()),
+            });
             log::debug!("vsci agent: flushed the shadow of connection {c}: {res:?}");
             if let Err(e) = res {
                 r = Err(e);
@@ -441,7 +444,7 @@ impl Worker {
     /// The guest rang a relay: stores first, then its triggers.
     fn relay(&mut self, i: usize, conn: ObjId) {
         let Some(s) = self.sessions[i].as_mut() else { return };
-        let _ = s.flush_proxied(None, false);
+        let _ = s.flush_proxied(None, None);
         if let Some(r) = s.relays.get_mut(&conn) {
             let _ = ivshmem::drain(r.bell.as_fd());
             if let Err(e) = r.trigger.forward() {
