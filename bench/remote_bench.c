@@ -132,6 +132,8 @@ static struct {
     uint32_t    segid;
     double      timeout;        /* seconds a control wait may take           */
     unsigned    yield_every;    /* spins between sched_yield in busy-waits   */
+    int         same_node;      /* -same-node: the other side is on this node */
+    size_t      bw_from;        /* smallest bandwidth size (-bw-from)        */
     /* derived */
     size_t      pp_sizes[MAX_PP_SIZES];
     int         n_pp;
@@ -354,7 +356,10 @@ static void setup(void)
     sci_check("SCIOpen", e);
     SCIGetLocalNodeId(0, &g_node, 0, &e);
     sci_check("SCIGetLocalNodeId", e);
-    if (g_node == opt.rn)
+    /* Two processes of one node are a misconfiguration for the remote path;
+     * a guest and a host process of one node (or two guests) share the node
+     * id, so the guest paths say -same-node. */
+    if (g_node == opt.rn && !opt.same_node)
         fail("this node (%u) is the node named by -rn: the two sides must run on "
              "different nodes", g_node);
 
@@ -1123,6 +1128,9 @@ static void usage(FILE *f)
         "                SEGID+2, the client SEGID+1)\n"
         "  -timeout S    longest wait for the other side (default 60 s)\n"
         "  -yield N      sched_yield() after every N busy-wait spins (default 64; 0 = never)\n"
+        "  -same-node    the other side is on this node too (a guest of it, or a host\n"
+        "                process next to a guest): -rn may name this node\n"
+        "  -bw-from B    bandwidth from B bytes (power of two >= 4; default 65536)\n"
         "Each side's VSCI_SOCKET names its node; the nodes are in one cluster.\n",
         DEFAULT_SEGID);
 }
@@ -1134,6 +1142,11 @@ static void setup_options(void)
         static const size_t p[] = { 4, 64, 1024, 8192 };
         for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
             opt.pp_sizes[opt.n_pp++] = p[i];
+        /* -bw-from below 64 KiB adds it (and 4 KiB) in front. */
+        if (opt.bw_from < (64u << 10))
+            opt.bw_sizes[opt.n_bw++] = opt.bw_from;
+        if (opt.bw_from < 4096)
+            opt.bw_sizes[opt.n_bw++] = 4096;
         static const size_t b[] = { 64u << 10, 1u << 20, 8u << 20 };
         for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
             opt.bw_sizes[opt.n_bw++] = b[i];
@@ -1145,6 +1158,10 @@ static void setup_options(void)
     } else {
         for (size_t s = 4; s <= PP_MAX; s *= 2)
             opt.pp_sizes[opt.n_pp++] = s;
+        /* Below 64 KiB (only with -bw-from) in steps of 4, so that
+         * 4 B .. 8 MiB fits MAX_BW_SIZES; from 64 KiB in steps of 2. */
+        for (size_t s = opt.bw_from; s < (64u << 10); s *= 4)
+            opt.bw_sizes[opt.n_bw++] = s;
         for (size_t s = 64u << 10; s <= BW_MAX; s *= 2)
             opt.bw_sizes[opt.n_bw++] = s;
         opt.pp_warm = 300; opt.pp_min = 1000; opt.pp_max = 20000; opt.pp_budget = 0.6;
@@ -1162,6 +1179,7 @@ int main(int argc, char **argv)
     opt.segid = DEFAULT_SEGID;
     opt.timeout = 60;
     opt.yield_every = 64;
+    opt.bw_from = 64u << 10;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (a[0] == '-' && a[1] == '-')
@@ -1187,6 +1205,14 @@ int main(int argc, char **argv)
             opt.segid = (uint32_t)strtoul(argv[++i], NULL, 0);
         } else if (!strcmp(a, "-timeout") && i + 1 < argc) {
             opt.timeout = atof(argv[++i]);
+        } else if (!strcmp(a, "-same-node")) {
+            opt.same_node = 1;
+        } else if (!strcmp(a, "-bw-from") && i + 1 < argc) {
+            opt.bw_from = (size_t)strtoul(argv[++i], NULL, 0);
+            if (opt.bw_from < 4 || opt.bw_from > (64u << 10) || (opt.bw_from & (opt.bw_from - 1))) {
+                fprintf(stderr, "remote_bench: -bw-from wants a power of two from 4 to 65536\n");
+                return 2;
+            }
         } else if (!strcmp(a, "-yield") && i + 1 < argc) {
             opt.yield_every = (unsigned)strtoul(argv[++i], NULL, 0);
         } else if (!strcmp(a, "-h") || !strcmp(a, "-help")) {

@@ -39,6 +39,9 @@ pub struct RunArgs {
     /// Guest memory in MiB.
     #[arg(long, default_value_t = 512)]
     memory: u32,
+    /// vCPUs (default 2 under KVM, 1 under TCG).
+    #[arg(long)]
+    cpus: Option<u32>,
     /// Stop the guest after this many seconds (exit status 124); 0: never.
     #[arg(long, default_value_t = 0)]
     timeout: u64,
@@ -92,6 +95,10 @@ fn vm_run(a: RunArgs) -> Result<i32> {
         bail!("--memory: at least 64 MiB");
     }
     cfg.memory_mb = a.memory;
+    if a.cpus.is_some_and(|c| c == 0 || c > 8) {
+        bail!("--cpus: 1 to 8");
+    }
+    cfg.cpus = a.cpus;
     cfg.timeout = (a.timeout > 0).then(|| Duration::from_secs(a.timeout));
     cfg.accel = match a.accel.as_str() {
         "auto" => vsci_vm::Accel::Auto,

@@ -58,6 +58,8 @@ pub struct RunConfig {
     /// MSI-X vectors of the doorbell device (match the server's).
     pub vectors: u16,
     pub memory_mb: u32,
+    /// vCPUs; `None`: 2 under KVM, 1 under TCG.
+    pub cpus: Option<u32>,
     pub timeout: Option<Duration>,
     pub accel: Accel,
     /// Copy the guest's console to stderr (`VSCI_VM_CONSOLE=1` does too).
@@ -75,6 +77,7 @@ impl RunConfig {
             qmp: None,
             vectors: 16,
             memory_mb: 512,
+            cpus: None,
             timeout: None,
             accel: Accel::Auto,
             console: false,
@@ -285,12 +288,14 @@ pub fn run(cfg: &RunConfig) -> Result<i32> {
     let mut cmd = Command::new(&qemu);
     cmd.arg("-name").arg(sanitize(&cfg.name));
     cmd.args(["-machine", "pc", "-accel", if accel.kvm { "kvm" } else { "tcg" }]);
+    // By default one vCPU under TCG: TCG on a small host should not take
+    // every core. Two processes of one guest that poll each other (a
+    // ping-pong) need two, hence --cpus (TCG then runs one thread per vCPU).
+    let cpus = cfg.cpus.unwrap_or(if accel.kvm { 2 } else { 1 });
     if accel.kvm {
-        cmd.args(["-cpu", "host", "-smp", "2"]);
-    } else {
-        // one vCPU: TCG on a small host should not take every core
-        cmd.args(["-smp", "1"]);
+        cmd.args(["-cpu", "host"]);
     }
+    cmd.arg("-smp").arg(cpus.to_string());
     cmd.arg("-m").arg(cfg.memory_mb.to_string());
     cmd.args(["-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"]);
     cmd.arg("-kernel").arg(&img.kernel).arg("-initrd").arg(&initrd).arg("-append").arg(&append);

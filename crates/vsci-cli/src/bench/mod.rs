@@ -9,6 +9,7 @@
 //! that JSON, so a new path shows up in them as soon as its runner fills
 //! the same keys (`sisci_bench`/`remote_bench`, `transfers`, `peers`).
 
+mod guest;
 mod local;
 mod netns;
 mod peers;
@@ -56,10 +57,9 @@ pub struct PathSpec {
     pub run: fn(&Ctx) -> Result<Value>,
 }
 
-/// Every path, in the order they run. Guest paths (`guest-host`,
-/// `guest-guest`, `remote-guest`) will be entries here whose runners start
-/// the benchmarks through `vsci vm run`.
-pub const PATHS: &[PathSpec] = &[local::PATH, remote::PATH];
+/// Every path, in the order they run. The guest paths start their guest
+/// ends through `vsci vm run`.
+pub const PATHS: &[PathSpec] = &[local::PATH, remote::PATH, guest::GUEST, guest::GUEST_HOST, guest::GUEST_GUEST, guest::GUEST_REMOTE];
 
 /// What every runner gets.
 pub struct Ctx {
@@ -99,8 +99,8 @@ fn select_paths(names: &[String]) -> Result<Vec<&'static PathSpec>> {
             Some(p) if !out.iter().any(|q| q.name == p.name) => out.push(p),
             Some(_) => {}
             None => {
-                let list: Vec<String> = PATHS.iter().map(|p| format!("  {:<8} {}", p.name, p.what)).collect();
-                bail!("unknown path `{n}` in --paths; the paths are:\n{}\n  all      every path above", list.join("\n"));
+                let list: Vec<String> = PATHS.iter().map(|p| format!("  {:<12} {}", p.name, p.what)).collect();
+                bail!("unknown path `{n}` in --paths; the paths are:\n{}\n  all          every path above", list.join("\n"));
             }
         }
     }
@@ -180,8 +180,15 @@ pub fn run(opts: Options) -> Result<()> {
             }
         }
     }
+    // Issue 4: the local suite in a guest against the same suite on the
+    // host, figure by figure.
+    let guest_vs_host = match (results.get("local"), results.get("guest")) {
+        (Some(l), Some(g)) => guest::versus_host(l, g),
+        _ => Value::Null,
+    };
     let out = json!({
         "benchmark": "vsci bench",
+        "guest_vs_host": guest_vs_host,
         "version": env!("CARGO_PKG_VERSION"),
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "date": utc_now(),
@@ -329,6 +336,28 @@ fn transcript() -> String {
     progress().transcript.lock().map(|t| t.clone()).unwrap_or_default()
 }
 
+/// A file a guest prints between `BLOCK_BEGIN NAME` and `BLOCK_END`.
+pub const BLOCK_BEGIN: &str = "@@vsci-bench-begin ";
+pub const BLOCK_END: &str = "@@vsci-bench-end";
+
+/// The text a program printed between `BLOCK_BEGIN name` and `BLOCK_END`.
+pub fn block(text: &str, name: &str) -> Option<String> {
+    let start = format!("{BLOCK_BEGIN}{name}");
+    let mut out = String::new();
+    let mut inside = false;
+    for l in text.lines() {
+        if l.trim_end() == start {
+            inside = true;
+        } else if inside && l.starts_with(BLOCK_END) {
+            return Some(out);
+        } else if inside {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    None
+}
+
 /// Forwards a child's stdout (through [`say`]) and stderr (through
 /// [`say_err`]) line by line and keeps both for the caller.
 pub struct Forward {
@@ -344,17 +373,27 @@ impl Forward {
         let mut threads = Vec::new();
         fn pump<R: Read + Send + 'static>(r: R, text: Arc<Mutex<String>>, echo: bool, err: bool) -> JoinHandle<()> {
             std::thread::spawn(move || {
+                // A guest passes files (JSON) back through its stdout
+                // between these markers; keep them, do not print them.
+                let mut hide = false;
                 for line in BufReader::new(r).lines() {
                     let Ok(line) = line else { break };
-                    if echo {
+                    let marker = line.starts_with(BLOCK_BEGIN) || line.starts_with(BLOCK_END);
+                    if line.starts_with(BLOCK_BEGIN) {
+                        hide = true;
+                    }
+                    if echo && !hide && !marker {
                         if err {
                             say_err(&line);
                         } else {
                             say(&line);
                         }
                     }
-                    if !line.trim().is_empty() {
+                    if !line.trim().is_empty() && !hide {
                         status(&line);
+                    }
+                    if line.starts_with(BLOCK_END) {
+                        hide = false;
                     }
                     if let Ok(mut t) = text.lock() {
                         t.push_str(&line);

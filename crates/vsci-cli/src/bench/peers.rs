@@ -427,9 +427,8 @@ pub fn transfers(sites: &dyn Sites, sendrecv: &Path, quick: bool) -> Result<Valu
     } else {
         ("128m", &[("4k", 4 << 10), ("2m", 2 << 20), ("1g", 1 << 30)], 3)
     };
-    let list: Vec<&str> = sizes.iter().flat_map(|(n, _)| std::iter::repeat(*n).take(reps)).collect();
-    let list = list.join(",");
-    let segid = "21504"; // 0x5400, sendrecv's default
+    let list = transfer_list(sizes, reps);
+    let segid = TRANSFER_SEGID;
     let mut rc = sites.command(1, sendrecv);
     rc.args(["-receiver", "-window", window, "-segid", segid]).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut recv = rc.spawn().context("starting sendrecv -receiver")?;
@@ -457,6 +456,21 @@ pub fn transfers(sites: &dyn Sites, sendrecv: &Path, quick: bool) -> Result<Valu
     if !rst.as_ref().is_ok_and(|s| s.success()) {
         bail!("sendrecv -receiver failed ({rst:?}):\n{}", super::tail(&rtext, 10));
     }
+    parse_transfers(&text, &rtext, window, &list, sites.node_id(1))
+}
+
+/// sendrecv's segment id (0x5400, its default).
+pub const TRANSFER_SEGID: &str = "21504";
+
+/// `-bytes` of sendrecv: each size `reps` times.
+pub fn transfer_list(sizes: &[(&str, u64)], reps: usize) -> String {
+    let list: Vec<&str> = sizes.iter().flat_map(|(n, _)| std::iter::repeat(*n).take(reps)).collect();
+    list.join(",")
+}
+
+/// The figures of a sendrecv run from the sender's output (`text`) and
+/// the receiver's (`rtext`, for the data checks).
+pub fn parse_transfers(text: &str, rtext: &str, window: &str, list: &str, rn: u32) -> Result<Value> {
     // "sender:      4096 bytes in     1 chunks:      0.123 ms,    33.3 MB/s"
     let mut by_size: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
     let mut chunks: BTreeMap<u64, u64> = BTreeMap::new();
@@ -500,7 +514,7 @@ pub fn transfers(sites: &dyn Sites, sendrecv: &Path, quick: bool) -> Result<Valu
         "what": "examples/sendrecv -copy: the sender copies each chunk from a local buffer into the receiver's window and triggers a data interrupt; the receiver copies it out into a local buffer and acks with an interrupt (and checks every byte after the transfer, untimed); time from before the first copy to the last ack",
         "window": window,
         "slots": 1,
-        "command": format!("sendrecv -receiver -window {window} (end 1); sendrecv -sender -rn {} -bytes {list} -slots 1 -copy (end 0)", sites.node_id(1)),
+        "command": format!("sendrecv -receiver -window {window} (end 1); sendrecv -sender -rn {rn} -bytes {list} -slots 1 -copy (end 0)"),
         "verified_transfers": verified,
         "rows": rows,
     }))

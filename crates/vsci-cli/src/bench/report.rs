@@ -182,6 +182,18 @@ pub fn markdown(out: &Value, plots: &[String]) -> String {
     if let Some(r) = paths.get("remote") {
         remote(&mut d, r);
     }
+    if out.get("guest_vs_host").is_some_and(|v| !v.is_null()) {
+        guest_vs_host(&mut d, &out["guest_vs_host"]);
+    }
+    let guest_sb = paths.get("guest").map(|g| g["sisci_bench"].clone()).unwrap_or(Value::Null);
+    if let Some(g) = paths.get("guest") {
+        guest_local(&mut d, g);
+    }
+    for name in ["guest-host", "guest-guest", "guest-remote"] {
+        if let Some(g) = paths.get(name) {
+            guest_pair(&mut d, name, g, &guest_sb);
+        }
+    }
     let body = std::mem::take(&mut d.s);
 
     d.line("# Benchmarks");
@@ -529,7 +541,8 @@ fn hist_table(d: &mut Doc, title: &str, cols: &[(String, Vec<u64>)]) {
 }
 
 fn transfers(d: &mut Doc, t: &Value, rate: Option<f64>, limit_what: &str, copies: f64, path: &str) {
-    d.line("### Seed 001: 4 KB / 2 MB / 1 GB through a 128 MiB window, with acks");
+    let window = t["window"].as_str().unwrap_or("128m").to_uppercase().replace('M', " MiB");
+    d.line(&format!("### Seed 001 transfers through a {window} window, with acks"));
     d.line("");
     if let Some(e) = t.get("error").and_then(Value::as_str) {
         d.line(&format!("**The transfer run failed:** {}", e.lines().next().unwrap_or("")));
@@ -730,6 +743,172 @@ fn remote(d: &mut Doc, r: &Value) {
     transfers(d, &r["transfers"], ipm, "the data crossing the link once at this run's iperf3 rate between the namespaces", 1.0, "remote");
 }
 
+// ---------------------------------------------------------------------------
+// Guest paths
+
+fn guest_vs_host(d: &mut Doc, g: &Value) {
+    let accel = g["accelerator"].as_str().unwrap_or("unknown");
+    let kind = if g["kvm"].as_bool() == Some(true) { "KVM" } else { "TCG" };
+    d.line("## Guest vs host: the local suite inside a guest and on the host (issue 4)");
+    d.line("");
+    d.line(&format!("**Accelerator: {kind}** (`vsci vm run`: accelerator {accel})."));
+    d.line("");
+    d.line("sisci_bench with both ends inside one guest (path `guest`, two vCPUs, the guest's own sessions");
+    d.line("on its node) against the same program on the host (path `local`), same run. Medians; ratio =");
+    d.line("guest / host (for latency lower is better, for bandwidth higher). The guest ran sisci_bench's");
+    d.line("`-quick` size set and iteration counts (a TCG guest is slow), the host the full ones. Under TCG");
+    d.line("every guest instruction is translated and emulated, so these ratios measure QEMU's software CPU");
+    d.line("more than vsci; the raw rows (no SISCI at all) show how much of each ratio is the CPU alone.");
+    d.line("");
+    let body: Vec<Vec<String>> = g["rows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| {
+            let u = r["unit"].as_str().unwrap_or("");
+            let f = |v: Option<f64>| if u == "us" { us(v) } else { mbps(v) };
+            vec![r["what"].as_str().unwrap_or("").to_string(), f(r["host"].as_f64()), f(r["guest"].as_f64()), fr(r["ratio"].as_f64())]
+        })
+        .collect();
+    d.table(&["figure", "host", "guest", "guest / host"], &body);
+}
+
+fn accel_line(d: &mut Doc, g: &Value) {
+    d.line(&format!("Accelerator: {}. {}", g["accelerator"].as_str().unwrap_or("unknown"), g["iterations"].as_str().unwrap_or("")));
+    d.line("");
+    d.line(&format!("Peers not run on this path: {}", g["peers"]["not_run"].as_str().unwrap_or("")));
+    d.line("");
+}
+
+fn guest_local(d: &mut Doc, g: &Value) {
+    let sb = &g["sisci_bench"];
+    d.line("## Guest path: the local suite inside one guest");
+    d.line("");
+    d.line("Both ends of sisci_bench in one guest of one node; each worker opens its own session through the");
+    d.line("guest's control device, segments are mapped through hot-plugged ivshmem windows. Limits: the");
+    d.line("same operations with no SISCI inside the same guest (`memcpy` into private memory, a raw `memfd`");
+    d.line("ping-pong); peer for interrupts: an `eventfd` ping-pong inside the guest.");
+    d.line("");
+    accel_line(d, g);
+    let mut body = Vec::new();
+    for r in rows(sb, &["write_bandwidth"]) {
+        let Some(size) = r["size"].as_u64() else { continue };
+        let (v, lim) = (r["vsci_MBps"].as_f64(), r["peer_MBps"].as_f64());
+        let rl = d.peer(format!("guest write {} vs memcpy in the guest", size_name(size)), ratio(v, lim), false);
+        body.push(vec![size_name(size), mbps(v), mbps(lim), fr(rl)]);
+    }
+    d.line("### Write bandwidth, `memcpy` + `SCIFlush` per copy");
+    d.line("");
+    d.table(&["size", "vsci MB/s", "memcpy in the guest (limit)", "vsci/limit"], &body);
+    let mut body = Vec::new();
+    for r in rows(sb, &["pingpong"]) {
+        let Some(size) = r["size"].as_u64() else { continue };
+        let (v, lim) = (med(r.get("vsci")), med(r.get("peer")));
+        let rl = d.peer(format!("guest ping-pong {} vs raw memfd in the guest", size_name(size)), ratio(v, lim), true);
+        body.push(vec![size_name(size), lat2(r.get("vsci")), lat2(r.get("peer")), fr(rl)]);
+    }
+    d.line("### Ping-pong, flag in the last 4 bytes, RTT/2 (median / p99 µs)");
+    d.line("");
+    d.table(&["size", "vsci", "raw memfd in the guest (limit)", "vsci/limit"], &body);
+    let peer = sb["interrupt"].get("peer");
+    let mut body = Vec::new();
+    for r in rows(sb, &["interrupt"]) {
+        let w = r["wait"].as_str().unwrap_or("?");
+        let rp = d.peer(format!("guest interrupt ({w} wait) vs eventfd in the guest"), ratio(med(r.get("vsci")), med(peer)), true);
+        body.push(vec![format!("interrupt, `VSCI_WAIT={w}`"), lat2(r.get("vsci")), lat2(peer), fr(rp)]);
+    }
+    for r in rows(sb, &["data_interrupt"]) {
+        let w = r["wait"].as_str().unwrap_or("?");
+        let p = r["payload"].as_u64().unwrap_or(0);
+        let rp = d.peer(format!("guest data interrupt {} ({w}) vs eventfd + memfd in the guest", size_name(p)), ratio(med(r.get("vsci")), med(r.get("peer"))), true);
+        body.push(vec![format!("data interrupt {}, `{w}`", size_name(p)), lat2(r.get("vsci")), lat2(r.get("peer")), fr(rp)]);
+    }
+    d.line("### Interrupts, RTT/2 (median / p99 µs)");
+    d.line("");
+    d.table(&["what", "vsci", "eventfd in the guest (peer)", "vsci/peer"], &body);
+    let mut cols: Vec<(String, Vec<u64>)> = Vec::new();
+    for r in rows(sb, &["interrupt"]) {
+        if let Some(h) = hist(r.get("vsci")) {
+            cols.push((format!("vsci {}", r["wait"].as_str().unwrap_or("?")), h));
+        }
+    }
+    if let Some(h) = hist(peer) {
+        cols.push(("eventfd".into(), h));
+    }
+    hist_table(d, "Guest interrupt latency histogram (RTT/2, 10 µs buckets)", &cols);
+    let memcpy8 = rows(sb, &["write_bandwidth"]).iter().find(|r| r["size"].as_u64() == Some(8 << 20)).and_then(|r| r["peer_MBps"].as_f64());
+    transfers(d, &g["transfers"], memcpy8, "two copies of the data at the guest's 8 MiB `memcpy` rate", 2.0, "guest");
+}
+
+/// remote_bench and the transfers across a guest boundary. Limits: the
+/// raw figures of the `guest` path (the guest's own CPU, no SISCI).
+fn guest_pair(d: &mut Doc, name: &str, g: &Value, guest_sb: &Value) {
+    let rb = &g["remote_bench"];
+    let ends = g["ends"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" → ")).unwrap_or_default();
+    d.line(&format!("## Path {name}: {}", g["what"].as_str().unwrap_or("")));
+    d.line("");
+    d.line(&format!("remote_bench, client → server: {ends}. The client writes into the server's segment through its map"));
+    d.line("(ping-pong: payload then flag, no call; bandwidth: `memcpy` + `SCIFlush`, and `SCIMemCpy`); interrupts");
+    d.line("and data interrupts as a trigger → wait ping-pong. Limits, where the `guest` path ran in this run: the");
+    d.line("raw `memfd` ping-pong and `memcpy` inside a guest (a guest end cannot go faster than its own CPU).");
+    d.line("");
+    accel_line(d, g);
+    let has_limit = !guest_sb.is_null();
+    let gpp = rows(guest_sb, &["pingpong"]);
+    let gbw = rows(guest_sb, &["write_bandwidth"]);
+    let mut body = Vec::new();
+    for r in rows(rb, &["pingpong"]) {
+        let Some(size) = r["size"].as_u64() else { continue };
+        let v = med(r.get("vsci"));
+        let lim = row_for(&gpp, "size", size).and_then(|x| med(x.get("peer")));
+        let rl = d.peer(format!("{name} ping-pong {} vs raw memfd in a guest", size_name(size)), ratio(v, lim), true);
+        body.push(vec![size_name(size), lat2(r.get("vsci")), us(lim), fr(rl)]);
+    }
+    d.line("### Ping-pong through the peer's segment, RTT/2 (median / p99 µs)");
+    d.line("");
+    d.table(&["size", "vsci", "raw memfd in a guest (limit)", "vsci/limit"], &body);
+    let mut body = Vec::new();
+    for r in rows(rb, &["write_bandwidth"]) {
+        let Some(size) = r["size"].as_u64() else { continue };
+        let v = r["flush_MBps"].as_f64();
+        let lim = row_for(&gbw, "size", size).and_then(|x| x["peer_MBps"].as_f64());
+        let rl = d.peer(format!("{name} write {} vs memcpy in a guest", size_name(size)), ratio(v, lim), false);
+        body.push(vec![size_name(size), mbps(v), mbps(r["memcpy_MBps"].as_f64()), mbps(lim), fr(rl)]);
+    }
+    d.line("### Write bandwidth into the server's segment (MB/s)");
+    d.line("");
+    d.table(&["size", "memcpy + SCIFlush", "SCIMemCpy", "memcpy in a guest (limit)", "vsci/limit"], &body);
+    let lim4 = row_for(&gpp, "size", 4).and_then(|x| med(x.get("peer")));
+    let mut body = Vec::new();
+    if let Some(i) = rb.get("interrupt").and_then(|x| x.get("vsci")) {
+        let rl = d.peer(format!("{name} interrupt vs raw 4 B polling in a guest"), ratio(med(Some(i)), lim4), true);
+        body.push(vec!["interrupt".into(), lat2(Some(i)), us(lim4), fr(rl)]);
+    }
+    for r in rows(rb, &["data_interrupt"]) {
+        let p = r["payload"].as_u64().unwrap_or(0);
+        body.push(vec![format!("data interrupt {}", size_name(p)), lat2(r.get("vsci")), us(lim4), fr(ratio(med(r.get("vsci")), lim4))]);
+    }
+    d.line("### Interrupts, RTT/2 (median / p99 µs)");
+    d.line("");
+    d.table(&["what", "vsci", "raw 4 B polling ping-pong in a guest (limit)", "vsci/limit"], &body);
+    let mut cols: Vec<(String, Vec<u64>)> = Vec::new();
+    if let Some(h) = hist(rb.get("interrupt").and_then(|x| x.get("vsci"))) {
+        cols.push(("interrupt".into(), h));
+    }
+    for r in rows(rb, &["data_interrupt"]) {
+        if let Some(h) = hist(r.get("vsci")) {
+            cols.push((format!("data interrupt {}", size_name(r["payload"].as_u64().unwrap_or(0))), h));
+        }
+    }
+    hist_table(d, &format!("{name} interrupt latency histogram (RTT/2, 10 µs buckets)"), &cols);
+    if !has_limit {
+        d.line("(No limit column: the `guest` path did not run in this run.)");
+        d.line("");
+    }
+    let memcpy8 = row_for(&gbw, "size", 8 << 20).and_then(|r| r["peer_MBps"].as_f64());
+    transfers(d, &g["transfers"], memcpy8, "two copies of the data at a guest's 8 MiB `memcpy` rate", 2.0, name);
+}
+
 const NOTES: &str = "\
 ## Reading the numbers
 
@@ -760,12 +939,13 @@ ack per chunk; its receiver copies, ours verifies every byte.
 **Regenerating this file:**
 
 ```sh
-make && sudo build/bin/vsci bench --paths local,remote --report docs     # or: sudo make bench-report
+make && sudo build/bin/vsci bench --paths local,remote,guest,guest-host,guest-guest,guest-remote --report docs
+# or: sudo make bench-report
 ```
 
 writes `docs/benchmarks.md`, `docs/bench/results.json`, `docs/bench/results.txt` and
 `docs/bench/*.png` (`remote` needs root for the network namespaces; without it the path is
-skipped and the report says so). A full run takes several minutes on 2 cores; `--quick` is the
+skipped and the report says so; the guest paths need `qemu-system-x86_64`). A full run takes several minutes on 2 cores; `--quick` is the
 seconds-long smoke version the test suite runs.
 ";
 
@@ -801,5 +981,25 @@ mod tests {
         assert!(md.contains("| 1 KiB | 50.0 | 100 | 0.50 | 25.0 | 2.00 | 95279 |"), "{md}");
         assert!(md.contains("local write 1 KiB vs UCX shm put"), "{md}");
         assert!(md.contains("![bandwidth.png](bench/bandwidth.png)"), "{md}");
+    }
+
+    #[test]
+    fn guest_paths_get_their_sections_and_the_guest_host_table() {
+        let out = json!({
+            "guest_vs_host": {"accelerator": "tcg (no vmx)", "kvm": false, "rows": [{"what": "ping-pong 4 B, RTT/2", "unit": "us", "host": 0.1, "guest": 1.0, "ratio": 10.0}]},
+            "paths": {
+                "guest": {"accelerator": "tcg (no vmx)", "iterations": "quick", "peers": {"not_run": "not in the image"},
+                    "sisci_bench": {"pingpong": {"rows": [{"size": 4, "vsci": {"median_us": 1.0, "p99_us": 2.0}, "peer": {"median_us": 0.5, "p99_us": 1.0}}]}},
+                    "transfers": {"rows": []}},
+                "guest-host": {"what": "a guest and a host process", "ends": ["guest g", "host process"], "accelerator": "tcg (no vmx)", "peers": {"not_run": "not in the image"},
+                    "remote_bench": {"pingpong": {"rows": [{"size": 4, "vsci": {"median_us": 2.0, "p99_us": 3.0}}]}},
+                    "transfers": {"window": "4m", "rows": []}}
+            }
+        });
+        let md = markdown(&out, &[]);
+        assert!(md.contains("**Accelerator: TCG**") && md.contains("| ping-pong 4 B, RTT/2 | 0.100 | 1.00 |"), "{md}");
+        assert!(md.contains("guest ping-pong 4 B vs raw memfd in the guest"), "{md}");
+        assert!(md.contains("## Path guest-host") && md.contains("guest-host ping-pong 4 B vs raw memfd in a guest"), "{md}");
+        assert!(md.contains("Peers not run on this path: not in the image"), "{md}");
     }
 }
