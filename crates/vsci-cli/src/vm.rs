@@ -15,8 +15,8 @@ pub enum VmCmd {
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// The node's socket. Attached to the guest as an ivshmem-doorbell
-    /// device when it speaks QEMU's ivshmem server protocol.
+    /// The node's socket (default: $VSCI_SOCKET or /tmp/vscid.sock, if a
+    /// node is there). SISCI programs in the guest reach that node.
     #[arg(long)]
     socket: Option<PathBuf>,
     /// The guest's name (QEMU -name, guest host name).
@@ -74,7 +74,16 @@ pub fn run(cmd: VmCmd) -> Result<()> {
 
 fn vm_run(a: RunArgs) -> Result<i32> {
     let mut cfg = vsci_vm::RunConfig::new(&a.name, a.command);
-    cfg.socket = a.socket;
+    // Without --socket, attach to the node every client would use
+    // (VSCI_SOCKET or /tmp/vscid.sock) if one is there.
+    cfg.socket = a.socket.or_else(|| {
+        let p = vsci_proto::socket_path();
+        let up = vsci_proto::wire::connect(&p).is_ok();
+        if up {
+            eprintln!("vsci vm: attaching to the node at {}", p.display());
+        }
+        up.then_some(p)
+    });
     for add in &a.adds {
         let Some((h, g)) = add.split_once(':') else { bail!("--add {add}: expected HOST_PATH:GUEST_PATH") };
         if h.is_empty() || !g.starts_with('/') {
