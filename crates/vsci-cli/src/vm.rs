@@ -1,5 +1,6 @@
 //! `vsci vm run`: boot a guest attached to a node, run a command in it, relay
-//! its output and exit with its status. The work is in crates/vsci-vm.
+//! its output and exit with its status. `vsci vm image`: build (or find) the
+//! cached guest image without booting anything. The work is in crates/vsci-vm.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -11,6 +12,12 @@ use clap::{Args, Subcommand};
 pub enum VmCmd {
     /// Boot a guest, run CMD in it, relay its output, exit with its status.
     Run(RunArgs),
+    /// Build the guest image now (or find it in the cache) and print its
+    /// directory. `vsci vm run` does the same on first use; this lets a
+    /// script do the slow part (downloading the kernel, building the
+    /// driver) up front, for example before entering a network namespace
+    /// that cannot reach the package archive.
+    Image,
 }
 
 #[derive(Args)]
@@ -68,6 +75,19 @@ pub fn run(cmd: VmCmd) -> Result<()> {
                 }
             };
             std::process::exit(code);
+        }
+        VmCmd::Image => {
+            let say = |m: &str| eprintln!("vsci vm: {m}");
+            match vsci_vm::image::ensure_image(&say) {
+                Ok(img) => {
+                    println!("{}", img.dir.display());
+                    Ok(())
+                }
+                Err(e) => {
+                    eprintln!("vsci vm: cannot build the guest image: {e:#}");
+                    std::process::exit(1);
+                }
+            }
         }
     }
 }

@@ -62,6 +62,15 @@ const MAX_QUEUED: usize = 1024;
 /// Records taken from one session per pass, so one flooding program cannot
 /// starve the others.
 const RECORDS_PER_PASS: usize = 64;
+/// Messages read from one session's node connection per wake-up. More than
+/// a pass forwards, so replies never pile up at vscid (which drops a client
+/// that leaves too many unread).
+const NODE_MESSAGES_PER_WAKE: usize = 256;
+/// Requests of one session forwarded to vscid and not yet answered. vscid
+/// answers every request (a wait answers when it ends), so this bounds what
+/// one program can have queued at the node, however fast it writes records;
+/// a plain SISCI program has one per thread.
+const MAX_IN_FLIGHT: usize = 256;
 /// A window nobody opened within this time after it was handed out is taken
 /// back (the program that asked for it died or misbehaves).
 const UNUSED_WINDOW_GRACE: Duration = Duration::from_secs(30);
@@ -202,6 +211,11 @@ struct Sess {
     disconnecting: HashMap<u64, ObjId>,
     /// Set when the guest broke the protocol: ignored until it reopens.
     broken: bool,
+    /// Set while its requests are held because it leaves replies unread
+    /// (logged once per stall).
+    stalled: bool,
+    /// Requests sent to vscid whose reply has not come back.
+    in_flight: usize,
     /// Other nodes' segments kept in step for the guest, by connection.
     proxied: HashMap<ObjId, Arc<ProxiedSegment>>,
     /// This node's segment memory the program holds (its segments and its
@@ -226,6 +240,8 @@ impl Sess {
             vpeer_of: HashMap::new(),
             disconnecting: HashMap::new(),
             broken,
+            stalled: false,
+            in_flight: 0,
             proxied: HashMap::new(),
             relays: HashMap::new(),
             mem: HashMap::new(),
@@ -517,9 +533,25 @@ impl Worker {
 
     fn take_requests(&mut self, i: usize) -> bool {
         for _ in 0..RECORDS_PER_PASS {
-            let s = self.sessions[i].as_ref().expect("open");
+            let name = &self.cfg.name;
+            let s = self.sessions[i].as_mut().expect("open");
             if s.broken {
                 return false;
+            }
+            // Back-pressure: a program that leaves its replies unread gets
+            // no more requests served until it reads them, so what it makes
+            // the node produce stays bounded (and vscid never sees this
+            // guest's connection as stuck).
+            if !s.queued.is_empty() {
+                if !s.stalled {
+                    s.stalled = true;
+                    log::warn!("vsci agent: guest {name} session {i}: the program does not read its replies; holding its requests until it does");
+                }
+                return false;
+            }
+            s.stalled = false;
+            if s.in_flight >= MAX_IN_FLIGHT {
+                return false; // the node's replies wake us
             }
             let rec = match s.ring.recv() {
                 Ok(Some(r)) => r,
@@ -560,6 +592,7 @@ impl Worker {
                     let hello = ClientMsg { tag, req: Request::Hello { version, name: full } };
                     if wire::send(fd.as_fd(), &hello, &[]).is_ok() {
                         s.node = Some(fd);
+                        s.in_flight = 1;
                         return;
                     }
                     self.reply_err(i, tag, SciError::NoLinkAccess)
@@ -626,7 +659,9 @@ impl Worker {
         let s = self.sessions[i].as_mut().expect("open");
         let Some(node) = s.node.as_ref() else { return };
         let b: Vec<BorrowedFd> = fds.iter().map(|f| f.as_fd()).collect();
-        if wire::send(node.as_fd(), &msg, &b).is_err() {
+        if wire::send(node.as_fd(), &msg, &b).is_ok() {
+            s.in_flight += 1;
+        } else {
             s.node = None;
             let tag = msg.tag;
             if tag & OWN_TAG == 0 {
@@ -645,7 +680,19 @@ impl Worker {
 
     // ---- node → guest -----------------------------------------------------
 
+    /// Messages from vscid for session `i`: what is there now, up to
+    /// [`NODE_MESSAGES_PER_WAKE`].
     fn from_node(&mut self, i: usize) {
+        for k in 0..NODE_MESSAGES_PER_WAKE {
+            let Some(node) = self.sessions[i].as_ref().and_then(|s| s.node.as_ref()) else { return };
+            if k > 0 && !readable(node.as_fd()) {
+                return;
+            }
+            self.one_from_node(i);
+        }
+    }
+
+    fn one_from_node(&mut self, i: usize) {
         let Some(node) = self.sessions[i].as_ref().and_then(|s| s.node.as_ref()) else { return };
         let mut msg = match wire::recv(node.as_fd()) {
             Ok(m) => m,
@@ -662,6 +709,9 @@ impl Worker {
         let Ok(mut sm) = msg.decode::<ServerMsg>() else { return };
         log::debug!("vsci agent: session {i} from the node: {sm:?}");
         let fds = std::mem::take(&mut msg.fds);
+        if let (ServerMsg::Reply { .. }, Some(s)) = (&sm, self.sessions[i].as_mut()) {
+            s.in_flight = s.in_flight.saturating_sub(1);
+        }
         if let ServerMsg::Reply { tag, .. } = &sm {
             if tag & OWN_TAG != 0 {
                 return; // our own clean-up's answer
@@ -902,4 +952,11 @@ impl Relay {
 fn one(fds: &[OwnedFd]) -> Result<BorrowedFd<'_>> {
     anyhow::ensure!(fds.len() == 1, "expected one descriptor, got {}", fds.len());
     Ok(fds[0].as_fd())
+}
+
+/// Whether `fd` has something to read (or hung up) right now.
+fn readable(fd: BorrowedFd) -> bool {
+    let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one live pollfd; a zero timeout never blocks.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
 }

@@ -45,6 +45,18 @@ pub fn built(rel: &str) -> PathBuf {
     p
 }
 
+/// Builds the guest image (or finds it cached) with `vsci vm image`, once
+/// per test binary. Tests that boot guests inside a network namespace call
+/// it first: the image build downloads the guest kernel from the package
+/// archive, which a namespace cannot reach.
+pub fn guest_image() {
+    static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    DONE.get_or_init(|| {
+        run("vsci vm image", Command::new(built("bin/vsci")).args(["vm", "image"]).stdin(Stdio::null()), Duration::from_secs(900))
+            .assert_success();
+    });
+}
+
 /// A directory under the system temp dir, removed on drop.
 pub struct TempDir {
     pub path: PathBuf,
