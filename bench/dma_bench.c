@@ -23,10 +23,11 @@
  *      on a finished queue, SCICreateDMAQueue + SCIRemoveDMAQueue.
  *
  * Usage:
- *   dma_bench [-rn NODE] [-seg ID] [-quick] [-s abcde]
+ *   dma_bench [-rn NODE] [-seg ID] [-quick] [-s abcde] [-json FILE]
  *       measure against a target segment on this node (default: the
  *       program creates it itself, a co-located segment) or, with -rn, the
- *       segment ID of node NODE, made there by `dma_bench -owner`;
+ *       segment ID of node NODE, made there by `dma_bench -owner`; with
+ *       -json, also write every figure to FILE (`vsci bench` reads it);
  *   dma_bench -owner [-seg ID]
  *       create the 32 MiB target segment ID and wait until SIGTERM/SIGINT.
  * See bench/README.md ("dma_bench").
@@ -62,6 +63,53 @@ static sci_desc_t own_sd;
 static sci_remote_segment_t rs;
 static sci_map_t rmap;
 static int failures;
+/* -json FILE: each section appends its member as it finishes. */
+static FILE *jf;
+
+/* Opens the JSON member `name` (an array) of section results. */
+static void json_section(const char *name)
+{
+    if (jf)
+        fprintf(jf, ",\n  \"%s\": [", name);
+}
+
+static void json_section_end(void)
+{
+    if (jf)
+        fputs("\n  ]", jf);
+}
+
+/* One row of a section: `first` says whether a comma goes before it. */
+static void json_row_start(int first)
+{
+    if (jf)
+        fputs(first ? "\n    {" : ",\n    {", jf);
+}
+
+static void json_field(const char *key, double v, int last)
+{
+    if (!jf)
+        return;
+    fprintf(jf, "\"%s\": ", key);
+    json_num(jf, v);
+    fputs(last ? "}" : ", ", jf);
+}
+
+/* Sizes are integers in the JSON, so readers can match them exactly. */
+static void json_bytes(const char *key, size_t v)
+{
+    if (jf)
+        fprintf(jf, "\"%s\": %zu, ", key, v);
+}
+
+static void json_text(const char *key, const char *v)
+{
+    if (!jf)
+        return;
+    fprintf(jf, "\"%s\": ", key);
+    json_str(jf, v);
+    fputs(", ", jf);
+}
 
 static void die(const char *what, sci_error_t e)
 {
@@ -181,6 +229,7 @@ static void section_a(void)
              *t_rm = calloc((size_t)reps, 8), *t_peer = calloc((size_t)reps, 8),
              *dma1 = calloc((size_t)reps, 8), *dma2 = calloc((size_t)reps, 8);
     sci_dma_queue_t q = new_queue(NULL);
+    json_section("setup");
     for (size_t s = 0; s < NPS; s++) {
         size_t n = paper_sizes[s];
         for (int r = 0; r < reps; r++) {
@@ -229,7 +278,16 @@ static void section_a(void)
                median_ns(t_rm, (uint32_t)reps) / 1e3, median_ns(t_peer, (uint32_t)reps) / 1e3,
                s == 0 ? "native flat in size; virtualized grows with size, ~31-34 ms at 512 KiB"
                       : "(no absolute values in the text)");
+        json_row_start(s == 0);
+        json_bytes("bytes", n);
+        json_field("create_map_us", median_ns(t_map, (uint32_t)reps) / 1e3, 0);
+        json_field("touch_us", median_ns(t_touch, (uint32_t)reps) / 1e3, 0);
+        json_field("first_dma_us", median_ns(dma1, (uint32_t)reps) / 1e3, 0);
+        json_field("second_dma_us", median_ns(dma2, (uint32_t)reps) / 1e3, 0);
+        json_field("unmap_remove_us", median_ns(t_rm, (uint32_t)reps) / 1e3, 0);
+        json_field("peer_mmap_touch_us", median_ns(t_peer, (uint32_t)reps) / 1e3, 1);
     }
+    json_section_end();
     printf("   create+map: the three calls; +touch: and one store per page; 1st/2nd DMA: the\n"
            "   whole buffer to the target with SCI_FLAG_DMA_WAIT (the engine maps a segment on\n"
            "   its first transfer and faults its pages in then).\n\n");
@@ -272,6 +330,7 @@ static void section_b(void)
     memset(buf, 1, 8 * MIB);
     memset(buf2, 2, 8 * MIB);
     uint64_t *t = malloc(100000 * sizeof *t), *tp = malloc(100000 * sizeof *tp);
+    json_section("single");
     for (int si = 0; si < ns; si++) {
         size_t n = sizes[si];
         for (int read = 0; read < 2; read++) {
@@ -296,8 +355,14 @@ static void section_b(void)
                    read ? "read" : "write", n / md * 1e3, n / mp * 1e3, mp / md, (md - mp) / mp * 100,
                    n == (512 << 10) && !read ? "virtualization overhead max 7 % (at 512 KiB)"
                    : n > (512 << 10) && !read ? "overhead below 7 %" : "");
+            json_row_start(si == 0 && read == 0);
+            json_text("dir", read ? "read" : "write");
+            json_bytes("bytes", n);
+            json_field("dma_mbps", n / md * 1e3, 0);
+            json_field("peer_mbps", n / mp * 1e3, 1);
         }
     }
+    json_section_end();
     printf("   overhead = (dma time - peer time) / peer time: what the engine adds to moving\n"
            "   the bytes (the paper's 7 %% is guest vs host on the same engine).\n\n");
     SCI("SCIRemoveDMAQueue", SCIRemoveDMAQueue(q, NO_FLAGS, errp_));
@@ -344,6 +409,7 @@ static void section_c(void)
     memset(buf, 1, TARGET_SIZE);
     memset(buf2, 2, TARGET_SIZE);
     bursts(64 * MIB, 8 * MIB, NQ, q);         /* warm the engine's mappings */
+    json_section("bursts");
     for (size_t s = 0; s < NPS; s++) {
         size_t b = paper_sizes[s];
         double t4 = bursts(total, b, NQ, q);
@@ -362,7 +428,14 @@ static void section_c(void)
                total / t4 * 1e3, total / t1 * 1e3, total / tp * 1e3, (t4 - tp) / tp * 100,
                b == (2 << 20) ? "max overhead ~4 % (at 2 MiB); bursts beat single transfers"
                               : "");
+        json_row_start(s == 0);
+        json_bytes("total_bytes", total);
+        json_bytes("burst_bytes", b);
+        json_field("queues4_mbps", total / t4 * 1e3, 0);
+        json_field("queue1_mbps", total / t1 * 1e3, 0);
+        json_field("peer_mbps", total / tp * 1e3, 1);
     }
+    json_section_end();
     printf("   overhead: 4 queues against the peer moving the same bursts one after another;\n"
            "   every variant cycles through four 8 MiB regions (a 64 MiB working set).\n\n");
     for (int k = 0; k < NQ; k++)
@@ -445,13 +518,21 @@ static void section_d(void)
         { "SCIDMAQueueState polling", NULL, 3 },
         { "callback (SCI_FLAG_USE_CALLBACK)", NULL, 1 },
     };
+    json_section("notify");
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
         lat_t hot, idle;
         notify_run(rows[r].mode, rows[r].how, 0, &hot);
         notify_run(rows[r].mode, rows[r].how, 1000, &idle);
         printf("   %-38s %9.2f %9.2f %9.2f %9.2f   %s\n", rows[r].label, hot.med, hot.p99, idle.med,
                idle.p99, r == 6 ? "130-140 us (completion forwarded to the guest)" : "");
+        json_row_start(r == 0);
+        json_text("how", rows[r].label);
+        json_field("median_us", hot.med, 0);
+        json_field("p99_us", hot.p99, 0);
+        json_field("idle_median_us", idle.med, 0);
+        json_field("idle_p99_us", idle.p99, 1);
     }
+    json_section_end();
     printf("   idle: a 1 ms pause before each transfer, so the engine's worker has gone to\n"
            "   sleep and must be woken (the 'hot' columns post back to back).  An unbounded\n"
            "   wait runs a transfer the worker has not picked up yet itself; a wait with a\n"
@@ -503,6 +584,18 @@ static void section_e(void)
     printf("   %-44s %9.3f %9.3f\n", "SCIWaitForDMAQueue on a finished queue", c.med, c.p99);
     printf("   %-44s %9.1f %9.1f\n", "SCICreateDMAQueue + SCIRemoveDMAQueue", d.med, d.p99);
     printf("\n");
+    const struct { const char *call; const lat_t *L; } calls[] = {
+        { "SCIStartDmaTransfer", &a }, { "SCIDMAQueueState", &b },
+        { "SCIWaitForDMAQueue (finished queue)", &c }, { "SCICreateDMAQueue + SCIRemoveDMAQueue", &d },
+    };
+    json_section("calls");
+    for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+        json_row_start(i == 0);
+        json_text("call", calls[i].call);
+        json_field("median_us", calls[i].L->med, 0);
+        json_field("p99_us", calls[i].L->p99, 1);
+    }
+    json_section_end();
     free(ts);
     free(tq);
     free(tw);
@@ -537,13 +630,13 @@ static int owner(void)
 
 static void usage(void)
 {
-    printf("usage: dma_bench [-rn NODE] [-seg ID] [-quick] [-s abcde]\n"
+    printf("usage: dma_bench [-rn NODE] [-seg ID] [-quick] [-s abcde] [-json FILE]\n"
            "       dma_bench -owner [-seg ID]\n");
 }
 
 int main(int argc, char **argv)
 {
-    const char *sections = "abcde";
+    const char *sections = "abcde", *json_path = NULL;
     int is_owner = 0;
     machine_info(argc, argv);
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -558,6 +651,8 @@ int main(int argc, char **argv)
             seg_id = (unsigned)strtoul(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "-s") && i + 1 < argc)
             sections = argv[++i];
+        else if (!strcmp(argv[i], "-json") && i + 1 < argc)
+            json_path = argv[++i];
         else {
             usage();
             return !strcmp(argv[i], "-h") ? 0 : 2;
@@ -566,6 +661,14 @@ int main(int argc, char **argv)
     if (is_owner)
         return owner();
     setup();
+    if (json_path) {
+        if (!(jf = json_open("dma_bench", json_path)))
+            return 1;
+        json_preamble(jf, "dma_bench", quick, 0, 0);
+        fprintf(jf, ",\n  \"target\": \"%s\", \"target_node\": %u",
+                remote_node ? "remote" : "co-located", remote_node);
+        fputs(",\n  \"units\": {\"bandwidth\": \"MB/s (1e6 B/s)\", \"time\": \"microseconds\"}", jf);
+    }
     if (strchr(sections, 'a'))
         section_a();
     if (strchr(sections, 'b'))
@@ -577,6 +680,11 @@ int main(int argc, char **argv)
     if (strchr(sections, 'e'))
         section_e();
     teardown();
+    if (jf) {
+        fprintf(jf, ",\n  \"failures\": %d\n}\n", failures);
+        if (!json_close("dma_bench", jf, json_path))
+            return 1;
+    }
     if (failures) {
         fprintf(stderr, "dma_bench: %d callbacks reported an error\n", failures);
         return 1;

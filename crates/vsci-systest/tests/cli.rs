@@ -53,8 +53,15 @@ fn bench_quick_smoke_run_writes_json_and_report() {
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("bench wrote its JSON")).expect("valid JSON");
     assert!(v["paths"]["local"]["sisci_bench"].is_object(), "bench JSON has the local sisci_bench results: {v}");
     assert!(v["machine"]["cores"].as_u64().is_some(), "bench JSON describes the machine: {v}");
+    // dma_bench ran on the host: every section came back, sizes as integers.
+    let dma = &v["paths"]["local"]["dma"];
+    for sect in ["setup", "single", "bursts", "notify", "calls"] {
+        assert!(dma[sect].as_array().is_some_and(|a| !a.is_empty()), "dma_bench section {sect}: {dma}");
+    }
+    assert_eq!(dma["failures"], 0, "{dma}");
+    assert!(v["dma"]["rows"].as_array().is_some_and(|r| r.iter().any(|x| x["what"] == "single transfer 512 KiB, write" && x["host"].as_f64().is_some())), "{}", v["dma"]);
     let md = std::fs::read_to_string(report.join("benchmarks.md")).expect("report wrote benchmarks.md");
-    for part in ["## The machine and the run", "## Local path", "thesis 5.1", "Seed 001"] {
+    for part in ["## The machine and the run", "## Local path", "thesis 5.1", "Seed 001", "## DMA engine (seed 003)"] {
         assert!(md.contains(part), "benchmarks.md has {part:?}:\n{md}");
     }
     let saved: serde_json::Value =

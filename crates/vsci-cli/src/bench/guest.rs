@@ -2,9 +2,11 @@
 //! `vsci vm run`, with the same unmodified programs (the image's libsisci).
 //!
 //! - `guest`: sisci_bench (the local suite: bandwidth, ping-pong,
-//!   interrupts, with its raw peers memcpy / memfd polling / eventfd) and
-//!   the seed-001 transfers with both ends inside one guest, next to the
-//!   `local` path's host figures (issue 4: [`versus_host`]);
+//!   interrupts, with its raw peers memcpy / memfd polling / eventfd), the
+//!   seed-001 transfers with both ends inside one guest, next to the
+//!   `local` path's host figures (issue 4: [`versus_host`]), and dma_bench
+//!   (seed 003: the guest's DMA calls remoted to the node's engine; see
+//!   [`super::dma::versus`]);
 //! - `guest-host`: remote_bench and the transfers between a guest and a host
 //!   process of the same node;
 //! - `guest-guest`: the same between two guests of one node;
@@ -35,7 +37,7 @@ use serde_json::{json, Value};
 
 use super::netns::{self, Pair};
 use super::peers::{self, TRANSFER_SEGID};
-use super::{block, fmt_opt, rows, say, size_name, step, tail, Ctx, Forward, PathSpec};
+use super::{block, dma, fmt_opt, rows, say, size_name, step, tail, Ctx, Forward, PathSpec};
 use crate::node::TempNode;
 
 pub const GUEST: PathSpec = PathSpec {
@@ -205,8 +207,9 @@ const TIMEOUT: Duration = Duration::from_secs(900);
 fn run_guest(ctx: &Ctx) -> Result<Value> {
     let sb = ctx.program(&ctx.bench_dir, "sisci_bench")?;
     let sr = ctx.program(&ctx.examples_dir, "sendrecv")?;
+    let db = ctx.program(&ctx.bench_dir, "dma_bench")?;
     let node = TempNode::start(1)?;
-    step("guest: sisci_bench and the transfers inside one guest");
+    step("guest: sisci_bench, the transfers and dma_bench inside one guest");
     let (window, sizes, reps) = transfer_plan(ctx.quick);
     let list = peers::transfer_list(sizes, reps);
     // Two vCPUs: both ends of sisci_bench's ping-pongs poll, and with one
@@ -220,10 +223,12 @@ fn run_guest(ctx: &Ctx) -> Result<Value> {
          {{sendrecv}} -sender -rn 1 -bytes {list} -slots 1 -copy -segid {TRANSFER_SEGID} || st=$?\n\
          wait $! || st=$?\n\
          echo '@@vsci-bench-begin receiver'; cat /tmp/recv.txt; echo '@@vsci-bench-end'\n\
-         exit $st"
+         {dma}\
+         exit $st",
+        dma = dma::guest_script()
     );
     let end = End::guest(node.socket(), "vsci-bench-guest", 2);
-    let cmd = end.command(&[("sisci_bench", &sb), ("sendrecv", &sr)], &script, Path::new("/tmp"), TIMEOUT);
+    let cmd = end.command(&[("sisci_bench", &sb), ("sendrecv", &sr), ("dma_bench", &db)], &script, Path::new("/tmp"), TIMEOUT);
     let (st, text) = super::run_forwarded(cmd, "vsci vm run (guest)", TIMEOUT + Duration::from_secs(30), true)?;
     netns::check_interrupted()?;
     drop(node);
@@ -246,6 +251,7 @@ fn run_guest(ctx: &Ctx) -> Result<Value> {
         "iterations": "sisci_bench -quick (its smaller size set and iteration counts) under TCG; transfers 4 KB / 2 MB (/ 64 MB in full mode), window 4 MiB (64 MiB)",
         "sisci_bench": sbj,
         "transfers": transfers,
+        "dma": dma::from_guest(&text),
         "peers": {"not_run": NO_TCP_PEERS},
     }))
 }
@@ -335,6 +341,9 @@ fn run_guest_guest(ctx: &Ctx) -> Result<Value> {
 }
 
 fn run_guest_remote(ctx: &Ctx) -> Result<Value> {
+    // The guest boots inside a namespace, which cannot reach the package
+    // archive the first image build downloads the kernel from.
+    vsci_vm::image::ensure_image(&|m: &str| say(&format!("vsci vm: {m}"))).context("building the guest image")?;
     step("guest-remote: two nodes in two network namespaces");
     let mut pair = Pair::create()?;
     pair.start_nodes(&crate::node::sibling("vscid"), Duration::from_secs(30))?;

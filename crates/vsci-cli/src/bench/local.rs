@@ -1,7 +1,8 @@
 //! The `local` path: processes on one node sharing segments. sisci_bench
 //! (write bandwidth, ping-pong, interrupts, data interrupts with their raw
-//! peers: memcpy, memfd polling, eventfd), the seed-001 transfers, and
-//! ucx_perftest over shared memory between two processes.
+//! peers: memcpy, memfd polling, eventfd), the seed-001 transfers, seed
+//! 003's DMA measurements (dma_bench), and ucx_perftest over shared memory
+//! between two processes.
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
@@ -12,14 +13,14 @@ use anyhow::{bail, Result};
 use serde_json::{json, Value};
 
 use super::peers::{self, Sites, Tool};
-use super::{netns, run_forwarded, say, step, Ctx, PathSpec};
+use super::{dma, netns, run_forwarded, say, step, Ctx, PathSpec};
 use crate::node::TempNode;
 
 pub const PATH: PathSpec = PathSpec {
     name: "local",
     what: "host processes on one node sharing segments (zero copy)",
     unavailable: |_| None,
-    steps: 4,
+    steps: 5,
     tools: &[Tool::UcxPerftest, Tool::Sockperf, Tool::Iperf3],
     run,
 };
@@ -72,6 +73,10 @@ fn run(ctx: &Ctx) -> Result<Value> {
         json!({"error": format!("{e:#}")})
     });
 
+    step("local: dma_bench (seed 003: the DMA engine)");
+    let dma = dma::host(ctx, node.socket());
+    netns::check_interrupted()?;
+
     step("local: ucx_perftest over shared memory");
     // How fast two cores of this VM pass a cache line changes over minutes
     // (vCPU placement on the host), so a raw memfd ping-pong taken right
@@ -110,6 +115,7 @@ fn run(ctx: &Ctx) -> Result<Value> {
         "what": PATH.what,
         "sisci_bench": sb,
         "transfers": transfers,
+        "dma": dma,
         "peers": {"ucx_perftest": ucx, "sockperf": sockperf, "iperf3": iperf},
     }))
 }

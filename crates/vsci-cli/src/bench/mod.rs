@@ -9,6 +9,7 @@
 //! that JSON, so a new path shows up in them as soon as its runner fills
 //! the same keys (`sisci_bench`/`remote_bench`, `transfers`, `peers`).
 
+mod dma;
 mod guest;
 mod local;
 mod netns;
@@ -82,6 +83,17 @@ impl Ctx {
     }
 }
 
+/// Seed 003's DMA figures of the `local`, `guest` and `remote` paths side by
+/// side (null when none of them ran dma_bench).
+fn dma_versus(paths: &Value) -> Value {
+    dma::versus(
+        dma::has(paths.get("local")),
+        dma::has(paths.get("guest")),
+        dma::has(paths.get("remote")),
+        paths.get("guest").and_then(|g| g["accelerator"].as_str()),
+    )
+}
+
 /// Resolve `--paths`: names of [`PATHS`] or `all`.
 fn select_paths(names: &[String]) -> Result<Vec<&'static PathSpec>> {
     let mut out: Vec<&'static PathSpec> = Vec::new();
@@ -118,8 +130,12 @@ pub fn run(opts: Options) -> Result<()> {
     let examples_dir = bench_dir.parent().map(|p| p.join("examples")).unwrap_or_else(|| PathBuf::from("build/examples"));
     if let Some(f) = &opts.from_json {
         let Some(dir) = &opts.report else { bail!("--from-json needs --report DIR") };
-        let out: Value = serde_json::from_str(&std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?)
+        let mut out: Value = serde_json::from_str(&std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?)
             .with_context(|| format!("{} is not JSON", f.display()))?;
+        if out["dma"].is_null() {
+            // Results saved before the DMA comparison existed.
+            out["dma"] = dma_versus(&out["paths"]);
+        }
         for f in write_report(dir, &out, false)? {
             say(&format!("report: wrote {}", f.display()));
         }
@@ -186,9 +202,12 @@ pub fn run(opts: Options) -> Result<()> {
         (Some(l), Some(g)) => guest::versus_host(l, g),
         _ => Value::Null,
     };
+    // Issue 5: seed 003's DMA figures, host, guest and remote side by side.
+    let dma_vs = dma_versus(&Value::Object(results.clone()));
     let out = json!({
         "benchmark": "vsci bench",
         "guest_vs_host": guest_vs_host,
+        "dma": dma_vs,
         "version": env!("CARGO_PKG_VERSION"),
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "date": utc_now(),

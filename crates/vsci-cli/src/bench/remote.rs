@@ -1,6 +1,7 @@
 //! The `remote` path: two nodes in two network namespaces joined by a veth
 //! pair (needs root). remote_bench runs as a server on node 2 and a client
-//! on node 1; then the seed-001 transfers, and the peers between the same
+//! on node 1; then the seed-001 transfers, seed 003's DMA measurements
+//! (dma_bench against a segment of node 2), and the peers between the same
 //! namespaces: sockperf (TCP ping-pong), iperf3 and ucx_perftest over TCP.
 
 use std::path::Path;
@@ -12,13 +13,13 @@ use serde_json::{json, Value};
 
 use super::netns::{self, Pair};
 use super::peers::{self, Sites, Tool};
-use super::{fmt_opt, say, size_name, step, tail, Ctx, Forward, PathSpec};
+use super::{dma, fmt_opt, say, size_name, step, tail, Ctx, Forward, PathSpec};
 
 pub const PATH: PathSpec = PathSpec {
     name: "remote",
     what: "two nodes in two network namespaces over veth (RMA engine over TCP)",
     unavailable,
-    steps: 4,
+    steps: 5,
     tools: &[Tool::Sockperf, Tool::Iperf3, Tool::UcxPerftest],
     run,
 };
@@ -107,6 +108,10 @@ fn run(ctx: &Ctx) -> Result<Value> {
     });
     pair.check_daemons()?;
 
+    step("remote: dma_bench (seed 003: the DMA engine, target on node 2)");
+    let dma = dma::remote(ctx, &mut pair);
+    pair.check_daemons()?;
+
     // The peers, on the same namespaces, now that vsci is idle.
     step("remote: peers (sockperf, iperf3, ucx_perftest over TCP)");
     let secs = if ctx.quick { 1 } else { 5 };
@@ -128,6 +133,7 @@ fn run(ctx: &Ctx) -> Result<Value> {
         "link": "veth pair between two network namespaces of one host",
         "remote_bench": vsci,
         "transfers": transfers,
+        "dma": dma,
         "peers": {"sockperf": sockperf, "iperf3": iperf, "ucx_perftest": ucx},
         "table": table,
     }))

@@ -1,0 +1,245 @@
+//! Seed 003's DMA measurements (bench/dma_bench.c) on the paths that have a
+//! DMA engine: `local` (host processes, a co-located target), `remote` (the
+//! target on node 2, RMA), and `guest` (the same program inside a guest: its
+//! calls are remoted to the node's engine by the guest agent). [`versus`]
+//! puts the three side by side with the paper's figures in a column of
+//! their own, and reads the guest's overhead over the host the way the paper
+//! reads its para-virtualized engine against the native one.
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use serde_json::{json, Value};
+
+use super::netns::{self, Pair};
+use super::{fmt_opt, run_forwarded, say, size_name, tail, Ctx};
+
+/// The target segment's id (dma_bench's default is also used by tests).
+const TARGET_SEG: &str = "0x0d3b";
+
+/// The paper's figures (Mouzakitis et al., seed 003), as its text gives them.
+pub const PAPER: &[(&str, &str)] = &[
+    ("setup", "DMA buffer setup: native flat in size; virtualized grows with size, about 31-34 ms at 512 KiB (derived from Fig. 6)"),
+    ("single", "single transfer: virtualization overhead at most 7 % (at 512 KiB), below that for larger transfers (Fig. 7)"),
+    ("bursts", "1 GiB in bursts: overhead at most about 4 % (at 2 MiB) (Fig. 8)"),
+    ("notify", "completion notification forwarded to the guest: 130-140 us"),
+    ("calls", "about 3 us per forwarded control call, polled (Figs. 10/11)"),
+];
+
+/// dma_bench on a host against the node at `socket` (a co-located target
+/// the program makes itself).
+pub fn host(ctx: &Ctx, socket: &Path) -> Value {
+    let run = || -> Result<Value> {
+        let prog = ctx.program(&ctx.bench_dir, "dma_bench")?;
+        let tmp = std::env::temp_dir().join(format!("vsci-bench-dma-{}.json", std::process::id()));
+        let mut cmd = Command::new(&prog);
+        if ctx.quick {
+            cmd.arg("-quick");
+        }
+        cmd.args(["-seg", TARGET_SEG, "-json"]).arg(&tmp);
+        cmd.env(vsci_proto::SOCKET_ENV, socket).stdin(Stdio::null()).process_group(0);
+        let limit = Duration::from_secs(if ctx.quick { 180 } else { 900 });
+        let (st, text) = run_forwarded(cmd, "dma_bench", limit, true)?;
+        let v = read_json(&tmp);
+        let _ = std::fs::remove_file(&tmp);
+        check(v, st.success(), &text)
+    };
+    run().unwrap_or_else(|e| {
+        say(&format!("!! dma_bench failed: {e:#}"));
+        json!({"error": format!("{e:#}")})
+    })
+}
+
+/// dma_bench on node 1 of `pair` against a target segment that
+/// `dma_bench -owner` holds on node 2.
+pub fn remote(ctx: &Ctx, pair: &mut Pair) -> Value {
+    let mut run = || -> Result<Value> {
+        let prog = ctx.program(&ctx.bench_dir, "dma_bench")?;
+        let owner_log = pair.dir.join("dma_bench-owner.log");
+        let mut owner = pair.command(1, &prog);
+        let f = std::fs::File::create(&owner_log)?;
+        owner.args(["-owner", "-seg", TARGET_SEG]).stdout(f.try_clone()?).stderr(f);
+        let h = pair.spawn(owner, "dma_bench -owner")?;
+        let ready = (0..300).any(|_| {
+            std::thread::sleep(Duration::from_millis(100));
+            std::fs::read_to_string(&owner_log).is_ok_and(|t| t.contains("OWNER READY"))
+        });
+        let result = if ready {
+            let json_path = pair.dir.join("dma_bench.json");
+            let mut cmd = pair.command(0, &prog);
+            if ctx.quick {
+                cmd.arg("-quick");
+            }
+            cmd.args(["-rn", "2", "-seg", TARGET_SEG, "-json"]).arg(&json_path);
+            let limit = Duration::from_secs(if ctx.quick { 300 } else { 1200 });
+            run_forwarded(cmd, "dma_bench -rn 2", limit, true).map(|(st, text)| (st, text, read_json(&json_path)))
+        } else {
+            Err(anyhow::anyhow!("dma_bench -owner on node 2 never got ready:\n{}", std::fs::read_to_string(&owner_log).unwrap_or_default()))
+        };
+        netns::stop_child(pair.helper(h), Duration::from_secs(3));
+        let (st, text, v) = result?;
+        check(v, st.success(), &text)
+    };
+    run().unwrap_or_else(|e| {
+        say(&format!("!! dma_bench (remote) failed: {e:#}"));
+        json!({"error": format!("{e:#}")})
+    })
+}
+
+/// The lines a guest script runs for dma_bench (`{dma_bench}` stands for
+/// the program): its JSON comes back between block markers named `dma_bench`.
+pub fn guest_script() -> String {
+    format!(
+        "{{dma_bench}} -quick -seg {TARGET_SEG} -json /tmp/dma.json > /tmp/dma.txt 2>&1 || st=$?\n\
+         cat /tmp/dma.txt >&2\n\
+         echo '@@vsci-bench-begin dma_bench'; cat /tmp/dma.json; echo '@@vsci-bench-end'\n"
+    )
+}
+
+/// dma_bench's JSON from a guest run's output.
+pub fn from_guest(text: &str) -> Value {
+    match super::block(text, "dma_bench").and_then(|s| serde_json::from_str::<Value>(&s).ok()) {
+        Some(v) => v,
+        None => {
+            say("!! dma_bench in the guest wrote no JSON");
+            json!({"error": "dma_bench in the guest wrote no JSON"})
+        }
+    }
+}
+
+fn read_json(p: &Path) -> Option<Value> {
+    std::fs::read_to_string(p).ok().and_then(|s| serde_json::from_str(&s).ok())
+}
+
+fn check(v: Option<Value>, ok: bool, text: &str) -> Result<Value> {
+    let Some(v) = v else { bail!("dma_bench wrote no JSON:\n{}", tail(text, 20)) };
+    if !ok {
+        say("!! dma_bench exited with an error; its figures are kept");
+    }
+    Ok(v)
+}
+
+/// The rows of one section of dma_bench's JSON (each section is an array).
+pub fn list<'a>(v: &'a Value, sect: &str) -> Vec<&'a Value> {
+    v.get(sect).and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default()
+}
+
+fn find<'a>(v: &'a Value, sect: &str, f: impl Fn(&Value) -> bool) -> Option<&'a Value> {
+    list(v, sect).into_iter().find(|r| f(r))
+}
+
+/// One figure on every path plus how the guest compares with the host.
+struct Row {
+    what: String,
+    unit: &'static str,
+    /// Higher is better (bandwidth) or lower (time).
+    higher_better: bool,
+    host: Option<f64>,
+    guest: Option<f64>,
+    remote: Option<f64>,
+    paper: &'static str,
+}
+
+impl Row {
+    /// The guest's overhead over the host, the paper's measure: extra time
+    /// for the same work, as a fraction of the host's time.
+    fn overhead(&self) -> Option<f64> {
+        match (self.host, self.guest) {
+            (Some(h), Some(g)) if h > 0.0 && g > 0.0 => Some(if self.higher_better { h / g - 1.0 } else { g / h - 1.0 }),
+            _ => None,
+        }
+    }
+}
+
+/// The DMA figures of the `local`, `guest` and `remote` paths side by side
+/// (any of them may be missing), printed and returned as JSON.
+pub fn versus(host: Option<&Value>, guest: Option<&Value>, remote: Option<&Value>, accel: Option<&str>) -> Value {
+    let null = Value::Null;
+    let (h, g, r) = (host.unwrap_or(&null), guest.unwrap_or(&null), remote.unwrap_or(&null));
+    let mut out: Vec<Row> = Vec::new();
+    let get = |v: &Value, sect: &str, f: &dyn Fn(&Value) -> bool, key: &str| find(v, sect, f).and_then(|x| x[key].as_f64());
+    let mut add = |what: String, unit: &'static str, higher_better: bool, sect: &str, f: &dyn Fn(&Value) -> bool, key: &str, paper: &'static str| {
+        out.push(Row { what, unit, higher_better, host: get(h, sect, f, key), guest: get(g, sect, f, key), remote: get(r, sect, f, key), paper });
+    };
+    for (bytes, paper) in [(512u64 << 10, "31-34 ms virtualized (derived); native flat"), (8 << 20, "")] {
+        let s = size_name(bytes);
+        let is = move |x: &Value| x["bytes"].as_u64() == Some(bytes);
+        add(format!("buffer setup {s}: create + prepare + map"), "us", false, "setup", &is, "create_map_us", paper);
+        add(format!("buffer {s}: first DMA (engine maps it)"), "us", false, "setup", &is, "first_dma_us", "");
+        add(format!("buffer {s}: second DMA"), "us", false, "setup", &is, "second_dma_us", "");
+    }
+    for bytes in [4096u64, 64 << 10, 512 << 10, 2 << 20, 8 << 20] {
+        let s = size_name(bytes);
+        let paper = if bytes == 512 << 10 { "7 % overhead (max, at 512 KiB)" } else if bytes > 512 << 10 { "< 7 % overhead" } else { "" };
+        let w = move |x: &Value| x["bytes"].as_u64() == Some(bytes) && x["dir"] == "write";
+        let rd = move |x: &Value| x["bytes"].as_u64() == Some(bytes) && x["dir"] == "read";
+        add(format!("single transfer {s}, write"), "MB/s", true, "single", &w, "dma_mbps", paper);
+        add(format!("single transfer {s}, read"), "MB/s", true, "single", &rd, "dma_mbps", "");
+    }
+    for bytes in [512u64 << 10, 2 << 20, 8 << 20] {
+        let s = size_name(bytes);
+        let b = move |x: &Value| x["burst_bytes"].as_u64() == Some(bytes);
+        let paper = if bytes == 2 << 20 { "~4 % overhead (max, at 2 MiB)" } else { "" };
+        add(format!("bursts of {s}, 4 queues in flight"), "MB/s", true, "bursts", &b, "queues4_mbps", paper);
+        add(format!("bursts of {s}, 1 queue"), "MB/s", true, "bursts", &b, "queue1_mbps", "");
+    }
+    for (label, how, paper) in [
+        ("completion: callback", "callback (SCI_FLAG_USE_CALLBACK)", "130-140 us"),
+        ("completion: SCIWaitForDMAQueue(INFINITE)", "SCIWaitForDMAQueue(INFINITE), adaptive", ""),
+        ("completion: SCIWaitForDMAQueue(60 s), block", "SCIWaitForDMAQueue(60 s), block", ""),
+        ("completion: SCIWaitForDMAQueue(60 s), poll", "SCIWaitForDMAQueue(60 s), poll", ""),
+        ("completion: SCIDMAQueueState polling", "SCIDMAQueueState polling", ""),
+        ("8-byte transfer with SCI_FLAG_DMA_WAIT", "SCI_FLAG_DMA_WAIT (no notification)", ""),
+    ] {
+        let m = move |x: &Value| x["how"] == how;
+        add(label.into(), "us", false, "notify", &m, "median_us", paper);
+    }
+    for (label, call, paper) in [
+        ("call: SCIStartDmaTransfer", "SCIStartDmaTransfer", "~3 us per control call"),
+        ("call: SCIDMAQueueState", "SCIDMAQueueState", ""),
+        ("call: SCIWaitForDMAQueue on a finished queue", "SCIWaitForDMAQueue (finished queue)", ""),
+        ("call: SCICreateDMAQueue + SCIRemoveDMAQueue", "SCICreateDMAQueue + SCIRemoveDMAQueue", ""),
+    ] {
+        let m = move |x: &Value| x["call"] == call;
+        add(label.into(), "us", false, "calls", &m, "median_us", paper);
+    }
+    out.retain(|r| r.host.is_some() || r.guest.is_some() || r.remote.is_some());
+    if out.is_empty() {
+        return Value::Null;
+    }
+    let accel = accel.unwrap_or("unknown");
+    say(&format!("\n== DMA (seed 003): host, guest and remote side by side (guest accelerator {accel}) =="));
+    say(&format!("{:<46} {:>14} {:>14} {:>9} {:>14}   {}", "what", "host", "guest", "overhead", "remote", "paper"));
+    let cell = |v: Option<f64>, unit: &str| format!("{} {unit}", fmt_opt(v, if unit == "us" { 2 } else { 0 }));
+    for r in &out {
+        say(&format!(
+            "{:<46} {:>14} {:>14} {:>9} {:>14}   {}",
+            r.what,
+            cell(r.host, r.unit),
+            cell(r.guest, r.unit),
+            r.overhead().map(|o| format!("{:+.0} %", o * 100.0)).unwrap_or_else(|| "-".into()),
+            cell(r.remote, r.unit),
+            r.paper
+        ));
+    }
+    let mode = |v: &Value| v["mode"].as_str().map(String::from);
+    json!({
+        "accelerator": accel,
+        "what": "dma_bench medians on the local path (host processes, co-located target), inside a guest (path guest: the guest's DMA calls run on the node's engine through the guest agent) and on the remote path (target on node 2); overhead = the guest's extra time for the same work over the host's, the paper's measure",
+        "modes": {"host": mode(h), "guest": mode(g), "remote": mode(r)},
+        "paper": PAPER.iter().map(|(k, v)| json!({"section": k, "figure": v})).collect::<Vec<_>>(),
+        "rows": out.iter().map(|r| json!({
+            "what": r.what, "unit": r.unit, "higher_is_better": r.higher_better,
+            "host": r.host, "guest": r.guest, "remote": r.remote,
+            "guest_overhead": r.overhead(), "paper": r.paper,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Whether a path's JSON holds dma_bench results (not an error).
+pub fn has(v: Option<&Value>) -> Option<&Value> {
+    v.map(|p| &p["dma"]).filter(|d| d.is_object() && d.get("error").is_none())
+}
