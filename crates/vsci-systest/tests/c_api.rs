@@ -8,17 +8,21 @@ mod common;
 use common::*;
 
 fn run_c_tests(program: &str, node_id: u32) {
+    run_c_program(program, &[], node_id, " passed, 0 failed");
+}
+
+/// Runs build/tests/PROGRAM ARGS as a client of a fresh node; its stdout
+/// must contain `want`, and afterwards the node must be back where it was.
+fn run_c_program(program: &str, args: &[&str], node_id: u32, want: &str) {
     let mut d = Daemon::start(node_id);
     let base = d.counts();
     let base_fds = d.settled_fd_count();
-    let out = run(program, &mut d.client(&built(&format!("tests/{program}"))), PROGRAM_TIMEOUT);
+    let mut cmd = d.client(&built(&format!("tests/{program}")));
+    cmd.args(args);
+    let out = run(program, &mut cmd, PROGRAM_TIMEOUT);
     println!("{}", out.stdout);
     eprintln!("{}", out.stderr);
-    assert!(
-        out.stdout.contains(" passed, 0 failed"),
-        "{program}: some cases failed\n{}",
-        out.describe()
-    );
+    assert!(out.stdout.contains(want), "{program}: no \"{want}\" (some cases failed)\n{}", out.describe());
     out.assert_success();
     d.assert_running();
     d.wait_counts(base, &format!("after {program}"));
@@ -53,6 +57,13 @@ fn c_interrupts() {
 #[test]
 fn c_datainterrupts() {
     run_c_tests("t_datainterrupts", 6);
+}
+
+/// 500 connect/map/unmap/disconnect and 500 create/map/unmap/remove
+/// cycles: the process keeps no mapping, the node no object or descriptor.
+#[test]
+fn c_map_cycles() {
+    run_c_program("t_map_cycles", &["-n", "500"], 9, "MAP CYCLES OK remote=500 local=500");
 }
 
 #[test]

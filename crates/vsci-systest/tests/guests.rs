@@ -5,6 +5,9 @@
 //! run on the host and in the guests; each side checks every byte and
 //! every echoed interrupt. Afterwards the node holds nothing for anyone.
 //!
+//! A guest maps and unmaps segments hundreds of times
+//! (tests/c/t_map_cycles.c) and leaves nothing behind.
+//!
 //! The misbehaving guest (guest/tools/vsci_guest_abuse.c) writes garbage
 //! into its control region, sends requests and never reads the replies,
 //! scribbles over the region's header, ignores interrupts others trigger,
@@ -178,6 +181,38 @@ fn two_guests_at_once() {
         .assert_contains("server: success")
         .assert_contains("received and echoed, all correct");
     d.wait_counts(base, "after two guests");
+}
+
+/// Hundreds of map/unmap cycles in a guest (each map a segment window
+/// hot-plugged into the guest, each unmap an unplug): the program keeps no
+/// mapping, the guest no window device, the node no object or descriptor.
+#[test]
+fn map_unmap_cycles_in_a_guest_leave_nothing_behind() {
+    if !have_qemu() {
+        return;
+    }
+    let d = Daemon::start(74);
+    let base = d.counts();
+    let base_fds = d.settled_fd_count();
+    let cycles = 200;
+    let windows = "ls /dev | grep -c '^vsci-win' || true";
+    let g = guest(
+        &d,
+        "cycles74",
+        &[(built("tests/t_map_cycles"), "t_map_cycles")],
+        &format!(
+            "before=$({windows}); t_map_cycles -n {cycles} || exit 1\n\
+             i=0; while [ \"$({windows})\" != \"$before\" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done\n\
+             echo \"WINDOWS before=$before after=$({windows})\""
+        ),
+    );
+    let out = g.wait(GUEST_TIMEOUT);
+    out.assert_success().assert_contains(&format!("MAP CYCLES OK remote={cycles} local={cycles}"));
+    let line = out.stdout.lines().find(|l| l.starts_with("WINDOWS ")).unwrap_or_else(|| panic!("no WINDOWS line\n{}", out.describe()));
+    let (b, a) = line["WINDOWS ".len()..].split_once(' ').expect("two counts");
+    assert_eq!(b.trim_start_matches("before="), a.trim_start_matches("after="), "window devices left in the guest: {line}\n{}", out.describe());
+    d.wait_counts(base, "after the map/unmap cycles");
+    d.wait_fd_count(base_fds, "after the map/unmap cycles");
 }
 
 /// A guest that writes garbage, never reads replies, scribbles over its
