@@ -87,6 +87,18 @@ static uint64_t rnd(void)
 	return rng_state * 0x2545f4914f6cdd1dULL;
 }
 
+/* Opens a control device and reads what the driver says about it. */
+static int open_ctl(const char *path, struct vsci_info *info)
+{
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+
+	if (fd < 0)
+		die(path);
+	if (ioctl(fd, VSCI_IOC_INFO, info))
+		die("VSCI_IOC_INFO");
+	return fd;
+}
+
 static void ring_host(int fd)
 {
 	struct vsci_ring r = { .peer = 0, .vector = VSCI_CTL_VECTOR };
@@ -202,11 +214,7 @@ static int cmd_header(int argc, char **argv)
 
 	if (argc < 2)
 		return 2;
-	fd = open(argv[1], O_RDWR | O_CLOEXEC);
-	if (fd < 0)
-		die(argv[1]);
-	if (ioctl(fd, VSCI_IOC_INFO, &info))
-		die("VSCI_IOC_INFO");
+	fd = open_ctl(argv[1], &info);
 	shm = mmap(NULL, info.shm_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (shm == MAP_FAILED)
 		die("mmap the whole region (root only)");
@@ -328,11 +336,7 @@ static int cmd_flood(int argc, char **argv)
 
 	if (argc < 4)
 		return 2;
-	fd = open(argv[1], O_RDWR | O_CLOEXEC);
-	if (fd < 0)
-		die(argv[1]);
-	if (ioctl(fd, VSCI_IOC_INFO, &info))
-		die("VSCI_IOC_INFO");
+	fd = open_ctl(argv[1], &info);
 	if (!info.regs_mappable) {
 		printf("FAIL the register page cannot be mapped\n");
 		return 1;
