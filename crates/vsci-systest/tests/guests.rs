@@ -143,7 +143,8 @@ fn guest_and_host_process() {
     d.wait_counts(base, "after the guest and the host processes");
 }
 
-/// Two guests at once on one node: one serves, the other connects.
+/// Two guests at once on one node: one serves, the other connects (its
+/// programs as an ordinary user).
 #[test]
 fn two_guests_at_once() {
     if !have_qemu() {
@@ -161,18 +162,22 @@ fn two_guests_at_once() {
              && datainterrupt -server -timeout {WAIT_MS}"
         ),
     );
+    // The client guest's programs run as an ordinary user (uid 1000): the
+    // control device's permissions are all they need.
     let client = guest(
         &d,
         "client72",
         &files,
         &format!(
-            "shmem -client -size 1m -timeout {WAIT_MS} && interrupt -client -loops 100 -timeout {WAIT_MS} \
-             && datainterrupt -client -loops 3 -timeout {WAIT_MS}"
+            "su -s /bin/sh user -c \"id -u && shmem -client -size 1m -timeout {WAIT_MS} \
+             && interrupt -client -loops 100 -timeout {WAIT_MS} \
+             && datainterrupt -client -loops 3 -timeout {WAIT_MS}\""
         ),
     );
     let co = client.wait(GUEST_TIMEOUT);
     let so = server.wait(GUEST_TIMEOUT);
     co.assert_success()
+        .assert_contains("1000\n")
         .assert_contains("server verified every byte")
         .assert_contains("client: success")
         .assert_contains("all echoes correct");
