@@ -10,7 +10,10 @@
 //!   `SCITriggerInterrupt`, `SCIMemCpy` and unmap, which therefore make
 //!   every earlier store visible at the owner before returning.
 //! Between two such points stores may arrive in any order, as through a
-//! write-combining PCIe window.
+//! write-combining PCIe window, except that each shipment is a snapshot
+//! consistent with the program's store order and its highest changed word
+//! is placed at the owner after the rest of it: a flag stored after its
+//! data, above it, never shows before that data.
 //!
 //! Which bytes changed is found without the program's help: write-protect
 //! tracking of the shadow mapping (userfaultfd async write-protect plus
@@ -337,9 +340,20 @@ impl RemoteMap {
         // Ship the twin's bytes, not the mapping's: they are exactly what
         // the diff recorded as sent, so a later store of an old value is
         // still seen as a change.
-        let ops: Vec<(&[u8], u64)> = runs.iter().map(|&run| (t.twin_range(run), self.seg_off + run.0 as u64)).collect();
-        let r = self.target.ep.rma.fabric.write_many(&self.target.ep.peer, &ops, &self.target.region);
-        drop(ops);
+        //
+        // The last changed word goes in a write of its own, placed after
+        // everything else: the owner's side copies a write into memory in
+        // no particular address order (its provider's memcpy), so a flag
+        // stored after its data, above it — the usual "data, then a flag at
+        // the end" — could otherwise become visible before part of that
+        // data, although both came from one consistent snapshot.
+        let (first, last) = split_last_word(&runs);
+        let ops = |rs: &[vsci_dirty::Run]| -> Vec<(&[u8], u64)> {
+            rs.iter().map(|&run| (t.twin_range(run), self.seg_off + run.0 as u64)).collect()
+        };
+        let (first, last) = (ops(&first), ops(&[last]));
+        let r = self.target.ep.rma.fabric.write_many_ordered(&self.target.ep.peer, &first, &last, &self.target.region);
+        drop((first, last));
         match r {
             Ok(()) => Ok(true),
             Err(e) => {
@@ -513,6 +527,22 @@ fn refresh_max() -> usize {
     *MAX.get_or_init(|| std::env::var("VSCI_REFRESH_MAX").ok().and_then(|v| v.parse().ok()).unwrap_or(1 << 20))
 }
 
+/// Split a shipment's runs (ascending, non-empty) into everything but its
+/// highest changed word, and that word: the bytes of the last run from its
+/// last 8-byte boundary (or from its start, if shorter). A word-sized tail
+/// is placed by the owner's side with one or two overlapping stores, so it
+/// is never seen before the bytes below it in the same word either.
+fn split_last_word(runs: &[vsci_dirty::Run]) -> (Vec<vsci_dirty::Run>, vsci_dirty::Run) {
+    let (&(start, len), rest) = runs.split_last().expect("runs to ship");
+    let end = start + len;
+    let tail = ((end - 1) & !7).max(start);
+    let mut first = rest.to_vec();
+    if tail > start {
+        first.push((start, tail - start));
+    }
+    (first, (tail, end - tail))
+}
+
 /// Unchanged bytes between two changed runs shorter than this are shipped
 /// with them (one RMA write instead of two). They carry this process's view
 /// of those bytes, so a peer's store to them in the same instant could be
@@ -643,4 +673,23 @@ pub(crate) fn send_trigger_only(ep: &Endpoint, token: u64, data: Option<&[u8]>) 
         abandoned(&e, msg);
         SciError::NotConnected
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_last_word;
+
+    #[test]
+    fn last_word_ships_last() {
+        // A 512-byte message whose flag's low byte ends the run at 509: the
+        // word holding the flag goes alone, after the rest.
+        assert_eq!(split_last_word(&[(0, 509)]), (vec![(0, 504)], (504, 5)));
+        // Runs below the last one go first, whole.
+        assert_eq!(split_last_word(&[(0, 16), (64, 20)]), (vec![(0, 16), (64, 16)], (80, 4)));
+        // A last run that ends on a word boundary: its whole last word.
+        assert_eq!(split_last_word(&[(8, 24)]), (vec![(8, 16)], (24, 8)));
+        // A last run inside one word goes whole, nothing is cut off it.
+        assert_eq!(split_last_word(&[(0, 100), (4093, 2)]), (vec![(0, 100)], (4093, 2)));
+        assert_eq!(split_last_word(&[(3, 1)]), (vec![], (3, 1)));
+    }
 }

@@ -359,6 +359,14 @@ impl DiffTracker {
         //
         // In compare mode every page is "reported" every time: same argument.
         self.pages.take_dirty(&mut self.dirty)?;
+        // Pages a `collect_consistent` that gave up took from the page layer
+        // are re-protected but not shipped yet: compare them too, or their
+        // stores would wait for the next store to the same page (a flush
+        // point falling back to this after `None` would return without them).
+        if !self.pending.is_empty() {
+            let pending = std::mem::take(&mut self.pending);
+            merge_ranges(&mut self.dirty, &pending);
+        }
         out.clear();
         let dirty = std::mem::take(&mut self.dirty);
         let mut b = RunBuilder {
@@ -492,8 +500,10 @@ impl DiffTracker {
     /// cannot see (stores through another mapping that were not announced
     /// with `note_external_*`, reclaim of written pages, fork, ...).
     pub fn collect_all(&mut self, out: &mut Vec<Run>) -> Result<CollectStats> {
-        // Re-protect first, as in `collect`.
+        // Re-protect first, as in `collect`. Pending pages are inside the
+        // whole range compared below.
         self.pages.take_dirty(&mut self.dirty)?;
+        self.pending.clear();
         out.clear();
         let mut b = RunBuilder {
             out,

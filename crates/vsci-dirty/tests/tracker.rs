@@ -607,3 +607,54 @@ fn consistent_snapshots_keep_store_order() {
     assert_eq!(torn, None, "(data word, its value, flag): the replica saw a flag before its data");
     assert!(shipped > 0, "nothing was ever shipped while the writer ran");
 }
+
+/// A `collect_consistent` that gives up (`None`: another thread kept
+/// storing) has already taken the written pages from the page layer; a plain
+/// `collect` after it — what a flush point falls back to — must still report
+/// their stores, not wait for the next store to the same page.
+#[test]
+fn collect_after_inconsistent_snapshot_keeps_taken_pages() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let p = page();
+    let len = 8 * p;
+    let s = Shm::new(len);
+    let Some(mut t) = wp_diff(&s, len, 0) else { return };
+    let base = s.m1 as usize;
+    let word = move |off: usize| {
+        // SAFETY: every offset used below is 8-aligned and inside the live
+        // tracked mapping (`s` outlives the writer thread and the tracker).
+        unsafe { &*((base + off) as *const AtomicU64) }
+    };
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    // Page 5 is stored to all the time, so snapshots keep failing.
+    let writer = std::thread::spawn(move || {
+        let mut n = 0u64;
+        while !stop2.load(Ordering::Relaxed) {
+            n += 1;
+            word(5 * p).store(n, Ordering::Relaxed);
+        }
+    });
+    let mut runs = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut v = 0u64;
+    let mut gave_up = false;
+    while !gave_up && std::time::Instant::now() < deadline {
+        v += 1;
+        word(8).store(v, Ordering::Relaxed);
+        gave_up = t.collect_consistent(&mut runs, 1).unwrap().is_none();
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    if !gave_up {
+        eprintln!("skipped: no snapshot was ever disturbed (writer thread never ran alongside)");
+        return;
+    }
+    t.collect(&mut runs).unwrap();
+    let got = runs.iter().find(|r| r.0 <= 8 && 8 < r.0 + r.1).map(|&r| t.twin_range(r).to_vec());
+    assert!(got.is_some(), "the store to page 0 was not reported: {runs:?}");
+    assert_eq!(u64::from_ne_bytes(t.twin()[8..16].try_into().unwrap()), v);
+    // And it is not reported again.
+    t.collect(&mut runs).unwrap();
+    assert!(runs.iter().all(|r| r.0 >= p), "{runs:?}");
+}

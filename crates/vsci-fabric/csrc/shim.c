@@ -56,6 +56,7 @@ struct vf_attrs {
 	uint64_t inject_size;
 	uint64_t max_msg_size;
 	uint64_t iov_limit;	/* min of tx iov_limit and rma_iov_limit */
+	uint64_t max_order_waw_size;
 	int data_progress;
 	int cq_wait;
 	char prov_name[64];
@@ -188,6 +189,7 @@ int vf_open(const struct vf_hints *h, struct vf_ctx **out, struct vf_attrs *a)
 	a->max_msg_size = info->ep_attr->max_msg_size;
 	a->iov_limit = info->tx_attr->iov_limit < info->tx_attr->rma_iov_limit ?
 		info->tx_attr->iov_limit : info->tx_attr->rma_iov_limit;
+	a->max_order_waw_size = info->ep_attr->max_order_waw_size;
 	a->data_progress = info->domain_attr->data_progress;
 	a->cq_wait = c->cq_wait;
 	strncpy(a->prov_name, info->fabric_attr->prov_name, sizeof(a->prov_name) - 1);

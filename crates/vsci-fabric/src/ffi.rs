@@ -24,6 +24,8 @@ pub const FI_MR_ENDPOINT: u64 = 1 << 9;
 
 pub const FI_ORDER_RAW: u64 = 1 << 1;
 pub const FI_ORDER_RMA_RAW: u64 = 1 << 33;
+pub const FI_ORDER_WAW: u64 = 1 << 4;
+pub const FI_ORDER_RMA_WAW: u64 = 1 << 35;
 
 pub const FI_PROGRESS_AUTO: c_int = 1;
 
@@ -68,6 +70,7 @@ pub struct VfAttrs {
     pub inject_size: u64,
     pub max_msg_size: u64,
     pub iov_limit: u64,
+    pub max_order_waw_size: u64,
     pub data_progress: c_int,
     pub cq_wait: c_int,
     pub prov_name: [c_char; 64],

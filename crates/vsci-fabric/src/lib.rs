@@ -172,6 +172,10 @@ pub struct Info {
     pub msg_order: u64,
     /// Runs per write operation in [`Fabric::write_many`].
     pub iov_limit: usize,
+    /// Largest write whose data the target places before the data of a
+    /// later write from us (`FI_ORDER_WAW` and `max_order_waw_size`); 0 if
+    /// the provider promises no such order.
+    pub ordered_writes: u64,
     pub auto_progress: bool,
     pub source: bool,
     pub cq_wait: bool,
@@ -333,19 +337,21 @@ impl Fabric {
         };
         // Most wanted first; each fallback drops one wish. FI_SOURCE lets
         // receivers learn the sender; RAW ordering is what ReadAfterWrite
-        // relies on.
-        let order = ffi::FI_ORDER_RAW | ffi::FI_ORDER_RMA_RAW;
+        // relies on; WAW ordering lets `write_many_ordered` post its second
+        // group without waiting for the first (asked for first, dropped
+        // before anything else, since it only saves time).
+        let raw = ffi::FI_ORDER_RAW | ffi::FI_ORDER_RMA_RAW;
+        let waw = ffi::FI_ORDER_WAW | ffi::FI_ORDER_RMA_WAW;
         let attempts = [
-            (BASE_CAPS | ffi::FI_SOURCE, order, MR_MODES),
-            (BASE_CAPS, order, MR_MODES),
-            (
-                BASE_CAPS | ffi::FI_SOURCE,
-                order,
-                MR_MODES | ffi::FI_MR_PROV_KEY,
-            ),
-            (BASE_CAPS, order, MR_MODES | ffi::FI_MR_PROV_KEY),
+            (BASE_CAPS | ffi::FI_SOURCE, raw, MR_MODES),
+            (BASE_CAPS, raw, MR_MODES),
+            (BASE_CAPS | ffi::FI_SOURCE, raw, MR_MODES | ffi::FI_MR_PROV_KEY),
+            (BASE_CAPS, raw, MR_MODES | ffi::FI_MR_PROV_KEY),
             (BASE_CAPS, 0, MR_MODES | ffi::FI_MR_PROV_KEY),
         ];
+        let attempts = attempts
+            .iter()
+            .flat_map(|&(caps, order, mr)| [(caps, order | waw, mr), (caps, order, mr)]);
         let mut last = 0;
         for (caps, msg_order, mr_mode) in attempts {
             let hints = ffi::VfHints {
@@ -398,6 +404,11 @@ impl Fabric {
             mr_key_size: a.mr_key_size,
             msg_order: a.tx_msg_order,
             iov_limit: (a.iov_limit as usize).clamp(1, ffi::VF_MAX_IOV),
+            ordered_writes: if a.tx_msg_order & (ffi::FI_ORDER_WAW | ffi::FI_ORDER_RMA_WAW) != 0 {
+                a.max_order_waw_size
+            } else {
+                0
+            },
             auto_progress: a.data_progress == ffi::FI_PROGRESS_AUTO,
             source: a.caps & ffi::FI_SOURCE != 0,
             cq_wait: a.cq_wait != 0,
@@ -566,19 +577,69 @@ impl Fabric {
         retry_reconnect(|| self.write_many_once(peer, runs, remote))
     }
 
+    /// Like [`write_many`](Self::write_many), but every byte of `then` is
+    /// placed in the target's memory after every byte of `first`, whatever
+    /// order the target places the bytes of one write in.
+    ///
+    /// Why: the target's provider copies a write into memory with `memcpy`,
+    /// whose stores do not go in address order (glibc's AVX-512 copy of 257
+    /// to 512 bytes stores its last 64-byte block first and the one 256
+    /// bytes before the end last), so a reader polling the last word of a
+    /// write can see it before the rest. Writes posted one after the other
+    /// are placed in that order only if the provider grants WAW ordering
+    /// ([`Info::ordered_writes`]); otherwise `first` is waited for before
+    /// `then` is posted, which costs a round trip.
+    pub fn write_many_ordered(
+        &self,
+        peer: &Peer,
+        first: &[(&[u8], u64)],
+        then: &[(&[u8], u64)],
+        remote: &RemoteRegion,
+    ) -> Result<()> {
+        self.check_peer(peer)?;
+        self.check_up(peer)?;
+        // `first` may be posted as fewer, larger operations than runs: its
+        // total bounds the largest of them.
+        let total: u64 = first.iter().map(|r| r.0.len() as u64).sum();
+        if first.is_empty() || then.is_empty() || total > self.inner.info.ordered_writes {
+            // A retry after a broken connection re-sends `first` and then
+            // `then`, so the order still holds for what lands last.
+            retry_reconnect(|| self.write_many_once(peer, first, remote))?;
+            return retry_reconnect(|| self.write_many_once(peer, then, remote));
+        }
+        retry_reconnect(|| self.write_groups_once(peer, &[first, then], remote))
+    }
+
     fn write_many_once(
         &self,
         peer: &Peer,
         runs: &[(&[u8], u64)],
         remote: &RemoteRegion,
     ) -> Result<()> {
-        // Validate everything first so that a bad run posts nothing.
-        let mut ops = Vec::with_capacity(runs.len());
-        for &(buf, off) in runs {
-            let raddr = remote.addr(off, buf.len())?;
-            if !buf.is_empty() {
-                ops.push((buf, raddr));
+        self.write_groups_once(peer, &[runs], remote)
+    }
+
+    /// Posts the groups' writes in order (each group's operations after the
+    /// previous group's), then waits for all of them.
+    fn write_groups_once(
+        &self,
+        peer: &Peer,
+        groups: &[&[(&[u8], u64)]],
+        remote: &RemoteRegion,
+    ) -> Result<()> {
+        // Validate everything first so that a bad run posts nothing. The
+        // groups stay apart: one operation never mixes runs of two groups,
+        // since only separate operations are placed in order.
+        let mut ops = Vec::new();
+        let mut bounds = Vec::with_capacity(groups.len());
+        for runs in groups {
+            for &(buf, off) in runs.iter() {
+                let raddr = remote.addr(off, buf.len())?;
+                if !buf.is_empty() {
+                    ops.push((buf, raddr));
+                }
             }
+            bounds.push(ops.len());
         }
         let Some(&(last_buf, last_raddr)) = ops.last() else {
             return Ok(());
@@ -592,9 +653,15 @@ impl Fabric {
         let mut locals = Vec::new();
         let mut probe = [0u8; 1];
         let mut result = Ok(());
+        let mut start = 0;
+        let chunks = bounds.iter().flat_map(|&end| {
+            let group = &ops[start..end];
+            start = end;
+            group.chunks(inner.info.iov_limit)
+        });
         // Several runs per operation: the per-operation cost dominates small
         // runs (measured about 5-6 µs per operation on tcp;ofi_rxm here).
-        for chunk in ops.chunks(inner.info.iov_limit) {
+        for chunk in chunks {
             result = (|| {
                 let mut iov = [libc::iovec {
                     iov_base: std::ptr::null_mut(),

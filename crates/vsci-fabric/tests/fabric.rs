@@ -1,6 +1,7 @@
 //! Two endpoints in one process over 127.0.0.1.
 
 use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use vsci_fabric::*;
@@ -421,4 +422,81 @@ fn many_threads_share_one_fabric() {
     for t in threads {
         t.join().unwrap();
     }
+}
+
+/// `write_many_ordered`: the second group lands after the first. A reader on
+/// the target polls a flag that only the second group writes and checks the
+/// payload of the first group whenever the flag shows a new value (a single
+/// write of payload and flag may show the flag first: the target's memcpy
+/// does not store in address order). Both orderings of the provider are
+/// exercised: granted WAW (posted back to back) and, on `sockets`, whatever
+/// it grants.
+fn ordered_writes(provider: &str, messages: u32) {
+    let p = pair(provider);
+    if provider == DEFAULT_PROVIDER {
+        assert!(p.a.info().ordered_writes > 0, "tcp;ofi_rxm grants WAW ordering: {:?}", p.a.info());
+    }
+    let r = p.mr.remote();
+    const LEN: usize = 512;
+    let pat = |seq: u32| -> Vec<u8> { (0..LEN - 4).map(|i| (i as u32 ^ seq.wrapping_mul(0x9e37_79b1)) as u8).collect() };
+    let stop = Arc::new(AtomicBool::new(false));
+    // The reader acknowledges each message before the next is written, so
+    // a payload it checks is never already the next one.
+    let acked = Arc::new(AtomicU32::new(0));
+    let base = p.mem.ptr as usize;
+    let reader = {
+        let stop = stop.clone();
+        let acked = acked.clone();
+        std::thread::spawn(move || {
+            let flag = (base + LEN - 4) as *const AtomicU32;
+            let mut seen = 0u32;
+            let mut bad = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                // SAFETY: the flag word lies inside the registered 1 MiB
+                // buffer, 4-byte aligned, alive until the pair is dropped
+                // (after this thread is joined); the provider writes it
+                // concurrently, hence the atomic load.
+                let f = unsafe { &*flag }.load(Ordering::Acquire);
+                if f != seen {
+                    seen = f;
+                    let got: Vec<u8> = (0..LEN - 4)
+                        // SAFETY: as above, for the payload bytes below the
+                        // flag; volatile, since the provider writes them.
+                        .map(|i| unsafe { ptr::read_volatile((base + i) as *const u8) })
+                        .collect();
+                    if got != pat(f) {
+                        bad += 1;
+                    }
+                    acked.store(f, Ordering::Release);
+                }
+                std::hint::spin_loop();
+            }
+            bad
+        })
+    };
+    for seq in 1..=messages {
+        let data = pat(seq);
+        let flag = seq.to_ne_bytes();
+        p.a.write_many_ordered(&p.peer_b, &[(&data, 0)], &[(&flag, (LEN - 4) as u64)], &r).unwrap();
+        assert_eq!(p.mem.get(LEN - 4, 4), flag);
+        while acked.load(Ordering::Acquire) != seq {
+            std::hint::spin_loop();
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert_eq!(reader.join().unwrap(), 0, "the flag showed before its payload");
+    // One group empty: a plain write.
+    let data = pattern(100, 9);
+    p.a.write_many_ordered(&p.peer_b, &[], &[(&data, 4096)], &r).unwrap();
+    assert_eq!(p.mem.get(4096, 100), data);
+}
+
+#[test]
+fn ordered_writes_rxm() {
+    ordered_writes(DEFAULT_PROVIDER, 3000);
+}
+
+#[test]
+fn ordered_writes_sockets() {
+    ordered_writes("sockets", 500);
 }
