@@ -53,6 +53,15 @@ sci_segment_cb_reason_t SCIWaitForLocalSegmentEvent(sci_local_segment_t segment,
                       unsigned int timeout, unsigned int flags, sci_error_t *error);
 void SCIRegisterSegmentMemory(void *address, size_t size, sci_local_segment_t segment,
                               unsigned int flags, sci_error_t *error);
+/* Sharing one local segment between programs of the same node: the creator
+ * calls SCIShareSegment; others get their own handle with
+ * SCIAttachLocalSegment (same memory), and SCIRemoveSegment on that handle
+ * detaches.  The segment lives until its last handle is removed. */
+void SCIShareSegment(sci_local_segment_t segment, unsigned int flags, sci_error_t *error);
+void SCIAttachLocalSegment(sci_desc_t sd, sci_local_segment_t *segment,
+                           unsigned int segmentId, size_t *size,
+                           sci_cb_local_segment_t callback, void *callbackArg,
+                           unsigned int flags, sci_error_t *error);
 
 /* ---- Remote segments ----------------------------------------------------- */
 void SCIConnectSegment(sci_desc_t sd, sci_remote_segment_t *segment,
@@ -86,6 +95,9 @@ void SCIMemWrite(void *memAddr, volatile void *remoteAddr, size_t size,
                  unsigned int flags, sci_error_t *error);
 void SCIFlush(sci_sequence_t sequence, unsigned int flags);
 void SCIStoreBarrier(sci_sequence_t sequence, unsigned int flags);
+/* map may be NULL; flags: SCI_FLAG_CACHE_FLUSH and/or SCI_FLAG_CACHE_INVALIDATE. */
+void SCICacheSync(sci_map_t map, void *addr, size_t length, unsigned int flags,
+                  sci_error_t *error);
 void SCICreateMapSequence(sci_map_t map, sci_sequence_t *sequence,
                           unsigned int flags, sci_error_t *error);
 void SCIRemoveSequence(sci_sequence_t sequence, unsigned int flags, sci_error_t *error);

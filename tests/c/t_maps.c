@@ -4,7 +4,7 @@
  *   partial / repeated / overlapping maps showing the same memory in every
  *   process, SCI_FLAG_READONLY_MAP, SCI_FLAG_FIXED_MAP_ADDR, hint flags),
  *   SCIMemCpy (write and SCI_FLAG_BLOCK_READ), SCIMemWrite, SCIFlush,
- *   SCIStoreBarrier and the sequence calls, with their errors.
+ *   SCIStoreBarrier, SCICacheSync and the sequence calls, with their errors.
  */
 #include <sys/mman.h>
 
@@ -788,8 +788,43 @@ static void visible_b(struct peer *p)
     close_sd(sd);
 }
 
+/* SCICacheSync: flush and invalidate a mapped range (with the map or with
+ * NULL), the bytes are unchanged; ranges outside the map and bad flags fail. */
+static void cache_sync(struct peer *p)
+{
+    (void)p;
+    sci_error_t err;
+    sci_desc_t sd = open_sd(NULL);
+    sci_local_segment_t seg = make_segment(sd, 0x4301, 3 * 4096);
+    sci_map_t map;
+    volatile unsigned char *m;
+    EXPECT(SCI_ERR_OK, m = SCIMapLocalSegment(seg, &map, 4096, 2 * 4096, NULL, NO_FLAGS, &err));
+    for (unsigned i = 0; i < 2 * 4096; i++)
+        m[i] = (unsigned char)(i * 7);
+    void *a = (void *)m;
+    EXPECT(SCI_ERR_OK, SCICacheSync(map, a, 2 * 4096, SCI_FLAG_CACHE_FLUSH, &err));
+    EXPECT(SCI_ERR_OK, SCICacheSync(NULL, a, 2 * 4096, SCI_FLAG_CACHE_FLUSH, &err));
+    EXPECT(SCI_ERR_OK, SCICacheSync(map, (char *)a + 13, 100, SCI_FLAG_CACHE_INVALIDATE, &err));
+    EXPECT(SCI_ERR_OK, SCICacheSync(map, a, 4096, SCI_FLAG_CACHE_FLUSH | SCI_FLAG_CACHE_INVALIDATE,
+                                    &err));
+    EXPECT(SCI_ERR_OK, SCICacheSync(map, a, 0, SCI_FLAG_CACHE_FLUSH, &err));
+    for (unsigned i = 0; i < 2 * 4096; i++)
+        CHECK_EQ(m[i], (unsigned char)(i * 7));
+    EXPECT(SCI_ERR_OUT_OF_RANGE, SCICacheSync(map, (char *)a + 1, 2 * 4096, SCI_FLAG_CACHE_FLUSH,
+                                              &err));
+    EXPECT(SCI_ERR_OUT_OF_RANGE, SCICacheSync(map, (char *)a - 1, 16, SCI_FLAG_CACHE_FLUSH, &err));
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCICacheSync(map, a, 64, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCICacheSync(NULL, NULL, 64, SCI_FLAG_CACHE_FLUSH, &err));
+    EXPECT(SCI_ERR_ILLEGAL_FLAG, SCICacheSync(map, a, 64, SCI_FLAG_CACHE_FLUSH | 0x1, &err));
+    EXPECT(SCI_ERR_OK, SCIUnmapSegment(map, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCICacheSync(map, a, 64, SCI_FLAG_CACHE_FLUSH, &err));
+    EXPECT(SCI_ERR_OK, SCIRemoveSegment(seg, NO_FLAGS, &err));
+    close_sd(sd);
+}
+
 static const struct test_case cases[] = {
     { "map_errors", map_errors, NULL, 0 },
+    { "cache_sync", cache_sync, NULL, 0 },
     { "map_unlisted_flags", map_unlisted_flags, NULL, 0 },
     { "same_memory", same_memory_a, same_memory_b, 0 },
     { "unaligned_offsets", unaligned_offsets, NULL, 0 },

@@ -3,7 +3,8 @@
  * processes: life cycle, ids, connect with and without waiting, segment
  * events by waiting and by callback, LOST / DISCONNECT on remove, on
  * SetSegmentUnavailable(NOTIFY / FORCE_DISCONNECT), on SCIClose, and when a
- * peer exits or is killed, plus every listed error.
+ * peer exits or is killed, plus every listed error; shared segments
+ * (SCIShareSegment / SCIAttachLocalSegment).
  */
 #include <sys/mman.h>
 
@@ -922,6 +923,201 @@ static void self_connect(struct peer *p)
     close_sd(sd);
 }
 
+/* ---- shared segments (SCIShareSegment / SCIAttachLocalSegment) ------------ */
+
+#define SHARE_SIZE (64u << 10)
+
+/* A owns 0x3101; B attaches: refused before the share, then the same memory
+ * both ways; the segment outlives its owner's handle and goes with the last. */
+static void share_attach_a(struct peer *p)
+{
+    sci_error_t err;
+    sci_desc_t sd = open_sd(NULL);
+    sci_local_segment_t seg = make_segment(sd, 0x3101, SHARE_SIZE, 1);
+    sci_map_t map;
+    volatile uint32_t *m;
+    EXPECT(SCI_ERR_OK, m = SCIMapLocalSegment(seg, &map, 0, SHARE_SIZE, NULL, NO_FLAGS, &err));
+    for (unsigned i = 0; i < SHARE_SIZE / 4; i++)
+        m[i] = 0xA0000000u + i;
+    EXPECT(SCI_ERR_ILLEGAL_FLAG, SCIShareSegment(seg, 0x40000000u, &err));
+    peer_barrier(p);        /* B tried before the share */
+    EXPECT(SCI_ERR_OK, SCIShareSegment(seg, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIShareSegment(seg, NO_FLAGS, &err));   /* idempotent */
+    peer_barrier(p);        /* shared */
+    peer_barrier(p);        /* B attached, checked, wrote its half */
+    for (unsigned i = SHARE_SIZE / 8; i < SHARE_SIZE / 4; i++)
+        CHECK_EQ(m[i], 0xB0000000u + i);
+    EXPECT(SCI_ERR_OK, SCIUnmapSegment(map, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIRemoveSegment(seg, NO_FLAGS, &err));
+    /* Our handle is gone, the segment is not: B still holds it. */
+    sci_local_segment_t again;
+    EXPECT(SCI_ERR_SEGMENTID_USED,
+           SCICreateSegment(sd, &again, 0x3101, 4096, NULL, NULL, NO_FLAGS, &err));
+    peer_barrier(p);        /* removed our handle */
+    peer_barrier(p);        /* B checked it can still be connected to, then removed */
+    EXPECT(SCI_ERR_OK, SCICreateSegment(sd, &again, 0x3101, 4096, NULL, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIRemoveSegment(again, NO_FLAGS, &err));
+    close_sd(sd);
+}
+
+static void share_attach_b(struct peer *p)
+{
+    sci_error_t err;
+    unsigned int node;
+    sci_desc_t sd = open_sd(&node);
+    sci_local_segment_t seg;
+    size_t size = 0;
+    EXPECT(SCI_ERR_NO_SUCH_SEGMENT,
+           SCIAttachLocalSegment(sd, &seg, 0x3199, &size, NULL, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ACCESS,
+           SCIAttachLocalSegment(sd, &seg, 0x3101, &size, NULL, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER,
+           SCIAttachLocalSegment(sd, NULL, 0x3101, &size, NULL, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER,
+           SCIAttachLocalSegment(sd, &seg, 0x3101, &size, NULL, NULL, SCI_FLAG_USE_CALLBACK, &err));
+    peer_barrier(p);
+    peer_barrier(p);        /* A shared it */
+    EXPECT(SCI_ERR_OK, SCIAttachLocalSegment(sd, &seg, 0x3101, &size, NULL, NULL, NO_FLAGS, &err));
+    CHECK_EQ(size, SHARE_SIZE);
+    CHECK_EQ(SCIGetLocalSegmentSize(seg), SHARE_SIZE);
+    CHECK_EQ(SCIGetLocalSegmentId(seg), 0x3101);
+    sci_map_t map;
+    volatile uint32_t *m;
+    EXPECT(SCI_ERR_OK, m = SCIMapLocalSegment(seg, &map, 0, SHARE_SIZE, NULL, NO_FLAGS, &err));
+    for (unsigned i = 0; i < SHARE_SIZE / 8; i++)
+        CHECK_EQ(m[i], 0xA0000000u + i);
+    for (unsigned i = SHARE_SIZE / 8; i < SHARE_SIZE / 4; i++)
+        m[i] = 0xB0000000u + i;
+    peer_barrier(p);
+    peer_barrier(p);        /* A removed its handle */
+    for (unsigned i = 0; i < SHARE_SIZE / 8; i++)
+        CHECK_EQ(m[i], 0xA0000000u + i);
+    EXPECT(SCI_ERR_BUSY, SCIRemoveSegment(seg, NO_FLAGS, &err));
+    /* Still available to connectors, through our handle's segment. */
+    sci_remote_segment_t rs;
+    EXPECT(SCI_ERR_OK, SCIConnectSegment(sd, &rs, node, 0x3101, 0, NULL, NULL, 0, NO_FLAGS, &err));
+    expect_local_event(seg, SCI_CB_CONNECT, node);
+    EXPECT(SCI_ERR_OK, SCIDisconnectSegment(rs, NO_FLAGS, &err));
+    expect_local_event(seg, SCI_CB_DISCONNECT, node);
+    EXPECT(SCI_ERR_OK, SCIUnmapSegment(map, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIRemoveSegment(seg, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_NO_SUCH_SEGMENT,
+           SCIConnectSegment(sd, &rs, node, 0x3101, 0, NULL, NULL, 0, NO_FLAGS, &err));
+    peer_barrier(p);
+    close_sd(sd);
+}
+
+/* Owner and attacher both hear of connections, each on its own handle (B's
+ * by callback); an attacher may prepare and set the segment available. */
+static volatile int attach_cb_connects;
+
+static sci_callback_action_t attach_cb(void *arg, sci_local_segment_t seg,
+                                       sci_segment_cb_reason_t reason, unsigned int node,
+                                       unsigned int adapter, sci_error_t status)
+{
+    (void)node; (void)adapter; (void)status;
+    CHECK(arg == (void *)&attach_cb_connects);
+    CHECK(seg != NULL);
+    if (reason == SCI_CB_CONNECT)
+        __atomic_add_fetch(&attach_cb_connects, 1, __ATOMIC_SEQ_CST);
+    return SCI_CALLBACK_CONTINUE;
+}
+
+static void attach_events_a(struct peer *p)
+{
+    sci_error_t err;
+    unsigned int node;
+    sci_desc_t sd = open_sd(&node);
+    sci_local_segment_t seg;
+    EXPECT(SCI_ERR_OK, SCICreateSegment(sd, &seg, 0x3102, 4096, NULL, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIShareSegment(seg, NO_FLAGS, &err));
+    peer_barrier(p);        /* B attached, prepared and set it available */
+    sci_desc_t sd2 = open_sd(NULL);
+    sci_remote_segment_t rs;
+    EXPECT(SCI_ERR_OK, SCIConnectSegment(sd2, &rs, node, 0x3102, 0, NULL, NULL, WAIT_LONG,
+                                         NO_FLAGS, &err));
+    expect_local_event(seg, SCI_CB_CONNECT, node);
+    peer_barrier(p);        /* B's callback saw it */
+    EXPECT(SCI_ERR_OK, SCIDisconnectSegment(rs, NO_FLAGS, &err));
+    expect_local_event(seg, SCI_CB_DISCONNECT, node);
+    close_sd(sd2);
+    peer_barrier(p);
+    EXPECT(SCI_ERR_OK, SCIRemoveSegment(seg, NO_FLAGS, &err));
+    close_sd(sd);
+}
+
+static void attach_events_b(struct peer *p)
+{
+    sci_error_t err;
+    sci_desc_t sd = open_sd(NULL);
+    sci_local_segment_t seg;
+    size_t size;
+    for (int i = 0; ; i++) {   /* A may not have shared it yet */
+        SCIAttachLocalSegment(sd, &seg, 0x3102, &size, attach_cb, (void *)&attach_cb_connects,
+                              SCI_FLAG_USE_CALLBACK, &err);
+        if (err == SCI_ERR_OK)
+            break;
+        CHECK(i < 3000 && (err == SCI_ERR_ACCESS || err == SCI_ERR_NO_SUCH_SEGMENT));
+        sleep_ms(1);
+    }
+    EXPECT(SCI_ERR_OK, SCIPrepareSegment(seg, 0, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCISetSegmentAvailable(seg, 0, NO_FLAGS, &err));
+    peer_barrier(p);
+    uint64_t t0 = now_ms();
+    while (__atomic_load_n(&attach_cb_connects, __ATOMIC_SEQ_CST) == 0)
+        CHECK(now_ms() - t0 < WAIT_LONG);
+    peer_barrier(p);
+    peer_barrier(p);
+    CHECK_EQ(__atomic_load_n(&attach_cb_connects, __ATOMIC_SEQ_CST), 1);
+    EXPECT(SCI_ERR_OK, SCIRemoveSegment(seg, NO_FLAGS, &err));
+    close_sd(sd);
+}
+
+/* The owner is killed while B is attached: B keeps the memory and the
+ * segment; B's removal then frees the id. */
+static void owner_killed_a(struct peer *p)
+{
+    sci_error_t err;
+    unsigned int node;
+    sci_desc_t sd = open_sd(&node);
+    peer_barrier(p);        /* B created and shared 0x3103 and wrote it */
+    sci_local_segment_t seg;
+    size_t size;
+    EXPECT(SCI_ERR_OK, SCIAttachLocalSegment(sd, &seg, 0x3103, &size, NULL, NULL, NO_FLAGS, &err));
+    peer_barrier(p);
+    peer_wait_gone(p);
+    sci_map_t map;
+    volatile uint32_t *m;
+    EXPECT(SCI_ERR_OK, m = SCIMapLocalSegment(seg, &map, 0, 4096, NULL, NO_FLAGS, &err));
+    for (unsigned i = 0; i < 1024; i++)
+        CHECK_EQ(m[i], 0xC0000000u + i);
+    sci_remote_segment_t rs;
+    EXPECT(SCI_ERR_OK, SCIConnectSegment(sd, &rs, node, 0x3103, 0, NULL, NULL, 0, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIDisconnectSegment(rs, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIUnmapSegment(map, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIRemoveSegment(seg, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_NO_SUCH_SEGMENT,
+           SCIConnectSegment(sd, &rs, node, 0x3103, 0, NULL, NULL, 0, NO_FLAGS, &err));
+    close_sd(sd);
+}
+
+static void owner_killed_b(struct peer *p)
+{
+    sci_error_t err;
+    sci_desc_t sd = open_sd(NULL);
+    sci_local_segment_t seg = make_segment(sd, 0x3103, 4096, 1);
+    sci_map_t map;
+    volatile uint32_t *m;
+    EXPECT(SCI_ERR_OK, m = SCIMapLocalSegment(seg, &map, 0, 4096, NULL, NO_FLAGS, &err));
+    for (unsigned i = 0; i < 1024; i++)
+        m[i] = 0xC0000000u + i;
+    EXPECT(SCI_ERR_OK, SCIShareSegment(seg, NO_FLAGS, &err));
+    peer_barrier(p);
+    peer_barrier(p);
+    fflush(stdout);
+    kill(getpid(), SIGKILL);
+}
+
 static const struct test_case cases[] = {
     { "create_errors", create_errors, NULL, 0 },
     { "segmentid_used", segmentid_used_a, segmentid_used_b, 0 },
@@ -941,6 +1137,9 @@ static const struct test_case cases[] = {
     { "peer_sigkill", peer_gone_a, peer_sigkill_b, 1 },
     { "close_releases_everything", close_releases_a, close_releases_b, 0 },
     { "self_connect", self_connect, NULL, 0 },
+    { "share_attach", share_attach_a, share_attach_b, 0 },
+    { "attach_events", attach_events_a, attach_events_b, 0 },
+    { "owner_killed_attacher_keeps", owner_killed_a, owner_killed_b, 1 },
     { NULL, NULL, NULL, 0 },
 };
 

@@ -47,6 +47,8 @@ forward! {
     SCISetSegmentAvailable(seg: Handle, adapter: c_uint, flags: c_uint, error: E);
     SCISetSegmentUnavailable(seg: Handle, adapter: c_uint, flags: c_uint, error: E);
     SCIRemoveSegment(seg: Handle, flags: c_uint, error: E);
+    SCIShareSegment(seg: Handle, flags: c_uint, error: E);
+    SCIAttachLocalSegment(sd: Handle, seg: *mut Handle, id: c_uint, size: *mut usize, cb: CbLocalSeg, arg: P, flags: c_uint, error: E);
     SCIGetLocalSegmentSize(seg: Handle) -> usize;
     SCIGetLocalSegmentId(seg: Handle) -> c_uint;
     SCIWaitForLocalSegmentEvent(seg: Handle, node: *mut c_uint, adapter: *mut c_uint, timeout: c_uint, flags: c_uint, error: E) -> c_uint;
@@ -64,6 +66,7 @@ forward! {
     SCIMemWrite(mem: P, remote: P, size: usize, flags: c_uint, error: E);
     SCIFlush(seq: Handle, flags: c_uint);
     SCIStoreBarrier(seq: Handle, flags: c_uint);
+    SCICacheSync(map: Handle, addr: P, length: usize, flags: c_uint, error: E);
     SCICreateMapSequence(map: Handle, seq: *mut Handle, flags: c_uint, error: E);
     SCIRemoveSequence(seq: Handle, flags: c_uint, error: E);
     SCIStartSequence(seq: Handle, flags: c_uint, error: E) -> c_uint;
@@ -127,6 +130,8 @@ constants! {
     SCI_FLAG_NO_FLUSH = FLAG_NO_FLUSH;
     SCI_FLAG_NO_STORE_BARRIER = FLAG_NO_STORE_BARRIER;
     SCI_FLAG_FAST_BARRIER = FLAG_FAST_BARRIER;
+    SCI_FLAG_CACHE_FLUSH = FLAG_CACHE_FLUSH;
+    SCI_FLAG_CACHE_INVALIDATE = FLAG_CACHE_INVALIDATE;
     SCI_FLAG_FIXED_INTNO = FLAG_FIXED_INTNO;
     SCI_FLAG_SHARED_INT = FLAG_SHARED_INT;
     SCI_FLAG_COUNTING_INT = FLAG_COUNTING_INT;

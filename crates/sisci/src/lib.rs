@@ -52,6 +52,8 @@ const FLAG_FLUSH_CPU_BUFFERS_ONLY: c_uint = 0x100;
 const FLAG_NO_FLUSH: c_uint = 0x200;
 const FLAG_NO_STORE_BARRIER: c_uint = 0x400;
 const FLAG_FAST_BARRIER: c_uint = 0x1000;
+const FLAG_CACHE_FLUSH: c_uint = 0x10_0000;
+const FLAG_CACHE_INVALIDATE: c_uint = 0x20_0000;
 const FLAG_FIXED_INTNO: c_uint = 0x2;
 const FLAG_SHARED_INT: c_uint = 0x4;
 const FLAG_COUNTING_INT: c_uint = 0x20;
@@ -486,18 +488,72 @@ pub unsafe extern "C" fn SCICreateSegment(
             let d = handles::desc(h(sd))?;
             let id = (flags & FLAG_AUTO_ID == 0).then_some(segment_id);
             let seg = d.client.create_segment(id, size as u64)?;
-            let hnd = handles::insert(Obj::LocalSeg(seg.clone()), h(sd));
-            if use_cb {
-                let cb = callback.expect("checked");
-                let arg = callback_arg as usize;
-                seg.events.set_callback(Box::new(move |ev: SegEvent| {
-                    // SAFETY: calling the program's callback with its own
-                    // argument, as SISCI specifies.
-                    let action = cb(arg as *mut c_void, as_handle(hnd), ev.reason as c_uint, ev.node_id, 0, SciError::Ok as c_uint);
-                    action != CALLBACK_CANCEL
-                }));
+            out(segment, local_seg_handle(sd, seg, callback.filter(|_| use_cb), callback_arg))
+        })
+    }
+}
+
+/// Give a program its handle on a local segment, with its callback (if it
+/// asked for one) receiving the segment's events.
+fn local_seg_handle(
+    sd: Handle,
+    seg: Arc<vsci_client::LocalSegment>,
+    callback: CbLocalSeg,
+    callback_arg: *mut c_void,
+) -> Handle {
+    let hnd = handles::insert(Obj::LocalSeg(seg.clone()), h(sd));
+    if let Some(cb) = callback {
+        let arg = callback_arg as usize;
+        seg.events.set_callback(Box::new(move |ev: SegEvent| {
+            // SAFETY: calling the program's callback with its own
+            // argument, as SISCI specifies.
+            let action = unsafe { cb(arg as *mut c_void, as_handle(hnd), ev.reason as c_uint, ev.node_id, 0, SciError::Ok as c_uint) };
+            action != CALLBACK_CANCEL
+        }));
+    }
+    as_handle(hnd)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIShareSegment(segment: Handle, flags: c_uint, error: *mut SciErr) {
+    // SAFETY: see `set`.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, 0)?;
+            handles::local_seg(h(segment))?.share()
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIAttachLocalSegment(
+    sd: Handle,
+    segment: *mut Handle,
+    segment_id: c_uint,
+    size: *mut usize,
+    callback: CbLocalSeg,
+    callback_arg: *mut c_void,
+    flags: c_uint,
+    error: *mut SciErr,
+) {
+    // SAFETY: pointers are NULL-checked (`size` is optional); the callback
+    // is called with the argument the program gave us.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, FLAG_USE_CALLBACK)?;
+            if segment.is_null() {
+                return Err(SciError::IllegalParameter);
             }
-            out(segment, as_handle(hnd))
+            let use_cb = flags & FLAG_USE_CALLBACK != 0;
+            if use_cb && callback.is_none() {
+                return Err(SciError::IllegalParameter);
+            }
+            let d = handles::desc(h(sd))?;
+            let seg = d.client.attach_segment(segment_id)?;
+            if !size.is_null() {
+                size.write_unaligned(seg.size as usize);
+            }
+            out(segment, local_seg_handle(sd, seg, callback.filter(|_| use_cb), callback_arg))
         })
     }
 }
@@ -875,6 +931,51 @@ pub extern "C" fn SCIFlush(_sequence: Handle, _flags: c_uint) {
 pub extern "C" fn SCIStoreBarrier(_sequence: Handle, _flags: c_uint) {
     std::sync::atomic::fence(Ordering::SeqCst);
     let _ = vsci_client::flush_remote_stores();
+}
+
+/// Cache line size every x86-64 and aarch64 CPU we run on uses; a smaller
+/// real line would only mean flushing some lines twice.
+const CACHE_LINE: usize = 64;
+
+#[no_mangle]
+pub unsafe extern "C" fn SCICacheSync(map: Handle, addr: *mut c_void, length: usize, flags: c_uint, error: *mut SciErr) {
+    // SAFETY: with a map, the range is checked against the live mapping;
+    // without one, the program vouches for `addr..+length` (as SISCI
+    // requires), and CLFLUSH neither reads nor writes the bytes.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, FLAG_CACHE_FLUSH | FLAG_CACHE_INVALIDATE)?;
+            if flags == 0 || (addr.is_null() && length > 0) {
+                return Err(SciError::IllegalParameter);
+            }
+            if !map.is_null() {
+                let m = handles::map(h(map))?;
+                if !m.contains(addr as usize, length) {
+                    return Err(SciError::OutOfRange);
+                }
+                if m.is_remote() && flags & FLAG_CACHE_FLUSH != 0 {
+                    // What a device-side reader of another node's memory
+                    // needs is our stores there, not in our shadow.
+                    m.flush()?;
+                }
+            }
+            std::sync::atomic::fence(Ordering::SeqCst);
+            #[cfg(target_arch = "x86_64")]
+            {
+                // CPU caches are coherent with every reader vsci has (other
+                // processes, guests' vCPUs, the RMA engine's copies), so this
+                // only matters to a program that hands the memory to a
+                // non-coherent device itself; it costs one CLFLUSH per line.
+                let start = addr as usize & !(CACHE_LINE - 1);
+                let end = addr as usize + length;
+                for line in (start..end).step_by(CACHE_LINE) {
+                    std::arch::x86_64::_mm_clflush(line as *const u8);
+                }
+                std::arch::x86_64::_mm_mfence();
+            }
+            Ok(())
+        })
+    }
 }
 
 #[no_mangle]

@@ -125,12 +125,13 @@ fn status(socket: Option<PathBuf>, json: bool) -> Result<()> {
     println!("\nsegments ({})", st.segments.len());
     for s in &st.segments {
         println!(
-            "  id {:<10} {:>12} bytes  owner #{:<5} {}{}  connections {}",
+            "  id {:<10} {:>12} bytes  owner #{:<5} {}{}{}  connections {}",
             s.segment_id,
             s.size,
             s.owner,
             if s.prepared { "prepared" } else { "created" },
             if s.available { ", available" } else { "" },
+            if s.shared { format!(", shared ({} attached)", s.attached) } else { String::new() },
             s.connections
         );
     }

@@ -58,6 +58,17 @@ impl Client {
             size,
             events: true,
         };
+        self.local_segment(req)
+    }
+
+    /// A handle of our own on segment `segment_id` of this node, which its
+    /// creator shared (`SCI_ERR_ACCESS` if not). The memory is the same;
+    /// removing this handle only detaches.
+    pub fn attach_segment(&self, segment_id: u32) -> Result<Arc<LocalSegment>> {
+        self.local_segment(Request::AttachSegment { segment_id })
+    }
+
+    fn local_segment(&self, req: Request) -> Result<Arc<LocalSegment>> {
         let (reply, fds) = self.call(req)?;
         let Reply::Segment { seg, segment_id, size } = reply else { return Err(SciError::System) };
         let memfd = expect_fd(fds)?;
@@ -135,6 +146,11 @@ impl LocalSegment {
     }
 
     /// Remove the segment. Fails with `SCI_ERR_BUSY` while we still map it.
+    /// Let other programs of this node attach to the segment.
+    pub fn share(&self) -> Result<()> {
+        self.simple(Request::ShareSegment { seg: self.id })
+    }
+
     pub fn remove(&self) -> Result<()> {
         if self.maps.load(Ordering::SeqCst) > 0 {
             return Err(SciError::Busy);

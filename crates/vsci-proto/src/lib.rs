@@ -21,7 +21,7 @@ pub use error::SciError;
 pub use msg::*;
 
 /// Bumped whenever a message changes shape.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Largest message either side accepts, in bytes.
 pub const MAX_MESSAGE: usize = 64 * 1024;

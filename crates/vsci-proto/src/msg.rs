@@ -103,6 +103,12 @@ pub enum Request {
     DmaStart { queue: u64, local: ObjId, remote: ObjId, entries: Vec<(u64, u64, u64)>, read: bool },
     /// Guests only: stop queue `queue`'s transfer (it ends `Cancelled`).
     DmaAbort { queue: u64 },
+    /// Let other programs of this node attach to the segment (SCIShareSegment).
+    ShareSegment { seg: ObjId },
+    /// A handle of our own on a shared segment of this node
+    /// (SCIAttachLocalSegment). Reply `Segment`, carrying the segment memfd;
+    /// `RemoveSegment` on the new handle detaches.
+    AttachSegment { segment_id: u32 },
 }
 
 /// Daemon → client.
@@ -221,6 +227,12 @@ pub struct SegmentInfo {
     pub prepared: bool,
     pub available: bool,
     pub connections: u32,
+    /// Shared with SCIShareSegment.
+    #[serde(default)]
+    pub shared: bool,
+    /// Handles other programs attached with (SCIAttachLocalSegment).
+    #[serde(default)]
+    pub attached: u32,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -220,6 +220,27 @@ fn map_unmap_cycles_in_a_guest_leave_nothing_behind() {
     d.wait_fd_count(base_fds, "after the map/unmap cycles");
 }
 
+/// Shared segments (SCIShareSegment / SCIAttachLocalSegment: owner and
+/// attacher in the guest, the owner killed while attached) and SCICacheSync,
+/// through the guest driver: the same C cases as on a host.
+#[test]
+fn shared_segments_and_cache_sync_in_a_guest() {
+    if !have_qemu() {
+        return;
+    }
+    let d = Daemon::start(75);
+    let base = d.counts();
+    let g = guest(
+        &d,
+        "share75",
+        &[(built("tests/t_segments"), "t_segments"), (built("tests/t_maps"), "t_maps")],
+        "t_segments share_attach attach_events owner_killed_attacher_keeps && t_maps cache_sync",
+    );
+    let out = g.wait(GUEST_TIMEOUT);
+    out.assert_success().assert_contains("3 passed, 0 failed").assert_contains("1 passed, 0 failed");
+    d.wait_counts(base, "after the guest's shared segments");
+}
+
 /// A guest that writes garbage, never reads replies, scribbles over its
 /// region's header, ignores interrupts and floods doorbells: each gets an
 /// error and a log line on its own host side, and the node, a later program

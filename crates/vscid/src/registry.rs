@@ -72,6 +72,19 @@ struct Segment {
     prepared: bool,
     available: bool,
     conns: HashSet<ObjId>,
+    /// SCIShareSegment was called: other programs may attach.
+    shared: bool,
+    /// Handles other programs (or the owner again) attached with.
+    attached: HashSet<ObjId>,
+    /// The owner removed its handle while attachments remained: the segment
+    /// lives on until the last of them goes.
+    owner_removed: bool,
+}
+
+/// A program's handle on a shared segment it attached to.
+struct SegAttach {
+    client: ClientId,
+    seg: ObjId,
 }
 
 struct SegConn {
@@ -115,6 +128,7 @@ pub struct Registry {
     segments: HashMap<ObjId, Segment>,
     seg_by_id: HashMap<u32, ObjId>,
     seg_conns: HashMap<ObjId, SegConn>,
+    seg_attach: HashMap<ObjId, SegAttach>,
     intrs: HashMap<ObjId, Intr>,
     intr_by_num: HashMap<(IntrKind, u32), ObjId>,
     intr_conns: HashMap<ObjId, IntrConn>,
@@ -176,10 +190,34 @@ impl Registry {
         }
     }
 
-    fn owned_segment(&mut self, client: ClientId, seg: ObjId) -> Result<&mut Segment, SciError> {
-        match self.segments.get_mut(&seg) {
-            Some(s) if s.owner == client => Ok(s),
+    /// The segment a client's handle stands for: one it created (and has not
+    /// removed) or one it attached to.
+    fn held(&self, client: ClientId, handle: ObjId) -> Result<ObjId, SciError> {
+        if let Some(a) = self.seg_attach.get(&handle) {
+            return if a.client == client { Ok(a.seg) } else { Err(SciError::IllegalParameter) };
+        }
+        match self.segments.get(&handle) {
+            Some(s) if s.owner == client && !s.owner_removed => Ok(handle),
             _ => Err(SciError::IllegalParameter),
+        }
+    }
+
+    fn owned_segment(&mut self, client: ClientId, handle: ObjId) -> Result<&mut Segment, SciError> {
+        let seg = self.held(client, handle)?;
+        Ok(self.segments.get_mut(&seg).expect("held segments exist"))
+    }
+
+    /// Tell every holder of a segment (owner and attachers, each under its
+    /// own handle) about a connection coming or going.
+    fn notify_holders(&self, seg: ObjId, reason: SegmentEvent, node_id: u32) {
+        let Some(s) = self.segments.get(&seg) else { return };
+        if !s.owner_removed {
+            self.send(s.owner, Outgoing::event(Event::LocalSegment { seg, reason, node_id }));
+        }
+        for h in &s.attached {
+            if let Some(a) = self.seg_attach.get(h) {
+                self.send(a.client, Outgoing::event(Event::LocalSegment { seg: *h, reason, node_id }));
+            }
         }
     }
 
@@ -216,16 +254,57 @@ impl Registry {
         let seg = self.new_id();
         self.segments.insert(
             seg,
-            Segment { owner: client, segment_id, size, memfd, prepared: false, available: false, conns: HashSet::new() },
+            Segment {
+                owner: client,
+                segment_id,
+                size,
+                memfd,
+                prepared: false,
+                available: false,
+                conns: HashSet::new(),
+                shared: false,
+                attached: HashSet::new(),
+                owner_removed: false,
+            },
         );
         self.seg_by_id.insert(segment_id, seg);
         debug!("client {client} created segment {segment_id} ({size} bytes)");
         Ok(Outgoing { msg: reply_ok(0, Reply::Segment { seg, segment_id, size }), fds: vec![fd] })
     }
 
+    /// Drop one handle on a segment (validated by [`Self::held`]): an
+    /// attachment, or the owner's. The segment itself goes with the last one.
+    fn release_segment(&mut self, handle: ObjId) {
+        if let Some(a) = self.seg_attach.remove(&handle) {
+            self.uncharge(a.client);
+            let last = self.segments.get_mut(&a.seg).is_some_and(|s| {
+                s.attached.remove(&handle);
+                s.owner_removed && s.attached.is_empty()
+            });
+            if last {
+                self.remove_segment(a.seg);
+            }
+            return;
+        }
+        let Some(s) = self.segments.get_mut(&handle) else { return };
+        if s.attached.is_empty() {
+            self.remove_segment(handle);
+        } else {
+            s.owner_removed = true;
+            let owner = s.owner;
+            debug!("segment {}: owner's handle removed, {} attachment(s) keep it", s.segment_id, s.attached.len());
+            self.uncharge(owner);
+        }
+    }
+
     fn remove_segment(&mut self, seg: ObjId) {
         let Some(s) = self.segments.remove(&seg) else { return };
         self.seg_by_id.remove(&s.segment_id);
+        for h in &s.attached {
+            if let Some(a) = self.seg_attach.remove(h) {
+                self.uncharge(a.client);
+            }
+        }
         for conn in &s.conns {
             if let Some(c) = self.seg_conns.remove(conn) {
                 self.uncharge(c.client);
@@ -235,8 +314,26 @@ impl Registry {
                 );
             }
         }
-        self.uncharge(s.owner);
+        if !s.owner_removed {
+            self.uncharge(s.owner);
+        }
         debug!("segment {} removed", s.segment_id);
+    }
+
+    fn attach_segment(&mut self, cfg: &Config, client: ClientId, segment_id: u32) -> Result<Outgoing, SciError> {
+        let seg = *self.seg_by_id.get(&segment_id).ok_or(SciError::NoSuchSegment)?;
+        let s = &self.segments[&seg];
+        if !s.shared {
+            return Err(SciError::Access);
+        }
+        let size = s.size;
+        let fd = memory::dup(s.memfd.as_fd()).map_err(|_| SciError::System)?;
+        self.charge(client, cfg.max_objects_per_client)?;
+        let handle = self.new_id();
+        self.seg_attach.insert(handle, SegAttach { client, seg });
+        self.segments.get_mut(&seg).expect("checked").attached.insert(handle);
+        debug!("client {client} attached to segment {segment_id}");
+        Ok(Outgoing { msg: reply_ok(0, Reply::Segment { seg: handle, segment_id, size }), fds: vec![fd] })
     }
 
     fn connect_segment(&mut self, cfg: &Config, client: ClientId, segment_id: u32) -> Result<Outgoing, SciError> {
@@ -245,14 +342,14 @@ impl Registry {
         if !s.available {
             return Err(SciError::ConnectionRefused);
         }
-        let (owner, size) = (s.owner, s.size);
+        let size = s.size;
         let fd = memory::dup(s.memfd.as_fd()).map_err(|_| SciError::System)?;
         self.charge(client, cfg.max_objects_per_client)?;
         let conn = self.new_id();
         self.seg_conns.insert(conn, SegConn { client, seg });
         self.segments.get_mut(&seg).expect("checked").conns.insert(conn);
         let from = self.node_of(cfg, client);
-        self.send(owner, Outgoing::event(Event::LocalSegment { seg, reason: SegmentEvent::Connect, node_id: from }));
+        self.notify_holders(seg, SegmentEvent::Connect, from);
         Ok(Outgoing {
             msg: reply_ok(0, Reply::Connected { conn, node_id: cfg.node_id, segment_id, size, remote: None, proxied: false }),
             fds: vec![fd],
@@ -264,9 +361,8 @@ impl Registry {
         self.uncharge(c.client);
         if let Some(s) = self.segments.get_mut(&c.seg) {
             s.conns.remove(&conn);
-            let owner = s.owner;
             let from = self.node_of(cfg, c.client);
-            self.send(owner, Outgoing::event(Event::LocalSegment { seg: c.seg, reason: SegmentEvent::Disconnect, node_id: from }));
+            self.notify_holders(c.seg, SegmentEvent::Disconnect, from);
         }
     }
 
@@ -452,12 +548,18 @@ impl Registry {
     /// Release everything a client holds and tell its peers. Called when
     /// its socket closes, whatever the reason (exit, SIGKILL, eviction).
     pub fn remove_client(&mut self, cfg: &Config, client: ClientId) {
-        let segs: Vec<ObjId> = self.segments.iter().filter(|(_, s)| s.owner == client).map(|(k, _)| *k).collect();
+        let segs: Vec<ObjId> = self
+            .segments
+            .iter()
+            .filter(|(_, s)| s.owner == client && !s.owner_removed)
+            .map(|(k, _)| *k)
+            .chain(self.seg_attach.iter().filter(|(_, a)| a.client == client).map(|(k, _)| *k))
+            .collect();
         let sconns: Vec<ObjId> = self.seg_conns.iter().filter(|(_, c)| c.client == client).map(|(k, _)| *k).collect();
         let intrs: Vec<ObjId> = self.intrs.iter().filter(|(_, i)| i.owner == client).map(|(k, _)| *k).collect();
         let iconns: Vec<ObjId> = self.intr_conns.iter().filter(|(_, c)| c.client == client).map(|(k, _)| *k).collect();
         for s in segs {
-            self.remove_segment(s);
+            self.release_segment(s);
         }
         for c in sconns {
             self.disconnect_segment(cfg, c);
@@ -517,6 +619,8 @@ impl Registry {
                 prepared: s.prepared,
                 available: s.available,
                 connections: s.conns.len() as u32,
+                shared: s.shared,
+                attached: s.attached.len() as u32,
             })
             .collect();
         st.segments.sort_by_key(|s| s.segment_id);
@@ -630,8 +734,9 @@ impl Node {
                 self.changed.notify_all();
                 r
             }
-            R::SetUnavailable { seg, notify, force_disconnect } => {
-                match reg.owned_segment(client, seg).and_then(|s| {
+            R::SetUnavailable { seg: handle, notify, force_disconnect } => {
+                let seg = reg.held(client, handle);
+                match seg.and_then(|seg| reg.owned_segment(client, seg)).and_then(|s| {
                     if !s.prepared {
                         return Err(SciError::SegmentNotPrepared);
                     }
@@ -640,6 +745,7 @@ impl Node {
                 }) {
                     Err(e) => Err(e),
                     Ok(conns) => {
+                        let seg = seg.expect("held");
                         for conn in conns {
                             let Some(c) = reg.seg_conns.get(&conn) else { continue };
                             let connector = c.client;
@@ -658,10 +764,16 @@ impl Node {
                     }
                 }
             }
-            R::RemoveSegment { seg } => reg.owned_segment(client, seg).map(|_| ()).map(|()| {
-                reg.remove_segment(seg);
+            R::RemoveSegment { seg } => reg.held(client, seg).map(|_| {
+                reg.release_segment(seg);
+                self.changed.notify_all();
                 done()
             }),
+            R::ShareSegment { seg } => reg.owned_segment(client, seg).map(|s| {
+                s.shared = true;
+                done()
+            }),
+            R::AttachSegment { segment_id } => reg.attach_segment(cfg, client, segment_id),
             R::ConnectSegment { node_id, segment_id, timeout_ms } if reg.links.as_ref().is_some_and(|l| l.is_member(node_id)) => {
                 let links = reg.links.clone().expect("checked");
                 drop(reg);
