@@ -124,6 +124,20 @@ void SCIDisconnectInterrupt(sci_remote_interrupt_t interrupt, unsigned int flags
 void SCITriggerInterrupt(sci_remote_interrupt_t interrupt, unsigned int flags,
                          sci_error_t *error);
 
+/* Conditional interrupts (SCI_FLAG_CONDITIONAL_INTERRUPT_MAP): declared so
+ * programs with such a path build; vsci answers SCI_ERR_NOT_IMPLEMENTED. */
+void SCIRegisterInterruptFlag(unsigned int localAdapterNo, sci_local_interrupt_t *interrupt,
+                              sci_local_segment_t segment, unsigned int offset,
+                              sci_cb_interrupt_t callback, void *callbackArg,
+                              unsigned int flags, sci_error_t *error);
+void SCIEnableConditionalInterrupt(sci_local_interrupt_t interrupt, unsigned int flags,
+                                   sci_error_t *error);
+void SCIDisableConditionalInterrupt(sci_local_interrupt_t interrupt, unsigned int flags,
+                                    sci_error_t *error);
+void SCIGetConditionalInterruptTrigCounter(sci_local_interrupt_t interrupt,
+                                           unsigned int *interruptTrigCounter,
+                                           unsigned int flags, sci_error_t *error);
+
 /* ---- Data interrupts ----------------------------------------------------- */
 void SCICreateDataInterrupt(sci_desc_t sd, sci_local_data_interrupt_t *interrupt,
                             unsigned int localAdapterNo, unsigned int *interruptNo,

@@ -534,8 +534,30 @@ static void not_connected_b(struct peer *p)
     close_sd(sd);
 }
 
+/* Conditional interrupts are declared but not offered: every call says so. */
+static void conditional_not_implemented(struct peer *p)
+{
+    (void)p;
+    sci_error_t err;
+    sci_desc_t sd = open_sd(NULL);
+    sci_local_segment_t seg;
+    sci_local_interrupt_t li = NULL;
+    unsigned int counter = 7;
+    EXPECT(SCI_ERR_OK, SCICreateSegment(sd, &seg, 0x5301, 4096, NULL, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_NOT_IMPLEMENTED,
+           SCIRegisterInterruptFlag(0, &li, seg, 0, NULL, NULL, SCI_FLAG_CONDITIONAL_INTERRUPT, &err));
+    CHECK(li == NULL);
+    EXPECT(SCI_ERR_NOT_IMPLEMENTED, SCIEnableConditionalInterrupt(li, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_NOT_IMPLEMENTED, SCIDisableConditionalInterrupt(li, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_NOT_IMPLEMENTED, SCIGetConditionalInterruptTrigCounter(li, &counter, NO_FLAGS, &err));
+    CHECK_EQ(counter, 7);
+    EXPECT(SCI_ERR_OK, SCIRemoveSegment(seg, NO_FLAGS, &err));
+    close_sd(sd);
+}
+
 static const struct test_case cases[] = {
     { "create_errors", create_errors, NULL, 0 },
+    { "conditional_not_implemented", conditional_not_implemented, NULL, 0 },
     { "hint_numbers", hint_numbers_a, hint_numbers_b, 0 },
     { "connect_errors", connect_errors, NULL, 0 },
     { "connect_waits_for_creator", connect_waits_a, connect_waits_b, 0 },

@@ -77,6 +77,10 @@ forward! {
     SCIConnectInterrupt(sd: Handle, intr: *mut Handle, node: c_uint, adapter: c_uint, no: c_uint, timeout: c_uint, flags: c_uint, error: E);
     SCIDisconnectInterrupt(intr: Handle, flags: c_uint, error: E);
     SCITriggerInterrupt(intr: Handle, flags: c_uint, error: E);
+    SCIRegisterInterruptFlag(adapter: c_uint, intr: *mut Handle, seg: Handle, off: c_uint, cb: CbIntr, arg: P, flags: c_uint, error: E);
+    SCIEnableConditionalInterrupt(intr: Handle, flags: c_uint, error: E);
+    SCIDisableConditionalInterrupt(intr: Handle, flags: c_uint, error: E);
+    SCIGetConditionalInterruptTrigCounter(intr: Handle, counter: *mut c_uint, flags: c_uint, error: E);
     SCICreateDataInterrupt(sd: Handle, intr: *mut Handle, adapter: c_uint, no: *mut c_uint, cb: CbDataIntr, arg: P, flags: c_uint, error: E);
     SCIRemoveDataInterrupt(intr: Handle, flags: c_uint, error: E);
     SCIWaitForDataInterrupt(intr: Handle, data: P, len: *mut c_uint, timeout: c_uint, flags: c_uint, error: E);

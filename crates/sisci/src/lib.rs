@@ -1291,6 +1291,41 @@ pub unsafe extern "C" fn SCITriggerInterrupt(interrupt: Handle, flags: c_uint, e
     }
 }
 
+// Conditional interrupts: an interrupt raised by a fetch-and-add through a
+// SCI_FLAG_CONDITIONAL_INTERRUPT_MAP map finding zero. No issue offers them
+// yet (the map flag is refused the same way); declared so programs that
+// have such a path build, and told plainly at run time.
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIRegisterInterruptFlag(
+    _adapter: c_uint,
+    _interrupt: *mut Handle,
+    _segment: Handle,
+    _offset: c_uint,
+    _callback: CbIntr,
+    _callback_arg: *mut c_void,
+    _flags: c_uint,
+    error: *mut SciErr,
+) {
+    // SAFETY: see `set`.
+    unsafe { set(error, SciError::NotImplemented) };
+}
+
+macro_rules! conditional_interrupt_op {
+    ($name:ident $(, $extra:ident: $ty:ty)?) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(_interrupt: Handle, $($extra: $ty,)? _flags: c_uint, error: *mut SciErr) {
+            $(let _ = $extra;)?
+            // SAFETY: see `set`.
+            unsafe { set(error, SciError::NotImplemented) };
+        }
+    };
+}
+
+conditional_interrupt_op!(SCIEnableConditionalInterrupt);
+conditional_interrupt_op!(SCIDisableConditionalInterrupt);
+conditional_interrupt_op!(SCIGetConditionalInterruptTrigCounter, _counter: *mut c_uint);
+
 #[no_mangle]
 pub unsafe extern "C" fn SCITriggerDataInterrupt(
     interrupt: Handle,
