@@ -4,8 +4,10 @@
  * events by waiting and by callback, LOST / DISCONNECT on remove, on
  * SetSegmentUnavailable(NOTIFY / FORCE_DISCONNECT), on SCIClose, and when a
  * peer exits or is killed, plus every listed error; shared segments
- * (SCIShareSegment / SCIAttachLocalSegment).
+ * (SCIShareSegment / SCIAttachLocalSegment); program memory as a segment
+ * (SCI_FLAG_EMPTY + SCIRegisterSegmentMemory).
  */
+#include <fcntl.h>
 #include <sys/mman.h>
 
 #include "common/proc.h"
@@ -74,8 +76,6 @@ static void create_errors(struct peer *p)
                                            NO_FLAGS, &err));
     EXPECT(SCI_ERR_NOSPC, SCICreateSegment(sd, &seg, 0x3001, (size_t)-1, NULL, NULL,
                                            NO_FLAGS, &err));
-    EXPECT(SCI_ERR_FLAG_NOT_IMPLEMENTED, SCICreateSegment(sd, &seg, 0x3001, 4096, NULL, NULL,
-                                                          SCI_FLAG_EMPTY, &err));
     EXPECT(SCI_ERR_FLAG_NOT_IMPLEMENTED, SCICreateSegment(sd, &seg, 0x3001, 4096, NULL, NULL,
                                                           SCI_FLAG_PRIVATE, &err));
     EXPECT(SCI_ERR_ILLEGAL_FLAG, SCICreateSegment(sd, &seg, 0x3001, 4096, NULL, NULL,
@@ -1118,6 +1118,106 @@ static void owner_killed_b(struct peer *p)
     kill(getpid(), SIGKILL);
 }
 
+/* ---- program memory (SCI_FLAG_EMPTY + SCIRegisterSegmentMemory) ------------ */
+
+#define REG_SIZE (64u << 10)
+
+/* A gives an empty segment its own buffer: the same bytes at the same
+ * address, and from then on B's stores land in A's buffer and A's in B's. */
+static void register_memory_a(struct peer *p)
+{
+    sci_error_t err;
+    sci_desc_t sd = open_sd(NULL);
+    sci_local_segment_t seg, odd;
+    sci_map_t map;
+    uint32_t *buf;
+    CHECK(posix_memalign((void **)&buf, 4096, REG_SIZE) == 0);
+    for (unsigned i = 0; i < REG_SIZE / 4; i++)
+        buf[i] = 0xD0000000u + i;
+
+    EXPECT(SCI_ERR_OK, SCICreateSegment(sd, &seg, 0x3201, REG_SIZE, NULL, NULL, SCI_FLAG_EMPTY, &err));
+    /* No memory yet: nothing to map or offer. */
+    EXPECT(SCI_ERR_ILLEGAL_OPERATION, SCIMapLocalSegment(seg, &map, 0, 4096, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_OPERATION, SCIPrepareSegment(seg, 0, NO_FLAGS, &err));
+    /* Bad memory. */
+    EXPECT(SCI_ERR_ILLEGAL_ADDRESS, SCIRegisterSegmentMemory((char *)buf + 8, REG_SIZE, seg, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCIRegisterSegmentMemory(buf, REG_SIZE / 2, seg, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCIRegisterSegmentMemory(NULL, REG_SIZE, seg, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_FLAG, SCIRegisterSegmentMemory(buf, REG_SIZE, seg, 0x40000000u, &err));
+    int exe = open("/proc/self/exe", O_RDONLY);
+    void *file = mmap(NULL, REG_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE, exe, 0);
+    CHECK(exe >= 0 && file != MAP_FAILED);
+    close(exe);
+    EXPECT(SCI_ERR_ILLEGAL_ADDRESS, SCIRegisterSegmentMemory(file, REG_SIZE, seg, NO_FLAGS, &err));
+    void *hole = mmap(NULL, REG_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(hole != MAP_FAILED);
+    EXPECT(SCI_ERR_ILLEGAL_ADDRESS, SCIRegisterSegmentMemory(hole, REG_SIZE, seg, NO_FLAGS, &err));
+    munmap(hole, REG_SIZE);
+    munmap(file, REG_SIZE);
+    /* A segment not made of whole pages cannot take over whole pages. */
+    EXPECT(SCI_ERR_OK, SCICreateSegment(sd, &odd, 0x3202, 1000, NULL, NULL, SCI_FLAG_EMPTY, &err));
+    EXPECT(SCI_ERR_SIZE_ALIGNMENT, SCIRegisterSegmentMemory(buf, 1000, odd, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIRemoveSegment(odd, NO_FLAGS, &err));
+    /* A segment with its own memory takes none. */
+    EXPECT(SCI_ERR_OK, SCICreateSegment(sd, &odd, 0x3202, REG_SIZE, NULL, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_OPERATION, SCIRegisterSegmentMemory(buf, REG_SIZE, odd, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIRemoveSegment(odd, NO_FLAGS, &err));
+
+    EXPECT(SCI_ERR_OK, SCIRegisterSegmentMemory(buf, REG_SIZE, seg, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_OPERATION, SCIRegisterSegmentMemory(buf, REG_SIZE, seg, NO_FLAGS, &err));
+    for (unsigned i = 0; i < REG_SIZE / 4; i++)
+        CHECK_EQ(buf[i], 0xD0000000u + i);
+    volatile uint32_t *m;
+    EXPECT(SCI_ERR_OK, m = SCIMapLocalSegment(seg, &map, 0, REG_SIZE, NULL, NO_FLAGS, &err));
+    CHECK_EQ(m[5], 0xD0000005u);
+    buf[6] = 0x66;
+    CHECK_EQ(m[6], 0x66);
+    buf[6] = 0xD0000006u;
+    EXPECT(SCI_ERR_OK, SCIPrepareSegment(seg, 0, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCISetSegmentAvailable(seg, 0, NO_FLAGS, &err));
+    peer_barrier(p);        /* B connected, checked, wrote its half */
+    peer_barrier(p);
+    for (unsigned i = REG_SIZE / 8; i < REG_SIZE / 4; i++)
+        CHECK_EQ(__atomic_load_n(&buf[i], __ATOMIC_SEQ_CST), 0xE0000000u + i);
+    __atomic_store_n(&buf[0], 0x12345678u, __ATOMIC_SEQ_CST);
+    peer_barrier(p);        /* B saw our new word */
+    peer_barrier(p);        /* B disconnected */
+    EXPECT(SCI_ERR_OK, SCIUnmapSegment(map, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIRemoveSegment(seg, NO_FLAGS, &err));
+    /* The buffer stays the program's. */
+    CHECK_EQ(buf[REG_SIZE / 4 - 1], 0xE0000000u + REG_SIZE / 4 - 1);
+    buf[1] = 1;
+    free(buf);
+    close_sd(sd);
+}
+
+static void register_memory_b(struct peer *p)
+{
+    sci_error_t err;
+    unsigned int node;
+    sci_desc_t sd = open_sd(&node);
+    sci_remote_segment_t rs;
+    sci_map_t map;
+    volatile uint32_t *m;
+    EXPECT(SCI_ERR_OK, SCIConnectSegment(sd, &rs, node, 0x3201, 0, NULL, NULL, WAIT_LONG,
+                                         NO_FLAGS, &err));
+    CHECK_EQ(SCIGetRemoteSegmentSize(rs), REG_SIZE);
+    EXPECT(SCI_ERR_OK, m = SCIMapRemoteSegment(rs, &map, 0, REG_SIZE, NULL, NO_FLAGS, &err));
+    for (unsigned i = 0; i < REG_SIZE / 8; i++)
+        CHECK_EQ(m[i], 0xD0000000u + i);
+    for (unsigned i = REG_SIZE / 8; i < REG_SIZE / 4; i++)
+        m[i] = 0xE0000000u + i;
+    SCIFlush(NULL, NO_FLAGS);
+    peer_barrier(p);
+    peer_barrier(p);
+    peer_barrier(p);
+    CHECK_EQ(m[0], 0x12345678u);
+    EXPECT(SCI_ERR_OK, SCIUnmapSegment(map, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIDisconnectSegment(rs, NO_FLAGS, &err));
+    peer_barrier(p);
+    close_sd(sd);
+}
+
 static const struct test_case cases[] = {
     { "create_errors", create_errors, NULL, 0 },
     { "segmentid_used", segmentid_used_a, segmentid_used_b, 0 },
@@ -1140,6 +1240,7 @@ static const struct test_case cases[] = {
     { "share_attach", share_attach_a, share_attach_b, 0 },
     { "attach_events", attach_events_a, attach_events_b, 0 },
     { "owner_killed_attacher_keeps", owner_killed_a, owner_killed_b, 1 },
+    { "register_memory", register_memory_a, register_memory_b, 0 },
     { NULL, NULL, NULL, 0 },
 };
 

@@ -475,7 +475,7 @@ pub unsafe extern "C" fn SCICreateSegment(
     unsafe {
         report(error, (), || {
             check_flags(flags, FLAG_USE_CALLBACK | FLAG_AUTO_ID | FLAG_EMPTY | FLAG_PRIVATE | FLAG_DMA_SOURCE_ONLY)?;
-            if flags & (FLAG_EMPTY | FLAG_PRIVATE) != 0 {
+            if flags & FLAG_PRIVATE != 0 {
                 return Err(SciError::FlagNotImplemented);
             }
             if segment.is_null() || size == 0 {
@@ -487,7 +487,7 @@ pub unsafe extern "C" fn SCICreateSegment(
             }
             let d = handles::desc(h(sd))?;
             let id = (flags & FLAG_AUTO_ID == 0).then_some(segment_id);
-            let seg = d.client.create_segment(id, size as u64)?;
+            let seg = d.client.create_segment_with(id, size as u64, flags & FLAG_EMPTY != 0)?;
             out(segment, local_seg_handle(sd, seg, callback.filter(|_| use_cb), callback_arg))
         })
     }
@@ -623,16 +623,20 @@ pub unsafe extern "C" fn SCIWaitForLocalSegmentEvent(
 
 #[no_mangle]
 pub unsafe extern "C" fn SCIRegisterSegmentMemory(
-    _address: *mut c_void,
-    _size: usize,
-    _segment: Handle,
-    _flags: c_uint,
+    address: *mut c_void,
+    size: usize,
+    segment: Handle,
+    flags: c_uint,
     error: *mut SciErr,
 ) {
-    // Attaching program memory to a segment (SCI_FLAG_EMPTY) is not offered
-    // by any issue yet: segments are always daemon-allocated memfds.
-    // SAFETY: see `set`.
-    unsafe { set(error, SciError::NotImplemented) };
+    // SAFETY: see `set`; the library checks the range is the program's own
+    // plain memory before touching it.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, 0)?;
+            handles::local_seg(h(segment))?.register_memory(address as usize, size)
+        })
+    }
 }
 
 // ---------------------------------------------------------------------------

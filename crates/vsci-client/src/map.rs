@@ -1,6 +1,7 @@
 //! Maps: `mmap` of a segment's memfd, at any byte offset.
 
-use std::os::fd::AsFd;
+use std::num::NonZeroUsize;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use crate::segment::{LocalSegment, RemoteSegment};
 
 use crate::Result;
 
-const PAGE: usize = 4096;
+pub(crate) const PAGE: usize = 4096;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MapFlags {
@@ -80,6 +81,9 @@ impl Map {
     pub fn new(target: MapTarget, offset: u64, size: u64, flags: MapFlags) -> Result<Map> {
         if size == 0 {
             return Err(SciError::IllegalParameter);
+        }
+        if let MapTarget::Local(s) = &target {
+            s.check_has_memory()?;
         }
         let end = offset.checked_add(size).ok_or(SciError::OutOfRange)?;
         if end > target.size() {
@@ -305,5 +309,64 @@ impl Map {
 impl Drop for Map {
     fn drop(&mut self) {
         self.unmap();
+    }
+}
+
+/// Is `[addr, addr+size)` entirely private, writable, anonymous or heap
+/// memory of this process (what a program allocates for a buffer), per
+/// /proc/self/maps? Files, stacks and other segments' maps are refused.
+fn is_plain_program_memory(addr: usize, size: usize) -> bool {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return false };
+    let end = addr + size;
+    let mut covered = addr;
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else { continue };
+        let path = f.nth(3).unwrap_or("");
+        let Some((a, b)) = range.split_once('-') else { continue };
+        let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else { continue };
+        if b <= covered || a >= end {
+            continue;
+        }
+        if a > covered || !perms.starts_with("rw") || perms.as_bytes().get(3) != Some(&b'p') || !(path.is_empty() || path == "[heap]") {
+            return false;
+        }
+        covered = b;
+        if covered >= end {
+            return true;
+        }
+    }
+    false
+}
+
+/// Make the program's memory `[addr, addr+size)` (page aligned) a shared
+/// mapping of `fd` from offset 0, at the same address and with the same
+/// bytes.
+pub(crate) fn adopt_program_memory(fd: BorrowedFd<'_>, addr: usize, size: usize) -> Result<()> {
+    if !is_plain_program_memory(addr, size) {
+        return Err(SciError::IllegalAddress);
+    }
+    let len = NonZeroUsize::new(size).ok_or(SciError::IllegalParameter)?;
+    let rw = ProtFlags::PROT_READ | ProtFlags::PROT_WRITE;
+    // SAFETY: a fresh shared mapping of the segment's memory; nothing else
+    // refers to it.
+    let tmp = unsafe { mmap(None, len, rw, MmapFlags::MAP_SHARED, fd, 0) }.map_err(|_| SciError::Nospc)?;
+    // SAFETY: the source was just checked to be readable memory of this
+    // process, the destination is the `size` bytes mapped above, and the
+    // two are different mappings. The program must not write its buffer
+    // during the call (as with any SISCI call handed that memory).
+    unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, tmp.as_ptr().cast::<u8>(), size) };
+    // SAFETY: MAP_FIXED replaces exactly the page-aligned range the program
+    // handed over, checked above to be plain private memory it owns; its
+    // bytes are already in the segment, so the program reads at the same
+    // address what it wrote there. No Rust object lives in that memory.
+    let placed = unsafe { mmap(NonZeroUsize::new(addr), len, rw, MmapFlags::MAP_SHARED | MmapFlags::MAP_FIXED, fd, 0) };
+    // SAFETY: the temporary mapping made above, no longer used.
+    unsafe {
+        let _ = munmap(tmp, size);
+    }
+    match placed {
+        Ok(p) if p.as_ptr() as usize == addr => Ok(()),
+        _ => Err(SciError::Nospc),
     }
 }

@@ -2,7 +2,7 @@
 //! Both are backed by the memfd the daemon created; mapping one is a plain
 //! `mmap` of that memfd, so every map of a segment is the same memory.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -20,6 +20,10 @@ pub struct LocalSegment {
     pub events: Arc<EventQueue>,
     pub(crate) maps: AtomicUsize,
     pub(crate) removed: AtomicBool,
+    /// Created with `SCI_FLAG_EMPTY`: its memory is the program's, once
+    /// registered.
+    empty: bool,
+    registered: AtomicBool,
 }
 
 pub struct RemoteSegment {
@@ -49,6 +53,13 @@ fn expect_fd(mut fds: Vec<OwnedFd>) -> Result<OwnedFd> {
 impl Client {
     /// Create a segment. `segment_id = None` lets the node pick one.
     pub fn create_segment(&self, segment_id: Option<u32>, size: u64) -> Result<Arc<LocalSegment>> {
+        self.create_segment_with(segment_id, size, false)
+    }
+
+    /// As [`Self::create_segment`]; `empty` (SCI_FLAG_EMPTY): the program
+    /// will give the segment its own memory with
+    /// [`LocalSegment::register_memory`] before preparing or mapping it.
+    pub fn create_segment_with(&self, segment_id: Option<u32>, size: u64, empty: bool) -> Result<Arc<LocalSegment>> {
         if size == 0 {
             return Err(SciError::IllegalParameter);
         }
@@ -58,17 +69,17 @@ impl Client {
             size,
             events: true,
         };
-        self.local_segment(req)
+        self.local_segment(req, empty)
     }
 
     /// A handle of our own on segment `segment_id` of this node, which its
     /// creator shared (`SCI_ERR_ACCESS` if not). The memory is the same;
     /// removing this handle only detaches.
     pub fn attach_segment(&self, segment_id: u32) -> Result<Arc<LocalSegment>> {
-        self.local_segment(Request::AttachSegment { segment_id })
+        self.local_segment(Request::AttachSegment { segment_id }, false)
     }
 
-    fn local_segment(&self, req: Request) -> Result<Arc<LocalSegment>> {
+    fn local_segment(&self, req: Request, empty: bool) -> Result<Arc<LocalSegment>> {
         let (reply, fds) = self.call(req)?;
         let Reply::Segment { seg, segment_id, size } = reply else { return Err(SciError::System) };
         let memfd = expect_fd(fds)?;
@@ -81,6 +92,8 @@ impl Client {
             events: Arc::new(EventQueue::default()),
             maps: AtomicUsize::new(0),
             removed: AtomicBool::new(false),
+            empty,
+            registered: AtomicBool::new(false),
         });
         self.register_sink(seg, &s.events);
         Ok(s)
@@ -134,7 +147,51 @@ impl LocalSegment {
     }
 
     pub fn prepare(&self) -> Result<()> {
+        self.check_has_memory()?;
         self.simple(Request::PrepareSegment { seg: self.id })
+    }
+
+    /// An empty segment (`SCI_FLAG_EMPTY`) has no memory to prepare or map
+    /// until the program registers some.
+    pub fn check_has_memory(&self) -> Result<()> {
+        if self.empty && !self.registered.load(Ordering::SeqCst) {
+            return Err(SciError::IllegalOperation);
+        }
+        Ok(())
+    }
+
+    /// Make the program's memory `[addr, addr+size)` this empty segment's
+    /// memory (SCIRegisterSegmentMemory), zero copy from then on: its
+    /// current bytes are copied into the segment once, then the segment is
+    /// mapped over the range at the same address, so the program keeps its
+    /// pointer and every other map and connector sees the same pages.
+    pub fn register_memory(&self, addr: usize, size: usize) -> Result<()> {
+        if self.removed.load(Ordering::SeqCst) {
+            return Err(SciError::IllegalParameter);
+        }
+        if !self.empty {
+            return Err(SciError::IllegalOperation);
+        }
+        if addr == 0 {
+            return Err(SciError::IllegalParameter);
+        }
+        if addr % crate::map::PAGE != 0 {
+            return Err(SciError::IllegalAddress);
+        }
+        if size as u64 != self.size {
+            return Err(SciError::IllegalParameter);
+        }
+        if size % crate::map::PAGE != 0 {
+            return Err(SciError::SizeAlignment);
+        }
+        if self.registered.swap(true, Ordering::SeqCst) {
+            return Err(SciError::IllegalOperation);
+        }
+        let r = crate::map::adopt_program_memory(self.memfd.as_fd(), addr, size);
+        if r.is_err() {
+            self.registered.store(false, Ordering::SeqCst);
+        }
+        r
     }
 
     pub fn set_available(&self) -> Result<()> {
@@ -145,12 +202,12 @@ impl LocalSegment {
         self.simple(Request::SetUnavailable { seg: self.id, notify, force_disconnect })
     }
 
-    /// Remove the segment. Fails with `SCI_ERR_BUSY` while we still map it.
     /// Let other programs of this node attach to the segment.
     pub fn share(&self) -> Result<()> {
         self.simple(Request::ShareSegment { seg: self.id })
     }
 
+    /// Remove the segment. Fails with `SCI_ERR_BUSY` while we still map it.
     pub fn remove(&self) -> Result<()> {
         if self.maps.load(Ordering::SeqCst) > 0 {
             return Err(SciError::Busy);

@@ -221,7 +221,8 @@ fn map_unmap_cycles_in_a_guest_leave_nothing_behind() {
 }
 
 /// Shared segments (SCIShareSegment / SCIAttachLocalSegment: owner and
-/// attacher in the guest, the owner killed while attached) and SCICacheSync,
+/// attacher in the guest, the owner killed while attached), program memory
+/// as a segment (SCIRegisterSegmentMemory) and SCICacheSync,
 /// through the guest driver: the same C cases as on a host.
 #[test]
 fn shared_segments_and_cache_sync_in_a_guest() {
@@ -234,10 +235,10 @@ fn shared_segments_and_cache_sync_in_a_guest() {
         &d,
         "share75",
         &[(built("tests/t_segments"), "t_segments"), (built("tests/t_maps"), "t_maps")],
-        "t_segments share_attach attach_events owner_killed_attacher_keeps && t_maps cache_sync",
+        "t_segments share_attach attach_events owner_killed_attacher_keeps register_memory && t_maps cache_sync",
     );
     let out = g.wait(GUEST_TIMEOUT);
-    out.assert_success().assert_contains("3 passed, 0 failed").assert_contains("1 passed, 0 failed");
+    out.assert_success().assert_contains("4 passed, 0 failed").assert_contains("1 passed, 0 failed");
     d.wait_counts(base, "after the guest's shared segments");
 }
 
