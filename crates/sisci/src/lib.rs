@@ -456,6 +456,24 @@ macro_rules! release_op {
     };
 }
 
+/// `NAME(handle, flags, &error)` calls taking no flags that act on one
+/// object and keep it.
+macro_rules! handle_op {
+    ($name:ident, $getter:ident, |$x:ident| $body:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(handle: Handle, flags: c_uint, error: *mut SciErr) {
+            // SAFETY: see `set`.
+            unsafe {
+                report(error, (), || {
+                    check_flags(flags, 0)?;
+                    let $x = handles::$getter(h(handle))?;
+                    $body
+                })
+            }
+        }
+    };
+}
+
 // ---------------------------------------------------------------------------
 // Local segments
 
@@ -514,16 +532,7 @@ fn local_seg_handle(
     as_handle(hnd)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn SCIShareSegment(segment: Handle, flags: c_uint, error: *mut SciErr) {
-    // SAFETY: see `set`.
-    unsafe {
-        report(error, (), || {
-            check_flags(flags, 0)?;
-            handles::local_seg(h(segment))?.share()
-        })
-    }
-}
+handle_op!(SCIShareSegment, local_seg, |s| s.share());
 
 #[no_mangle]
 pub unsafe extern "C" fn SCIAttachLocalSegment(
@@ -1284,16 +1293,7 @@ release_op!(SCIDisconnectInterrupt, remote_intr, |i| i.disconnect());
 
 release_op!(SCIDisconnectDataInterrupt, remote_data_intr, |i| i.disconnect());
 
-#[no_mangle]
-pub unsafe extern "C" fn SCITriggerInterrupt(interrupt: Handle, flags: c_uint, error: *mut SciErr) {
-    // SAFETY: see `set`.
-    unsafe {
-        report(error, (), || {
-            check_flags(flags, 0)?;
-            handles::remote_intr(h(interrupt))?.trigger()
-        })
-    }
-}
+handle_op!(SCITriggerInterrupt, remote_intr, |i| i.trigger());
 
 // Conditional interrupts: an interrupt raised by a fetch-and-add through a
 // SCI_FLAG_CONDITIONAL_INTERRUPT_MAP map finding zero. No issue offers them
