@@ -345,6 +345,8 @@ static void connect_waits_b(struct peer *p)
                                                          300, NO_FLAGS, &err));
     EXPECT(SCI_ERR_OK, SCIConnectSegment(sd, &rs4, node, 0x3040, 0, NULL, NULL, WAIT_LONG,
                                          SCI_FLAG_ASYNCHRONOUS_CONNECT, &err));
+    /* An asynchronous connect reports its completion as an event. */
+    expect_remote_event(rs4, SCI_CB_CONNECT);
     EXPECT(SCI_ERR_OK, SCIDisconnectSegment(rs4, NO_FLAGS, &err));
     EXPECT(SCI_ERR_OK, SCIDisconnectSegment(rs1, NO_FLAGS, &err));
     EXPECT(SCI_ERR_OK, SCIDisconnectSegment(rs2, NO_FLAGS, &err));
@@ -908,6 +910,7 @@ static void self_connect(struct peer *p)
     EXPECT(SCI_ERR_OK, SCIConnectSegment(sd, &r1, node, 0x30f0, 0, NULL, NULL, 0, NO_FLAGS, &err));
     EXPECT(SCI_ERR_OK, SCIConnectSegment(sd, &r2, node, 0x30f0, 0, NULL, NULL, 0,
                                          SCI_FLAG_ASYNCHRONOUS_CONNECT, &err));
+    expect_remote_event(r2, SCI_CB_CONNECT);
     CHECK(r1 != r2);
     CHECK_EQ(SCIGetRemoteSegmentSize(r1), 12345);
     CHECK_EQ(SCIGetRemoteSegmentId(r2), 0x30f0);

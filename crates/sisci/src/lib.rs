@@ -687,16 +687,13 @@ pub unsafe extern "C" fn SCIConnectSegment(
                     let action = cb(arg as *mut c_void, as_handle(hnd), ev.reason as c_uint, ev.status as c_uint);
                     action != CALLBACK_CANCEL
                 };
-                // An asynchronous connect reports completion through the
-                // callback; ours completed already, so say so at once.
-                let keep = if flags & FLAG_ASYNCHRONOUS_CONNECT != 0 {
-                    f(SegEvent { reason: SegmentEvent::Connect, node_id, status: SciError::Ok })
-                } else {
-                    true
-                };
-                if keep {
-                    rs.events.set_callback(Box::new(f));
-                }
+                rs.events.set_callback(Box::new(f));
+            }
+            if flags & FLAG_ASYNCHRONOUS_CONNECT != 0 {
+                // An asynchronous connect reports completion as a CONNECT
+                // event (to the callback, or to SCIWaitForRemoteSegmentEvent);
+                // ours completed already, so say so at once.
+                rs.events.deliver(SegEvent { reason: SegmentEvent::Connect, node_id, status: SciError::Ok });
             }
             out(segment, as_handle(hnd))
         })

@@ -48,7 +48,8 @@ impl EventQueue {
         self.has_callback.load(Ordering::SeqCst)
     }
 
-    fn deliver(&self, ev: SegEvent) {
+    /// Hand an event to the callback, or queue it for a waiter.
+    pub fn deliver(&self, ev: SegEvent) {
         let mut cb = self.callback.lock().unwrap();
         if let Some(f) = cb.as_mut() {
             if !f(ev) {
