@@ -969,9 +969,12 @@ static void print_results(void)
                "    with no SISCI call, and busy-waits on its own local inbox for the echo.\n"
                "    Every payload byte changes each message.  RTT/2 in microseconds.\n"
                "    \"flag before payload\": the flag was seen before all of the payload had\n"
-               "    arrived (it completed later); stores between two flush points may arrive\n"
-               "    in any order (docs/cluster.md), so a receiver that trusts the flag alone\n"
-               "    reads stale bytes in those messages.  \"wrong\": not complete after 0.5 s.\n");
+               "    arrived (it completed later).  Stores between two flush points may arrive\n"
+               "    in any order, except that the highest changed word of each shipment (here\n"
+               "    the flag, stored last and above its payload) is placed after the rest of\n"
+               "    it (docs/cluster.md): a flag never shows before its payload, so this count\n"
+               "    should stay 0 and anything else is a bug.  \"wrong\": not complete after\n"
+               "    0.5 s.\n");
         printf("  %9s %9s %9s %9s %9s %8s\n", "size", "median", "p99", "mean", "max", "n");
         for (int i = 0; i < R.pp_n; i++) {
             printf("  %9s", fmt_size(R.pp_size[i], b1, sizeof b1));

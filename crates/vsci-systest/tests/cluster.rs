@@ -2,8 +2,9 @@
 //! a bridge (see netns/mod.rs), running C programs between them: the
 //! examples across nodes, the classic ping-pong (remote stores, local
 //! busy-wait, no flush calls), three nodes at once, nodes without the
-//! cluster key, a node killed mid-run and a link cut and restored
-//! (tests/c/t_remote.c plays the owners, writers and observers).
+//! cluster key, a node killed mid-run, a link cut and restored, and both
+//! nodes paused together mid-run (tests/c/t_remote.c plays the owners,
+//! writers and observers).
 //!
 //! Needs root for `ip netns`; without it every test prints SKIPPED and
 //! passes.  Run after `make`:
@@ -237,6 +238,45 @@ fn pingpong_across_nodes() {
     }
     c.wait_clean(1, "after pingpong");
     c.wait_clean(2, "after pingpong");
+}
+
+/// Both nodes, with the ping-pong's two processes, stop together for 3 s
+/// (longer than the 1.5 s node timeout) in the middle of a run, as when the
+/// host pauses the VM that holds them, and go on.  No node stopped
+/// answering while the other was running, so no link may be cut and the
+/// ping-pong must finish.  Before the fix, the first liveness check after
+/// waking ran before any link reader and found the peer "silent": the link
+/// was cut, every connection lost, and the next message never arrived
+/// (`vsci bench`'s "message N did not arrive within 60 s").
+#[test]
+fn nodes_paused_together_keep_their_links() {
+    let Some(mut c) = Cluster::start(&[1, 2]) else { return };
+    let prog = example("pingpong");
+    let (n, size) = ("3000", "64");
+    let mut server = spawn(&c, 2, &prog, &["-server", "-n", n, "-size", size, "-segid", "0x9400", "-timeout", EX_TIMEOUT]);
+    let client = spawn(&c, 1, &prog, &["-client", "-rn", "2", "-n", n, "-size", size, "-segid", "0x9400", "-timeout", EX_TIMEOUT]);
+    server.wait_line("mapped the client's inbox", LINE_TIMEOUT);
+    thread::sleep(Duration::from_millis(200));
+    c.pause_nodes(&[1, 2], Duration::from_secs(3));
+    let co = finish(client, RUN);
+    let so = finish(server, RUN);
+    so.assert_contains(&format!("echoed {n} messages of {size} bytes, every payload byte correct"));
+    co.assert_contains("every echo correct");
+    let lat = co.stdout.lines().find(|l| l.contains("one-way latency")).expect("latency line");
+    eprintln!("pingpong across a 3 s pause of both nodes: {lat}");
+    for id in [1, 2] {
+        let log = c.node(id).log_text();
+        assert!(
+            !log_has(&log, |l| l.contains("silent for") || l.contains("link down")),
+            "node {id} cut its link after the pause:\n{log}"
+        );
+    }
+    assert_eq!(c.peer_state(1, 2).as_deref(), Some("up"));
+    assert_eq!(c.peer_state(2, 1).as_deref(), Some("up"));
+    c.assert_running(1);
+    c.assert_running(2);
+    c.wait_clean(1, "after the pause");
+    c.wait_clean(2, "after the pause");
 }
 
 // ---- three nodes ----------------------------------------------------------------

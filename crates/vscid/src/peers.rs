@@ -33,6 +33,9 @@ use crate::link::{self, Link};
 use crate::registry::{ClientId, Handled, Node, Outgoing};
 
 const HEARTBEAT: Duration = Duration::from_millis(250);
+/// A liveness check this much later than planned means this node itself
+/// was not running (scheduling noise on a loaded machine is milliseconds).
+const PAUSED: Duration = HEARTBEAT;
 const REDIAL: Duration = Duration::from_millis(300);
 /// Frames that may wait for one link before it is considered stuck.
 const LINK_QUEUE: usize = 4096;
@@ -291,11 +294,35 @@ impl Peers {
 
     /// Declare nodes that stopped talking dead (their link may hang on a
     /// cut cable for minutes otherwise).
+    ///
+    /// Silence counts only while this node itself runs. When the whole node
+    /// stops for a while (its host pauses the VM, the machine is too loaded
+    /// to run it, the process is stopped), the frames its peers sent
+    /// meanwhile wait unread in the links' sockets, and if they were stopped
+    /// too (one VM holding several nodes) they send their next heartbeat
+    /// only after waking. The first check after such a pause would then find
+    /// every peer "silent" before any reader had a chance to run, and cut
+    /// every link: every remote connection lost, and a program's remote map
+    /// silently stops shipping its stores, although no node ever stopped
+    /// answering. So a check that comes late by `late` moves every peer's
+    /// last word `late` forward: the peers get the time they had left.
     fn liveness_loop(self: &Arc<Self>) {
         let timeout = Duration::from_millis(self.cluster.node_timeout_ms);
+        let mut last_check = Instant::now();
         loop {
             std::thread::sleep(HEARTBEAT);
-            let st = self.state.lock().unwrap();
+            let now = Instant::now();
+            let late = now.saturating_duration_since(last_check).saturating_sub(HEARTBEAT);
+            last_check = now;
+            let mut st = self.state.lock().unwrap();
+            if late >= PAUSED {
+                info!("this node did not run for {} ms; its peers' silence meanwhile is not held against them", late.as_millis());
+                for s in st.values_mut() {
+                    if let Some(t) = s.last_seen.as_mut() {
+                        *t = (*t + late).min(now);
+                    }
+                }
+            }
             for (id, s) in st.iter() {
                 if s.tx.is_some() && s.last_seen.is_some_and(|t| t.elapsed() > timeout) {
                     warn!("node {id}: silent for {} ms; closing its link", timeout.as_millis());

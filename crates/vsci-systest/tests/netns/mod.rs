@@ -375,6 +375,21 @@ impl Cluster {
         ip(&["-n", &self.bridge_ns, "link", "set", &n.br_if, "up"]);
     }
 
+    /// Stop members `ids` the way a paused VM stops: SIGSTOP their vscid and
+    /// every client in their namespaces at once, and SIGCONT them all after
+    /// `d`.  Nothing may panic in between (that would leave them stopped
+    /// until the drop kills them).
+    pub fn pause_nodes(&self, ids: &[u32], d: Duration) {
+        let pids: Vec<i32> = ids.iter().flat_map(|&id| Cluster::ns_pids(&self.node(id).ns)).collect();
+        for &p in &pids {
+            signal(p as u32, libc::SIGSTOP);
+        }
+        thread::sleep(d);
+        for &p in &pids {
+            signal(p as u32, libc::SIGCONT);
+        }
+    }
+
     /// Panics unless member `id`'s vscid is still running.
     pub fn assert_running(&mut self, id: u32) {
         let i = self.idx(id);
