@@ -18,9 +18,10 @@
  *       writer announces in page 1 (checksum of the data area in local
  *       memory), prints "OWNER VERIFIED round=R writer=N bytes=B crc=C" and
  *       answers in page 0.  Ends cleanly on SIGTERM ("OWNER DONE").
- *   t_remote write [-retry MS] NODE:SEG [NODE:SEG ...]
+ *   t_remote write [-retry MS] [-whole] NODE:SEG [NODE:SEG ...]
  *       connects to every listed owner segment at once (with -retry: tries
- *       again every 200 ms for up to MS ms, printing each failure), maps it,
+ *       again every 200 ms for up to MS ms, printing each failure), maps it
+ *       (page 0, page 1 and the data area apart, or with -whole as one map),
  *       fills the data area with plain stores, announces the round, waits for
  *       each owner's verdict through a remote load of page 0, reads the whole
  *       data area back with SCIMemCpy(SCI_FLAG_BLOCK_READ) and compares it,
@@ -194,6 +195,8 @@ struct target {
     unsigned int node, segid;
     sci_remote_segment_t rs;
     sci_map_t omap, wmap, dmap;
+    size_t woff, doff;      /* offsets of page 1 and the data in wmap, dmap */
+    int whole;              /* one map of the whole segment (omap) */
     struct owner_page *op;
     struct writer_page *wp;
     volatile unsigned char *data;
@@ -212,7 +215,7 @@ static void parse_target(const char *s, struct target *t)
     t->segid = (unsigned int)strtoul(end + 1, NULL, 0);
 }
 
-static void connect_target(sci_desc_t sd, struct target *t, unsigned int retry_ms)
+static void connect_target(sci_desc_t sd, struct target *t, unsigned int retry_ms, int whole)
 {
     sci_error_t err;
     uint64_t t0 = now_ms();
@@ -237,6 +240,22 @@ static void connect_target(sci_desc_t sd, struct target *t, unsigned int retry_m
     size_t size = SCIGetRemoteSegmentSize(t->rs);
     CHECK_MSG(size >= 3 * PAGE, "segment %u on node %u has %zu bytes", t->segid, t->node, size);
     t->dsize = size - 2 * PAGE;
+    t->whole = whole;
+    if (whole) {
+        /* One map: the owner's answers are then polled through a map as
+         * large as the segment. */
+        volatile unsigned char *base;
+        EXPECT(SCI_ERR_OK, base = SCIMapRemoteSegment(t->rs, &t->omap, 0, size, NULL, NO_FLAGS,
+                                                      &err));
+        t->op = (struct owner_page *)base;
+        t->wp = (struct writer_page *)(base + PAGE);
+        t->data = base + 2 * PAGE;
+        t->wmap = t->dmap = t->omap;
+        t->woff = PAGE;
+        t->doff = 2 * PAGE;
+        return;
+    }
+    t->woff = t->doff = 0;
     EXPECT(SCI_ERR_OK, t->op = (struct owner_page *)SCIMapRemoteSegment(t->rs, &t->omap, 0, PAGE,
                                                                          NULL, NO_FLAGS, &err));
     EXPECT(SCI_ERR_OK, t->wp = (struct writer_page *)SCIMapRemoteSegment(
@@ -249,14 +268,21 @@ static int writer(int argc, char **argv)
 {
     sci_error_t err;
     unsigned int node, retry_ms = 0;
-    int i = 2;
-    if (i + 1 < argc && strcmp(argv[i], "-retry") == 0) {
-        retry_ms = (unsigned int)strtoul(argv[i + 1], NULL, 0);
-        i += 2;
+    int i = 2, whole = 0;
+    for (;;) {
+        if (i + 1 < argc && strcmp(argv[i], "-retry") == 0) {
+            retry_ms = (unsigned int)strtoul(argv[i + 1], NULL, 0);
+            i += 2;
+        } else if (i < argc && strcmp(argv[i], "-whole") == 0) {
+            whole = 1;
+            i++;
+        } else {
+            break;
+        }
     }
     int n = argc - i;
     if (n < 1) {
-        fprintf(stderr, "usage: t_remote write [-retry MS] NODE:SEG [NODE:SEG ...]\n");
+        fprintf(stderr, "usage: t_remote write [-retry MS] [-whole] NODE:SEG [NODE:SEG ...]\n");
         return 2;
     }
     struct target *t = calloc((size_t)n, sizeof *t);
@@ -264,7 +290,7 @@ static int writer(int argc, char **argv)
     sci_desc_t sd = open_sd(&node);
     for (int k = 0; k < n; k++) {
         parse_target(argv[i + k], &t[k]);
-        connect_target(sd, &t[k], retry_ms);
+        connect_target(sd, &t[k], retry_ms, whole);
     }
     /* The owners' headers, through remote loads. */
     for (int k = 0; k < n; k++) {
@@ -274,7 +300,7 @@ static int writer(int argc, char **argv)
     /* Read the round counters fresh, then fill every data area with plain stores. */
     for (int k = 0; k < n; k++) {
         struct writer_page w;
-        EXPECT(SCI_ERR_OK, SCIMemCpy(NULL, &w, t[k].wmap, 0, sizeof w, SCI_FLAG_BLOCK_READ, &err));
+        EXPECT(SCI_ERR_OK, SCIMemCpy(NULL, &w, t[k].wmap, t[k].woff, sizeof w, SCI_FLAG_BLOCK_READ, &err));
         t[k].round = w.round + 1;
         for (size_t b = 0; b < t[k].dsize; b++)
             t[k].data[b] = pattern(b, node, t[k].round);
@@ -300,7 +326,7 @@ static int writer(int argc, char **argv)
         unsigned char *back = malloc(t[k].dsize);
         CHECK(back != NULL);
         memset(back, 0, t[k].dsize);
-        EXPECT(SCI_ERR_OK, SCIMemCpy(NULL, back, t[k].dmap, 0, t[k].dsize, SCI_FLAG_BLOCK_READ,
+        EXPECT(SCI_ERR_OK, SCIMemCpy(NULL, back, t[k].dmap, t[k].doff, t[k].dsize, SCI_FLAG_BLOCK_READ,
                                      &err));
         uint32_t c = crc32_buf(back, t[k].dsize);
         CHECK_MSG(c == t[k].crc, "read back from node %u: crc %08x, expected %08x", t[k].node,
@@ -310,8 +336,10 @@ static int writer(int argc, char **argv)
                t[k].round, t[k].dsize, c);
     }
     for (int k = 0; k < n; k++) {
-        EXPECT(SCI_ERR_OK, SCIUnmapSegment(t[k].dmap, NO_FLAGS, &err));
-        EXPECT(SCI_ERR_OK, SCIUnmapSegment(t[k].wmap, NO_FLAGS, &err));
+        if (!t[k].whole) {
+            EXPECT(SCI_ERR_OK, SCIUnmapSegment(t[k].dmap, NO_FLAGS, &err));
+            EXPECT(SCI_ERR_OK, SCIUnmapSegment(t[k].wmap, NO_FLAGS, &err));
+        }
         EXPECT(SCI_ERR_OK, SCIUnmapSegment(t[k].omap, NO_FLAGS, &err));
         EXPECT(SCI_ERR_OK, SCIDisconnectSegment(t[k].rs, NO_FLAGS, &err));
     }
@@ -495,7 +523,7 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
         fprintf(stderr, "usage: t_remote owner SEG SIZE\n"
-                        "       t_remote write [-retry MS] NODE:SEG [NODE:SEG ...]\n"
+                        "       t_remote write [-retry MS] [-whole] NODE:SEG [NODE:SEG ...]\n"
                         "       t_remote observe NODE SEG [flush|noflush]\n"
                         "       t_remote connect-fail NODE SEG TIMEOUT_MS\n");
         return 2;

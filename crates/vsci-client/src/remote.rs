@@ -23,10 +23,11 @@
 //! several writers can share a page without clobbering each other.
 //!
 //! Loads from a remote mapping read the shadow. It holds this process's own
-//! stores, and the owner's bytes as fetched when the map was made and, for
-//! maps up to `VSCI_REFRESH_MAX` bytes (default 1 MiB), refetched in the
-//! background (every `REFRESH_HOT` while the map is busy, `REFRESH_IDLE`
-//! when quiet). A refetch never overwrites a word this process
+//! stores, and the owner's bytes as fetched when the map was made and
+//! refetched in the background (every `REFRESH_HOT` while the map is busy,
+//! `REFRESH_IDLE` when quiet): the whole map when it is at most
+//! `VSCI_REFRESH_MAX` bytes (default 1 MiB), else one window of that size
+//! per round, going round the map. A refetch never overwrites a word this process
 //! stored since its last shipment: each word is replaced only by a
 //! compare-and-swap from the value last shipped. `SCIMemCpy` with
 //! `SCI_FLAG_BLOCK_READ` always reads fresh data from the owner.
@@ -218,6 +219,9 @@ pub(crate) struct RemoteMap {
     pub(crate) failed: std::sync::atomic::AtomicBool,
     /// Ranges refreshed in the background instead of the whole map.
     watched: Mutex<Vec<(usize, usize)>>,
+    /// Where the next background refetch of a map larger than
+    /// `VSCI_REFRESH_MAX` starts (it goes round the map a window at a time).
+    refresh_cursor: AtomicUsize,
     /// Shipped by the background flusher (false for large maps whose
     /// stores cannot be tracked by page faults: see `Tracking`).
     background: bool,
@@ -298,6 +302,7 @@ impl RemoteMap {
             failed: std::sync::atomic::AtomicBool::new(false),
             background: tracking == Tracking::Faults || len <= BACKGROUND_COMPARE_MAX,
             watched: Mutex::new(Vec::new()),
+            refresh_cursor: AtomicUsize::new(0),
         });
         flusher().add(&m);
         Ok(m)
@@ -403,10 +408,22 @@ impl RemoteMap {
     pub(crate) fn refresh(&self) -> Result<bool> {
         let ranges = self.watched.lock().unwrap().clone();
         if ranges.is_empty() {
-            if self.valid > refresh_max() {
+            let window = refresh_max();
+            if window == 0 {
                 return Ok(false);
             }
-            return self.refresh_range(0, self.valid);
+            if self.valid <= window {
+                return self.refresh_range(0, self.valid);
+            }
+            // A larger map: one window per round, going round the map, so
+            // a program polling anywhere in it still sees the owner's
+            // stores (within size/window rounds) for the cost of a small
+            // map's refetch.
+            let start = self.refresh_cursor.load(Ordering::Relaxed);
+            let len = window.min(self.valid - start);
+            let next = if start + len >= self.valid { 0 } else { start + len };
+            self.refresh_cursor.store(next, Ordering::Relaxed);
+            return self.refresh_range(start, len);
         }
         let mut any = false;
         for (off, len) in ranges {
@@ -503,8 +520,7 @@ impl RemoteMap {
 
     fn refresh_due(&self, hot: bool) -> bool {
         let every = if hot { REFRESH_HOT } else { REFRESH_IDLE };
-        let small = self.valid <= refresh_max() || !self.watched.lock().unwrap().is_empty();
-        small && self.last_refresh.lock().unwrap().elapsed() >= every
+        self.last_refresh.lock().unwrap().elapsed() >= every
     }
 
     pub(crate) fn target(&self) -> &Arc<RemoteTarget> {
