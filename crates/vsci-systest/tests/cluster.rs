@@ -155,6 +155,24 @@ fn memcopy_across_nodes() {
     c.wait_clean(2, "after memcopy");
 }
 
+/// A writer maps an 8 MiB segment of another node as one map (larger than
+/// the background refetch window) and polls the owner's answers through it:
+/// the owner's stores must reach that map too.
+#[test]
+fn large_remote_map_sees_the_owners_stores() {
+    let Some(c) = Cluster::start(&[1, 2]) else { return };
+    let tr = t_remote();
+    let size = (8usize << 20).to_string();
+    let mut owner = spawn(&c, 1, &tr, &["owner", "0x7707", &size]);
+    owner.wait_line("OWNER READY", LINE_TIMEOUT);
+    finish(spawn(&c, 2, &tr, &["write", "-whole", "1:0x7707"]), RUN).assert_contains("WRITE OK node=1");
+    owner.wait_line("OWNER VERIFIED round=1 writer=2", LINE_TIMEOUT);
+    owner.signal(libc::SIGTERM);
+    finish(owner, RUN).assert_contains("OWNER DONE");
+    c.wait_clean(1, "after the large map");
+    c.wait_clean(2, "after the large map");
+}
+
 /// sendrecv: 4 KB and 2 MB through the receiver's window on another node,
 /// every byte checked, chunks announced and acked by data interrupts.
 #[test]
