@@ -405,39 +405,49 @@ impl RemoteMap {
         }
     }
 
+    /// One background refetch round: the watched ranges (or the whole
+    /// map) if they total at most `VSCI_REFRESH_MAX` bytes; else the next
+    /// window of that size, going round them, so a program polling anywhere
+    /// still sees the owner's stores (within total/window rounds) for the
+    /// cost of a small map's refetch.
     pub(crate) fn refresh(&self) -> Result<bool> {
-        let ranges = self.watched.lock().unwrap().clone();
+        let window = refresh_max();
+        if window == 0 {
+            return Ok(false);
+        }
+        let mut ranges = self.watched.lock().unwrap().clone();
         if ranges.is_empty() {
-            let window = refresh_max();
-            if window == 0 {
-                return Ok(false);
-            }
-            if self.valid <= window {
-                return self.refresh_range(0, self.valid);
-            }
-            // A larger map: one window per round, going round the map, so
-            // a program polling anywhere in it still sees the owner's
-            // stores (within size/window rounds) for the cost of a small
-            // map's refetch.
-            let start = self.refresh_cursor.load(Ordering::Relaxed);
-            let len = window.min(self.valid - start);
-            let next = if start + len >= self.valid { 0 } else { start + len };
-            self.refresh_cursor.store(next, Ordering::Relaxed);
-            return self.refresh_range(start, len);
+            ranges.push((0, self.valid));
         }
-        let mut any = false;
+        let total: usize = ranges.iter().map(|r| r.1).sum();
+        if total <= window {
+            let mut any = false;
+            for (off, len) in ranges {
+                any |= self.refresh_range(off, len)?;
+            }
+            return Ok(any);
+        }
+        // The cursor is a position in the ranges laid end to end.
+        let pos = self.refresh_cursor.load(Ordering::Relaxed) % total;
+        let mut base = 0;
         for (off, len) in ranges {
-            any |= self.refresh_range(off, len)?;
+            if pos < base + len {
+                let within = pos - base;
+                let n = window.min(len - within);
+                let next = if pos + n >= total { 0 } else { pos + n };
+                self.refresh_cursor.store(next, Ordering::Relaxed);
+                return self.refresh_range(off + within, n);
+            }
+            base += len;
         }
-        Ok(any)
+        Ok(false)
     }
 
     /// Refetch only these ranges (offsets in the map) in the background,
-    /// instead of the whole map: how a guest's small map of a big proxied
-    /// segment still sees the owner's stores. Each range is at most
-    /// `VSCI_REFRESH_MAX` bytes.
+    /// instead of the whole map: how a guest's maps of a big proxied
+    /// segment see the owner's stores without refetching all of it.
     pub(crate) fn watch(&self, off: usize, len: usize, on: bool) -> Result<()> {
-        if off.checked_add(len).is_none_or(|e| e > self.valid) || len > refresh_max() || len == 0 {
+        if off.checked_add(len).is_none_or(|e| e > self.valid) || len == 0 {
             return Err(SciError::OutOfRange);
         }
         let mut w = self.watched.lock().unwrap();

@@ -615,12 +615,18 @@ fn link_cut_and_restored() {
 /// `vsci vm run` on member `node` (inside its namespace, attached to its
 /// vscid) running `sh -c SCRIPT` with the examples it names copied in.
 fn guest_on(c: &Cluster, node: u32, name: &str, examples: &[&str], script: &str) -> Proc {
+    let files: Vec<(PathBuf, &str)> = examples.iter().map(|e| (example(e), *e)).collect();
+    guest_with(c, node, name, &files, script)
+}
+
+/// As [`guest_on`], with any programs (host path, name in the guest's /bin).
+fn guest_with(c: &Cluster, node: u32, name: &str, files: &[(PathBuf, &str)], script: &str) -> Proc {
     let vsci = built("bin/vsci");
     let socket = c.node(node).socket.to_string_lossy().to_string();
     let mut cmd = c.client(node, &vsci);
     cmd.args(["vm", "run", "--socket", &socket, "--name", name, "--timeout", "240"]);
-    for e in examples {
-        cmd.arg("--add").arg(format!("{}:/bin/{e}", example(e).display()));
+    for (path, e) in files {
+        cmd.arg("--add").arg(format!("{}:/bin/{e}", path.display()));
     }
     cmd.args(["--", "sh", "-c", script]);
     Proc::spawn(&format!("guest {name} on node {node}"), &mut cmd)
@@ -684,6 +690,18 @@ fn guest_and_remote_node() {
         let intr = spawn(&c, 2, &example("interrupt"), &["-client", "-rn", "1", "-loops", "200", "-timeout", "120000"]);
         finish(intr, RUN).assert_contains("success");
         finish(g, RUN).assert_contains("all 262144 bytes are correct");
+    });
+    // One guest map of a whole 8 MiB segment of node 2 (larger than the
+    // background refetch window): the owner's answers reach it.
+    soft(&mut failures, "guest (node 1) polling a large map of node 2's segment", || {
+        let size = (8usize << 20).to_string();
+        let mut owner = spawn(&c, 2, &t_remote(), &["owner", "0x7708", &size]);
+        owner.wait_line("OWNER READY", LINE_TIMEOUT);
+        let g = guest_with(&c, 1, "whole", &[(t_remote(), "t_remote")], "t_remote write -whole 2:0x7708");
+        finish(g, Duration::from_secs(300)).assert_contains("WRITE OK node=2");
+        owner.wait_line("OWNER VERIFIED round=1 writer=1", LINE_TIMEOUT);
+        owner.signal(libc::SIGTERM);
+        finish(owner, RUN).assert_contains("OWNER DONE");
     });
     assert_no_failures(&failures);
     c.wait_clean(1, "after the guests");
