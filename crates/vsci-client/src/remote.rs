@@ -486,6 +486,12 @@ impl RemoteMap {
         // twin is what the owner last got from us, and the compare-and-swap
         // below only replaces words we have not stored to since.
         let mut guard = self.tracker.lock().unwrap();
+        if guard.as_ref().is_none_or(|t| t.has_unshipped()) {
+            // Stores found but not shipped yet are in the twin: it is not
+            // what the owner has, and the merge below would take them for
+            // the owner's. The next shipment clears this.
+            return Ok(false);
+        }
         self.target.read(&mut fresh, self.seg_off + start as u64)?;
         let Some(t) = guard.as_mut() else { return Ok(false) };
         let twin = &t.twin()[start..end];

@@ -101,6 +101,10 @@ pub struct DiffTracker {
     /// consistent yet ([`collect_consistent`](Self::collect_consistent)).
     pending: Vec<(usize, usize)>,
     snap: Vec<u8>,
+    /// Compare mode: runs already in the twin (compared) but not yet
+    /// reported for shipping, because the compares that found them were
+    /// not yet followed by a quiet one ([`collect_consistent`](Self::collect_consistent)).
+    unshipped: Vec<(usize, usize)>,
 }
 
 // SAFETY: the tracker owns its twin and page tracker; the mapping it reads is
@@ -207,6 +211,7 @@ impl DiffTracker {
             dirty: Vec::new(),
             pending: Vec::new(),
             snap: Vec::new(),
+            unshipped: Vec::new(),
         };
         match initial {
             Initial::Copy => t.sync_all()?,
@@ -382,12 +387,73 @@ impl DiffTracker {
         }
         b.finish();
         self.dirty = dirty;
+        // Runs an unfinished consistent compare left in the twin go now.
+        if !self.unshipped.is_empty() {
+            let unshipped = std::mem::take(&mut self.unshipped);
+            merge_ranges(out, &unshipped);
+        }
         let bytes = out.iter().map(|r| r.1).sum();
         Ok(CollectStats {
             pages_compared: pages,
             runs: out.len(),
             bytes,
         })
+    }
+
+    /// Does the twin hold compared bytes that have not been reported for
+    /// shipping yet? Until they are, the twin is not what the owner has, so
+    /// nothing may be merged into the mapping by comparing with it
+    /// ([`note_external_data`](Self::note_external_data) callers check this).
+    pub fn has_unshipped(&self) -> bool {
+        !self.unshipped.is_empty()
+    }
+
+    /// [`collect_consistent`](Self::collect_consistent) in compare mode.
+    ///
+    /// A compare loads the words in ascending address order. Say the
+    /// program stores S1 at a1 and then S2 at a2 > a1 (data, then a flag
+    /// above it), and one compare loads a1 before S1 and a2 after S2: it
+    /// found the flag without the data. A second compare loads a1 after the
+    /// first one ended, so after S2, so after S1: it finds a1 changed. Hence
+    /// if a compare finds nothing new, every store found by the compares
+    /// before it came with every store made before it: the twin is then a
+    /// state the memory really passed through (for the changed words), and
+    /// the runs found since the last shipment are reported together. While
+    /// compares keep finding stores, the runs wait in `unshipped`, up to
+    /// `tries + 1` compares; then `None`, and the runs wait for the next
+    /// call (or `collect`, which reports them).
+    ///
+    /// Only the first compare covers the whole mapping. A torn pair needs
+    /// its later store among the words found, above the missed one, so the
+    /// compares that check need only cover what lies below the highest word
+    /// found so far (a store above it is simply not in this shipment).
+    fn collect_consistent_compare(&mut self, out: &mut Vec<Run>, tries: usize) -> Result<Option<CollectStats>> {
+        let mut found = std::mem::take(&mut self.unshipped);
+        let mut pass = Vec::new();
+        let mut pages = 0;
+        let ps = self.pages.page_size();
+        for k in 0..=tries.max(1) {
+            if k == 0 {
+                pages += self.collect(&mut pass)?.pages_compared;
+            } else {
+                let end = found.last().map_or(0, |r| r.0 + r.1).min(self.len);
+                pass.clear();
+                let mut b = RunBuilder { out: &mut pass, merge_gap: self.merge_gap, cur: None };
+                self.diff_span(0, end, &mut b);
+                b.finish();
+                pages += end.div_ceil(ps);
+            }
+            if pass.is_empty() {
+                out.clear();
+                out.extend_from_slice(&found);
+                let bytes = out.iter().map(|r| r.1).sum();
+                return Ok(Some(CollectStats { pages_compared: pages, runs: out.len(), bytes }));
+            }
+            merge_ranges(&mut found, &pass);
+        }
+        self.unshipped = found;
+        out.clear();
+        Ok(None)
     }
 
     /// Like [`collect`](Self::collect), but the runs it reports come from a
@@ -409,10 +475,12 @@ impl DiffTracker {
     /// again, up to `tries` times; if the program never pauses we ship
     /// nothing this time (returns `None`) and keep the pages for next time.
     ///
-    /// In [`Mode::Compare`] the page layer cannot tell, and this is `collect`.
+    /// In [`Mode::Compare`] the page layer cannot tell; compares are
+    /// repeated until one finds nothing new instead (see
+    /// `collect_consistent_compare`).
     pub fn collect_consistent(&mut self, out: &mut Vec<Run>, tries: usize) -> Result<Option<CollectStats>> {
         if self.pages.mode() == Mode::Compare {
-            return self.collect(out).map(Some);
+            return self.collect_consistent_compare(out, tries);
         }
         out.clear();
         let mut fresh = std::mem::take(&mut self.dirty);
@@ -505,6 +573,7 @@ impl DiffTracker {
         self.pages.take_dirty(&mut self.dirty)?;
         self.pending.clear();
         out.clear();
+        let unshipped = std::mem::take(&mut self.unshipped);
         let mut b = RunBuilder {
             out,
             merge_gap: self.merge_gap,
@@ -512,6 +581,7 @@ impl DiffTracker {
         };
         self.diff_span(0, self.len, &mut b);
         b.finish();
+        merge_ranges(out, &unshipped);
         let bytes = out.iter().map(|r| r.1).sum();
         let pages = self.len.div_ceil(self.pages.page_size());
         Ok(CollectStats {
