@@ -16,8 +16,8 @@
  * The client prints the one-way latency (half the round trip) as the median
  * and the 99th percentile of all round trips.
  *
- *   pingpong -server [-rn CLIENT_NODE] [-n ROUNDS] [-size BYTES] [-segid ID]
- *   pingpong -client [-rn SERVER_NODE] [-n ROUNDS] [-size BYTES] [-segid ID]
+ *   pingpong -server [-rn CLIENT_NODE] [-n ROUNDS] [-size BYTES] [-segid ID] [-inbox BYTES]
+ *   pingpong -client [-rn SERVER_NODE] [-n ROUNDS] [-size BYTES] [-segid ID] [-inbox BYTES]
  *
  * The server learns the client's node id from the CONNECT event on its
  * segment (SCIWaitForLocalSegmentEvent) unless -rn names it.  The server's
@@ -31,6 +31,10 @@
 #define INBOX_SIZE     8192           /* the largest message */
 #define DEFAULT_ROUNDS 5000
 #define DEFAULT_MSG    64
+
+/* Size of each inbox segment (-inbox); messages use its first INBOX_SIZE
+ * bytes, and only those are mapped on the peer's side. */
+static size_t inbox_size = INBOX_SIZE;
 
 /* Word w of the payload of message `seq` (the last word holds seq itself). */
 static inline uint32_t payload_word(uint32_t seq, size_t w)
@@ -107,7 +111,7 @@ struct side {
 
 static void create_inbox(struct side *s, unsigned int segid)
 {
-    s->inbox = create_mapped_segment(s->sd, &s->inbox_seg, &s->inbox_map, segid, INBOX_SIZE,
+    s->inbox = create_mapped_segment(s->sd, &s->inbox_seg, &s->inbox_map, segid, inbox_size,
                                      " on this node (another pingpong running? try -segid)");
     make_available(s->inbox_seg);           /* SCIPrepareSegment, SCISetSegmentAvailable */
 }
@@ -115,8 +119,8 @@ static void create_inbox(struct side *s, unsigned int segid)
 static void connect_peer(struct side *s, unsigned int node, unsigned int segid)
 {
     connect_segment(s->sd, &s->peer_seg, node, segid);
-    if (SCIGetRemoteSegmentSize(s->peer_seg) != INBOX_SIZE)
-        fail("segment 0x%x on node %u has %zu bytes, not %u: not a pingpong inbox", segid, node,
+    if (SCIGetRemoteSegmentSize(s->peer_seg) < INBOX_SIZE)
+        fail("segment 0x%x on node %u has %zu bytes, under %u: not a pingpong inbox", segid, node,
              SCIGetRemoteSegmentSize(s->peer_seg), INBOX_SIZE);
     s->peer = map_remote(s->peer_seg, &s->peer_map, 0, INBOX_SIZE, "SCIMapRemoteSegment");
 }
@@ -234,15 +238,17 @@ static int run_client(struct side *s, unsigned int server_node, unsigned int seg
 static void usage(void)
 {
     fprintf(stderr,
-            "usage: pingpong -server [-rn NODE] [-n ROUNDS] [-size BYTES] [-segid ID] [-a ADAPTER] [-timeout MS]\n"
-            "       pingpong -client [-rn NODE] [-n ROUNDS] [-size BYTES] [-segid ID] [-a ADAPTER] [-timeout MS]\n"
+            "usage: pingpong -server [-rn NODE] [-n ROUNDS] [-size BYTES] [-segid ID] [-inbox BYTES] [-a ADAPTER] [-timeout MS]\n"
+            "       pingpong -client [-rn NODE] [-n ROUNDS] [-size BYTES] [-segid ID] [-inbox BYTES] [-a ADAPTER] [-timeout MS]\n"
             "  -rn NODE     the other side's node id (client: default this node;\n"
             "               server: default learned from the client's connect)\n"
             "  -n ROUNDS    round trips (default %u)\n"
             "  -size BYTES  message size, 8..%u, a multiple of 4 (default %u; same on both sides)\n"
             "  -segid ID    the server's inbox segment id; the client's is ID+1 (default 0x%x)\n"
+            "  -inbox BYTES size of this side's inbox segment, at least %u (default %u); the\n"
+            "               peer maps only the first %u bytes of it\n"
             "  -timeout MS  bound on connect waits and on each echo (default forever)\n",
-            DEFAULT_ROUNDS, INBOX_SIZE, DEFAULT_MSG, DEFAULT_SEGID);
+            DEFAULT_ROUNDS, INBOX_SIZE, DEFAULT_MSG, DEFAULT_SEGID, INBOX_SIZE, INBOX_SIZE, INBOX_SIZE);
     exit(2);
 }
 
@@ -263,6 +269,8 @@ int main(int argc, char **argv)
             size = (size_t)parse_size(opt_value(argc, argv, &i));
         else if (!strcmp(argv[i], "-segid"))
             segid = opt_uint(argc, argv, &i);
+        else if (!strcmp(argv[i], "-inbox"))
+            inbox_size = (size_t)parse_size(opt_value(argc, argv, &i));
         else
             usage();
     }
@@ -270,6 +278,8 @@ int main(int argc, char **argv)
         usage();
     if (size < 8 || size > INBOX_SIZE || size % 4)
         fail("-size must be 8..%u and a multiple of 4", INBOX_SIZE);
+    if (inbox_size < INBOX_SIZE)
+        fail("-inbox must be at least %u", INBOX_SIZE);
     if (rounds == 0 || rounds > 100000000)
         fail("-n must be 1..100000000");
 

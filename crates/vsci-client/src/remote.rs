@@ -222,9 +222,9 @@ pub(crate) struct RemoteMap {
     /// Where the next background refetch of a map larger than
     /// `VSCI_REFRESH_MAX` starts (it goes round the map a window at a time).
     refresh_cursor: AtomicUsize,
-    /// Shipped by the background flusher (false for large maps whose
-    /// stores cannot be tracked by page faults: see `Tracking`).
-    background: bool,
+    /// Stores found by comparing the whole map (see `Tracking`), not by
+    /// page faults.
+    compare: bool,
 }
 
 /// How a remote map finds the bytes that were stored.
@@ -240,8 +240,10 @@ pub(crate) enum Tracking {
 /// Most watched ranges per map.
 const MAX_WATCHED: usize = 64;
 
-/// Largest map compared in the background; bigger ones ship at flush
-/// points only (a full compare per round would cost more than it saves).
+/// Most bytes compared per background round; bigger compared maps ship in
+/// the background only what the guest maps of them (if at most this much),
+/// the rest at flush points (a full compare per round would cost more than
+/// it saves).
 const BACKGROUND_COMPARE_MAX: usize = 1 << 20;
 
 // SAFETY: the tracker points into a mapping owned by the `Map` that owns
@@ -300,7 +302,7 @@ impl RemoteMap {
             valid,
             last_refresh: Mutex::new(Instant::now()),
             failed: std::sync::atomic::AtomicBool::new(false),
-            background: tracking == Tracking::Faults || len <= BACKGROUND_COMPARE_MAX,
+            compare: tracking == Tracking::Compare,
             watched: Mutex::new(Vec::new()),
             refresh_cursor: AtomicUsize::new(0),
         });
@@ -332,7 +334,22 @@ impl RemoteMap {
         }
         let mut runs = Vec::new();
         let Some(t) = guard.as_mut() else { return Ok(false) };
-        let snap = t.collect_consistent(&mut runs, if sync { 64 } else { 1 }).map_err(|_| SciError::System)?;
+        let tries = if sync { 64 } else { 1 };
+        let snap = if !self.compare || sync || self.valid <= BACKGROUND_COMPARE_MAX {
+            t.collect_consistent(&mut runs, tries)
+        } else {
+            // A large compared map (a guest's view of a big segment): in
+            // the background compare only what the guest maps (the watched
+            // ranges, the only places it can store to), if that is small
+            // enough; flush points compare everything.
+            let watched = self.watched.lock().unwrap().clone();
+            let total: usize = watched.iter().map(|r| r.1).sum();
+            if watched.is_empty() || total > BACKGROUND_COMPARE_MAX {
+                return Ok(false);
+            }
+            t.collect_consistent_within(&watched, &mut runs, tries)
+        }
+        .map_err(|_| SciError::System)?;
         if snap.is_none() {
             if !sync {
                 return Ok(true); // busy: come back soon
@@ -668,9 +685,7 @@ impl Flusher {
                 if m.failed.load(Ordering::Relaxed) {
                     continue;
                 }
-                if m.background {
-                    shipped |= m.ship(false).unwrap_or(false);
-                }
+                shipped |= m.ship(false).unwrap_or(false);
                 if m.refresh_due(hot) {
                     shipped |= m.refresh().unwrap_or(false);
                 }

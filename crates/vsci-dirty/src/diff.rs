@@ -427,22 +427,44 @@ impl DiffTracker {
     /// its later store among the words found, above the missed one, so the
     /// compares that check need only cover what lies below the highest word
     /// found so far (a store above it is simply not in this shipment).
-    fn collect_consistent_compare(&mut self, out: &mut Vec<Run>, tries: usize) -> Result<Option<CollectStats>> {
+    ///
+    /// `within`: compare only these ranges (the caller knows nothing else
+    /// can have been stored to); `None`, the whole mapping.
+    fn collect_consistent_compare(&mut self, out: &mut Vec<Run>, tries: usize, within: Option<&[Run]>) -> Result<Option<CollectStats>> {
+        let spans: Vec<Run> = match within {
+            None => vec![(0, self.len)],
+            Some(w) => {
+                // Word-aligned, in range, ascending and disjoint: each
+                // compare must load in ascending address order.
+                let aligned: Vec<Run> = w
+                    .iter()
+                    .filter_map(|&(o, l)| {
+                        let s = (o & !7).min(self.len);
+                        let e = o.saturating_add(l).min(self.len);
+                        (e > s).then_some((s, e - s))
+                    })
+                    .collect();
+                let mut merged = Vec::new();
+                merge_ranges(&mut merged, &aligned);
+                merged
+            }
+        };
         let mut found = std::mem::take(&mut self.unshipped);
         let mut pass = Vec::new();
         let mut pages = 0;
         let ps = self.pages.page_size();
         for k in 0..=tries.max(1) {
-            if k == 0 {
-                pages += self.collect(&mut pass)?.pages_compared;
-            } else {
-                let end = found.last().map_or(0, |r| r.0 + r.1).min(self.len);
-                pass.clear();
-                let mut b = RunBuilder { out: &mut pass, merge_gap: self.merge_gap, cur: None };
-                self.diff_span(0, end, &mut b);
-                b.finish();
-                pages += end.div_ceil(ps);
+            let end = if k == 0 { self.len } else { found.last().map_or(0, |r| r.0 + r.1).min(self.len) };
+            pass.clear();
+            let mut b = RunBuilder { out: &mut pass, merge_gap: self.merge_gap, cur: None };
+            for &(s, l) in &spans {
+                let e = (s + l).min(end);
+                if e > s {
+                    self.diff_span(s, e, &mut b);
+                    pages += (e - s).div_ceil(ps);
+                }
             }
+            b.finish();
             if pass.is_empty() {
                 out.clear();
                 out.extend_from_slice(&found);
@@ -479,8 +501,20 @@ impl DiffTracker {
     /// repeated until one finds nothing new instead (see
     /// `collect_consistent_compare`).
     pub fn collect_consistent(&mut self, out: &mut Vec<Run>, tries: usize) -> Result<Option<CollectStats>> {
+        self.collect_consistent_inner(out, tries, None)
+    }
+
+    /// As [`collect_consistent`](Self::collect_consistent); in compare mode
+    /// only `within` is compared (the caller knows no store can have landed
+    /// elsewhere since the last collect, e.g. the only writable maps of the
+    /// range). The page layer of write-protect mode needs no such hint.
+    pub fn collect_consistent_within(&mut self, within: &[Run], out: &mut Vec<Run>, tries: usize) -> Result<Option<CollectStats>> {
+        self.collect_consistent_inner(out, tries, Some(within))
+    }
+
+    fn collect_consistent_inner(&mut self, out: &mut Vec<Run>, tries: usize, within: Option<&[Run]>) -> Result<Option<CollectStats>> {
         if self.pages.mode() == Mode::Compare {
-            return self.collect_consistent_compare(out, tries);
+            return self.collect_consistent_compare(out, tries, within);
         }
         out.clear();
         let mut fresh = std::mem::take(&mut self.dirty);
