@@ -435,11 +435,13 @@ pub extern "C" fn SCIGetErrorString(error: SciErr) -> *const c_char {
         .unwrap_or(UNKNOWN.as_ptr().cast())
 }
 
-/// A call that ends a handle's life: check flags and handle, release the
-/// object, then forget the handle (only once the release succeeded, so a
-/// `SCI_ERR_BUSY` leaves the handle usable).
-macro_rules! release_op {
+/// `NAME(handle, flags, &error)` calls taking no flags that act on one
+/// object and keep it.
+macro_rules! handle_op {
     ($name:ident, $getter:ident, |$x:ident| $body:expr) => {
+        handle_op!(@ $name, $getter, |$x| $body, false);
+    };
+    (@ $name:ident, $getter:ident, |$x:ident| $body:expr, $release:expr) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(handle: Handle, flags: c_uint, error: *mut SciErr) {
             // SAFETY: see `set`.
@@ -448,7 +450,9 @@ macro_rules! release_op {
                     check_flags(flags, 0)?;
                     let $x = handles::$getter(h(handle))?;
                     $body?;
-                    handles::remove(h(handle));
+                    if $release {
+                        handles::remove(h(handle));
+                    }
                     Ok(())
                 })
             }
@@ -456,21 +460,12 @@ macro_rules! release_op {
     };
 }
 
-/// `NAME(handle, flags, &error)` calls taking no flags that act on one
-/// object and keep it.
-macro_rules! handle_op {
+/// A call that ends a handle's life: as `handle_op`, then forget the
+/// handle (only once the release succeeded, so a `SCI_ERR_BUSY` leaves the
+/// handle usable).
+macro_rules! release_op {
     ($name:ident, $getter:ident, |$x:ident| $body:expr) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(handle: Handle, flags: c_uint, error: *mut SciErr) {
-            // SAFETY: see `set`.
-            unsafe {
-                report(error, (), || {
-                    check_flags(flags, 0)?;
-                    let $x = handles::$getter(h(handle))?;
-                    $body
-                })
-            }
-        }
+        handle_op!(@ $name, $getter, |$x| $body, true);
     };
 }
 
