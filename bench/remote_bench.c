@@ -234,6 +234,7 @@ static sci_map_t g_inbox_lmap, g_peer_rmap;
 static sci_remote_segment_t g_peer_rseg;
 static volatile unsigned char *g_in;       /* my inbox, local map          */
 static volatile unsigned char *g_out;      /* the peer's inbox, remote map */
+static sci_sequence_t g_peer_seq;          /* on g_peer_rmap: tells a lost connection */
 static uint64_t g_ctl_sent, g_ctl_rcvd;
 
 static sci_local_segment_t g_bw_seg;       /* server */
@@ -371,6 +372,8 @@ static void setup(void)
     connect_peer(theirs, INBOX_SIZE, &g_peer_rseg);
     g_out = SCIMapRemoteSegment(g_peer_rseg, &g_peer_rmap, 0, INBOX_SIZE, NULL, 0, &e);
     sci_check("SCIMapRemoteSegment (inbox)", e);
+    SCICreateMapSequence(g_peer_rmap, &g_peer_seq, 0, &e);
+    sci_check("SCICreateMapSequence (inbox)", e);
 
     /* Hello: the client tells the server what to expect. */
     if (!opt.server) {
@@ -389,6 +392,8 @@ static void teardown(void)
         ctl_send(CMD(CMD_DONE, 0));
     ctl_send(CMD(CMD_DONE, 1));
     ctl_expect(CMD(CMD_DONE, 1), "done");
+    SCIRemoveSequence(g_peer_seq, 0, &e);
+    sci_check("SCIRemoveSequence (inbox)", e);
     SCIUnmapSegment(g_peer_rmap, 0, &e);
     sci_check("SCIUnmapSegment (remote inbox)", e);
     SCIDisconnectSegment(g_peer_rseg, 0, &e);
@@ -461,11 +466,25 @@ static inline int pp_wait(size_t size, uint32_t seq, uint64_t deadline)
 {
     const unsigned char *src = (const unsigned char *)(g_in + PP_OFF);
     uint32_t spins = 0, n = 0;
+    uint64_t late = 0;
     while (__atomic_load_n((const uint32_t *)(src + size - 4), __ATOMIC_ACQUIRE) != seq) {
         spin_step(&spins);
-        if ((++n & 0xfffff) == 0 && now_ns() > deadline)
+        if ((++n & 0xfffff) != 0)
+            continue;
+        uint64_t t = now_ns();
+        if (t > deadline)
             fail("ping-pong: message %u of %zu B did not arrive within %.0f s (flag holds %u)",
                  seq, size, opt.timeout, *(const volatile uint32_t *)(src + size - 4));
+        /* Late by a second: say so at once if the connection is gone (the
+         * check is a flush point, so never made while messages flow). */
+        if (late == 0)
+            late = t + 1000000000ull;
+        else if (t > late) {
+            sci_error_t e;
+            if (SCICheckSequence(g_peer_seq, 0, &e) == SCI_SEQ_NOT_RETRIABLE)
+                fail("ping-pong: message %u of %zu B: the connection to the peer's inbox was "
+                     "lost (%s)", seq, size, SCIGetErrorString(e));
+        }
     }
     if (size <= 4 || pp_payload_ok(src, size, seq))
         return 0;
