@@ -494,15 +494,22 @@ pub unsafe extern "C" fn SCICreateSegment(
             if segment.is_null() || size == 0 {
                 return Err(SciError::IllegalParameter);
             }
-            let use_cb = flags & FLAG_USE_CALLBACK != 0;
-            if use_cb && callback.is_none() {
-                return Err(SciError::IllegalParameter);
-            }
+            let callback = wanted_callback(flags, callback)?;
             let d = handles::desc(h(sd))?;
             let id = (flags & FLAG_AUTO_ID == 0).then_some(segment_id);
             let seg = d.client.create_segment_with(id, size as u64, flags & FLAG_EMPTY != 0)?;
-            out(segment, local_seg_handle(sd, seg, callback.filter(|_| use_cb), callback_arg))
+            out(segment, local_seg_handle(sd, seg, callback, callback_arg))
         })
+    }
+}
+
+/// The callback to install: the program's, with `SCI_FLAG_USE_CALLBACK`
+/// (which without one is an error), else none.
+fn wanted_callback<F>(flags: c_uint, callback: Option<F>) -> Result<Option<F>, SciError> {
+    match (flags & FLAG_USE_CALLBACK != 0, callback) {
+        (true, None) => Err(SciError::IllegalParameter),
+        (true, cb) => Ok(cb),
+        (false, _) => Ok(None),
     }
 }
 
@@ -548,16 +555,13 @@ pub unsafe extern "C" fn SCIAttachLocalSegment(
             if segment.is_null() {
                 return Err(SciError::IllegalParameter);
             }
-            let use_cb = flags & FLAG_USE_CALLBACK != 0;
-            if use_cb && callback.is_none() {
-                return Err(SciError::IllegalParameter);
-            }
+            let callback = wanted_callback(flags, callback)?;
             let d = handles::desc(h(sd))?;
             let seg = d.client.attach_segment(segment_id)?;
             if !size.is_null() {
                 size.write_unaligned(seg.size as usize);
             }
-            out(segment, local_seg_handle(sd, seg, callback.filter(|_| use_cb), callback_arg))
+            out(segment, local_seg_handle(sd, seg, callback, callback_arg))
         })
     }
 }
@@ -666,16 +670,12 @@ pub unsafe extern "C" fn SCIConnectSegment(
             if segment.is_null() {
                 return Err(SciError::IllegalParameter);
             }
-            let use_cb = flags & FLAG_USE_CALLBACK != 0;
-            if use_cb && callback.is_none() {
-                return Err(SciError::IllegalParameter);
-            }
+            let callback = wanted_callback(flags, callback)?;
             let d = handles::desc(h(sd))?;
             check_adapter(adapter)?;
             let rs = d.client.connect_segment(node_id, segment_id, timeout)?;
             let hnd = handles::insert(Obj::RemoteSeg(rs.clone()), h(sd));
-            if use_cb {
-                let cb = callback.expect("checked");
+            if let Some(cb) = callback {
                 let arg = callback_arg as usize;
                 let f = move |ev: SegEvent| {
                     // SAFETY: the program's callback with its own argument.
