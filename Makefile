@@ -8,6 +8,9 @@ CC       ?= cc
 CFLAGS   ?= -O2 -g -Wall -Wextra -Werror=implicit-function-declaration
 CARGO    ?= cargo
 
+HEADERS     := include/sisci_api.h include/sisci_types.h include/sisci_error.h
+DIS_HEADERS := include/dis/dis_types.h
+
 C_INC    := -I$(BUILD)/include
 C_LIBS   := -L$(BUILD)/lib -Wl,-rpath,$(BUILD)/lib -lsisci -lpthread
 
@@ -15,7 +18,7 @@ EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c)
 CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/*.c))
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 TEST_PKGS := -p vsci-proto -p vscid -p vsci-client -p sisci -p vsci-cli -p vsci-fabric -p vsci-dirty -p vsci-vm -p vsci-systest
-C_COMMON := $(wildcard tests/c/common/*.h examples/common/*.h bench/common/*.h)
+C_COMMON := $(wildcard tests/c/common/*.h examples/common/*.h bench/common/*.h) $(HEADERS) $(DIS_HEADERS)
 
 .PHONY: all rust stage c test demo bench bench-report install clean
 
@@ -25,24 +28,25 @@ rust:
 	$(CARGO) build --release -p vscid -p vsci-cli -p sisci
 
 stage: rust
-	@mkdir -p $(BUILD)/bin $(BUILD)/lib/pkgconfig $(BUILD)/include
+	@mkdir -p $(BUILD)/bin $(BUILD)/lib/pkgconfig $(BUILD)/include/dis
 	install -m 0755 target/release/vscid target/release/vsci $(BUILD)/bin/
 	install -m 0755 target/release/libsisci.so $(BUILD)/lib/libsisci.so
 	install -m 0644 target/release/libsisci.a $(BUILD)/lib/libsisci.a
-	install -m 0644 include/sisci_api.h include/sisci_types.h include/sisci_error.h $(BUILD)/include/
+	install -m 0644 $(HEADERS) $(BUILD)/include/
+	install -m 0644 $(DIS_HEADERS) $(BUILD)/include/dis/
 	sed -e 's|@PREFIX@|$(BUILD)|' pkgconfig/sisci.pc.in > $(BUILD)/lib/pkgconfig/sisci.pc
 
 c: stage $(EXAMPLES) $(CTESTS) $(BENCHES)
 
-$(BUILD)/examples/%: examples/%.c $(C_COMMON) include/*.h | stage
+$(BUILD)/examples/%: examples/%.c $(C_COMMON) | stage
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(C_INC) -o $@ $< $(C_LIBS)
 
-$(BUILD)/tests/%: tests/c/%.c $(C_COMMON) include/*.h | stage
+$(BUILD)/tests/%: tests/c/%.c $(C_COMMON) | stage
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(C_INC) -Itests/c -o $@ $< $(C_LIBS)
 
-$(BUILD)/bench/%: bench/%.c $(C_COMMON) include/*.h | stage
+$(BUILD)/bench/%: bench/%.c $(C_COMMON) | stage
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(C_INC) -Ibench -o $@ $< $(C_LIBS) -lm
 
@@ -61,11 +65,12 @@ bench-report: all
 	$(BUILD)/bin/vsci bench --paths local,remote,guest,guest-host,guest-guest,guest-remote --report docs
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/dis
 	install -m 0755 $(BUILD)/bin/vscid $(BUILD)/bin/vsci $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(BUILD)/lib/libsisci.so $(DESTDIR)$(PREFIX)/lib/
 	install -m 0644 $(BUILD)/lib/libsisci.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 0644 include/sisci_api.h include/sisci_types.h include/sisci_error.h $(DESTDIR)$(PREFIX)/include/
+	install -m 0644 $(HEADERS) $(DESTDIR)$(PREFIX)/include/
+	install -m 0644 $(DIS_HEADERS) $(DESTDIR)$(PREFIX)/include/dis/
 	sed -e 's|@PREFIX@|$(PREFIX)|' pkgconfig/sisci.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/sisci.pc
 	-ldconfig
 

@@ -34,6 +34,13 @@
  */
 #include <sisci_api.h>
 
+/* The "no value" helpers of SISCI's sample programs.  Dolphin's headers do
+ * not define them (each program does, as here), so neither do vsci's. */
+#define NO_FLAGS    0
+#define NO_OFFSET   0
+#define NO_CALLBACK NULL
+#define NO_ARG      NULL
+
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>

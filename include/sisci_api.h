@@ -78,10 +78,13 @@ sci_segment_cb_reason_t SCIWaitForRemoteSegmentEvent(sci_remote_segment_t segmen
                       sci_error_t *status, unsigned int timeout,
                       unsigned int flags, sci_error_t *error);
 
-/* ---- Mapping ------------------------------------------------------------- */
-volatile void *SCIMapLocalSegment(sci_local_segment_t segment, sci_map_t *map,
-                                  size_t offset, size_t size, void *addr,
-                                  unsigned int flags, sci_error_t *error);
+/* ---- Mapping -------------------------------------------------------------
+ * As Dolphin declares them: a local segment is ordinary memory (void *), a
+ * remote one is a device window whose stores the compiler must not merge or
+ * drop (volatile void *). */
+void *SCIMapLocalSegment(sci_local_segment_t segment, sci_map_t *map,
+                         size_t offset, size_t size, void *addr,
+                         unsigned int flags, sci_error_t *error);
 volatile void *SCIMapRemoteSegment(sci_remote_segment_t segment, sci_map_t *map,
                                    size_t offset, size_t size, void *addr,
                                    unsigned int flags, sci_error_t *error);

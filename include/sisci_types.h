@@ -6,6 +6,15 @@
  * they are publicly known, the same values, so they also work in `case`
  * labels and static initialisers.  Flag values are per function: the same
  * bit means different things to different calls.
+ *
+ * What these headers guarantee to programs written for Dolphin's: they
+ * define only SISCI's own names (SCI*, sci_*, SISCI_*, dis_*, DIS_*,
+ * HOSTBRIDGE_*) and Dolphin's empty parameter annotations IN, OUT and IN_OUT,
+ * nothing a program defines for itself (NO_FLAGS, NO_OFFSET, NO_CALLBACK and
+ * NO_ARG are the program's own, as in Dolphin's sample programs), and
+ * they compile without a warning as C (-std=c99, -std=c17) and as C++ under
+ * -Wall -Wextra -pedantic -Wcast-qual -Wconversion -Wshadow -Wredundant-decls
+ * -Wstrict-prototypes (crates/vsci-systest/tests/dolphin_layout.rs checks it).
  */
 #ifndef SISCI_TYPES_H
 #define SISCI_TYPES_H
@@ -13,9 +22,24 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "sisci_error.h"
+#include "dis/dis_types.h"
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+/* ---- Parameter annotations ---------------------------------------------
+ * Dolphin's headers mark parameters as input, output or both with these
+ * empty macros, and programs copy them into their own callbacks
+ * (`void IN *arg`).  A program or another header may define them first. */
+#ifndef IN
+#define IN
+#endif
+#ifndef OUT
+#define OUT
+#endif
+#ifndef IN_OUT
+#define IN_OUT
 #endif
 
 /* ---- Opaque handles ---------------------------------------------------- */
@@ -99,24 +123,9 @@ typedef struct {
 /* ---- General constants --------------------------------------------------- */
 #define SCI_INFINITE_TIMEOUT         0xffffffffU
 #define SCI_LOCAL_HOST               0xfffffffeU
-#define DIS_BROADCAST_NODEID_GROUP_ALL 252
 
 /* Largest payload of one data interrupt, in bytes. */
 #define SCI_MAX_DATA_INTERRUPT_SIZE  1024U
-
-/* Conventional "no value" helpers used by SISCI sample code. */
-#ifndef NO_FLAGS
-#define NO_FLAGS    0
-#endif
-#ifndef NO_OFFSET
-#define NO_OFFSET   0
-#endif
-#ifndef NO_CALLBACK
-#define NO_CALLBACK NULL
-#endif
-#ifndef NO_ARG
-#define NO_ARG      NULL
-#endif
 
 /* ---- Flags: segments ----------------------------------------------------- */
 #define SCI_FLAG_USE_CALLBACK              0x1U

@@ -18,6 +18,13 @@
 
 #include "sisci_api.h"
 
+/* The "no value" helpers of SISCI's sample programs.  Dolphin's headers do
+ * not define them (each program does, as here), so neither do vsci's. */
+#define NO_FLAGS    0
+#define NO_OFFSET   0
+#define NO_CALLBACK NULL
+#define NO_ARG      NULL
+
 /* Print "prog: what: <SISCI error text>" and exit 1 when err is not OK. */
 #define DIE_ON_ERROR(err, what) do {                                           \
         if ((err) != SCI_ERR_OK) {                                             \

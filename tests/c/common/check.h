@@ -24,6 +24,13 @@
 
 #include "sisci_api.h"
 
+/* The "no value" helpers of SISCI's sample programs.  Dolphin's headers do
+ * not define them (each program does, as here), so neither do vsci's. */
+#define NO_FLAGS    0
+#define NO_OFFSET   0
+#define NO_CALLBACK NULL
+#define NO_ARG      NULL
+
 /* Value stored in `err` before each EXPECTed call. */
 #define ERR_SENTINEL ((sci_error_t)0x7eadbeef)
 
