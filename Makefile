@@ -1,12 +1,19 @@
 # vsci top-level build.  `make` builds everything into build/ (a staged
-# prefix: bin/, lib/, include/, lib/pkgconfig/, examples/, tests/, bench/).
-# Shell scripts in scripts/ wrap this for the README's two commands.
+# prefix: bin/, lib/, include/, lib/pkgconfig/, lib/cmake/SISCI/, examples/,
+# tests/, bench/).  Shell scripts in scripts/ wrap this for the README's two
+# commands.
 
 BUILD    ?= $(CURDIR)/build
 PREFIX   ?= /usr/local
 CC       ?= cc
 CFLAGS   ?= -O2 -g -Wall -Wextra -Werror=implicit-function-declaration
 CARGO    ?= cargo
+VERSION  := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+
+# `make install-dis`: libsisci and the headers in Dolphin's layout (see
+# scripts/install-dis.sh and README.md).
+DIS_PREFIX ?= /opt/DIS
+LDSO_CONF  ?= /etc/ld.so.conf.d/vsci-dis.conf
 
 HEADERS     := include/sisci_api.h include/sisci_types.h include/sisci_error.h
 DIS_HEADERS := include/dis/dis_types.h
@@ -20,7 +27,7 @@ BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 TEST_PKGS := -p vsci-proto -p vscid -p vsci-client -p sisci -p vsci-cli -p vsci-fabric -p vsci-dirty -p vsci-vm -p vsci-systest
 C_COMMON := $(wildcard tests/c/common/*.h examples/common/*.h bench/common/*.h) $(HEADERS) $(DIS_HEADERS)
 
-.PHONY: all rust stage c test demo bench bench-report install clean
+.PHONY: all rust stage c test demo bench bench-report install install-dis uninstall-dis clean
 
 all: c
 
@@ -28,13 +35,13 @@ rust:
 	$(CARGO) build --release -p vscid -p vsci-cli -p sisci
 
 stage: rust
-	@mkdir -p $(BUILD)/bin $(BUILD)/lib/pkgconfig $(BUILD)/include/dis
+	@mkdir -p $(BUILD)/bin $(BUILD)/lib $(BUILD)/include/dis
 	install -m 0755 target/release/vscid target/release/vsci $(BUILD)/bin/
 	install -m 0755 target/release/libsisci.so $(BUILD)/lib/libsisci.so
 	install -m 0644 target/release/libsisci.a $(BUILD)/lib/libsisci.a
 	install -m 0644 $(HEADERS) $(BUILD)/include/
 	install -m 0644 $(DIS_HEADERS) $(BUILD)/include/dis/
-	sed -e 's|@PREFIX@|$(BUILD)|' pkgconfig/sisci.pc.in > $(BUILD)/lib/pkgconfig/sisci.pc
+	scripts/sisci-dev-files.sh "" $(BUILD) lib lib/cmake/SISCI $(VERSION) > /dev/null
 
 c: stage $(EXAMPLES) $(CTESTS) $(BENCHES)
 
@@ -65,14 +72,23 @@ bench-report: all
 	$(BUILD)/bin/vsci bench --paths local,remote,guest,guest-host,guest-guest,guest-remote --report docs
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/dis
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/dis
 	install -m 0755 $(BUILD)/bin/vscid $(BUILD)/bin/vsci $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(BUILD)/lib/libsisci.so $(DESTDIR)$(PREFIX)/lib/
 	install -m 0644 $(BUILD)/lib/libsisci.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 0644 $(HEADERS) $(DESTDIR)$(PREFIX)/include/
 	install -m 0644 $(DIS_HEADERS) $(DESTDIR)$(PREFIX)/include/dis/
-	sed -e 's|@PREFIX@|$(PREFIX)|' pkgconfig/sisci.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/sisci.pc
-	-ldconfig
+	scripts/sisci-dev-files.sh "$(DESTDIR)" $(PREFIX) lib lib/cmake/SISCI $(VERSION)
+	$(if $(DESTDIR),,-ldconfig)
+
+# Dolphin's layout (DIS_PREFIX=/opt/DIS): headers in include/ and include/dis/,
+# libsisci.so and libsisci.a in lib64/, a loader entry (LDSO_CONF) and
+# ldconfig (not with DESTDIR).  Installs what `make` built; does not build,
+# so `sudo make install-dis` needs no Rust toolchain.  Refuses to replace
+# files it did not install (Dolphin's own) unless FORCE=1.
+install-dis uninstall-dis:
+	BUILD='$(BUILD)' DESTDIR='$(DESTDIR)' DIS_PREFIX='$(DIS_PREFIX)' LDSO_CONF='$(LDSO_CONF)' \
+	    FORCE='$(FORCE)' VERSION='$(VERSION)' scripts/install-dis.sh $(patsubst %-dis,%,$@)
 
 clean:
 	rm -rf $(BUILD)
