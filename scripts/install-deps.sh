@@ -4,6 +4,8 @@
 set -euo pipefail
 
 PKGS=(build-essential pkg-config make gcc libc6-dev curl ca-certificates iproute2 procps
+      # the tests build a SISCI program through find_package(SISCI) and as C++
+      cmake g++
       # remote nodes: the RMA engine; benchmark peers (ucx-utils: ucx_perftest)
       libfabric-dev libfabric-bin sockperf iperf3 ucx-utils
       # vsci bench --report: the TrueType font its PNG plots are labelled with
