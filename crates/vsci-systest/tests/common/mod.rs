@@ -280,6 +280,16 @@ impl Proc {
         }
     }
 
+    /// The exit status if the process has ended (without waiting).
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        if self.status.is_none() {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                self.status = Some(st);
+            }
+        }
+        self.status
+    }
+
     /// Wait for the process to end; on timeout kill it and panic.
     pub fn wait(mut self, timeout: Duration) -> Output {
         let deadline = Instant::now() + timeout;

@@ -1,0 +1,281 @@
+//! The remote store contract (issue 17, docs/api.md) across real nodes:
+//! each vscid in its own network namespace (netns/mod.rs), the programs
+//! written as SISCI programs for Dolphin hardware are written -- data then
+//! a flag stored into the peer's segment through a remote map, and a
+//! busy-wait in a plain loop (no yield, no sleep, no call) on their own
+//! local segment for the answer.  tests/c/t_store.c plays every role.
+//!
+//! - store loss, three nodes: two writers on two nodes share one page of an
+//!   owner's segment (mailbox flags: writer sets, owner clears, writer sets
+//!   the same value again), 10,000 rounds, with SCIFlush after each store and
+//!   with no call at all;
+//! - a spinning ping-pong of 10,000 round trips with 4 KiB and 16 MiB maps;
+//! - flag after payload (SCIFlush between) through one 64 MiB map;
+//! - an idle 1 GiB remote map moves less than 1 MiB over the link in 5 s.
+//!
+//! Every wait inside the programs has a deadline (WAIT_S), so a lost store
+//! fails the test with the round and the values seen instead of hanging;
+//! the first program that fails ends the test (the others are killed and
+//! every output is shown), and dropping the Cluster removes its namespaces
+//! and processes.  Deadlines only bound hangs: nothing here asserts how fast
+//! anything is (the idle test counts bytes, not time).  The tests run one
+//! at a time (SERIAL): the programs spin, and the machines have 2 cores.
+//!
+//! Needs root for `ip netns`; without it every test prints SKIPPED and
+//! passes.  Run after `make`:
+//!
+//!     VSCI_BUILD=$PWD/build cargo test --release -p vsci-systest --test remote_stores -- --test-threads=1
+
+mod common;
+mod netns;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+use netns::Cluster;
+
+/// Deadline of every single wait inside the programs, in seconds.
+const WAIT_S: &str = "120";
+/// The mailbox writers wait longer than their owner, so that a lost store
+/// is reported by the owner, which shows what arrived.
+const WRITER_WAIT_S: &str = "150";
+/// Bound on a whole run of several programs (a hang beyond the programs'
+/// own deadlines fails the test instead of blocking the suite).
+const RUN: Duration = Duration::from_secs(600);
+/// Round trips of the mailbox and ping-pong tests.
+const ROUNDS: &str = "10000";
+/// Rounds of the flag-after-payload test.
+const ORDER_ROUNDS: &str = "3000";
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// One test at a time in this binary: their programs spin.
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn t_store() -> PathBuf {
+    built("tests/t_store")
+}
+
+/// Start `t_store -wait WAIT_S args` on member `node`.
+fn spawn(c: &Cluster, node: u32, args: &[&str]) -> Proc {
+    spawn_wait(c, node, WAIT_S, args)
+}
+
+/// Start `t_store -wait WAIT args` on member `node`.
+fn spawn_wait(c: &Cluster, node: u32, wait: &str, args: &[&str]) -> Proc {
+    let name = format!("t_store {} (node {node})", args.join(" "));
+    let mut cmd = c.client(node, &t_store());
+    cmd.args(["-wait", wait]).args(args);
+    Proc::spawn(&name, &mut cmd)
+}
+
+fn show(o: &Output) {
+    println!("=== {} ({}) ===\n{}{}", o.name, describe_status(o.status), o.stdout, o.stderr);
+}
+
+/// Wait for all of `procs`, which run together.  The first one that fails
+/// ends the run: the others are killed and the test fails showing every
+/// output, the failed program's first.  Returns the outputs when all exit 0.
+fn run_together(procs: Vec<Proc>, timeout: Duration) -> Vec<Output> {
+    let mut procs: Vec<Option<Proc>> = procs.into_iter().map(Some).collect();
+    let mut outs: Vec<Option<Output>> = procs.iter().map(|_| None).collect();
+    let deadline = Instant::now() + timeout;
+    let mut failed: Option<usize> = None;
+    while failed.is_none() && outs.iter().any(|o| o.is_none()) {
+        for i in 0..procs.len() {
+            let Some(p) = procs[i].as_mut() else { continue };
+            if let Some(st) = p.try_wait() {
+                let o = procs[i].take().unwrap().wait(Duration::from_secs(10));
+                if !st.success() && failed.is_none() {
+                    failed = Some(i);
+                }
+                outs[i] = Some(o);
+            }
+        }
+        if failed.is_none() && Instant::now() > deadline {
+            break;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let timed_out = failed.is_none() && outs.iter().any(|o| o.is_none());
+    // Whatever still runs is killed; its output so far is kept.
+    for i in 0..procs.len() {
+        if let Some(p) = procs[i].take() {
+            p.signal(libc::SIGKILL);
+            outs[i] = Some(p.wait(Duration::from_secs(10)));
+        }
+    }
+    let outs: Vec<Output> = outs.into_iter().map(|o| o.unwrap()).collect();
+    if let Some(f) = failed {
+        let mut msg = format!("{} failed; the others were killed\n\n{}", outs[f].name, outs[f].describe());
+        for (_, o) in outs.iter().enumerate().filter(|(i, _)| *i != f) {
+            msg += &format!("\n\n{}", o.describe());
+        }
+        panic!("{msg}");
+    }
+    if timed_out {
+        let all: Vec<String> = outs.iter().map(|o| o.describe()).collect();
+        panic!("still running after {timeout:?}; killed\n\n{}", all.join("\n\n"));
+    }
+    for o in &outs {
+        show(o);
+    }
+    outs
+}
+
+/// Bytes received plus sent on member `id`'s link (eth0 in its namespace).
+fn link_bytes(c: &Cluster, id: u32) -> u64 {
+    let n = c.node(id);
+    let out = Command::new("ip")
+        .args(["-n", &n.ns, "-s", "-j", "link", "show", "dev", "eth0"])
+        .output()
+        .expect("run ip -s -j link");
+    assert!(out.status.success(), "ip -s link in {}: {}", n.ns, String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j printed JSON");
+    let s = &v[0]["stats64"];
+    let get = |dir: &str| {
+        s[dir]["bytes"].as_u64().unwrap_or_else(|| panic!("no stats64.{dir}.bytes in {v}"))
+    };
+    get("rx") + get("tx")
+}
+
+// ---- store loss, three nodes -------------------------------------------------------
+
+/// Owner on node 1, writers on nodes 2 and 3, all spinning.  `mode` is
+/// "calls" (SCIFlush after the payload, after the flag and after the acks)
+/// or "nocalls" (plain stores only; the owner then waits for flags and
+/// payloads alike).
+fn mailbox(mode: &str) {
+    let _g = serial();
+    let Some(c) = Cluster::start(&[1, 2, 3]) else { return };
+    let (seg_o, seg_1, seg_2) = if mode == "calls" { ("0x5701", "0x5702", "0x5703") } else { ("0x5711", "0x5712", "0x5713") };
+    let w1_target = format!("2:{seg_1}");
+    let w2_target = format!("3:{seg_2}");
+    let owner_target = format!("1:{seg_o}");
+    let owner = spawn(&c, 1, &["mbox-owner", mode, ROUNDS, seg_o, &w1_target, &w2_target]);
+    let w1 = spawn_wait(&c, 2, WRITER_WAIT_S, &["mbox-writer", mode, ROUNDS, "1", &owner_target, seg_1]);
+    let w2 = spawn_wait(&c, 3, WRITER_WAIT_S, &["mbox-writer", mode, ROUNDS, "2", &owner_target, seg_2]);
+    let outs = run_together(vec![owner, w1, w2], RUN);
+    outs[0].assert_contains(&format!("MBOX OWNER DONE rounds={ROUNDS}"));
+    outs[1].assert_contains(&format!("MBOX WRITER 1 DONE rounds={ROUNDS}"));
+    outs[2].assert_contains(&format!("MBOX WRITER 2 DONE rounds={ROUNDS}"));
+    let line = outs[0].stdout.lines().find(|l| l.contains("MBOX OWNER DONE")).unwrap_or_default();
+    eprintln!("mailbox ({mode}), three nodes: {line}");
+    for id in [1, 2, 3] {
+        c.wait_clean(id, &format!("after the mailbox ({mode})"));
+    }
+}
+
+/// Issue 17's store-loss test: each round each writer stores its payload
+/// (repeating every other round) and SCIFlush-es, stores its flag (always
+/// 11) and SCIFlush-es, and spins for the owner's ack; the owner waits for
+/// both flags, checks both payloads, clears all four words in its own memory
+/// and acks both through remote maps.  10,000 rounds: nothing lost, nothing
+/// wrong.
+#[test]
+fn mailbox_three_nodes_with_flushes() {
+    mailbox("calls");
+}
+
+/// The same with no call at all in the loops: plain stores must still
+/// arrive, every one of them.
+#[test]
+fn mailbox_three_nodes_without_calls() {
+    mailbox("nocalls");
+}
+
+// ---- spinning ping-pong --------------------------------------------------------------
+
+fn pingpong(size: &str, seg_ping: &str, seg_pong: &str) {
+    let _g = serial();
+    let Some(c) = Cluster::start(&[1, 2]) else { return };
+    let to_pong = format!("2:{seg_pong}");
+    let to_ping = format!("1:{seg_ping}");
+    let pong = spawn(&c, 2, &["pingpong", "pong", ROUNDS, size, seg_pong, &to_ping]);
+    let ping = spawn(&c, 1, &["pingpong", "ping", ROUNDS, size, seg_ping, &to_pong]);
+    let outs = run_together(vec![ping, pong], RUN);
+    outs[0].assert_contains(&format!("PINGPONG ping DONE round_trips={ROUNDS}"));
+    outs[1].assert_contains(&format!("PINGPONG pong DONE round_trips={ROUNDS}"));
+    let line = outs[0].stdout.lines().find(|l| l.contains("PINGPONG ping DONE")).unwrap_or_default();
+    eprintln!("spinning ping-pong, {size}-byte maps: {line}");
+    c.wait_clean(1, "after the ping-pong");
+    c.wait_clean(2, "after the ping-pong");
+}
+
+/// Each side stores a counter into the peer's segment (4 KiB maps) and
+/// spins on its own in a plain loop: 10,000 round trips complete.
+#[test]
+fn spinning_pingpong_4k_maps() {
+    pingpong("4k", "0x5720", "0x5721");
+}
+
+/// The same through maps of whole 16 MiB segments (the counter in the last
+/// page): the map's size must not stop the stores.
+#[test]
+fn spinning_pingpong_16m_maps() {
+    pingpong("16m", "0x5722", "0x5723");
+}
+
+// ---- flag after payload -----------------------------------------------------------------
+
+/// A sender maps the whole of a 64 MiB segment of another node; each round
+/// it stores a 6 KiB payload near the end (two pages), SCIFlush-es, stores
+/// the flag right after it and spins for the ack.  The receiver, spinning
+/// on the flag in its own segment, must find the whole payload of that
+/// round every time it sees the flag.
+#[test]
+fn flag_after_payload_through_a_large_map() {
+    let _g = serial();
+    let Some(c) = Cluster::start(&[1, 2]) else { return };
+    let recv = spawn(&c, 2, &["order-recv", ORDER_ROUNDS, "64m", "0x5731", "1:0x5730"]);
+    let send = spawn(&c, 1, &["order-send", ORDER_ROUNDS, "0x5730", "2:0x5731"]);
+    let outs = run_together(vec![recv, send], RUN);
+    outs[0].assert_contains(&format!("ORDER RECV DONE rounds={ORDER_ROUNDS}"));
+    outs[1].assert_contains(&format!("ORDER SEND DONE rounds={ORDER_ROUNDS}"));
+    c.wait_clean(1, "after the flag-after-payload run");
+    c.wait_clean(2, "after the flag-after-payload run");
+}
+
+// ---- an idle large map --------------------------------------------------------------------
+
+/// A program maps a whole 1 GiB segment of another node, stores one byte,
+/// SCIFlush-es and sleeps: over 5 s of that sleep its node's link (eth0 in
+/// its namespace, received plus sent) moves less than 1 MiB.
+#[test]
+fn idle_1gib_map_moves_under_1mib_in_5s() {
+    let _g = serial();
+    let Some(c) = Cluster::start(&[1, 2]) else { return };
+    let mut owner = spawn(&c, 2, &["big-owner", "0x5740", "1g"]);
+    owner.wait_line("BIG READY", LINE_TIMEOUT);
+    let mut idle = spawn(&c, 1, &["idle-map", "2:0x5740", "8"]);
+    idle.wait_line("IDLE MAPPED", LINE_TIMEOUT);
+    let b0 = link_bytes(&c, 1);
+    let t0 = Instant::now();
+    thread::sleep(Duration::from_secs(5));
+    let b1 = link_bytes(&c, 1);
+    let window = t0.elapsed();
+    let moved = b1 - b0;
+    let io = idle.wait(RUN);
+    show(&io);
+    io.assert_success().assert_contains("IDLE DONE").assert_contains("IDLE RELEASED");
+    owner.signal(libc::SIGTERM);
+    let oo = owner.wait(RUN);
+    show(&oo);
+    oo.assert_success().assert_contains("BIG DONE");
+    let cpu = io.stdout.lines().find(|l| l.contains("IDLE DONE")).unwrap_or_default().to_string();
+    eprintln!("idle 1 GiB remote map: {moved} bytes on the link in {window:?}; {cpu}");
+    assert!(
+        moved < 1 << 20,
+        "an idle 1 GiB remote map (one byte stored and flushed, then asleep) moved {moved} bytes \
+         ({:.1} MiB) over node 1's link in {window:?}; the limit is 1 MiB\n({cpu})",
+        moved as f64 / (1 << 20) as f64
+    );
+    c.wait_clean(1, "after the idle map");
+    c.wait_clean(2, "after the idle map");
+}

@@ -1,0 +1,707 @@
+/*
+ * t_store.c - roles for the remote store-contract tests
+ * (crates/vsci-systest/tests/remote_stores.rs, issue 17).  Each role is one
+ * process on one node of a cluster (VSCI_SOCKET names its node); the harness
+ * starts them in the nodes' network namespaces.  They are written the way
+ * SISCI programs for Dolphin hardware are written: data then a flag stored
+ * into the peer's segment through a remote map, and a busy-wait in a plain
+ * loop (no sched_yield, no sleep, no pause instruction, no SISCI call) on the
+ * process's OWN local segment for the answer.  Every pointer into a remote
+ * map is volatile.
+ *
+ * Every wait has a deadline (-wait S, default 120 s) so that a lost store
+ * fails the role with a message naming the round and the values seen
+ * instead of hanging.  A role exits 0 when everything arrived, 1 with a
+ * file:line message otherwise.
+ *
+ *   t_store mbox-owner calls|nocalls ROUNDS SEG W1NODE:W1SEG W2NODE:W2SEG
+ *   t_store mbox-writer calls|nocalls ROUNDS K OWNERNODE:OWNERSEG MYSEG
+ *       The store-loss test (three nodes).  The owner creates SEG (one
+ *       page); writers K = 1 and 2 map that page and each owns a payload
+ *       word and a flag word in it (adjacent words, interleaved with the
+ *       other writer's).  Each writer also creates MYSEG, whose first word
+ *       is its ack word.  Round r: each writer stores its payload (one of two
+ *       values, alternating, so it repeats every other round) [SCIFlush],
+ *       stores its flag = 11 (always the same value) [SCIFlush], and spins on
+ *       its ack word until it reads r.  The owner spins until both flags are
+ *       11 (with `nocalls` also until both payloads hold this round's value),
+ *       checks both payloads, clears flags and payloads to 0 in its own
+ *       memory, and stores r into each writer's ack word through its remote
+ *       map of that writer's segment [SCIFlush].  [..] only with `calls`;
+ *       with `nocalls` the loops make no SISCI call at all.  With `calls`,
+ *       once both flags read 11 both payloads must be this round's: 0 is a
+ *       lost store, any other value a torn or stale one.  With `nocalls`
+ *       (no order between payload and flag) the owner waits until all four
+ *       words hold this round's values; a store that never arrives, or a
+ *       wrong value that stays, ends in the deadline's failure, whose
+ *       message shows the words and any odd value seen while waiting.
+ *
+ *   t_store pingpong ping|pong ROUNDS SIZE MYSEG PEERNODE:PEERSEG
+ *       Both sides create MYSEG of SIZE bytes and map the peer's whole
+ *       segment.  ping stores i into the counter word (in the last page) of
+ *       the peer's segment and spins on its own counter word until it reads
+ *       i; pong spins until it reads i and stores i back.  No call in the
+ *       loop.
+ *
+ *   t_store order-recv ROUNDS SIZE MYSEG SENDERNODE:SENDERSEG
+ *   t_store order-send ROUNDS MYSEG RECVNODE:RECVSEG
+ *       Flag after payload through a large map.  The receiver creates MYSEG
+ *       of SIZE bytes (64 MiB in the test); the sender maps all of it and,
+ *       each round r, stores a 6 KiB payload (every word a function of r and
+ *       its index, spanning two pages near the end), calls SCIFlush, stores
+ *       the flag word r right after the payload, and spins on its own
+ *       segment's ack word until it reads r.  The receiver spins on the flag
+ *       in its own segment; when it reads r every payload word must already
+ *       be this round's; then it stores r into the sender's ack word (plain
+ *       store, no call).
+ *
+ *   t_store big-owner SEG SIZE
+ *       Creates segment SEG of SIZE bytes (1 GiB in the test; memfd pages
+ *       are allocated only when touched), prints "BIG READY" and waits for
+ *       SIGTERM ("BIG DONE").
+ *   t_store idle-map NODE:SEG SECONDS
+ *       Connects to NODE:SEG, maps all of it, stores one byte, calls
+ *       SCIFlush, prints "IDLE MAPPED", sleeps SECONDS (the harness counts the
+ *       link's bytes meanwhile), prints "IDLE DONE cpu_ms=..." (its own CPU
+ *       time while asleep, all threads), checks the byte with an
+ *       SCI_FLAG_BLOCK_READ SCIMemCpy, and releases everything.
+ */
+#include <signal.h>
+#include <sys/resource.h>
+
+#include "common/proc.h"
+
+#define PAGE 4096u
+
+/* Deadline of every wait, in ms (-wait S). */
+static uint64_t wait_ms = 120000;
+
+static inline void compiler_barrier(void)
+{
+    __asm__ __volatile__("" ::: "memory");
+}
+
+/* Spin in a plain loop until `cond` holds or `deadline` (now_ms) passes;
+ * yields the final value of `cond`.  The clock is read (vDSO, no system
+ * call) every 16384 spins only. */
+#define SPIN_UNTIL(cond, deadline)                                             \
+    ({                                                                         \
+        int ok_ = 1;                                                           \
+        unsigned sp_ = 0;                                                      \
+        while (!(cond)) {                                                      \
+            compiler_barrier();                                                \
+            if (++sp_ == 16384u) {                                             \
+                sp_ = 0;                                                       \
+                if (now_ms() > (deadline)) {                                   \
+                    ok_ = (cond);                                              \
+                    break;                                                     \
+                }                                                              \
+            }                                                                  \
+        }                                                                      \
+        ok_;                                                                   \
+    })
+
+static void parse_target(const char *s, unsigned *node, unsigned *segid)
+{
+    char *end;
+    *node = (unsigned)strtoul(s, &end, 0);
+    if (*end != ':') {
+        fprintf(stderr, "t_store: target \"%s\" is not NODE:SEG\n", s);
+        exit(2);
+    }
+    *segid = (unsigned)strtoul(end + 1, NULL, 0);
+}
+
+/* ---- segments ---------------------------------------------------------------- */
+
+struct lseg {
+    sci_local_segment_t seg;
+    sci_map_t map;
+    volatile unsigned char *p;
+    size_t size;
+    unsigned segid;
+};
+
+/* Create, map, prepare and make available a local segment (the order a
+ * SISCI program uses); its memory starts zeroed. */
+static void lseg_create(sci_desc_t sd, struct lseg *l, unsigned segid, size_t size, int map)
+{
+    sci_error_t err;
+    l->size = size;
+    l->segid = segid;
+    l->p = NULL;
+    EXPECT(SCI_ERR_OK, SCICreateSegment(sd, &l->seg, segid, size, NULL, NULL, NO_FLAGS, &err));
+    if (map) {
+        EXPECT(SCI_ERR_OK, l->p = SCIMapLocalSegment(l->seg, &l->map, 0, size, NULL, NO_FLAGS,
+                                                     &err));
+    }
+    EXPECT(SCI_ERR_OK, SCIPrepareSegment(l->seg, 0, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCISetSegmentAvailable(l->seg, 0, NO_FLAGS, &err));
+}
+
+/* Wait until `peers` connections to our segment have gone (their
+ * DISCONNECT or LOST events), so nobody is left storing into it, then
+ * release it.  A peer that never leaves is reported, not judged: the
+ * harness judges the peer. */
+static void lseg_release(struct lseg *l, int peers)
+{
+    sci_error_t err;
+    int gone = 0;
+    uint64_t deadline = now_ms() + 30000;
+    while (gone < peers && now_ms() < deadline) {
+        unsigned node = 0, adapter = 0;
+        err = ERR_SENTINEL;
+        sci_segment_cb_reason_t r = SCIWaitForLocalSegmentEvent(l->seg, &node, &adapter, 1000,
+                                                                NO_FLAGS, &err);
+        if (err == SCI_ERR_TIMEOUT)
+            continue;
+        CHECK_ERR(err, SCI_ERR_OK);
+        if (r == SCI_CB_DISCONNECT || r == SCI_CB_LOST)
+            gone++;
+    }
+    if (gone < peers)
+        printf("warning: segment %u: only %d of %d peers disconnected within 30 s\n", l->segid,
+               gone, peers);
+    if (l->p) {
+        EXPECT(SCI_ERR_OK, SCIUnmapSegment(l->map, NO_FLAGS, &err));
+    }
+    EXPECT(SCI_ERR_OK, SCISetSegmentUnavailable(l->seg, 0, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIRemoveSegment(l->seg, NO_FLAGS, &err));
+}
+
+struct rseg {
+    sci_remote_segment_t rs;
+    sci_map_t map;
+    volatile unsigned char *p;
+    size_t size;
+    unsigned node, segid;
+};
+
+/* Connect to NODE:SEG, retrying until it exists (up to 60 s), and map
+ * `size` bytes of it at `offset` (size 0: all of it). */
+static void rseg_connect(sci_desc_t sd, struct rseg *r, const char *target, size_t offset,
+                         size_t size)
+{
+    sci_error_t err;
+    parse_target(target, &r->node, &r->segid);
+    uint64_t t0 = now_ms();
+    for (unsigned attempt = 1;; attempt++) {
+        err = ERR_SENTINEL;
+        SCIConnectSegment(sd, &r->rs, r->node, r->segid, 0, NULL, NULL, 1000, NO_FLAGS, &err);
+        if (err == SCI_ERR_OK)
+            break;
+        if (now_ms() - t0 > 60000)
+            FAILF("SCIConnectSegment(node %u, segment 0x%x) still fails after %u attempts in "
+                  "60 s: %s",
+                  r->node, r->segid, attempt, err_name(err));
+        sleep_ms(50);
+    }
+    size_t whole = SCIGetRemoteSegmentSize(r->rs);
+    if (size == 0)
+        size = whole - offset;
+    CHECK_MSG(offset + size <= whole, "segment 0x%x of node %u has %zu bytes, need %zu",
+              r->segid, r->node, whole, offset + size);
+    r->size = size;
+    EXPECT(SCI_ERR_OK, r->p = SCIMapRemoteSegment(r->rs, &r->map, offset, size, NULL, NO_FLAGS,
+                                                  &err));
+}
+
+static void rseg_release(struct rseg *r)
+{
+    sci_error_t err;
+    EXPECT(SCI_ERR_OK, SCIUnmapSegment(r->map, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIDisconnectSegment(r->rs, NO_FLAGS, &err));
+}
+
+static inline volatile uint32_t *word_at(volatile unsigned char *base, size_t off)
+{
+    return (volatile uint32_t *)(base + off);
+}
+
+/* ---- the store-loss mailbox (three nodes) ----------------------------------------- */
+
+#define MBOX_FLAG 11u
+/* Writer k's words in the owner's page: adjacent and interleaved with the
+ * other writer's, so a writer shipping its stale view of the other's bytes
+ * (a whole word, line or page) would show. */
+#define MBOX_BASE 0x100u
+static inline size_t mbox_payload_off(unsigned k) { return MBOX_BASE + 4u * (k - 1); }
+static inline size_t mbox_flag_off(unsigned k) { return MBOX_BASE + 8u + 4u * (k - 1); }
+/* Writer k's payload in round r: one of two values, alternating. */
+static inline uint32_t mbox_payload(unsigned k, uint32_t r)
+{
+    return (r & 1) ? 0xA1000000u + k : 0xB2000000u + k;
+}
+
+/* What the owner sees of both writers' words: flags read before payloads. */
+struct mbox_view {
+    uint32_t f[2], p[2];
+};
+
+static inline void mbox_read(struct mbox_view *v, volatile uint32_t *const flag[2],
+                             volatile uint32_t *const pay[2])
+{
+    v->f[0] = *flag[0];
+    v->f[1] = *flag[1];
+    v->p[0] = *pay[0];
+    v->p[1] = *pay[1];
+}
+
+/* Every word holds 0 (cleared, not yet stored this round) or this round's
+ * value.  Anything else, seen while the stores are in flight, is noted for
+ * the failure message but not judged: only what the contract guarantees is
+ * (a flag stored after its payload and an SCIFlush, and every store
+ * arriving). */
+static inline int mbox_sane(const struct mbox_view *v, const uint32_t want[2])
+{
+    for (int k = 0; k < 2; k++) {
+        if (v->f[k] != 0 && v->f[k] != MBOX_FLAG)
+            return 0;
+        if (v->p[k] != 0 && v->p[k] != want[k])
+            return 0;
+    }
+    return 1;
+}
+
+/* Both flags are up; without calls (no ordering between payload and flag)
+ * both payloads must have arrived too. */
+static inline int mbox_arrived(const struct mbox_view *v, const uint32_t want[2], int calls)
+{
+    return v->f[0] == MBOX_FLAG && v->f[1] == MBOX_FLAG &&
+           (calls || (v->p[0] == want[0] && v->p[1] == want[1]));
+}
+
+/* One look at the words: notes the first odd snapshot, says whether this
+ * round's messages are in. */
+static inline int mbox_poll(struct mbox_view *v, struct mbox_view *odd, int *seen_odd,
+                            volatile uint32_t *const flag[2], volatile uint32_t *const pay[2],
+                            const uint32_t want[2], int calls)
+{
+    mbox_read(v, flag, pay);
+    if (!*seen_odd && !mbox_sane(v, want)) {
+        *odd = *v;
+        *seen_odd = 1;
+    }
+    return mbox_arrived(v, want, calls);
+}
+
+static int parse_mode(const char *s)
+{
+    if (strcmp(s, "calls") == 0)
+        return 1;
+    if (strcmp(s, "nocalls") == 0)
+        return 0;
+    fprintf(stderr, "t_store: mode \"%s\" is neither calls nor nocalls\n", s);
+    exit(2);
+}
+
+static int mbox_owner(int calls, uint32_t rounds, unsigned segid, const char *w1,
+                      const char *w2)
+{
+    unsigned node;
+    sci_desc_t sd = open_sd(&node);
+    struct lseg own;
+    lseg_create(sd, &own, segid, PAGE, 1);
+    struct rseg ack[2];
+    rseg_connect(sd, &ack[0], w1, 0, PAGE);
+    rseg_connect(sd, &ack[1], w2, 0, PAGE);
+    volatile uint32_t *pay[2], *flag[2], *ackw[2];
+    for (unsigned k = 1; k <= 2; k++) {
+        pay[k - 1] = word_at(own.p, mbox_payload_off(k));
+        flag[k - 1] = word_at(own.p, mbox_flag_off(k));
+        ackw[k - 1] = word_at(ack[k - 1].p, 0);
+    }
+    printf("MBOX OWNER READY node=%u seg=0x%x mode=%s rounds=%u writers=%u,%u\n", node, segid,
+           calls ? "calls" : "nocalls", rounds, ack[0].node, ack[1].node);
+
+    uint64_t t0 = now_ms(), tlast = t0;
+    for (uint32_t r = 1; r <= rounds; r++) {
+        const uint32_t want[2] = { mbox_payload(1, r), mbox_payload(2, r) };
+        struct mbox_view v, odd = { { 0, 0 }, { 0, 0 } };
+        int seen_odd = 0;
+        uint64_t deadline = now_ms() + wait_ms;
+        int ok = SPIN_UNTIL(mbox_poll(&v, &odd, &seen_odd, flag, pay, want, calls), deadline);
+        /* Judge one snapshot, flags read before payloads. */
+        mbox_read(&v, flag, pay);
+        char note[256] = "";
+        if (seen_odd)
+            snprintf(note, sizeof note,
+                     "; while waiting it also saw writer 1 flag=%u payload=0x%08x, writer 2 "
+                     "flag=%u payload=0x%08x",
+                     odd.f[0], odd.p[0], odd.f[1], odd.p[1]);
+        if (!ok)
+            FAILF("round %u of %u (%s): LOST STORE: after %" PRIu64 " ms the owner's page "
+                  "holds writer 1 flag=%u payload=0x%08x, writer 2 flag=%u payload=0x%08x; "
+                  "want flags %u and payloads 0x%08x / 0x%08x (the owner cleared all four "
+                  "to 0 after round %u; a value other than 0 and the one stored is torn or "
+                  "stale)%s",
+                  r, rounds, calls ? "calls" : "nocalls", wait_ms, v.f[0], v.p[0], v.f[1],
+                  v.p[1], MBOX_FLAG, want[0], want[1], r - 1, note);
+        if (v.p[0] != want[0] || v.p[1] != want[1])
+            FAILF("round %u of %u (%s): both flags are %u (%s) but writer 1 "
+                  "payload=0x%08x (want 0x%08x), writer 2 payload=0x%08x (want 0x%08x); the "
+                  "owner cleared them to 0 after round %u, so 0 is a lost store and any other "
+                  "value but the one stored a torn or stale one%s",
+                  r, rounds, calls ? "calls" : "nocalls", MBOX_FLAG,
+                  calls ? "each stored after its payload and an SCIFlush"
+                        : "and both payloads had arrived a moment before",
+                  v.p[0], want[0], v.p[1], want[1], r - 1, note);
+        /* Consume the messages: clear them in our own memory... */
+        *pay[0] = 0;
+        *pay[1] = 0;
+        *flag[0] = 0;
+        *flag[1] = 0;
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        /* ...and acknowledge through the writers' segments. */
+        *ackw[0] = r;
+        *ackw[1] = r;
+        if (calls)
+            SCIFlush(NULL, NO_FLAGS);
+        if (r % 1000 == 0 || r == rounds) {
+            uint64_t t = now_ms();
+            printf("MBOX OWNER round %u: %" PRIu64 " ms for the last rounds\n", r, t - tlast);
+            tlast = t;
+        }
+    }
+    uint64_t ms = now_ms() - t0;
+    printf("MBOX OWNER DONE rounds=%u ms=%" PRIu64 " (%.1f us per round)\n", rounds, ms,
+           rounds ? 1000.0 * (double)ms / rounds : 0.0);
+    rseg_release(&ack[0]);
+    rseg_release(&ack[1]);
+    lseg_release(&own, 2);
+    close_sd(sd);
+    return 0;
+}
+
+static int mbox_writer(int calls, uint32_t rounds, unsigned k, const char *owner,
+                       unsigned myseg)
+{
+    unsigned node;
+    CHECK_MSG(k == 1 || k == 2, "writer index %u is not 1 or 2", k);
+    sci_desc_t sd = open_sd(&node);
+    struct lseg own;
+    lseg_create(sd, &own, myseg, PAGE, 1);
+    struct rseg box;
+    rseg_connect(sd, &box, owner, 0, PAGE);
+    volatile uint32_t *pay = word_at(box.p, mbox_payload_off(k));
+    volatile uint32_t *flag = word_at(box.p, mbox_flag_off(k));
+    volatile uint32_t *ackw = word_at(own.p, 0);
+    printf("MBOX WRITER %u READY node=%u owner=%u seg=0x%x mode=%s\n", k, node, box.node,
+           box.segid, calls ? "calls" : "nocalls");
+
+    uint64_t t0 = now_ms();
+    for (uint32_t r = 1; r <= rounds; r++) {
+        *pay = mbox_payload(k, r);
+        if (calls)
+            SCIFlush(NULL, NO_FLAGS);
+        *flag = MBOX_FLAG;
+        if (calls)
+            SCIFlush(NULL, NO_FLAGS);
+        uint32_t a;
+        uint64_t deadline = now_ms() + wait_ms;
+        int ok = SPIN_UNTIL((a = *ackw) == r, deadline);
+        a = *ackw;
+        if (!ok)
+            FAILF("writer %u round %u of %u (%s): no ack within %" PRIu64 " ms (ack word %u); "
+                  "this round it stored payload=0x%08x then flag=%u",
+                  k, r, rounds, calls ? "calls" : "nocalls", wait_ms, a, mbox_payload(k, r),
+                  MBOX_FLAG);
+    }
+    uint64_t ms = now_ms() - t0;
+    printf("MBOX WRITER %u DONE rounds=%u ms=%" PRIu64 "\n", k, rounds, ms);
+    rseg_release(&box);
+    lseg_release(&own, 1);
+    close_sd(sd);
+    return 0;
+}
+
+/* ---- spinning ping-pong ---------------------------------------------------------- */
+
+static int pingpong(int ping, uint32_t rounds, size_t size, unsigned myseg, const char *peer)
+{
+    unsigned node;
+    CHECK_MSG(size >= PAGE && size % PAGE == 0, "SIZE %zu is not a multiple of a page", size);
+    sci_desc_t sd = open_sd(&node);
+    struct lseg own;
+    lseg_create(sd, &own, myseg, size, 1);
+    struct rseg other;
+    rseg_connect(sd, &other, peer, 0, size);
+    size_t off = size - 64; /* the counter word, in the last page */
+    volatile uint32_t *mine = word_at(own.p, off), *theirs = word_at(other.p, off);
+    const char *who = ping ? "ping" : "pong";
+    printf("PINGPONG %s READY node=%u peer=%u size=%zu rounds=%u\n", who, node, other.node, size,
+           rounds);
+    uint64_t t0 = now_ms();
+    for (uint32_t i = 1; i <= rounds; i++) {
+        if (ping)
+            *theirs = i;
+        uint32_t v;
+        uint64_t deadline = now_ms() + wait_ms;
+        int ok = SPIN_UNTIL((v = *mine) == i, deadline);
+        v = *mine;
+        if (!ok)
+            FAILF("%s: round trip %u of %u: no counter %u within %" PRIu64
+                  " ms (own counter word holds %u)",
+                  who, i, rounds, i, wait_ms, v);
+        if (!ping)
+            *theirs = i;
+    }
+    uint64_t ms = now_ms() - t0;
+    printf("PINGPONG %s DONE round_trips=%u ms=%" PRIu64 " (%.1f us per round trip)\n", who,
+           rounds, ms, rounds ? 1000.0 * (double)ms / rounds : 0.0);
+    rseg_release(&other);
+    lseg_release(&own, 1);
+    close_sd(sd);
+    return 0;
+}
+
+/* ---- flag after payload through a large map ---------------------------------------- */
+
+#define ORDER_PAYLOAD 6144u
+/* The payload starts 1 KiB into the third page from the end and spans two
+ * pages; the flag is the word right after it. */
+static inline size_t order_payload_off(size_t size) { return size - 3 * PAGE + 1024; }
+static inline size_t order_flag_off(size_t size) { return order_payload_off(size) + ORDER_PAYLOAD; }
+static inline uint32_t order_word(uint32_t r, size_t w)
+{
+    return (r * 0x9e3779b1u) ^ (uint32_t)(w * 0x85ebca6bu) ^ 0x4f524452u;
+}
+
+static int order_recv(uint32_t rounds, size_t size, unsigned myseg, const char *sender)
+{
+    unsigned node;
+    CHECK_MSG(size >= 4 * PAGE && size % PAGE == 0, "SIZE %zu: need whole pages, at least 4",
+              size);
+    sci_desc_t sd = open_sd(&node);
+    struct lseg own;
+    lseg_create(sd, &own, myseg, size, 1);
+    struct rseg ack;
+    rseg_connect(sd, &ack, sender, 0, PAGE);
+    volatile uint32_t *payload = word_at(own.p, order_payload_off(size));
+    volatile uint32_t *flag = word_at(own.p, order_flag_off(size));
+    volatile uint32_t *ackw = word_at(ack.p, 0);
+    const size_t words = ORDER_PAYLOAD / 4;
+    printf("ORDER RECV READY node=%u size=%zu payload at %zu (%u bytes), flag at %zu\n", node,
+           size, order_payload_off(size), ORDER_PAYLOAD, order_flag_off(size));
+    uint64_t t0 = now_ms();
+    for (uint32_t r = 1; r <= rounds; r++) {
+        uint32_t f;
+        uint64_t deadline = now_ms() + wait_ms;
+        int ok = SPIN_UNTIL((f = *flag) == r, deadline);
+        f = *flag;
+        if (!ok)
+            FAILF("receiver: round %u of %u: no flag %u within %" PRIu64
+                  " ms (flag word holds %u)",
+                  r, rounds, r, wait_ms, f);
+        /* The flag says round r: all of round r's payload must be here. */
+        size_t bad = 0, first = 0;
+        uint32_t first_got = 0;
+        for (size_t w = 0; w < words; w++) {
+            uint32_t got = payload[w];
+            if (got != order_word(r, w)) {
+                if (!bad) {
+                    first = w;
+                    first_got = got;
+                }
+                bad++;
+            }
+        }
+        if (bad) {
+            uint32_t prev = r > 1 ? order_word(r - 1, first) : 0;
+            FAILF("receiver: round %u of %u: FLAG BEFORE PAYLOAD: the flag reads %u but %zu of "
+                  "%zu payload words are not this round's; the first, word %zu (segment offset "
+                  "%zu), is 0x%08x: expected 0x%08x (last round's was 0x%08x)",
+                  r, rounds, r, bad, words, first, order_payload_off(size) + 4 * first,
+                  first_got, order_word(r, first), prev);
+        }
+        *ackw = r; /* plain store, no call */
+    }
+    uint64_t ms = now_ms() - t0;
+    printf("ORDER RECV DONE rounds=%u ms=%" PRIu64 ": every flag came after its payload\n",
+           rounds, ms);
+    rseg_release(&ack);
+    lseg_release(&own, 1);
+    close_sd(sd);
+    return 0;
+}
+
+static int order_send(uint32_t rounds, unsigned myseg, const char *receiver)
+{
+    unsigned node;
+    sci_desc_t sd = open_sd(&node);
+    struct lseg own;
+    lseg_create(sd, &own, myseg, PAGE, 1);
+    struct rseg big;
+    rseg_connect(sd, &big, receiver, 0, 0); /* the whole segment, one map */
+    size_t size = big.size;
+    volatile uint32_t *payload = word_at(big.p, order_payload_off(size));
+    volatile uint32_t *flag = word_at(big.p, order_flag_off(size));
+    volatile uint32_t *ackw = word_at(own.p, 0);
+    const size_t words = ORDER_PAYLOAD / 4;
+    printf("ORDER SEND READY node=%u receiver=%u map=%zu bytes\n", node, big.node, size);
+    uint64_t t0 = now_ms();
+    for (uint32_t r = 1; r <= rounds; r++) {
+        for (size_t w = 0; w < words; w++)
+            payload[w] = order_word(r, w);
+        SCIFlush(NULL, NO_FLAGS);
+        *flag = r;
+        uint32_t a;
+        uint64_t deadline = now_ms() + wait_ms;
+        int ok = SPIN_UNTIL((a = *ackw) == r, deadline);
+        a = *ackw;
+        if (!ok)
+            FAILF("sender: round %u of %u: no ack %u within %" PRIu64 " ms (ack word holds %u)",
+                  r, rounds, r, wait_ms, a);
+    }
+    uint64_t ms = now_ms() - t0;
+    printf("ORDER SEND DONE rounds=%u ms=%" PRIu64 "\n", rounds, ms);
+    rseg_release(&big);
+    lseg_release(&own, 1);
+    close_sd(sd);
+    return 0;
+}
+
+/* ---- an idle map of a large segment ------------------------------------------------ */
+
+static volatile sig_atomic_t stop;
+static void on_term(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
+
+static int big_owner(unsigned segid, size_t size)
+{
+    unsigned node;
+    sci_desc_t sd = open_sd(&node);
+    struct lseg own;
+    lseg_create(sd, &own, segid, size, 0);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_term;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    printf("BIG READY node=%u seg=0x%x size=%zu\n", node, segid, size);
+    while (!stop)
+        sleep_ms(50);
+    lseg_release(&own, 0);
+    close_sd(sd);
+    printf("BIG DONE\n");
+    return 0;
+}
+
+static uint64_t cpu_ms(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (uint64_t)ru.ru_utime.tv_sec * 1000u + (uint64_t)ru.ru_utime.tv_usec / 1000u +
+           (uint64_t)ru.ru_stime.tv_sec * 1000u + (uint64_t)ru.ru_stime.tv_usec / 1000u;
+}
+
+static int idle_map(const char *target, unsigned seconds)
+{
+    sci_error_t err;
+    unsigned node;
+    sci_desc_t sd = open_sd(&node);
+    struct rseg big;
+    rseg_connect(sd, &big, target, 0, 0);
+    size_t off = big.size / 2 + 123;
+    big.p[off] = 0x5a;
+    SCIFlush(NULL, NO_FLAGS);
+    uint64_t c0 = cpu_ms(), t0 = now_ms();
+    printf("IDLE MAPPED node=%u owner=%u map=%zu bytes, one byte stored at %zu and flushed\n",
+           node, big.node, big.size, off);
+    sleep_ms(seconds * 1000u);
+    uint64_t c1 = cpu_ms(), t1 = now_ms();
+    printf("IDLE DONE cpu_ms=%" PRIu64 " over %" PRIu64 " ms asleep (%.1f%% of a CPU)\n",
+           c1 - c0, t1 - t0, t1 > t0 ? 100.0 * (double)(c1 - c0) / (double)(t1 - t0) : 0.0);
+    unsigned char b = 0;
+    EXPECT(SCI_ERR_OK, SCIMemCpy(NULL, &b, big.map, off, 1, SCI_FLAG_BLOCK_READ, &err));
+    CHECK_MSG(b == 0x5a, "the byte stored at %zu reads back as 0x%02x, not 0x5a", off, b);
+    rseg_release(&big);
+    close_sd(sd);
+    printf("IDLE RELEASED\n");
+    return 0;
+}
+
+/* ---- main --------------------------------------------------------------------------- */
+
+static const char *arg(int argc, char **argv, int i)
+{
+    if (i >= argc) {
+        fprintf(stderr, "t_store %s: missing argument %d (run without arguments for usage)\n",
+                argv[1], i - 1);
+        exit(2);
+    }
+    return argv[i];
+}
+
+static unsigned long argu(int argc, char **argv, int i)
+{
+    const char *s = arg(argc, argv, i);
+    char *end;
+    unsigned long v = strtoul(s, &end, 0);
+    if (*end == 'k' || *end == 'K')
+        v <<= 10;
+    else if (*end == 'm' || *end == 'M')
+        v <<= 20;
+    else if (*end == 'g' || *end == 'G')
+        v <<= 30;
+    return v;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    /* Options before the role: -wait S (deadline of every wait). */
+    while (argc > 2 && strcmp(argv[1], "-wait") == 0) {
+        wait_ms = 1000u * strtoull(argv[2], NULL, 0);
+        argv += 2;
+        argc -= 2;
+    }
+    if (argc < 2) {
+        fprintf(stderr,
+                "usage: t_store [-wait S] ROLE ...\n"
+                "  mbox-owner calls|nocalls ROUNDS SEG W1NODE:W1SEG W2NODE:W2SEG\n"
+                "  mbox-writer calls|nocalls ROUNDS K OWNERNODE:OWNERSEG MYSEG\n"
+                "  pingpong ping|pong ROUNDS SIZE MYSEG PEERNODE:PEERSEG\n"
+                "  order-recv ROUNDS SIZE MYSEG SENDERNODE:SENDERSEG\n"
+                "  order-send ROUNDS MYSEG RECVNODE:RECVSEG\n"
+                "  big-owner SEG SIZE\n"
+                "  idle-map NODE:SEG SECONDS\n");
+        return 2;
+    }
+    const char *role = argv[1];
+    check_role = role;
+    /* A last-resort watchdog; every wait has its own deadline. */
+    alarm(1200);
+    if (strcmp(role, "mbox-owner") == 0)
+        return mbox_owner(parse_mode(arg(argc, argv, 2)), (uint32_t)argu(argc, argv, 3),
+                          (unsigned)argu(argc, argv, 4), arg(argc, argv, 5), arg(argc, argv, 6));
+    if (strcmp(role, "mbox-writer") == 0)
+        return mbox_writer(parse_mode(arg(argc, argv, 2)), (uint32_t)argu(argc, argv, 3),
+                           (unsigned)argu(argc, argv, 4), arg(argc, argv, 5),
+                           (unsigned)argu(argc, argv, 6));
+    if (strcmp(role, "pingpong") == 0) {
+        const char *side = arg(argc, argv, 2);
+        if (strcmp(side, "ping") && strcmp(side, "pong")) {
+            fprintf(stderr, "t_store pingpong: side \"%s\" is neither ping nor pong\n", side);
+            return 2;
+        }
+        return pingpong(strcmp(side, "ping") == 0, (uint32_t)argu(argc, argv, 3),
+                        (size_t)argu(argc, argv, 4), (unsigned)argu(argc, argv, 5),
+                        arg(argc, argv, 6));
+    }
+    if (strcmp(role, "order-recv") == 0)
+        return order_recv((uint32_t)argu(argc, argv, 2), (size_t)argu(argc, argv, 3),
+                          (unsigned)argu(argc, argv, 4), arg(argc, argv, 5));
+    if (strcmp(role, "order-send") == 0)
+        return order_send((uint32_t)argu(argc, argv, 2), (unsigned)argu(argc, argv, 3),
+                          arg(argc, argv, 4));
+    if (strcmp(role, "big-owner") == 0)
+        return big_owner((unsigned)argu(argc, argv, 2), (size_t)argu(argc, argv, 3));
+    if (strcmp(role, "idle-map") == 0)
+        return idle_map(arg(argc, argv, 2), (unsigned)argu(argc, argv, 3));
+    fprintf(stderr, "t_store: unknown role %s\n", role);
+    return 2;
+}
