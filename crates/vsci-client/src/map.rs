@@ -168,8 +168,9 @@ impl Map {
         })
     }
 
-    /// Set up store tracking for a map of a remote segment and fill it with
-    /// the owner's current bytes.
+    /// Set up a map of another node's segment: the program's mapping is
+    /// replaced by one of a private memfd (this map's shadow, see
+    /// `remote::trapped`), mapped a second time for the library to fill.
     #[allow(clippy::type_complexity)]
     fn track_remote(
         s: &Arc<RemoteSegment>,
@@ -177,18 +178,22 @@ impl Map {
         len: usize,
         page_off: u64,
         prot: ProtFlags,
-        fd: std::os::fd::BorrowedFd<'_>,
+        _fd: std::os::fd::BorrowedFd<'_>,
     ) -> Result<(Option<Arc<crate::remote::RemoteMap>>, Option<(NonNull<libc::c_void>, usize)>)> {
         let target = s.target.clone().expect("checked by caller");
-        // SAFETY: a second MAP_SHARED mapping of the same sealed memfd
-        // range; nothing in Rust refers to it but this map.
-        let fill = unsafe {
-            mmap(None, std::num::NonZeroUsize::new(len).expect("len > 0"), ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MmapFlags::MAP_SHARED, fd, page_off as i64)
-        }
-        .map_err(|_| SciError::Nospc)?;
-        let _ = prot;
+        let shadow = nix::sys::memfd::memfd_create(c"vsci-remote-map", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC).map_err(|_| SciError::Nospc)?;
+        nix::unistd::ftruncate(&shadow, len as i64).map_err(|_| SciError::Nospc)?;
+        let nz = std::num::NonZeroUsize::new(len).expect("len > 0");
+        // SAFETY: MAP_FIXED over the mapping `new` just made at `base` (same
+        // length, not yet handed out): it replaces ours, nothing else.
+        unsafe { mmap(Some(std::num::NonZeroUsize::new(base.as_ptr() as usize).expect("mapped")), nz, prot, MmapFlags::MAP_SHARED | MmapFlags::MAP_FIXED, &shadow, 0) }
+            .map_err(|_| SciError::Nospc)?;
+        // SAFETY: a second MAP_SHARED mapping of the private memfd; nothing
+        // in Rust refers to it but this map.
+        let fill = unsafe { mmap(None, nz, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MmapFlags::MAP_SHARED, &shadow, 0) }.map_err(|_| SciError::Nospc)?;
         let valid = (s.size - page_off).min(len as u64) as usize;
-        match crate::remote::RemoteMap::new(target, base.as_ptr().cast(), len, page_off, valid, fill.as_ptr().cast(), crate::remote::Tracking::Faults) {
+        let readonly = !prot.contains(ProtFlags::PROT_WRITE);
+        match crate::remote::RemoteMap::new(target, base.as_ptr().cast(), len, page_off, valid, fill.as_ptr().cast(), crate::remote::Tracking::Faults, readonly) {
             Ok(rm) => Ok((Some(rm), Some((fill, len)))),
             Err(e) => {
                 // SAFETY: the fill mapping made just above.

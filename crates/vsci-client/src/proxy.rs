@@ -68,7 +68,7 @@ impl ProxiedSegment {
                 return Err(e);
             }
         };
-        match RemoteMap::new(target, base.as_ptr().cast(), len, 0, size, fill.as_ptr().cast(), Tracking::Compare) {
+        match RemoteMap::new(target, base.as_ptr().cast(), len, 0, size, fill.as_ptr().cast(), Tracking::Compare, false) {
             Ok(map) => Ok(ProxiedSegment { map, size: size as u64, base, fill, len }),
             Err(e) => {
                 // SAFETY: both mappings made above, not handed out.

@@ -43,6 +43,8 @@ use vsci_proto::{RemoteAccess, SciError};
 
 use crate::Result;
 
+mod trapped;
+
 /// The process's RMA endpoint, opened on first use.
 pub(crate) struct Rma {
     fabric: Fabric,
@@ -225,12 +227,18 @@ pub(crate) struct RemoteMap {
     /// Stores found by comparing the whole map (see `Tracking`), not by
     /// page faults.
     compare: bool,
+    /// A host process's own map: accesses trapped (see `trapped`). The
+    /// tracker above is then unused.
+    trapped: Option<trapped::Trapped>,
+    /// Faults counted when the flusher last looked.
+    seen_faults: std::sync::atomic::AtomicU64,
 }
 
 /// How a remote map finds the bytes that were stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Tracking {
-    /// Our own mapping is written by this process: write-protect tracking.
+    /// Our own mapping is written by this process: trap the first access
+    /// to each page (`trapped`).
     Faults,
     /// Someone else writes the shadow (a guest, through QEMU's mapping), so
     /// no fault ever reaches us: compare the whole map with the twin.
@@ -266,7 +274,27 @@ impl RemoteMap {
         valid: usize,
         fill: *mut u8,
         tracking: Tracking,
+        readonly: bool,
     ) -> Result<Arc<RemoteMap>> {
+        if tracking == Tracking::Faults {
+            let t = trapped::Trapped::new(target.clone(), base, len, seg_off, valid, fill, readonly)?;
+            let m = Arc::new(RemoteMap {
+                target,
+                seg_off,
+                tracker: Mutex::new(None),
+                fill: fill as usize,
+                valid,
+                last_refresh: Mutex::new(Instant::now()),
+                failed: std::sync::atomic::AtomicBool::new(false),
+                compare: false,
+                watched: Mutex::new(Vec::new()),
+                refresh_cursor: AtomicUsize::new(0),
+                trapped: Some(t),
+                seen_faults: Default::default(),
+            });
+            flusher().add(&m);
+            return Ok(m);
+        }
         // Fetch first, through the untracked mapping, then start tracking
         // with the fetched bytes as the baseline: nothing is shipped back.
         // SAFETY: `fill` maps the same `len` bytes of the shadow; `valid`
@@ -305,6 +333,8 @@ impl RemoteMap {
             compare: tracking == Tracking::Compare,
             watched: Mutex::new(Vec::new()),
             refresh_cursor: AtomicUsize::new(0),
+            trapped: None,
+            seen_faults: Default::default(),
         });
         flusher().add(&m);
         Ok(m)
@@ -324,6 +354,9 @@ impl RemoteMap {
     /// storing we ship what we have (their stores race with the flush
     /// anyway).
     fn ship(&self, sync: bool) -> Result<bool> {
+        if let Some(t) = &self.trapped {
+            return t.ship();
+        }
         let mut guard = self.tracker.lock().unwrap();
         self.ship_locked(&mut guard, sync)
     }
@@ -398,6 +431,9 @@ impl RemoteMap {
     /// write straight from there, with no page faults, snapshot or diff, and
     /// the twin learns them so they are not shipped again.
     pub(crate) fn write_through(&self, off: usize, data: &[u8]) -> Result<()> {
+        if let Some(t) = &self.trapped {
+            return t.write_through(off, data);
+        }
         let mut guard = self.tracker.lock().unwrap();
         self.ship_locked(&mut guard, true)?;
         let Some(t) = guard.as_mut() else { return Err(SciError::TransferFailed) };
@@ -428,6 +464,11 @@ impl RemoteMap {
     /// still sees the owner's stores (within total/window rounds) for the
     /// cost of a small map's refetch.
     pub(crate) fn refresh(&self) -> Result<bool> {
+        if let Some(t) = &self.trapped {
+            t.refresh();
+            *self.last_refresh.lock().unwrap() = Instant::now();
+            return Ok(false);
+        }
         let window = refresh_max();
         if window == 0 {
             return Ok(false);
@@ -467,6 +508,10 @@ impl RemoteMap {
         if off.checked_add(len).is_none_or(|e| e > self.valid) || len == 0 {
             return Err(SciError::OutOfRange);
         }
+        if self.trapped.is_some() {
+            // Pages are fetched when touched: nothing to watch.
+            return Ok(());
+        }
         let mut w = self.watched.lock().unwrap();
         if on {
             if w.len() >= MAX_WATCHED {
@@ -483,6 +528,9 @@ impl RemoteMap {
     pub(crate) fn refresh_now(&self, off: usize, len: usize) -> Result<bool> {
         if len == 0 {
             return Ok(false);
+        }
+        if let Some(t) = &self.trapped {
+            return t.refresh_range(off, len).map(|()| false);
         }
         self.refresh_range(off, len)
     }
@@ -562,11 +610,30 @@ impl RemoteMap {
 
     /// Stop tracking (before the mapping goes away).
     pub(crate) fn close(&self) {
+        if let Some(t) = &self.trapped {
+            t.close();
+        }
         *self.tracker.lock().unwrap() = None;
+    }
+
+    /// Has shipping to the owner failed for good?
+    pub(crate) fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::Relaxed) || self.trapped.as_ref().is_some_and(|t| t.shadow().failed.load(Ordering::Relaxed))
+    }
+
+    /// Did the program touch a trapped map since the last call (a fault:
+    /// a first access to a page since it was fetched or shipped)? And does
+    /// it have pages to keep fresh?
+    fn activity(&self) -> bool {
+        let Some(t) = &self.trapped else { return false };
+        let n = t.shadow().faults.load(Ordering::Relaxed);
+        let old = self.seen_faults.swap(n, Ordering::Relaxed);
+        t.shadow().stored.swap(false, Ordering::AcqRel) || n != old
     }
 }
 
-/// How often a busy map is refetched, and an idle one.
+/// How often a busy map is refetched, and an idle one (for a trapped map:
+/// how often its clean pages are dropped, to be fetched again when touched).
 const REFRESH_HOT: Duration = Duration::from_millis(1);
 const REFRESH_IDLE: Duration = Duration::from_millis(5);
 
@@ -611,7 +678,8 @@ pub(crate) fn flusher() -> &'static Arc<Flusher> {
     FLUSHER.get_or_init(|| {
         let f = Arc::new(Flusher { maps: Mutex::new(Vec::new()), count: AtomicUsize::new(0) });
         let g = f.clone();
-        std::thread::Builder::new().name("vsci-flusher".into()).spawn(move || g.run()).expect("spawn flusher");
+        let h = std::thread::Builder::new().name("vsci-flusher".into()).spawn(move || g.run()).expect("spawn flusher");
+        let _ = FLUSHER_THREAD.set(h.thread().clone());
         f
     })
 }
@@ -658,15 +726,19 @@ impl Flusher {
         result
     }
 
-    /// Background shipping. After activity it checks again every few
-    /// microseconds for a while (a ping-pong's next message comes soon);
-    /// when idle it backs off so an idle process costs almost nothing.
+    /// Background shipping. After activity (a shipment, or a trapped
+    /// access) it checks again every few microseconds for a while (a
+    /// ping-pong's next message comes soon); when idle it parks, woken by
+    /// the next trapped access ([`wake_flusher`]) or a timeout that only
+    /// bounds how stale clean pages may get, so an idle process costs
+    /// almost nothing and an untouched map nothing at all.
     ///
     /// It sleeps rather than spins even when busy: the program's own thread
     /// is usually busy-waiting on its segment, and on a machine with few
     /// cores a spinning or yielding flusher only runs when the scheduler
-    /// preempts that thread (milliseconds), while a thread waking from a
-    /// short sleep is run promptly.
+    /// preempts that thread (milliseconds). With real-time priority (see
+    /// `vsci_fabric::boost_current_thread`) a flusher waking from a short sleep preempts a spinning
+    /// program at once.
     fn run(self: Arc<Self>) {
         const HOT: Duration = Duration::from_millis(20);
         const HOT_SLEEP: Duration = Duration::from_micros(10);
@@ -675,35 +747,102 @@ impl Flusher {
         unsafe {
             libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64);
         }
+        vsci_fabric::boost_current_thread();
+        let settle = settle_ns();
         let mut last_activity = Instant::now();
         let mut sleep = HOT_SLEEP;
         loop {
             let maps = self.live();
-            let mut shipped = false;
+            let mut active = false;
             let hot = last_activity.elapsed() < HOT;
+            // The next trapped shipment due, and whether compared (guest)
+            // maps need polling rounds.
+            let mut due: Option<u64> = None;
+            let mut compared = false;
+            let mut present = false;
             for m in &maps {
-                if m.failed.load(Ordering::Relaxed) {
+                if m.is_failed() {
                     continue;
                 }
-                shipped |= m.ship(false).unwrap_or(false);
+                active |= m.activity();
+                match &m.trapped {
+                    Some(t) => {
+                        let (r, next) = t.ship_due(settle);
+                        active |= r.unwrap_or(false);
+                        if let Some(n) = next {
+                            due = Some(due.map_or(n, |d| d.min(n)));
+                        }
+                        present |= t.has_present();
+                    }
+                    None => {
+                        compared = true;
+                        active |= m.ship(false).unwrap_or(false);
+                    }
+                }
                 if m.refresh_due(hot) {
-                    shipped |= m.refresh().unwrap_or(false);
+                    active |= m.refresh().unwrap_or(false);
                 }
             }
             drop(maps);
-            if shipped {
+            if active {
                 last_activity = Instant::now();
                 sleep = HOT_SLEEP;
             }
-            if last_activity.elapsed() < HOT {
-                std::thread::sleep(HOT_SLEEP);
+            let hot = last_activity.elapsed() < HOT;
+            // Trapped maps need a round only when a shipment falls due (a
+            // fault wakes us) or clean pages are to be refreshed; compared
+            // maps must be polled.
+            let mut wait = if compared && hot {
+                HOT_SLEEP
+            } else if compared {
+                sleep.min(Duration::from_millis(1))
+            } else if present {
+                if hot { REFRESH_HOT } else { REFRESH_IDLE }
             } else {
-                std::thread::sleep(sleep);
-                sleep = (sleep * 2).min(Duration::from_millis(1));
+                IDLE_PARK
+            };
+            if let Some(d) = due {
+                wait = wait.min(Duration::from_nanos(d.saturating_sub(trapped::now_ns())));
+            }
+            if wait == HOT_SLEEP || due.is_some() {
+                // A short, exact sleep (hrtimer; slack 1 ns).
+                std::thread::sleep(wait);
+            } else {
+                PARKED.store(true, Ordering::SeqCst);
+                std::thread::park_timeout(wait);
+                PARKED.store(false, Ordering::SeqCst);
+                sleep = (sleep * 2).min(IDLE_PARK);
             }
         }
     }
 }
+
+/// How long the first store of a shipment may wait for the ones that follow
+/// it (`VSCI_SETTLE_US`, default 20 µs).
+fn settle_ns() -> u64 {
+    std::env::var("VSCI_SETTLE_US").ok().and_then(|v| v.parse::<u64>().ok()).unwrap_or(20) * 1000
+}
+
+/// Whether the flusher is parked (a fault then wakes it).
+static PARKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Longest the flusher parks when nothing happens.
+const IDLE_PARK: Duration = Duration::from_millis(100);
+
+static FLUSHER_THREAD: OnceLock<std::thread::Thread> = OnceLock::new();
+
+/// Wake the flusher (a store was trapped). Called from the fault handler:
+/// `unpark` is an atomic swap and at most one futex wake, no lock or
+/// allocation.
+pub(crate) fn wake_flusher() {
+    if !PARKED.load(Ordering::SeqCst) {
+        return;
+    }
+    if let Some(t) = FLUSHER_THREAD.get() {
+        t.unpark();
+    }
+}
+
 
 /// Send a trigger (plain or with data) to a remote interrupt, after making
 /// every earlier store visible at its owner.

@@ -60,6 +60,7 @@
 
 mod diff;
 mod page;
+pub mod trap;
 #[doc(hidden)]
 pub mod sys;
 

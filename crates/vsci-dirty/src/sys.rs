@@ -28,7 +28,13 @@ pub const UFFD_FEATURE_WP_UNPOPULATED: u64 = 1 << 13;
 pub const UFFD_FEATURE_WP_ASYNC: u64 = 1 << 15;
 
 /// `UFFDIO_REGISTER_MODE_WP`
+pub const UFFD_FEATURE_SIGBUS: u64 = 1 << 7;
+pub const UFFD_FEATURE_MINOR_SHMEM: u64 = 1 << 10;
+
+pub const UFFDIO_REGISTER_MODE_MISSING: u64 = 1 << 0;
 pub const UFFDIO_REGISTER_MODE_WP: u64 = 1 << 1;
+pub const UFFDIO_REGISTER_MODE_MINOR: u64 = 1 << 2;
+pub const UFFDIO_CONTINUE_MODE_WP: u64 = 1 << 1;
 /// `UFFDIO_WRITEPROTECT_MODE_WP`
 pub const UFFDIO_WRITEPROTECT_MODE_WP: u64 = 1 << 0;
 
@@ -67,6 +73,15 @@ pub struct UffdioWriteprotect {
 }
 
 /// `PAGE_IS_WPALLOWED`: the page has async write-protection enabled.
+/// `struct uffdio_continue` (Linux 5.13; `mode` WP since 6.4).
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct UffdioContinue {
+    pub range: UffdioRange,
+    pub mode: u64,
+    pub mapped: i64,
+}
+
 pub const PAGE_IS_WPALLOWED: u64 = 1 << 0;
 /// `PAGE_IS_WRITTEN`: written since it was last write-protected.
 pub const PAGE_IS_WRITTEN: u64 = 1 << 1;
@@ -114,6 +129,7 @@ const _: () = assert!(size_of::<UffdioRange>() == 16);
 const _: () = assert!(size_of::<UffdioRegister>() == 32);
 const _: () = assert!(size_of::<UffdioWriteprotect>() == 24);
 const _: () = assert!(size_of::<PageRegion>() == 24);
+const _: () = assert!(size_of::<UffdioContinue>() == 32);
 const _: () = assert!(size_of::<PmScanArg>() == 96);
 
 /// Whether this architecture uses the asm-generic ioctl encoding below.
@@ -151,6 +167,7 @@ pub const UFFDIO_WRITEPROTECT: u64 = ioc(
     size_of::<UffdioWriteprotect>(),
 );
 /// `PAGEMAP_SCAN = _IOWR('f', 16, struct pm_scan_arg)`
+pub const UFFDIO_CONTINUE: u64 = ioc(IOC_READ | IOC_WRITE, 0xAA, 0x07, size_of::<UffdioContinue>());
 pub const PAGEMAP_SCAN: u64 = ioc(IOC_READ | IOC_WRITE, b'f', 16, size_of::<PmScanArg>());
 
 // Values as printed by the kernel headers of 6.7+ (checked against

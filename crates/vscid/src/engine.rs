@@ -111,7 +111,7 @@ impl Engine {
     pub fn open(provider: &str, bind_ip: &str) -> anyhow::Result<Arc<Engine>> {
         let fabric = Fabric::open(provider, Some(bind_ip)).map_err(|e| anyhow::anyhow!("opening RMA engine ({provider} on {bind_ip}): {e}"))?;
         let fabric = Arc::new(fabric);
-        let progress = fabric.spawn_progress_thread();
+        let progress = fabric.spawn_progress_thread_realtime();
         let engine = Arc::new(Engine { fabric, tables: Mutex::new(Tables::default()), _progress: progress });
         let e = engine.clone();
         std::thread::Builder::new().name("vscid-triggers".into()).spawn(move || e.trigger_loop())?;

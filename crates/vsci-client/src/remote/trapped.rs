@@ -1,0 +1,542 @@
+//! A host process's map of another node's segment, kept by trapping first
+//! accesses (see `vsci_dirty::trap`).
+//!
+//! The map is a private memfd (the *shadow*) mapped twice: the program's
+//! mapping, trapped, and an untracked *fill* mapping the library writes
+//! through. Each page is in one of three states:
+//! - **absent**: not mapped in the program's mapping; the first access
+//!   traps, the faulting thread fetches the page from the owner (one RMA
+//!   read) and maps it in — write-protected for a load, writable for a store;
+//! - **clean**: mapped write-protected, holding the owner's bytes as of its
+//!   fetch; the first store traps and fetches the page again, so the *twin*
+//!   (a private copy) holds exactly what the owner had when this process
+//!   began writing the page;
+//! - **dirty**: writable; stores land freely. A shipment write-protects the
+//!   dirty pages (from then on a store traps and waits for the shipment),
+//!   compares each with its twin and writes the changed bytes to the owner.
+//!
+//! Why that keeps every store (contract lines 1 and 2 of docs/api.md): a
+//! byte differs from the twin exactly when the program stored a value other
+//! than the owner's at first write, so a repeated store of an old value
+//! (the owner cleared it meanwhile) is still a change, and bytes the
+//! program did not store always equal the twin and are never sent.
+//!
+//! Cost follows use: nothing is fetched at map time; a background round
+//! drops clean pages from the program's mapping (`zap`), so a page is
+//! fetched again only if the program touches it again, and an untouched map
+//! costs nothing.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use vsci_dirty::trap::{self, Fault, Trap, TrapHandler, TrapOptions};
+
+use super::{abandoned, split_last_word, RemoteTarget};
+use crate::Result;
+use vsci_proto::SciError;
+
+/// Page bookkeeping, behind one lock taken by fault handlers, shipments and
+/// background rounds. Code holding it never touches the program's mapping
+/// (that would trap into a handler waiting for this very lock).
+struct Pages {
+    /// Bit per page: stores may have landed since its last shipment.
+    dirty: Vec<u64>,
+    dirty_list: Vec<u32>,
+    /// Bit per page: mapped in the program's mapping.
+    present: Vec<u64>,
+    present_list: Vec<u32>,
+    /// The owner's bytes of each dirty page at its first write.
+    twin: Anon,
+}
+
+fn bit(v: &[u64], p: usize) -> bool {
+    v[p / 64] & (1 << (p % 64)) != 0
+}
+
+fn set(v: &mut [u64], list: &mut Vec<u32>, p: usize) {
+    if !bit(v, p) {
+        v[p / 64] |= 1 << (p % 64);
+        // The list was given room for every page: no allocation here,
+        // which may run inside a signal handler.
+        debug_assert!(list.len() < list.capacity());
+        list.push(p as u32);
+    }
+}
+
+fn clear_all(v: &mut [u64], list: &mut Vec<u32>) {
+    for &p in list.iter() {
+        v[p as usize / 64] = 0;
+    }
+    list.clear();
+}
+
+/// Anonymous private memory that costs nothing until touched.
+struct Anon {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Anon {
+    fn new(len: usize) -> Result<Anon> {
+        // SAFETY: a fresh private anonymous mapping; no Rust object aliases it.
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0)
+        };
+        if p == libc::MAP_FAILED {
+            return Err(SciError::Nospc);
+        }
+        Ok(Anon { ptr: p.cast(), len })
+    }
+
+    fn slice(&self, off: usize, len: usize) -> &[u8] {
+        assert!(off + len <= self.len);
+        // SAFETY: in bounds (asserted); the memory is ours and only
+        // mutated through `slice_mut`, which needs `&mut self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(off), len) }
+    }
+
+    fn slice_mut(&mut self, off: usize, len: usize) -> &mut [u8] {
+        assert!(off + len <= self.len);
+        // SAFETY: as above, with exclusive access through `&mut self`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(off), len) }
+    }
+}
+
+impl Drop for Anon {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// The fault handler's view of one map.
+pub(crate) struct Shadow {
+    target: Arc<RemoteTarget>,
+    /// Segment offset of the mapping's first byte.
+    seg_off: u64,
+    /// The untracked mapping of the same memfd pages.
+    fill: usize,
+    len: usize,
+    /// Bytes of the mapping inside the segment.
+    valid: usize,
+    page: usize,
+    pages: Mutex<Pages>,
+    pub(crate) failed: AtomicBool,
+    /// Faults so far (the flusher's sign of activity).
+    pub(crate) faults: AtomicU64,
+    /// Stores trapped since the flusher last looked.
+    pub(crate) stored: AtomicBool,
+    /// When the first page dirty since the last shipment became dirty
+    /// (`now_ns`), 0 when none is.
+    oldest_dirty: AtomicU64,
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (a vDSO call: fine in a signal handler).
+pub(crate) fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+// SAFETY: `fill` is an address of a mapping owned by the `Map` that owns the
+// `RemoteMap` holding this; it outlives every use (the trap is unregistered
+// and this is dropped before the mapping goes). The twin pointer is only
+// used behind the mutex.
+unsafe impl Send for Shadow {}
+// SAFETY: as above.
+unsafe impl Sync for Shadow {}
+
+impl Shadow {
+    fn lock(&self) -> MutexGuard<'_, Pages> {
+        // A panic while holding the lock must not turn every later fault
+        // into another panic inside a signal handler.
+        self.pages.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn fill_range(&self, off: usize, n: usize) -> &[u8] {
+        assert!(off + n <= self.len);
+        // SAFETY: in bounds of the fill mapping (asserted), alive as long
+        // as we are (see the Send impl).
+        unsafe { std::slice::from_raw_parts((self.fill + off) as *const u8, n) }
+    }
+
+    #[allow(clippy::mut_from_ref)]
+    fn fill_page(&self, p: usize) -> &mut [u8] {
+        // SAFETY: p < number of pages, so the page lies inside the fill
+        // mapping (alive, see the Send impl). The program may touch the
+        // same memfd page through its own mapping only where the page is
+        // mapped there, which callers rule out or accept (see callers).
+        unsafe { std::slice::from_raw_parts_mut((self.fill + p * self.page) as *mut u8, self.page) }
+    }
+
+    /// Bytes of page `p` that lie inside the segment.
+    fn page_valid(&self, p: usize) -> usize {
+        self.valid.saturating_sub(p * self.page).min(self.page)
+    }
+
+    /// Fetch page `p` from the owner into its twin and the shadow. On a
+    /// failure the map is marked failed and the page left as it is.
+    fn fetch(&self, g: &mut Pages, p: usize) -> bool {
+        let n = self.page_valid(p);
+        let twin = g.twin.slice_mut(p * self.page, self.page);
+        if n > 0 {
+            match self.target.read_direct(&mut twin[..n], self.seg_off + (p * self.page) as u64) {
+                Ok(()) => {}
+                Err(e) => {
+                    self.failed.store(true, Ordering::SeqCst);
+                    if matches!(e, vsci_fabric::Error::Abandoned) {
+                        // The engine may still write into the twin later: it
+                        // must never be unmapped. Replace ours with a fresh one.
+                        if let Ok(fresh) = Anon::new(g.twin.len) {
+                            let old = std::mem::replace(&mut g.twin, fresh);
+                            std::mem::forget(old);
+                        }
+                    }
+                    return false;
+                }
+            }
+        }
+        let twin = g.twin.slice(p * self.page, self.page);
+        self.fill_page(p).copy_from_slice(twin);
+        true
+    }
+}
+
+impl TrapHandler for Shadow {
+    fn on_fault(&self, trap: &Trap, f: Fault) {
+        self.faults.fetch_add(1, Ordering::Relaxed);
+        let mut g = self.lock();
+        let p = f.page / self.page;
+        let dirty = bit(&g.dirty, p);
+        // Never fetch over a dirty page: it may hold stores not yet shipped.
+        if !dirty && !self.failed.load(Ordering::Relaxed) {
+            self.fetch(&mut g, p);
+        }
+        if self.failed.load(Ordering::Relaxed) {
+            // Nowhere to fetch from: let the access complete on what the
+            // shadow holds (its page must exist in the memfd to be mapped).
+            // SAFETY: the page lies in the fill mapping; an atomic no-op
+            // read-modify-write allocates it without changing any byte.
+            let b = unsafe { &*((self.fill + p * self.page) as *const std::sync::atomic::AtomicU8) };
+            b.fetch_or(0, Ordering::Relaxed);
+        }
+        let off = p * self.page;
+        if f.present != Some(true) {
+            let _ = trap.map_in(off, self.page, !f.write && !dirty);
+            let Pages { present, present_list, .. } = &mut *g;
+            set(present, present_list, p);
+        }
+        if f.write {
+            if f.present != Some(false) {
+                let _ = trap.unprotect(off, self.page);
+            }
+            let Pages { dirty, dirty_list, .. } = &mut *g;
+            if dirty_list.is_empty() {
+                self.oldest_dirty.store(now_ns(), Ordering::Release);
+            }
+            set(dirty, dirty_list, p);
+            self.stored.store(true, Ordering::Release);
+        }
+        drop(g);
+        if f.write {
+            super::wake_flusher();
+        }
+    }
+}
+
+/// A trapped map: the registration and the state behind it.
+pub(crate) struct Trapped {
+    shadow: Arc<Shadow>,
+    trap: Mutex<Option<Arc<Trap>>>,
+}
+
+impl Trapped {
+    /// Trap `base..base+len` (the program's mapping of a fresh private
+    /// memfd, also mapped at `fill`).
+    pub(crate) fn new(target: Arc<RemoteTarget>, base: *mut u8, len: usize, seg_off: u64, valid: usize, fill: *mut u8, readonly: bool) -> Result<Trapped> {
+        let page = vsci_dirty::page_size();
+        let npages = len / page;
+        let words = npages.div_ceil(64);
+        let pages = Pages {
+            dirty: vec![0; words],
+            dirty_list: Vec::with_capacity(npages),
+            present: vec![0; words],
+            present_list: Vec::with_capacity(npages),
+            twin: Anon::new(len)?,
+        };
+        let shadow = Arc::new(Shadow {
+            target,
+            seg_off,
+            fill: fill as usize,
+            len,
+            valid,
+            page,
+            pages: Mutex::new(pages),
+            failed: AtomicBool::new(false),
+            faults: AtomicU64::new(0),
+            stored: AtomicBool::new(false),
+            oldest_dirty: AtomicU64::new(0),
+        });
+        // SAFETY: `base..base+len` is a page-aligned shared memfd mapping the
+        // owning `Map` keeps until after `close()` unregisters the trap.
+        let trap = unsafe { Trap::new(base, len, TrapOptions { writes: !readonly }, shadow.clone()) }.map_err(|e| {
+            log::warn!("vsci: cannot trap accesses to a remote map: {e}");
+            SciError::System
+        })?;
+        Ok(Trapped { shadow, trap: Mutex::new(Some(trap)) })
+    }
+
+    pub(crate) fn shadow(&self) -> &Arc<Shadow> {
+        &self.shadow
+    }
+
+    /// Ship every store made so far; returns after they are visible at the
+    /// owner, with whether there was anything to ship.
+    pub(crate) fn ship(&self) -> Result<bool> {
+        let trap = self.trap.lock().unwrap().clone();
+        let Some(trap) = trap else { return Ok(false) };
+        let mut g = self.shadow.lock();
+        self.ship_locked(&trap, &mut g)
+    }
+
+    /// The background shipment: ship once the first page made dirty since
+    /// the last shipment has been so for `settle` (the program's store has
+    /// landed, and the stores that follow it in the same page), else say
+    /// when that will be (ns, `now_ns` clock).
+    ///
+    /// Shipping sooner would write-protect a page the program is still
+    /// writing: its next store would trap and fetch the page again.
+    pub(crate) fn ship_due(&self, settle: u64) -> (Result<bool>, Option<u64>) {
+        let since = self.shadow.oldest_dirty.load(Ordering::Acquire);
+        if since == 0 {
+            return (Ok(false), None);
+        }
+        let due = since + settle;
+        if now_ns() < due {
+            return (Ok(false), Some(due));
+        }
+        (self.ship(), None)
+    }
+
+    fn ship_locked(&self, trap: &Trap, g: &mut Pages) -> Result<bool> {
+        let s = &*self.shadow;
+        if s.failed.load(Ordering::Relaxed) {
+            return Err(SciError::TransferFailed);
+        }
+        if g.dirty_list.is_empty() {
+            return Ok(false);
+        }
+        s.oldest_dirty.store(0, Ordering::Release);
+        g.dirty_list.sort_unstable();
+        // Write-protect first: from here no store lands in these pages
+        // (a store traps and waits for this lock), so what is compared
+        // below is one snapshot, consistent with the program's order.
+        for (first, n) in page_runs(&g.dirty_list) {
+            if let Err(e) = trap.protect(first * s.page, n * s.page) {
+                log::error!("vsci: cannot write-protect a remote map: {e}");
+                return Err(SciError::System);
+            }
+        }
+        let mut runs: Vec<vsci_dirty::Run> = Vec::new();
+        for &p in &g.dirty_list {
+            let p = p as usize;
+            let n = s.page_valid(p);
+            let base = p * s.page;
+            let now = &s.fill_page(p)[..n];
+            let twin = g.twin.slice(base, n);
+            diff_into(now, twin, base, &mut runs);
+        }
+        // The twin learns what is shipped: it is the owner's bytes once
+        // the writes land.
+        for &(off, n) in &runs {
+            g.twin.slice_mut(off, n).copy_from_slice(s.fill_range(off, n));
+        }
+        let Pages { dirty, dirty_list, .. } = g;
+        clear_all(dirty, dirty_list);
+        if runs.is_empty() {
+            return Ok(false);
+        }
+        let (first, last) = split_last_word(&runs);
+        let ops = |rs: &[vsci_dirty::Run]| -> Vec<(&[u8], u64)> { rs.iter().map(|&(o, n)| (g.twin.slice(o, n), s.seg_off + o as u64)).collect() };
+        let (first, last) = (ops(&first), ops(&[last]));
+        let r = s.target.ep.rma.fabric.write_many_ordered(&s.target.ep.peer, &first, &last, &s.target.region);
+        drop((first, last));
+        match r {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                log::warn!("RMA write to node failed ({e}); stores to this map are no longer shipped");
+                s.failed.store(true, Ordering::SeqCst);
+                if matches!(e, vsci_fabric::Error::Abandoned) {
+                    if let Ok(fresh) = Anon::new(g.twin.len) {
+                        std::mem::forget(std::mem::replace(&mut g.twin, fresh));
+                    }
+                }
+                Err(SciError::TransferFailed)
+            }
+        }
+    }
+
+    /// `SCIMemCpy`'s write: earlier stores first, then `data` at `off` as
+    /// one RMA write, visible at the owner on return.
+    pub(crate) fn write_through(&self, off: usize, data: &[u8]) -> Result<()> {
+        let s = &*self.shadow;
+        if off.checked_add(data.len()).is_none_or(|e| e > s.valid) {
+            return Err(SciError::OutOfRange);
+        }
+        // Copy first, outside the lock: `data` may itself lie in a trapped
+        // map (reading it can trap into a handler that needs the lock).
+        let data = data.to_vec();
+        let trap = self.trap.lock().unwrap().clone();
+        let Some(trap) = trap else { return Err(SciError::TransferFailed) };
+        let mut g = s.lock();
+        self.ship_locked(&trap, &mut g)?;
+        if let Err(e) = s.target.ep.rma.fabric.write(&s.target.ep.peer, &data, &s.target.region, s.seg_off + off as u64) {
+            log::warn!("RMA write to node failed ({e}); stores to this map are no longer shipped");
+            s.failed.store(true, Ordering::SeqCst);
+            abandoned(&e, data);
+            return Err(SciError::TransferFailed);
+        }
+        // No page is dirty now (just shipped, and stores wait for the lock):
+        // the shadow and twin may take the owner's new bytes.
+        let mut done = 0;
+        while done < data.len() {
+            let at = off + done;
+            let p = at / s.page;
+            let within = at - p * s.page;
+            let n = (s.page - within).min(data.len() - done);
+            s.fill_page(p)[within..within + n].copy_from_slice(&data[done..done + n]);
+            g.twin.slice_mut(at, n).copy_from_slice(&data[done..done + n]);
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Are any pages mapped in the program's mapping (to refresh)?
+    pub(crate) fn has_present(&self) -> bool {
+        !self.shadow.lock().present_list.is_empty()
+    }
+
+    /// Drop clean pages from the program's mapping so that the next access
+    /// to each fetches it fresh. Returns how many were dropped.
+    pub(crate) fn refresh(&self) -> usize {
+        let trap = self.trap.lock().unwrap().clone();
+        let Some(trap) = trap else { return 0 };
+        let s = &*self.shadow;
+        let mut g = s.lock();
+        if g.present_list.is_empty() {
+            return 0;
+        }
+        let Pages { dirty, present, present_list, .. } = &mut *g;
+        let mut zap: Vec<u32> = Vec::with_capacity(present_list.len());
+        present_list.retain(|&p| {
+            if bit(dirty, p as usize) {
+                true
+            } else {
+                present[p as usize / 64] &= !(1 << (p as usize % 64));
+                zap.push(p);
+                false
+            }
+        });
+        zap.sort_unstable();
+        for (first, n) in page_runs(&zap) {
+            let _ = trap.zap(first * s.page, n * s.page);
+        }
+        zap.len()
+    }
+
+    /// Drop these pages (offsets in the map) so they are fetched fresh.
+    pub(crate) fn refresh_range(&self, off: usize, len: usize) -> Result<()> {
+        let trap = self.trap.lock().unwrap().clone();
+        let Some(trap) = trap else { return Ok(()) };
+        let s = &*self.shadow;
+        let mut g = s.lock();
+        let (first, last) = (off / s.page, (off + len).div_ceil(s.page).min(s.len / s.page));
+        let Pages { dirty, present, present_list, .. } = &mut *g;
+        for p in first..last {
+            if bit(present, p) && !bit(dirty, p) {
+                let _ = trap.zap(p * s.page, s.page);
+                present[p / 64] &= !(1 << (p % 64));
+            }
+        }
+        present_list.retain(|&p| bit(present, p as usize));
+        Ok(())
+    }
+
+    /// Stop trapping (before the mapping goes away).
+    pub(crate) fn close(&self) {
+        if let Some(t) = self.trap.lock().unwrap().take() {
+            trap::unregister(&t);
+        }
+    }
+}
+
+/// Ascending page numbers as (first, count) runs of consecutive pages.
+fn page_runs(pages: &[u32]) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for &p in pages {
+        let p = p as usize;
+        match out.last_mut() {
+            Some(r) if r.0 + r.1 == p => r.1 += 1,
+            _ => out.push((p, 1)),
+        }
+    }
+    out
+}
+
+/// Append the byte runs where `now` differs from `twin` (offsets + `base`),
+/// joining a run to one in `out` that it continues. Runs are never widened
+/// over unchanged bytes: those carry this process's view of bytes it did
+/// not store, and another writer may have stored there since.
+fn diff_into(now: &[u8], twin: &[u8], base: usize, out: &mut Vec<vsci_dirty::Run>) {
+    let n = now.len();
+    let mut i = 0;
+    while i < n {
+        // Skip equal words quickly.
+        if i % 8 == 0 && i + 8 <= n && now[i..i + 8] == twin[i..i + 8] {
+            i += 8;
+            continue;
+        }
+        if now[i] == twin[i] {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < n && now[i] != twin[i] {
+            i += 1;
+        }
+        let (a, len) = (base + start, i - start);
+        match out.last_mut() {
+            Some(r) if a == r.0 + r.1 => r.1 += len,
+            _ => out.push((a, len)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{diff_into, page_runs};
+
+    #[test]
+    fn runs_of_pages() {
+        assert_eq!(page_runs(&[1, 2, 3, 7, 9, 10]), vec![(1, 3), (7, 1), (9, 2)]);
+        assert!(page_runs(&[]).is_empty());
+    }
+
+    #[test]
+    fn diff_finds_changed_runs() {
+        let twin = vec![0u8; 64];
+        let mut now = twin.clone();
+        now[3] = 1;
+        now[5] = 1;
+        now[40] = 2;
+        now[41] = 2;
+        let mut out = Vec::new();
+        diff_into(&now, &twin, 4096, &mut out);
+        assert_eq!(out, vec![(4099, 1), (4101, 1), (4136, 2)]);
+        // A run continuing one from the page before joins it.
+        let mut out = vec![(4090usize, 6usize)];
+        diff_into(&now[..8], &twin[..8], 4096, &mut out);
+        assert_eq!(out, vec![(4090, 10)]);
+    }
+}

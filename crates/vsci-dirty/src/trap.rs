@@ -1,0 +1,382 @@
+//! Trapping the first access to each page of a `MAP_SHARED` memfd mapping,
+//! in the thread that makes it, before the access completes.
+//!
+//! A [`Trap`] registers a range with a userfaultfd in three modes at once —
+//! missing, minor and write-protect — with `UFFD_FEATURE_SIGBUS`, so the
+//! kernel turns each such fault into a `SIGBUS` in the faulting thread
+//! instead of a message for a handler thread (measured here: a cross-thread
+//! wake-up costs ~48 µs one way; a SIGBUS round trip ~6 µs). A process-wide
+//! handler finds the trap covering the address and calls its
+//! [`TrapHandler`], which makes the page ready (fills it through a second,
+//! untracked mapping of the memfd, then maps it with [`Trap::map_in`] or
+//! lifts its protection with [`Trap::unprotect`]); the access is then
+//! retried and completes.
+//!
+//! Which faults arrive:
+//! * a page not mapped in the range (never touched, or dropped with
+//!   [`Trap::zap`]): *not present*, read or write;
+//! * a store to a page mapped write-protected ([`Trap::protect`], or mapped
+//!   in with `protect`): *present*, write.
+//!
+//! Faults the kernel takes on the process's behalf (a `read(2)` into the
+//! range, a `write(2)` from it) are not turned into signals: such system
+//! calls fail with `EFAULT` on pages that would trap.
+//!
+//! Kinds of fault are told apart by the x86-64 page-fault error code in the
+//! signal context; elsewhere every fault is reported as a write to a page of
+//! unknown state, and handlers must cope (map in, then unprotect).
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::{Arc, Once};
+
+use crate::{page_size, sys, Error, Result};
+
+/// A fault, as the handler sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fault {
+    /// Offset of the faulting page from the start of the range.
+    pub page: usize,
+    /// Whether the access was a store.
+    pub write: bool,
+    /// Whether the page was mapped (so this is a write-protect fault);
+    /// `None` where the architecture does not say.
+    pub present: Option<bool>,
+}
+
+/// What a trapped range does on a fault. Called inside a `SIGBUS` handler
+/// in the faulting thread: it must not take a lock the interrupted code may
+/// hold, and must not touch the trapped range itself (that would trap
+/// again, inside the handler).
+pub trait TrapHandler: Send + Sync {
+    fn on_fault(&self, trap: &Trap, fault: Fault);
+}
+
+/// One registered range. The registry keeps it (and its handler) until
+/// [`unregister`]; the mapping must outlive that.
+pub struct Trap {
+    uffd: OwnedFd,
+    base: usize,
+    len: usize,
+    page: usize,
+    slot: usize,
+}
+
+/// How a range is registered.
+#[derive(Clone, Copy, Debug)]
+pub struct TrapOptions {
+    /// Trap stores (write-protect mode). Off for read-only mappings, where
+    /// the kernel refuses write-protect registration.
+    pub writes: bool,
+}
+
+impl Trap {
+    /// Register `len` bytes at `addr` (page aligned, a `MAP_SHARED` mapping
+    /// of a memfd) and route their faults to `handler`.
+    ///
+    /// # Safety
+    /// `addr..addr+len` must be a shared memfd mapping that stays mapped
+    /// until the returned `Trap` is dropped, and every access to it the
+    /// handler cannot resolve must be acceptable to lose (the handler
+    /// decides what the faulting thread sees).
+    pub unsafe fn new(addr: *mut u8, len: usize, opts: TrapOptions, handler: Arc<dyn TrapHandler>) -> Result<Arc<Trap>> {
+        let page = page_size();
+        let base = addr as usize;
+        if base == 0 || base & (page - 1) != 0 {
+            return Err(Error::Unaligned { addr: base, page });
+        }
+        if len == 0 || !len.is_multiple_of(page) || base.checked_add(len).is_none() {
+            return Err(Error::EmptyRange);
+        }
+        if !sys::WP_SUPPORTED_ARCH {
+            return Err(Error::WpUnavailable("architecture not supported".into()));
+        }
+        install_handler();
+        let uffd = open_uffd()?;
+        let mut api = sys::UffdioApi {
+            api: sys::UFFD_API,
+            features: sys::UFFD_FEATURE_SIGBUS | sys::UFFD_FEATURE_MINOR_SHMEM | if opts.writes { sys::UFFD_FEATURE_WP_HUGETLBFS_SHMEM } else { 0 },
+            ioctls: 0,
+        };
+        // SAFETY: UFFDIO_API reads and writes one `struct uffdio_api` (repr(C),
+        // size checked at compile time) that lives across the call.
+        if unsafe { libc::ioctl(uffd.as_raw_fd(), sys::UFFDIO_API as _, &mut api) } < 0 {
+            return Err(Error::WpUnavailable(format!("UFFDIO_API: {}", std::io::Error::last_os_error())));
+        }
+        let mut mode = sys::UFFDIO_REGISTER_MODE_MISSING | sys::UFFDIO_REGISTER_MODE_MINOR;
+        if opts.writes {
+            mode |= sys::UFFDIO_REGISTER_MODE_WP;
+        }
+        let mut reg = sys::UffdioRegister { range: sys::UffdioRange { start: base as u64, len: len as u64 }, mode, ioctls: 0 };
+        // SAFETY: UFFDIO_REGISTER reads and writes one `struct uffdio_register`;
+        // it changes how faults in the range are handled, not its contents.
+        if unsafe { libc::ioctl(uffd.as_raw_fd(), sys::UFFDIO_REGISTER as _, &mut reg) } < 0 {
+            return Err(Error::WpUnavailable(format!("UFFDIO_REGISTER: {}", std::io::Error::last_os_error())));
+        }
+        let mut trap = Trap { uffd, base, len, page, slot: usize::MAX };
+        trap.slot = registry_insert(base, len)?;
+        let trap = Arc::new(trap);
+        let entry = Box::new(Entry { trap: trap.clone(), handler });
+        SLOTS[trap.slot].entry.store(Box::into_raw(entry), Ordering::SeqCst);
+        Ok(trap)
+    }
+
+    /// Start of the range.
+    pub fn base(&self) -> usize {
+        self.base
+    }
+
+    /// Length of the range.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true: a trap covers at least one page.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The page size.
+    pub fn page_size(&self) -> usize {
+        self.page
+    }
+
+    fn range(&self, off: usize, len: usize) -> Result<sys::UffdioRange> {
+        if !off.is_multiple_of(self.page) || !len.is_multiple_of(self.page) || off.checked_add(len).is_none_or(|e| e > self.len) {
+            return Err(Error::OutOfRange { offset: off, len, size: self.len });
+        }
+        Ok(sys::UffdioRange { start: (self.base + off) as u64, len: len as u64 })
+    }
+
+    fn writeprotect(&self, off: usize, len: usize, on: bool) -> Result<()> {
+        let mut wp = sys::UffdioWriteprotect { range: self.range(off, len)?, mode: if on { sys::UFFDIO_WRITEPROTECT_MODE_WP } else { 0 } };
+        // SAFETY: UFFDIO_WRITEPROTECT reads and writes one `struct
+        // uffdio_writeprotect`; it changes page protection only.
+        if unsafe { libc::ioctl(self.uffd.as_raw_fd(), sys::UFFDIO_WRITEPROTECT as _, &mut wp) } < 0 {
+            return Err(os_err("UFFDIO_WRITEPROTECT"));
+        }
+        Ok(())
+    }
+
+    /// Make stores to these (mapped) pages trap again. When this returns no
+    /// thread can store to them without trapping.
+    pub fn protect(&self, off: usize, len: usize) -> Result<()> {
+        self.writeprotect(off, len, true)
+    }
+
+    /// Let stores to these pages through (resolves a write-protect fault).
+    pub fn unprotect(&self, off: usize, len: usize) -> Result<()> {
+        self.writeprotect(off, len, false)
+    }
+
+    /// Map pages whose content is in the memfd already (written through
+    /// another mapping) into the range, write-protected if `protect`.
+    /// A page mapped by another thread meanwhile is left as it is.
+    pub fn map_in(&self, off: usize, len: usize, protect: bool) -> Result<()> {
+        let mut c = sys::UffdioContinue { range: self.range(off, len)?, mode: if protect { sys::UFFDIO_CONTINUE_MODE_WP } else { 0 }, mapped: 0 };
+        // SAFETY: UFFDIO_CONTINUE reads and writes one `struct
+        // uffdio_continue`; it maps existing page-cache pages of the memfd.
+        if unsafe { libc::ioctl(self.uffd.as_raw_fd(), sys::UFFDIO_CONTINUE as _, &mut c) } < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EEXIST) {
+                return Err(Error::Os { op: "UFFDIO_CONTINUE", source: e });
+            }
+        }
+        Ok(())
+    }
+
+    /// Drop these pages from the range (not from the memfd): the next access
+    /// to each traps as not present.
+    pub fn zap(&self, off: usize, len: usize) -> Result<()> {
+        self.range(off, len)?;
+        // SAFETY: the range lies inside the registered mapping (checked);
+        // MADV_DONTNEED on a shared mapping only drops page-table entries,
+        // the memfd keeps the data.
+        if unsafe { libc::madvise((self.base + off) as *mut libc::c_void, len, libc::MADV_DONTNEED) } < 0 {
+            return Err(os_err("madvise(MADV_DONTNEED)"));
+        }
+        Ok(())
+    }
+}
+
+/// Stop routing faults of `trap`'s range (waits for handlers running on it).
+/// Afterwards accesses to the range that would trap kill the process with
+/// `SIGBUS`: unmap the range right after.
+pub fn unregister(trap: &Arc<Trap>) {
+    let slot = &SLOTS[trap.slot];
+    let p = slot.entry.swap(std::ptr::null_mut(), Ordering::SeqCst);
+    slot.start.store(0, Ordering::SeqCst);
+    slot.end.store(0, Ordering::SeqCst);
+    while slot.busy.load(Ordering::SeqCst) != 0 {
+        std::thread::yield_now();
+    }
+    if !p.is_null() {
+        // SAFETY: `p` came from Box::into_raw in `Trap::new`, was swapped out
+        // of the slot exactly once (above), and no handler uses it any more
+        // (busy is 0 and new handlers see the null pointer).
+        drop(unsafe { Box::from_raw(p) });
+    }
+    slot.owner.store(0, Ordering::SeqCst);
+}
+
+fn os_err(op: &'static str) -> Error {
+    Error::Os { op, source: std::io::Error::last_os_error() }
+}
+
+fn open_uffd() -> Result<OwnedFd> {
+    // Unprivileged processes need UFFD_USER_MODE_ONLY (with
+    // vm.unprivileged_userfaultfd = 0); it only drops kernel-mode faults,
+    // which SIGBUS mode cannot resolve anyway.
+    for flags in [libc::O_CLOEXEC | libc::O_NONBLOCK, libc::O_CLOEXEC | libc::O_NONBLOCK | sys::UFFD_USER_MODE_ONLY] {
+        // SAFETY: userfaultfd(2) takes one flags argument, returns a new fd.
+        let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
+        if fd >= 0 {
+            // SAFETY: the fd was just returned to us and nobody else owns it.
+            return Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) });
+        }
+    }
+    Err(Error::WpUnavailable(format!("userfaultfd: {}", std::io::Error::last_os_error())))
+}
+
+// ---- the process-wide SIGBUS handler and its registry --------------------
+
+struct Entry {
+    trap: Arc<Trap>,
+    handler: Arc<dyn TrapHandler>,
+}
+
+struct Slot {
+    /// Nonzero while the slot is taken (even before the entry is set).
+    owner: AtomicUsize,
+    start: AtomicUsize,
+    end: AtomicUsize,
+    entry: AtomicPtr<Entry>,
+    /// Handlers running on this slot's entry.
+    busy: AtomicUsize,
+}
+
+/// Most ranges trapped at once in a process.
+pub const MAX_TRAPS: usize = 1024;
+
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY: Slot = Slot {
+    owner: AtomicUsize::new(0),
+    start: AtomicUsize::new(0),
+    end: AtomicUsize::new(0),
+    entry: AtomicPtr::new(std::ptr::null_mut()),
+    busy: AtomicUsize::new(0),
+};
+static SLOTS: [Slot; MAX_TRAPS] = [EMPTY; MAX_TRAPS];
+
+fn registry_insert(base: usize, len: usize) -> Result<usize> {
+    for (i, s) in SLOTS.iter().enumerate() {
+        if s.owner.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            s.start.store(base, Ordering::SeqCst);
+            s.end.store(base + len, Ordering::SeqCst);
+            return Ok(i);
+        }
+    }
+    Err(Error::WpUnavailable(format!("more than {MAX_TRAPS} trapped ranges")))
+}
+
+/// The SIGBUS disposition before ours, to pass on faults that are not ours.
+static mut PREVIOUS: std::mem::MaybeUninit<libc::sigaction> = std::mem::MaybeUninit::uninit();
+static INSTALL: Once = Once::new();
+
+fn install_handler() {
+    INSTALL.call_once(|| {
+        // SAFETY: a zeroed sigaction is a valid "no flags, empty mask"
+        // value; we fill in the handler. PREVIOUS is written here once,
+        // before the handler can run (it is installed by this very call),
+        // and only read afterwards.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_sigbus as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) as usize;
+            // No SA_ONSTACK: the handler may do network I/O and needs the
+            // thread's own stack, not a small alternate one. SA_NODEFER:
+            // a fault of another trapped range inside a handler (a program
+            // copying between two remote maps) is handled too.
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            let prev = std::ptr::addr_of_mut!(PREVIOUS).cast::<libc::sigaction>();
+            libc::sigaction(libc::SIGBUS, &sa, prev);
+        }
+    });
+}
+
+extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    // SAFETY: errno is thread-local; the handler saves and restores it so
+    // the interrupted code never sees our ioctls' errors.
+    let errno = unsafe { *libc::__errno_location() };
+    let handled = dispatch(addr, ctx);
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
+    if !handled {
+        pass_on(sig, info, ctx);
+    }
+}
+
+fn dispatch(addr: usize, ctx: *mut libc::c_void) -> bool {
+    for s in SLOTS.iter() {
+        let (start, end) = (s.start.load(Ordering::Acquire), s.end.load(Ordering::Acquire));
+        if addr < start || addr >= end {
+            continue;
+        }
+        s.busy.fetch_add(1, Ordering::SeqCst);
+        let p = s.entry.load(Ordering::SeqCst);
+        // SAFETY: a non-null entry stays allocated while busy > 0
+        // (`unregister` nulls it first, then waits for busy to drop).
+        let entry = unsafe { p.as_ref() };
+        let hit = entry.is_some_and(|e| addr >= e.trap.base && addr < e.trap.base + e.trap.len);
+        if let Some(e) = entry.filter(|_| hit) {
+            let page = (addr - e.trap.base) & !(e.trap.page - 1);
+            let (write, present) = fault_kind(ctx);
+            e.handler.on_fault(&e.trap, Fault { page, write, present });
+        }
+        s.busy.fetch_sub(1, Ordering::SeqCst);
+        if hit {
+            return true;
+        }
+    }
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
+fn fault_kind(ctx: *mut libc::c_void) -> (bool, Option<bool>) {
+    // SAFETY: for SA_SIGINFO handlers the third argument is the thread's
+    // ucontext_t; on x86-64 gregs[REG_ERR] holds the page-fault error code
+    // (bit 0: page present, bit 1: write access).
+    let err = unsafe { (*(ctx as *const libc::ucontext_t)).uc_mcontext.gregs[libc::REG_ERR as usize] };
+    (err & 2 != 0, Some(err & 1 != 0))
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn fault_kind(_ctx: *mut libc::c_void) -> (bool, Option<bool>) {
+    (true, None)
+}
+
+/// A SIGBUS that is not ours: behave as if we were not installed.
+fn pass_on(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: PREVIOUS was written by `install_handler` before our handler
+    // could run. Calling the previous handler with the same arguments is
+    // what the kernel would have done; for the default or ignore
+    // disposition we restore the default and return, so the faulting
+    // access repeats and takes the default action (core dump).
+    unsafe {
+        let prev = std::ptr::addr_of!(PREVIOUS).cast::<libc::sigaction>().read();
+        let h = prev.sa_sigaction;
+        if h == libc::SIG_DFL || h == libc::SIG_IGN {
+            let mut dfl: libc::sigaction = std::mem::zeroed();
+            dfl.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut());
+        } else if prev.sa_flags & libc::SA_SIGINFO != 0 {
+            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) = std::mem::transmute(h);
+            f(sig, info, ctx);
+        } else {
+            let f: extern "C" fn(libc::c_int) = std::mem::transmute(h);
+            f(sig);
+        }
+    }
+}

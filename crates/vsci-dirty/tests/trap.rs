@@ -1,0 +1,138 @@
+//! `vsci_dirty::trap` on a real memfd: which faults arrive, in which thread,
+//! and what each resolution does.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use vsci_dirty::trap::{self, Fault, Trap, TrapHandler, TrapOptions};
+
+const PAGES: usize = 8;
+
+struct Mem {
+    base: *mut u8,
+    fill: *mut u8,
+    len: usize,
+}
+
+fn map(len: usize) -> Mem {
+    // SAFETY: plain syscalls creating a private memfd and two shared
+    // mappings of it, owned by this test.
+    unsafe {
+        let fd = libc::memfd_create(c"trap-test".as_ptr(), libc::MFD_CLOEXEC);
+        assert!(fd >= 0);
+        assert_eq!(libc::ftruncate(fd, len as i64), 0);
+        let m = |_: ()| libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
+        let (base, fill) = (m(()), m(()));
+        assert!(base != libc::MAP_FAILED && fill != libc::MAP_FAILED);
+        libc::close(fd);
+        Mem { base: base.cast(), fill: fill.cast(), len }
+    }
+}
+
+/// Fills each page from `source` on a not-present fault (as vsci fetches
+/// from the owner) and records every fault.
+struct Recorder {
+    fill: usize,
+    page: usize,
+    source: Mutex<Vec<u8>>,
+    faults: Mutex<Vec<Fault>>,
+    count: AtomicUsize,
+}
+
+impl TrapHandler for Recorder {
+    fn on_fault(&self, trap: &Trap, f: Fault) {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        self.faults.lock().unwrap().push(f);
+        let src = self.source.lock().unwrap();
+        if f.present != Some(true) {
+            // SAFETY: the page lies inside the fill mapping of the test.
+            unsafe { std::ptr::copy_nonoverlapping(src[f.page..].as_ptr(), (self.fill + f.page) as *mut u8, self.page) };
+            trap.map_in(f.page, self.page, !f.write).unwrap();
+        }
+        if f.write && f.present != Some(false) {
+            trap.unprotect(f.page, self.page).unwrap();
+        }
+    }
+}
+
+fn read(p: *const u8) -> u8 {
+    // SAFETY: the tests read inside their own mapping.
+    unsafe { std::ptr::read_volatile(p) }
+}
+
+fn write(p: *mut u8, v: u8) {
+    // SAFETY: as above.
+    unsafe { std::ptr::write_volatile(p, v) }
+}
+
+#[test]
+fn first_accesses_trap_and_are_resolved() {
+    let page = vsci_dirty::page_size();
+    let m = map(PAGES * page);
+    let source: Vec<u8> = (0..m.len).map(|i| (i / page) as u8 + 1).collect();
+    let rec = Arc::new(Recorder { fill: m.fill as usize, page, source: Mutex::new(source), faults: Mutex::new(Vec::new()), count: AtomicUsize::new(0) });
+    // SAFETY: the mapping outlives the trap (unregistered below).
+    let t = unsafe { Trap::new(m.base, m.len, TrapOptions { writes: true }, rec.clone()) }.unwrap();
+
+    // A load of an untouched page: fetched, mapped write-protected.
+    assert_eq!(read(m.base), 1);
+    assert_eq!(rec.count.load(Ordering::SeqCst), 1);
+    // A second load does not trap.
+    assert_eq!(read(m.base.wrapping_add(100)), 1);
+    assert_eq!(rec.count.load(Ordering::SeqCst), 1);
+    // A store to it traps once, as a write to a present page.
+    write(m.base, 42);
+    write(m.base.wrapping_add(1), 43);
+    assert_eq!(rec.count.load(Ordering::SeqCst), 2);
+    if cfg!(target_arch = "x86_64") {
+        let f = rec.faults.lock().unwrap().clone();
+        assert_eq!(f[0], Fault { page: 0, write: false, present: Some(false) });
+        assert_eq!(f[1], Fault { page: 0, write: true, present: Some(true) });
+    }
+    // SAFETY: reading our own fill mapping.
+    assert_eq!(unsafe { *m.fill }, 42, "the store lands in the memfd");
+
+    // Protect again: the same value stored again still traps.
+    t.protect(0, page).unwrap();
+    write(m.base, 42);
+    assert_eq!(rec.count.load(Ordering::SeqCst), 3);
+
+    // A store to an untouched page: one fault, mapped writable.
+    write(m.base.wrapping_add(3 * page), 9);
+    let n = rec.count.load(Ordering::SeqCst);
+    write(m.base.wrapping_add(3 * page + 1), 9);
+    assert_eq!(rec.count.load(Ordering::SeqCst), n);
+
+    // A zapped page is fetched again at its next load, with new content.
+    rec.source.lock().unwrap()[page * 2] = 77;
+    assert_eq!(read(m.base.wrapping_add(2 * page)), 77);
+    rec.source.lock().unwrap()[page * 2] = 78;
+    assert_eq!(read(m.base.wrapping_add(2 * page)), 77, "mapped: no refetch");
+    t.zap(2 * page, page).unwrap();
+    assert_eq!(read(m.base.wrapping_add(2 * page)), 78, "zapped: fetched again");
+
+    // Faults of another thread go to that thread's handler call.
+    let b = m.base as usize;
+    std::thread::spawn(move || write((b + 5 * page) as *mut u8, 1)).join().unwrap();
+    assert!(rec.faults.lock().unwrap().iter().any(|f| f.page == 5 * page));
+
+    trap::unregister(&t);
+    // SAFETY: unmapping the test's mappings after the trap is gone.
+    unsafe {
+        libc::munmap(m.base.cast(), m.len);
+        libc::munmap(m.fill.cast(), m.len);
+    }
+}
+
+#[test]
+fn misaligned_or_empty_ranges_are_refused() {
+    let page = vsci_dirty::page_size();
+    let m = map(page * 2);
+    let rec = Arc::new(Recorder { fill: m.fill as usize, page, source: Mutex::new(vec![0; page * 2]), faults: Mutex::new(Vec::new()), count: AtomicUsize::new(0) });
+    // SAFETY: the calls fail before registering anything.
+    unsafe {
+        assert!(Trap::new(m.base.wrapping_add(1), page, TrapOptions { writes: true }, rec.clone()).is_err());
+        assert!(Trap::new(m.base, 0, TrapOptions { writes: true }, rec.clone()).is_err());
+        assert!(Trap::new(m.base, page + 1, TrapOptions { writes: true }, rec.clone()).is_err());
+    }
+}
