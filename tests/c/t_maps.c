@@ -735,6 +735,79 @@ static void flag_pingpong_b(struct peer *p) { pingpong(p, 0x4081, 0x4080, 0, 1);
 static void flag_nocall_a(struct peer *p) { pingpong(p, 0x4082, 0x4083, 1, 0); }
 static void flag_nocall_b(struct peer *p) { pingpong(p, 0x4083, 0x4082, 0, 0); }
 
+/* SCIFlush orders non-temporal stores before later stores. vsci makes it a
+ * store fence (sfence on x86-64, not a full mfence: docs/api.md). Without
+ * any fence, streaming stores of the payload may become visible after the
+ * plain store of the flag; A, spinning on the flag in another process,
+ * would then see a stale payload. */
+#define NT_ROUNDS 20000
+#define NT_WORDS  512              /* 4 KiB of payload */
+struct nt_area {
+    uint64_t payload[NT_WORDS];
+    volatile uint64_t flag;
+};
+
+static void nt_order_a(struct peer *p)
+{
+    sci_error_t err;
+    sci_desc_t sd = open_sd(NULL);
+    sci_local_segment_t seg = make_segment(sd, 0x40a0, sizeof(struct nt_area));
+    sci_map_t map;
+    struct nt_area *m;
+    EXPECT(SCI_ERR_OK, m = (struct nt_area *)SCIMapLocalSegment(seg, &map, 0, sizeof(struct nt_area),
+                                                                NULL, NO_FLAGS, &err));
+    peer_barrier(p);
+    for (uint64_t round = 1; round <= NT_ROUNDS; round++) {
+        uint64_t deadline = now_ms() + WAIT_LONG;
+        while (m->flag != round)
+            if (now_ms() > deadline)
+                FAILF("round %llu: flag stuck at %llu", (unsigned long long)round,
+                      (unsigned long long)m->flag);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        for (size_t i = 0; i < NT_WORDS; i++) {
+            uint64_t got = ((volatile uint64_t *)m->payload)[i];
+            if (got != round * 1000003u + i)
+                FAILF("round %llu: payload word %zu is 0x%llx, from before SCIFlush",
+                      (unsigned long long)round, i, (unsigned long long)got);
+        }
+        peer_send(p, round);    /* B may overwrite the payload now */
+    }
+    peer_barrier(p);
+    EXPECT(SCI_ERR_OK, SCIUnmapSegment(map, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIRemoveSegment(seg, NO_FLAGS, &err));
+    close_sd(sd);
+}
+
+static void nt_order_b(struct peer *p)
+{
+    sci_error_t err;
+    unsigned int node;
+    sci_desc_t sd = open_sd(&node);
+    peer_barrier(p);
+    sci_remote_segment_t rs = connect_segment(sd, node, 0x40a0);
+    sci_map_t map;
+    struct nt_area *m;
+    EXPECT(SCI_ERR_OK, m = (struct nt_area *)SCIMapRemoteSegment(rs, &map, 0, sizeof(struct nt_area),
+                                                                 NULL, NO_FLAGS, &err));
+    for (uint64_t round = 1; round <= NT_ROUNDS; round++) {
+        for (size_t i = 0; i < NT_WORDS; i++) {
+#if defined(__x86_64__)
+            __builtin_ia32_movnti64((long long *)&m->payload[i], (long long)(round * 1000003u + i));
+#else
+            m->payload[i] = round * 1000003u + i;
+#endif
+        }
+        SCIFlush(NULL, NO_FLAGS);
+        m->flag = round;
+        if (peer_recv(p) != round)
+            FAILF("round %llu: out of step", (unsigned long long)round);
+    }
+    peer_barrier(p);
+    EXPECT(SCI_ERR_OK, SCIUnmapSegment(map, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIDisconnectSegment(rs, NO_FLAGS, &err));
+    close_sd(sd);
+}
+
 /* SCIUnmapSegment and SCITriggerInterrupt make earlier stores visible. */
 static void visible_a(struct peer *p)
 {
@@ -836,6 +909,7 @@ static const struct test_case cases[] = {
     { "flag_pingpong", flag_pingpong_a, flag_pingpong_b, 0 },
     { "flag_pingpong_no_calls", flag_nocall_a, flag_nocall_b, 0 },
     { "stores_visible_after_unmap_and_trigger", visible_a, visible_b, 0 },
+    { "nt_stores_ordered_by_flush", nt_order_a, nt_order_b, 0 },
     { NULL, NULL, NULL, 0 },
 };
 

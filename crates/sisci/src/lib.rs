@@ -928,13 +928,13 @@ pub unsafe extern "C" fn SCIMemWrite(mem_addr: *mut c_void, remote_addr: *mut c_
 /// `SCICheckSequence` and `SCI_FLAG_ERROR_CHECK`.
 #[no_mangle]
 pub extern "C" fn SCIFlush(_sequence: Handle, _flags: c_uint) {
-    std::sync::atomic::fence(Ordering::SeqCst);
+    vsci_client::store_fence();
     let _ = vsci_client::flush_remote_stores();
 }
 
 #[no_mangle]
 pub extern "C" fn SCIStoreBarrier(_sequence: Handle, _flags: c_uint) {
-    std::sync::atomic::fence(Ordering::SeqCst);
+    vsci_client::store_fence();
     let _ = vsci_client::flush_remote_stores();
 }
 

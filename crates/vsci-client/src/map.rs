@@ -224,7 +224,7 @@ impl Map {
         match &self.remote {
             Some(r) => r.flush().map(|_| ()),
             None => {
-                std::sync::atomic::fence(Ordering::SeqCst);
+                crate::store_fence();
                 match self.proxied() {
                     Some(s) => s.flush_proxied(None),
                     None => Ok(()),
@@ -249,7 +249,7 @@ impl Map {
                 // SAFETY: bounds checked above; the map is writable shared
                 // memory of at least `size` bytes at `addr`.
                 unsafe { std::ptr::copy(data.as_ptr(), self.addr.add(off), data.len()) };
-                std::sync::atomic::fence(Ordering::SeqCst);
+                crate::store_fence();
                 match self.proxied() {
                     Some(s) => s.flush_proxied(None),
                     None => Ok(()),
