@@ -56,6 +56,8 @@ pub trait TrapHandler: Send + Sync {
 /// [`unregister`]; the mapping must outlive that.
 pub struct Trap {
     uffd: OwnedFd,
+    /// Stores trapped too (write-protect mode registered).
+    writes: bool,
     base: usize,
     len: usize,
     page: usize,
@@ -113,7 +115,7 @@ impl Trap {
         if unsafe { libc::ioctl(uffd.as_raw_fd(), sys::UFFDIO_REGISTER as _, &mut reg) } < 0 {
             return Err(Error::WpUnavailable(format!("UFFDIO_REGISTER: {}", std::io::Error::last_os_error())));
         }
-        let mut trap = Trap { uffd, base, len, page, slot: usize::MAX };
+        let mut trap = Trap { uffd, writes: opts.writes, base, len, page, slot: usize::MAX };
         trap.slot = registry_insert(base, len)?;
         let trap = Arc::new(trap);
         let entry = Box::new(Entry { trap: trap.clone(), handler });
@@ -170,9 +172,24 @@ impl Trap {
     }
 
     /// Map pages whose content is in the memfd already (written through
-    /// another mapping) into the range, write-protected if `protect`.
-    /// A page mapped by another thread meanwhile is left as it is.
+    /// another mapping) into the range, write-protected if `protect` (and
+    /// stores are trapped at all). A page mapped by another thread
+    /// meanwhile is left as it is.
     pub fn map_in(&self, off: usize, len: usize, protect: bool) -> Result<()> {
+        let protect = protect && self.writes;
+        match self.cont(off, len, protect) {
+            // Kernels before 6.4 lack UFFDIO_CONTINUE_MODE_WP: map, then
+            // protect (a store in between is the program's race with its
+            // own first load, and lands as a store made before the fetch).
+            Err(Error::Os { source, .. }) if protect && source.raw_os_error() == Some(libc::EINVAL) => {
+                self.cont(off, len, false)?;
+                self.protect(off, len)
+            }
+            r => r,
+        }
+    }
+
+    fn cont(&self, off: usize, len: usize, protect: bool) -> Result<()> {
         let mut c = sys::UffdioContinue { range: self.range(off, len)?, mode: if protect { sys::UFFDIO_CONTINUE_MODE_WP } else { 0 }, mapped: 0 };
         // SAFETY: UFFDIO_CONTINUE reads and writes one `struct
         // uffdio_continue`; it maps existing page-cache pages of the memfd.

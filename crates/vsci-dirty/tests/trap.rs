@@ -125,6 +125,22 @@ fn first_accesses_trap_and_are_resolved() {
 }
 
 #[test]
+fn read_only_ranges_trap_loads() {
+    let page = vsci_dirty::page_size();
+    let m = map(2 * page);
+    // SAFETY: the program's mapping becomes read-only, as a
+    // SCI_FLAG_READONLY_MAP map is.
+    assert_eq!(unsafe { libc::mprotect(m.base.cast(), m.len, libc::PROT_READ) }, 0);
+    let source: Vec<u8> = vec![5; 2 * page];
+    let rec = Arc::new(Recorder { fill: m.fill as usize, page, source: Mutex::new(source), faults: Mutex::new(Vec::new()), count: AtomicUsize::new(0) });
+    // SAFETY: the mapping outlives the trap.
+    let t = unsafe { Trap::new(m.base, m.len, TrapOptions { writes: false }, rec.clone()) }.unwrap();
+    assert_eq!(read(m.base.wrapping_add(page + 3)), 5);
+    assert_eq!(rec.count.load(Ordering::SeqCst), 1);
+    trap::unregister(&t);
+}
+
+#[test]
 fn misaligned_or_empty_ranges_are_refused() {
     let page = vsci_dirty::page_size();
     let m = map(page * 2);
