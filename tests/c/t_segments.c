@@ -937,6 +937,7 @@ static void share_attach_a(struct peer *p)
     sci_error_t err;
     sci_desc_t sd = open_sd(NULL);
     sci_local_segment_t seg = make_segment(sd, 0x3101, SHARE_SIZE, 1);
+    peer_barrier(p);        /* created: B may try it now */
     sci_map_t map;
     volatile uint32_t *m;
     EXPECT(SCI_ERR_OK, m = SCIMapLocalSegment(seg, &map, 0, SHARE_SIZE, NULL, NO_FLAGS, &err));
@@ -970,6 +971,7 @@ static void share_attach_b(struct peer *p)
     sci_desc_t sd = open_sd(&node);
     sci_local_segment_t seg;
     size_t size = 0;
+    peer_barrier(p);        /* A created 0x3101 (not shared yet) */
     EXPECT(SCI_ERR_NO_SUCH_SEGMENT,
            SCIAttachLocalSegment(sd, &seg, 0x3199, &size, NULL, NULL, NO_FLAGS, &err));
     EXPECT(SCI_ERR_ACCESS,
