@@ -1,35 +1,25 @@
 //! Reaching other nodes' segments and interrupts over the RMA engine.
 //!
-//! A remote segment is mapped as a local *shadow* (a memfd the node gives
-//! us). The program's plain stores land in the shadow; a flusher ships them
-//! to the owner with RMA writes:
-//! - continuously in the background, so stores arrive with no call at all
-//!   (the classic "write data and flag, busy-wait on your own segment"
-//!   ping-pong works across hosts);
-//! - synchronously at `SCIFlush`, `SCIStoreBarrier`, `SCICheckSequence`,
-//!   `SCITriggerInterrupt`, `SCIMemCpy` and unmap, which therefore make
-//!   every earlier store visible at the owner before returning.
-//! Between two such points stores may arrive in any order, as through a
-//! write-combining PCIe window, except that each shipment is a snapshot
-//! consistent with the program's store order and its highest changed word
-//! is placed at the owner after the rest of it: a flag stored after its
-//! data, above it, never shows before that data.
+//! A remote segment is mapped as a local *shadow*. The program's plain
+//! stores land in the shadow; a flusher ships them to the owner with RMA
+//! writes, continuously in the background (stores arrive with no call at
+//! all) and synchronously at `SCIFlush`, `SCIStoreBarrier`,
+//! `SCICheckSequence`, `SCITriggerInterrupt`, `SCIMemCpy` and unmap, which
+//! therefore make every earlier store visible at the owner before
+//! returning. Each shipment is a snapshot consistent with the program's
+//! store order, and its highest changed word is placed at the owner after
+//! the rest of it: a flag stored after its data, above it, never shows
+//! before that data.
 //!
-//! Which bytes changed is found without the program's help: write-protect
-//! tracking of the shadow mapping (userfaultfd async write-protect plus
-//! PAGEMAP_SCAN, or a full compare where the kernel lacks them) gives the
-//! written pages, and a byte diff against a private twin of each page gives
-//! the changed runs, so only bytes this process stored are shipped and
-//! several writers can share a page without clobbering each other.
-//!
-//! Loads from a remote mapping read the shadow. It holds this process's own
-//! stores, and the owner's bytes as fetched when the map was made and
-//! refetched in the background (every `REFRESH_HOT` while the map is busy,
-//! `REFRESH_IDLE` when quiet): the whole map when it is at most
-//! `VSCI_REFRESH_MAX` bytes (default 1 MiB), else one window of that size
-//! per round, going round the map. A refetch never overwrites a word this process
-//! stored since its last shipment: each word is replaced only by a
-//! compare-and-swap from the value last shipped. `SCIMemCpy` with
+//! A host process's own maps trap first accesses and fetch pages from the
+//! owner (`trapped`): every store is shipped, and an untouched map costs
+//! nothing. Maps a guest writes through QEMU's mapping (the agent's
+//! `Tracking::Compare`) cannot trap: they are compared with a twin of the
+//! bytes last shipped, and refetched in the background (every
+//! `REFRESH_HOT` while busy, `REFRESH_IDLE` when quiet; the whole map up to
+//! `VSCI_REFRESH_MAX` bytes, else one window of that size per round) with a
+//! per-word compare-and-swap from the value last shipped, so a refetch never
+//! overwrites a store not yet shipped. `SCIMemCpy` with
 //! `SCI_FLAG_BLOCK_READ` always reads fresh data from the owner.
 
 use std::collections::HashMap;
@@ -201,6 +191,20 @@ impl RemoteTarget {
     /// `Err(Abandoned)` the engine may still read that memory later.
     pub(crate) fn write_direct(&self, runs: &[(&[u8], u64)]) -> std::result::Result<(), vsci_fabric::Error> {
         self.ep.rma.fabric.write_many(&self.ep.peer, runs, &self.region)
+    }
+
+    /// Ship a shipment's `runs` (offsets in a map starting at segment offset
+    /// `seg_off`, ascending), taking each run's bytes from `bytes`, all
+    /// delivered on return. The last changed word goes in a write of its
+    /// own, placed after everything else: the owner's side copies a write
+    /// into memory in no particular address order (its provider's memcpy),
+    /// so a flag stored after its data, above it — the usual "data, then a
+    /// flag at the end" — could otherwise become visible before part of
+    /// that data, although both came from one consistent snapshot.
+    fn write_shipment<'a>(&self, seg_off: u64, runs: &[vsci_dirty::Run], bytes: impl Fn(vsci_dirty::Run) -> &'a [u8]) -> std::result::Result<(), vsci_fabric::Error> {
+        let (first, last) = split_last_word(runs);
+        let ops = |rs: &[vsci_dirty::Run]| -> Vec<(&[u8], u64)> { rs.iter().map(|&run| (bytes(run), seg_off + run.0 as u64)).collect() };
+        self.ep.rma.fabric.write_many_ordered(&self.ep.peer, &ops(&first), &ops(&[last]), &self.region)
     }
 }
 
@@ -395,20 +399,7 @@ impl RemoteMap {
         // Ship the twin's bytes, not the mapping's: they are exactly what
         // the diff recorded as sent, so a later store of an old value is
         // still seen as a change.
-        //
-        // The last changed word goes in a write of its own, placed after
-        // everything else: the owner's side copies a write into memory in
-        // no particular address order (its provider's memcpy), so a flag
-        // stored after its data, above it — the usual "data, then a flag at
-        // the end" — could otherwise become visible before part of that
-        // data, although both came from one consistent snapshot.
-        let (first, last) = split_last_word(&runs);
-        let ops = |rs: &[vsci_dirty::Run]| -> Vec<(&[u8], u64)> {
-            rs.iter().map(|&run| (t.twin_range(run), self.seg_off + run.0 as u64)).collect()
-        };
-        let (first, last) = (ops(&first), ops(&[last]));
-        let r = self.target.ep.rma.fabric.write_many_ordered(&self.target.ep.peer, &first, &last, &self.target.region);
-        drop((first, last));
+        let r = self.target.write_shipment(self.seg_off, &runs, |run| t.twin_range(run));
         match r {
             Ok(()) => Ok(true),
             Err(e) => {

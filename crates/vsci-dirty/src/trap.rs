@@ -123,26 +123,6 @@ impl Trap {
         Ok(trap)
     }
 
-    /// Start of the range.
-    pub fn base(&self) -> usize {
-        self.base
-    }
-
-    /// Length of the range.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Never true: a trap covers at least one page.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The page size.
-    pub fn page_size(&self) -> usize {
-        self.page
-    }
-
     fn range(&self, off: usize, len: usize) -> Result<sys::UffdioRange> {
         if !off.is_multiple_of(self.page) || !len.is_multiple_of(self.page) || off.checked_add(len).is_none_or(|e| e > self.len) {
             return Err(Error::OutOfRange { offset: off, len, size: self.len });

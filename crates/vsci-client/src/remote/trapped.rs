@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use vsci_dirty::trap::{self, Fault, Trap, TrapHandler, TrapOptions};
 
-use super::{abandoned, split_last_word, RemoteTarget};
+use super::{abandoned, RemoteTarget};
 use crate::Result;
 use vsci_proto::SciError;
 
@@ -47,6 +47,19 @@ struct Pages {
     present_list: Vec<u32>,
     /// The owner's bytes of each dirty page at its first write.
     twin: Anon,
+}
+
+impl Pages {
+    /// After an abandoned RMA operation the engine may still read or write
+    /// the twin later: it must never be unmapped. Keep it for good and go
+    /// on with a fresh one.
+    fn abandon_twin(&mut self, e: &vsci_fabric::Error) {
+        if matches!(e, vsci_fabric::Error::Abandoned) {
+            if let Ok(fresh) = Anon::new(self.twin.len) {
+                abandoned(e, std::mem::replace(&mut self.twin, fresh));
+            }
+        }
+    }
 }
 
 fn bit(v: &[u64], p: usize) -> bool {
@@ -185,14 +198,7 @@ impl Shadow {
                 Ok(()) => {}
                 Err(e) => {
                     self.failed.store(true, Ordering::SeqCst);
-                    if matches!(e, vsci_fabric::Error::Abandoned) {
-                        // The engine may still write into the twin later: it
-                        // must never be unmapped. Replace ours with a fresh one.
-                        if let Ok(fresh) = Anon::new(g.twin.len) {
-                            let old = std::mem::replace(&mut g.twin, fresh);
-                            std::mem::forget(old);
-                        }
-                    }
+                    g.abandon_twin(&e);
                     return false;
                 }
             }
@@ -357,21 +363,14 @@ impl Trapped {
         if runs.is_empty() {
             return Ok(false);
         }
-        let (first, last) = split_last_word(&runs);
-        let ops = |rs: &[vsci_dirty::Run]| -> Vec<(&[u8], u64)> { rs.iter().map(|&(o, n)| (g.twin.slice(o, n), s.seg_off + o as u64)).collect() };
-        let (first, last) = (ops(&first), ops(&[last]));
-        let r = s.target.ep.rma.fabric.write_many_ordered(&s.target.ep.peer, &first, &last, &s.target.region);
-        drop((first, last));
+        let twin = &g.twin;
+        let r = s.target.write_shipment(s.seg_off, &runs, |(o, n)| twin.slice(o, n));
         match r {
             Ok(()) => Ok(true),
             Err(e) => {
                 log::warn!("RMA write to node failed ({e}); stores to this map are no longer shipped");
                 s.failed.store(true, Ordering::SeqCst);
-                if matches!(e, vsci_fabric::Error::Abandoned) {
-                    if let Ok(fresh) = Anon::new(g.twin.len) {
-                        std::mem::forget(std::mem::replace(&mut g.twin, fresh));
-                    }
-                }
+                g.abandon_twin(&e);
                 Err(SciError::TransferFailed)
             }
         }
