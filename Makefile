@@ -13,7 +13,7 @@ VERSION  := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 # `make install-dis`: libsisci and the headers in Dolphin's layout (see
 # scripts/install-dis.sh and README.md).
 DIS_PREFIX ?= /opt/DIS
-LDSO_CONF  ?= /etc/ld.so.conf.d/vsci-dis.conf
+LDSO_CONF  ?= /etc/ld.so.conf.d/00-vsci-dis.conf
 
 HEADERS     := include/sisci_api.h include/sisci_types.h include/sisci_error.h
 DIS_HEADERS := include/dis/dis_types.h

@@ -5,7 +5,7 @@
 #   DIS_PREFIX  Dolphin's prefix, /opt/DIS by default
 #   DESTDIR     staging root prepended to every path written (packaging,
 #               tests); with it set, ldconfig is not run
-#   LDSO_CONF   the loader entry, /etc/ld.so.conf.d/vsci-dis.conf by default;
+#   LDSO_CONF   the loader entry, /etc/ld.so.conf.d/00-vsci-dis.conf by default;
 #               empty: no entry and no ldconfig
 #   FORCE       1: install over files that are not from an earlier
 #               install-dis (for example Dolphin's own libsisci)
@@ -20,7 +20,14 @@
 #                                         lib64/: CMake on Debian does not
 #                                         look in lib64/)
 #   /opt/DIS/share/vsci/installed-files   the list uninstall removes
-#   /etc/ld.so.conf.d/vsci-dis.conf       "/opt/DIS/lib64", then ldconfig
+#   /etc/ld.so.conf.d/00-vsci-dis.conf    "/opt/DIS/lib64", then ldconfig.
+#                                         "00-" because the loader takes the
+#                                         first libsisci.so the cache lists,
+#                                         in the order of these files: a
+#                                         program linked against /opt/DIS
+#                                         then loads that library even when
+#                                         `make install` put another one in
+#                                         /usr/local/lib (libc.conf).
 # vscid and vsci are not installed here: they stay where `make install` (or
 # the build) put them.  Uninstall removes exactly the listed files, then the
 # directories under DIS_PREFIX (DIS_PREFIX too) that are left empty.
@@ -32,7 +39,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 BUILD=${BUILD:-$here/../build}
 DIS_PREFIX=${DIS_PREFIX:-/opt/DIS}
 DESTDIR=${DESTDIR:-}
-LDSO_CONF=${LDSO_CONF-/etc/ld.so.conf.d/vsci-dis.conf}
+LDSO_CONF=${LDSO_CONF-/etc/ld.so.conf.d/00-vsci-dis.conf}
 FORCE=${FORCE:-}
 VERSION=${VERSION:-0.0.0}
 
@@ -107,6 +114,16 @@ do_install() {
         planned
     } > "$DESTDIR$manifest"
     run_ldconfig
+    if [ -z "$DESTDIR" ] && [ -n "$LDSO_CONF" ]; then
+        # Other copies stay in the cache, behind this one: say so, since a
+        # program linked against them without an rpath now loads ours.
+        local others
+        others=$(ldconfig -p | sed -n 's/^[[:space:]]*libsisci\.so[[:space:]].*=> //p' | grep -v "^$DIS_PREFIX/lib64/" || true)
+        if [ -n "$others" ]; then
+            echo "install-dis: note: the loader cache also lists, after $DIS_PREFIX/lib64:"
+            printf '  %s\n' $others
+        fi
+    fi
     echo "install-dis: libsisci and the SISCI headers are in $root (list: $DESTDIR$manifest)"
 }
 

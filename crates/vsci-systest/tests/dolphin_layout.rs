@@ -197,7 +197,7 @@ fn dis_layout_in_a_temporary_root() {
         assert_file(&dis.join("share/cmake/SISCI").join(f));
     }
     assert!(!dis.join("bin").exists(), "install-dis installed programs; vscid and vsci stay where they are");
-    let conf = root.path.join("etc/ld.so.conf.d/vsci-dis.conf");
+    let conf = root.path.join("etc/ld.so.conf.d/00-vsci-dis.conf");
     assert_eq!(read(&conf).trim(), "/opt/DIS/lib64", "the loader entry names the library directory");
     let pc = read(&lib64.join("pkgconfig/sisci.pc"));
     assert!(pc.contains("prefix=/opt/DIS\n") && pc.contains("libdir=${prefix}/lib64"), "sisci.pc:\n{pc}");
@@ -310,14 +310,24 @@ fn real_install_in_opt_dis() {
     }
     let dis = Path::new("/opt/DIS");
     let ours = dis.join("share/vsci/installed-files");
-    let conf = Path::new("/etc/ld.so.conf.d/vsci-dis.conf");
+    let conf = Path::new("/etc/ld.so.conf.d/00-vsci-dis.conf");
     if !ours.exists() && (dis.exists() || conf.exists()) {
         eprintln!("skipped: /opt/DIS or {} exists and is not vsci's (Dolphin's software?)", conf.display());
         return;
     }
     let _cleanup = RealInstall { dis_existed: dis.exists() };
 
-    make(&["install-dis"]).assert_success().assert_contains("install-dis: ldconfig");
+    // Another vsci in the loader cache (`make install` into /usr/local, as
+    // the quickstart does) must not win over the /opt/DIS entry, and the
+    // install says it is there.
+    let before = run("ldconfig -p", Command::new("ldconfig").arg("-p").stdin(Stdio::null()), Duration::from_secs(60));
+    let other = before.stdout.lines().find(|l| l.trim_start().starts_with("libsisci.so ")).map(str::to_owned);
+    let out = make(&["install-dis"]);
+    out.assert_success().assert_contains("install-dis: ldconfig");
+    if let Some(other) = other {
+        let path = other.rsplit("=> ").next().unwrap_or_default().trim().to_owned();
+        out.assert_contains(&format!("also lists, after /opt/DIS/lib64:\n  {path}"));
+    }
     assert_eq!(read(conf).trim(), "/opt/DIS/lib64");
 
     let work = TempDir::new("dis-real");
@@ -362,7 +372,7 @@ impl Drop for RealInstall {
             let _ = fs::remove_dir_all(dis);
         }
         // The test ran only if no vsci-dis.conf was there, or it was ours.
-        let conf = Path::new("/etc/ld.so.conf.d/vsci-dis.conf");
+        let conf = Path::new("/etc/ld.so.conf.d/00-vsci-dis.conf");
         if conf.exists() {
             let _ = fs::remove_file(conf);
             let _ = Command::new("ldconfig").status();
