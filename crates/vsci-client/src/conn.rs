@@ -218,11 +218,6 @@ impl Client {
         self.inner.dma_done.lock().unwrap().remove(&queue);
     }
 
-    /// Tells connections apart (two clones of one `Client` are the same).
-    pub(crate) fn identity(&self) -> *const () {
-        Arc::as_ptr(&self.inner).cast()
-    }
-
     pub fn node_id(&self) -> u32 {
         self.inner.node_id
     }

@@ -22,36 +22,90 @@ use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use vsci_proto::guest::{self, AgentRecord, Attachment, Role, RingError, Session};
 use vsci_proto::wire::Received;
 
-/// Another node's segments this process reaches through its host side.
-static PROXIED: std::sync::Mutex<Vec<std::sync::Weak<crate::RemoteSegment>>> = std::sync::Mutex::new(Vec::new());
-
-pub(crate) fn register_proxied(s: &std::sync::Arc<crate::RemoteSegment>) {
-    let mut v = PROXIED.lock().unwrap();
-    v.retain(|w| w.strong_count() > 0);
-    v.push(std::sync::Arc::downgrade(s));
+/// How a guest program's maps of another node's segment reach the owner:
+/// through the guest's host side, staging bytes in the segment's window
+/// (which QEMU shows the guest; the host side maps the same memory).
+pub(crate) struct AgentPath {
+    client: crate::Client,
+    conn: vsci_proto::ObjId,
+    window: NonNull<u8>,
+    len: usize,
+    size: u64,
+    /// Held while bytes are staged in the window and moved: every map of
+    /// the segment shares the window.
+    staging: Mutex<()>,
 }
 
-/// Ask the host side to ship every store made to other nodes' segments
-/// (what SCIFlush and friends promise); one request per connection.
-pub(crate) fn flush_proxied() -> crate::Result<()> {
-    let live: Vec<_> = {
-        let mut v = PROXIED.lock().unwrap();
-        v.retain(|w| w.strong_count() > 0);
-        v.iter().filter_map(std::sync::Weak::upgrade).collect()
-    };
-    let mut done: Vec<*const ()> = Vec::new();
-    let mut result = Ok(());
-    for s in live {
-        let key = s.client().identity();
-        if done.contains(&key) || s.is_lost() {
-            continue;
-        }
-        done.push(key);
-        if let Err(e) = s.client().call(vsci_proto::Request::FlushRemote { conn: None, refresh: None }) {
-            result = Err(e);
+// SAFETY: the window mapping is owned by this struct and only touched with
+// `staging` held.
+unsafe impl Send for AgentPath {}
+// SAFETY: as above.
+unsafe impl Sync for AgentPath {}
+
+impl AgentPath {
+    /// Map segment connection `conn`'s window (`fd`, `size` bytes).
+    pub(crate) fn new(client: crate::Client, conn: vsci_proto::ObjId, fd: BorrowedFd, size: u64) -> crate::Result<AgentPath> {
+        let len = usize::try_from(size).map_err(|_| vsci_proto::SciError::OutOfRange)?.div_ceil(4096) * 4096;
+        let nz = std::num::NonZeroUsize::new(len).ok_or(vsci_proto::SciError::IllegalParameter)?;
+        // SAFETY: a new MAP_SHARED mapping of the window device at an address
+        // of the kernel's choosing; it aliases no Rust object.
+        let p = unsafe { mmap(None, nz, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, fd, 0) }.map_err(|_| vsci_proto::SciError::Nospc)?;
+        Ok(AgentPath { client, conn, window: p.cast(), len, size, staging: Mutex::new(()) })
+    }
+
+    fn check(&self, off: u64, len: usize) -> crate::Result<usize> {
+        match off.checked_add(len as u64) {
+            Some(end) if end <= self.size => Ok(off as usize),
+            _ => Err(vsci_proto::SciError::OutOfRange),
         }
     }
-    result
+
+    /// The owner's bytes at segment offset `off` into `buf`: the host side
+    /// reads them into the window, a piece at a time, and we copy them out.
+    pub(crate) fn read(&self, buf: &mut [u8], off: u64) -> crate::Result<()> {
+        let at = self.check(off, buf.len())?;
+        let _g = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        let step = vsci_proto::MAX_REMOTE_FETCH as usize;
+        for (i, chunk) in buf.chunks_mut(step).enumerate() {
+            let o = at + i * step;
+            self.client.call(vsci_proto::Request::FetchRemote { conn: self.conn, offset: o as u64, len: chunk.len() as u64 })?;
+            // SAFETY: o + chunk.len() <= size <= len (checked), inside the
+            // window mapping, which lives as long as self; `staging` keeps
+            // our own threads off it. What a misbehaving host side writes
+            // there meanwhile is only bytes.
+            unsafe { std::ptr::copy_nonoverlapping(self.window.as_ptr().add(o), chunk.as_mut_ptr(), chunk.len()) };
+        }
+        Ok(())
+    }
+
+    /// A shipment of `runs` (ascending; offsets from segment offset
+    /// `seg_off`): their bytes are put in the window and the host side
+    /// writes them to the owner, the highest word last, in pieces of at
+    /// most `MAX_SHIP_RUNS` runs, each delivered before the next is sent.
+    pub(crate) fn ship<'a>(&self, seg_off: u64, runs: &[vsci_dirty::Run], bytes: impl Fn(vsci_dirty::Run) -> &'a [u8]) -> crate::Result<()> {
+        let _g = self.staging.lock().unwrap_or_else(|e| e.into_inner());
+        for piece in runs.chunks(vsci_proto::MAX_SHIP_RUNS) {
+            let mut sent = Vec::with_capacity(piece.len());
+            for &run in piece {
+                let data = bytes(run);
+                let o = self.check(seg_off + run.0 as u64, data.len())?;
+                // SAFETY: inside the window (checked), see `read`.
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.window.as_ptr().add(o), data.len()) };
+                sent.push((o as u64, data.len() as u64));
+            }
+            self.client.call(vsci_proto::Request::ShipRemote { conn: self.conn, runs: sent })?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for AgentPath {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        unsafe {
+            let _ = munmap(self.window.cast(), self.len);
+        }
+    }
 }
 
 /// The control device libsisci uses in a guest.

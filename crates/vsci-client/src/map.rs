@@ -133,7 +133,7 @@ impl Map {
         // SAFETY: delta < PAGE <= len, so the result is inside the mapping.
         let addr = unsafe { base.as_ptr().cast::<u8>().add(delta) };
         let (remote, fill) = match &target {
-            MapTarget::Remote(s) if s.target.is_some() => match Self::track_remote(s, base, len, page_off, prot, fd) {
+            MapTarget::Remote(s) if s.is_remote() => match Self::track_remote(s, base, len, page_off, prot) {
                 Ok(v) => v,
                 Err(e) => {
                     // SAFETY: the mapping made above, not yet handed out.
@@ -145,14 +145,6 @@ impl Map {
             },
             _ => (None, None),
         };
-        if let MapTarget::Remote(s) = &target {
-            if s.proxied {
-                // Ask the host side to keep what this map shows fresh; a
-                // map too large for that sees the owner's stores only
-                // through SCIMemCpy's fresh reads (as on a host).
-                let _ = s.client.call(vsci_proto::Request::WatchRemote { conn: s.id, offset, len: size, on: true });
-            }
-        }
         target.counter().fetch_add(1, Ordering::SeqCst);
         Ok(Map {
             target,
@@ -178,9 +170,8 @@ impl Map {
         len: usize,
         page_off: u64,
         prot: ProtFlags,
-        _fd: std::os::fd::BorrowedFd<'_>,
     ) -> Result<(Option<Arc<crate::remote::RemoteMap>>, Option<(NonNull<libc::c_void>, usize)>)> {
-        let target = s.target.clone().expect("checked by caller");
+        let owner = s.owner().expect("checked by caller");
         let shadow = nix::sys::memfd::memfd_create(c"vsci-remote-map", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC).map_err(|_| SciError::Nospc)?;
         nix::unistd::ftruncate(&shadow, len as i64).map_err(|_| SciError::Nospc)?;
         let nz = std::num::NonZeroUsize::new(len).expect("len > 0");
@@ -193,7 +184,7 @@ impl Map {
         let fill = unsafe { mmap(None, nz, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MmapFlags::MAP_SHARED, &shadow, 0) }.map_err(|_| SciError::Nospc)?;
         let valid = (s.size - page_off).min(len as u64) as usize;
         let readonly = !prot.contains(ProtFlags::PROT_WRITE);
-        match crate::remote::RemoteMap::new(target, base.as_ptr().cast(), len, page_off, valid, fill.as_ptr().cast(), crate::remote::Tracking::Faults, readonly) {
+        match crate::remote::RemoteMap::new(owner, base.as_ptr().cast(), len, page_off, valid, fill.as_ptr().cast(), readonly) {
             Ok(rm) => Ok((Some(rm), Some((fill, len)))),
             Err(e) => {
                 // SAFETY: the fill mapping made just above.
@@ -207,16 +198,7 @@ impl Map {
 
     /// Is this a map of another node's segment?
     pub fn is_remote(&self) -> bool {
-        self.remote.is_some() || self.proxied().is_some()
-    }
-
-    /// The segment, if this maps another node's segment through a guest's
-    /// host side.
-    fn proxied(&self) -> Option<&Arc<RemoteSegment>> {
-        match &self.target {
-            MapTarget::Remote(s) if s.proxied => Some(s),
-            _ => None,
-        }
+        self.remote.is_some()
     }
 
     /// Make every store made through this map visible at the owner.
@@ -225,10 +207,7 @@ impl Map {
             Some(r) => r.flush().map(|_| ()),
             None => {
                 crate::store_fence();
-                match self.proxied() {
-                    Some(s) => s.flush_proxied(None),
-                    None => Ok(()),
-                }
+                Ok(())
             }
         }
     }
@@ -250,27 +229,17 @@ impl Map {
                 // memory of at least `size` bytes at `addr`.
                 unsafe { std::ptr::copy(data.as_ptr(), self.addr.add(off), data.len()) };
                 crate::store_fence();
-                match self.proxied() {
-                    Some(s) => s.flush_proxied(None),
-                    None => Ok(()),
-                }
+                Ok(())
             }
         }
     }
 
     /// Read fresh bytes from the owner at `off` within this map.
     pub fn read_fresh(&self, buf: &mut [u8], off: usize) -> Result<()> {
+        if off.checked_add(buf.len()).is_none_or(|e| e > self.size) {
+            return Err(SciError::OutOfRange);
+        }
         match &self.target {
-            MapTarget::Remote(s) if s.proxied => {
-                if off.checked_add(buf.len()).is_none_or(|e| e > self.size) {
-                    return Err(SciError::OutOfRange);
-                }
-                s.flush_proxied(Some((self.offset + off as u64, buf.len() as u64)))?;
-                // SAFETY: bounds checked above; the map is readable shared
-                // memory of at least `size` bytes at `addr`.
-                unsafe { std::ptr::copy(self.addr.add(off), buf.as_mut_ptr(), buf.len()) };
-                Ok(())
-            }
             MapTarget::Remote(s) if s.is_remote() => s.read_fresh(buf, self.offset + off as u64),
             _ => Err(SciError::IllegalOperation),
         }
@@ -288,10 +257,6 @@ impl Map {
             return;
         }
         std::sync::atomic::fence(Ordering::SeqCst);
-        if let Some(s) = self.proxied() {
-            let _ = s.flush_proxied(None);
-            let _ = s.client.call(vsci_proto::Request::WatchRemote { conn: s.id, offset: self.offset, len: self.size as u64, on: false });
-        }
         if let Some(r) = &self.remote {
             // Unmap makes earlier stores visible at the owner; a lost
             // segment has nowhere to send them.

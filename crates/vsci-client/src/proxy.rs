@@ -3,12 +3,11 @@
 //! of these per remote segment or interrupt a guest program connected to.
 //!
 //! A segment: vscid hands out a shadow memfd, as for a host process; the
-//! agent plugs it into the guest as a window, and a [`ProxiedSegment`]
-//! keeps it in step with the owner: the guest's stores are found by
-//! comparing the shadow with a twin (they reach the shadow through QEMU's
-//! mapping, so no page fault ever tells us) and shipped by RMA, in the
-//! background for maps up to 1 MiB and always at the guest's flush points;
-//! the owner's bytes are refetched as for host maps.
+//! agent plugs it into the guest as a window, which the guest's libsisci
+//! uses only to stage bytes: its maps trap accesses as a host process's do
+//! (QEMU's mapping of the window would tell nobody about a store), and a
+//! [`ProxiedSegment`] moves what it is asked between the window and the
+//! owner.
 //!
 //! An interrupt: the guest triggers a relay page (same layout as an
 //! interrupt's shared page, with a sleeper announced forever so every
@@ -18,28 +17,38 @@
 use std::os::fd::BorrowedFd;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use vsci_proto::intr::{self, Shared, DATA_MAX};
 use vsci_proto::{RemoteAccess, RemoteTrigger, SciError};
 
-use crate::remote::{self, Endpoint, RemoteMap, RemoteTarget, Tracking};
+use crate::remote::{self, Endpoint, RemoteTarget};
 use crate::Result;
 
 const PAGE: usize = 4096;
 
-/// A remote segment's shadow, served to a guest.
+/// A remote segment's staging window, served to a guest.
+///
+/// The guest's libsisci keeps its maps itself (trapped, as a host
+/// process's, see `remote::trapped`): it asks for a page of the owner's
+/// bytes with `FetchRemote` and copies it out of the window, and ships its
+/// stores by copying them into the window and sending `ShipRemote`. This
+/// side only moves bytes between the window and the owner, checking every
+/// offset the guest gives.
 pub struct ProxiedSegment {
-    map: Arc<RemoteMap>,
+    target: RemoteTarget,
     size: u64,
     base: NonNull<libc::c_void>,
-    fill: NonNull<libc::c_void>,
     len: usize,
+    /// An RMA operation on the window was abandoned (the node died with it
+    /// in flight): the engine may still touch the window, so it is never
+    /// unmapped.
+    keep: std::sync::atomic::AtomicBool,
 }
 
-// SAFETY: the two mappings are owned by this struct and only touched by the
-// RemoteMap's tracker (behind its mutex) and at Drop.
+// SAFETY: the window mapping is owned by this struct; it is shared memory
+// that the guest writes concurrently anyway, and only read or written here
+// through raw copies.
 unsafe impl Send for ProxiedSegment {}
 // SAFETY: as above.
 unsafe impl Sync for ProxiedSegment {}
@@ -52,33 +61,12 @@ fn map_shared(fd: BorrowedFd, len: usize) -> Result<NonNull<libc::c_void>> {
 }
 
 impl ProxiedSegment {
-    /// Fill the shadow with the owner's bytes and start tracking it.
+    /// `shadow`: the memfd the guest sees as the segment's window.
     pub fn new(access: &RemoteAccess, shadow: BorrowedFd, size: u64) -> Result<ProxiedSegment> {
-        let target = Arc::new(RemoteTarget::new(access)?);
-        let size = usize::try_from(size).map_err(|_| SciError::OutOfRange)?;
-        let len = size.div_ceil(PAGE) * PAGE;
+        let target = RemoteTarget::new(access)?;
+        let len = usize::try_from(size).map_err(|_| SciError::OutOfRange)?.div_ceil(PAGE) * PAGE;
         let base = map_shared(shadow, len)?;
-        let fill = match map_shared(shadow, len) {
-            Ok(f) => f,
-            Err(e) => {
-                // SAFETY: the mapping made just above.
-                unsafe {
-                    let _ = munmap(base, len);
-                }
-                return Err(e);
-            }
-        };
-        match RemoteMap::new(target, base.as_ptr().cast(), len, 0, size, fill.as_ptr().cast(), Tracking::Compare, false) {
-            Ok(map) => Ok(ProxiedSegment { map, size: size as u64, base, fill, len }),
-            Err(e) => {
-                // SAFETY: both mappings made above, not handed out.
-                unsafe {
-                    let _ = munmap(base, len);
-                    let _ = munmap(fill, len);
-                }
-                Err(e)
-            }
-        }
+        Ok(ProxiedSegment { target, size, base, len, keep: Default::default() })
     }
 
     /// The segment's size.
@@ -86,23 +74,66 @@ impl ProxiedSegment {
         self.size
     }
 
-    /// Make every store the guest made so far visible at the owner.
-    pub fn flush(&self) -> Result<()> {
-        self.map.flush().map(|_| ())
+    /// `[off, off+len)` checked against the segment, as a window range.
+    fn range(&self, off: u64, len: u64) -> Result<(usize, usize)> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.size => Ok((off as usize, len as usize)),
+            _ => Err(SciError::OutOfRange),
+        }
     }
 
-    /// Keep `[off, off+len)` refetched in the background (or stop).
-    pub fn watch(&self, off: u64, len: u64, on: bool) -> Result<()> {
-        let off = usize::try_from(off).map_err(|_| SciError::OutOfRange)?;
-        let len = usize::try_from(len).map_err(|_| SciError::OutOfRange)?;
-        self.map.watch(off, len, on)
+    fn window(&self, off: usize, len: usize) -> &mut [u8] {
+        assert!(off + len <= self.len);
+        // SAFETY: in bounds of the window mapping (asserted), which lives as
+        // long as self. The guest may write the same bytes at any time
+        // through its own mapping: what it gets then is its own race.
+        unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().cast::<u8>().add(off), len) }
+    }
+
+    fn failed(&self, what: &str, e: &vsci_fabric::Error) -> SciError {
+        log::warn!("vsci: {what} for a guest failed: {e}");
+        if matches!(e, vsci_fabric::Error::Abandoned) {
+            self.keep.store(true, Ordering::SeqCst);
+        }
+        SciError::TransferFailed
+    }
+
+    /// `FetchRemote`: the owner's bytes at `[off, off+len)` into the window.
+    pub fn fetch(&self, off: u64, len: u64) -> Result<()> {
+        if len > vsci_proto::MAX_REMOTE_FETCH {
+            return Err(SciError::IllegalParameter);
+        }
+        let (off, len) = self.range(off, len)?;
+        // Into a buffer of ours first: the guest's window is not written
+        // until the bytes are all there.
+        self.target.read(self.window(off, len), off as u64)
+    }
+
+    /// `ShipRemote`: write these runs of the window to the owner, the
+    /// highest word last, all visible there on return.
+    pub fn ship(&self, runs: &[(u64, u64)]) -> Result<()> {
+        if runs.is_empty() || runs.len() > vsci_proto::MAX_SHIP_RUNS {
+            return Err(SciError::IllegalParameter);
+        }
+        let mut checked: Vec<vsci_dirty::Run> = Vec::with_capacity(runs.len());
+        for &(off, len) in runs {
+            if len == 0 {
+                return Err(SciError::IllegalParameter);
+            }
+            let r = self.range(off, len)?;
+            if checked.last().is_some_and(|p| p.0 + p.1 > r.0) {
+                return Err(SciError::IllegalParameter); // not ascending, or overlapping
+            }
+            checked.push(r);
+        }
+        self.target.write_shipment(0, &checked, |(o, n)| &*self.window(o, n)).map_err(|e| self.failed("a shipment", &e))
     }
 
     /// DMA on the guest's behalf: RMA-write `src` to the owner's memory at
     /// segment offset `off`, straight from the caller's buffer (a guest
-    /// segment's pages), not through the shadow.
+    /// segment's pages), not through the window.
     pub fn dma_write(&self, src: &[u8], off: u64) -> Result<()> {
-        self.map.target().write_direct(&[(src, off)]).map_err(|e| {
+        self.target.write_direct(&[(src, off)]).map_err(|e| {
             log::warn!("vsci: DMA write for a guest failed: {e}");
             SciError::TransferFailed
         })
@@ -113,34 +144,22 @@ impl ProxiedSegment {
     /// (the engine may write later): the guest's segment pages, which the
     /// caller keeps mapped for the process's life once a read was abandoned.
     pub fn dma_read(&self, dst: &mut [u8], off: u64) -> std::result::Result<(), (SciError, bool)> {
-        self.map.target().read_direct(dst, off).map_err(|e| {
+        self.target.read_direct(dst, off).map_err(|e| {
             log::warn!("vsci: DMA read for a guest failed: {e}");
             (SciError::TransferFailed, matches!(e, vsci_fabric::Error::Abandoned))
         })
-    }
-
-    /// Refetch `[off, off+len)` of the owner's bytes now (a guest's fresh
-    /// read), whatever the size of the segment.
-    pub fn refresh(&self, off: u64, len: u64) -> Result<()> {
-        let off = usize::try_from(off).map_err(|_| SciError::OutOfRange)?;
-        let len = usize::try_from(len).map_err(|_| SciError::OutOfRange)?;
-        if off.checked_add(len).is_none_or(|e| e as u64 > self.size) {
-            return Err(SciError::OutOfRange);
-        }
-        self.map.refresh_now(off, len).map(|_| ())
     }
 }
 
 impl Drop for ProxiedSegment {
     fn drop(&mut self) {
-        let _ = self.map.flush();
-        remote::flusher().remove(&self.map);
-        self.map.close();
-        // SAFETY: the mappings made in `new`; the tracker that used them is
-        // closed.
+        if self.keep.load(Ordering::SeqCst) {
+            return;
+        }
+        // SAFETY: the mapping made in `new`; no RMA operation on it is in
+        // flight (each one completed, or `keep` is set).
         unsafe {
             let _ = munmap(self.base, self.len);
-            let _ = munmap(self.fill, self.len);
         }
     }
 }

@@ -38,9 +38,9 @@ pub struct RemoteSegment {
     /// For a segment of another node: where its memory is (our memfd is
     /// then a shadow whose stores are shipped there).
     pub(crate) target: Option<Arc<crate::remote::RemoteTarget>>,
-    /// In a guest: another node's segment whose shadow the guest's host
-    /// side keeps in step (flush points ask it with `FlushRemote`).
-    pub(crate) proxied: bool,
+    /// In a guest: another node's segment, reached through the guest's
+    /// host side (our memfd is then the segment's staging window).
+    pub(crate) agent: Option<Arc<crate::guest::AgentPath>>,
 }
 
 fn expect_fd(mut fds: Vec<OwnedFd>) -> Result<OwnedFd> {
@@ -115,6 +115,16 @@ impl Client {
             },
             None => None,
         };
+        let agent = match proxied {
+            true => match crate::guest::AgentPath::new(self.clone(), conn, memfd.as_fd(), size) {
+                Ok(a) => Some(Arc::new(a)),
+                Err(e) => {
+                    let _ = self.call(Request::DisconnectSegment { conn });
+                    return Err(e);
+                }
+            },
+            false => None,
+        };
         let s = Arc::new(RemoteSegment {
             client: self.clone(),
             id: conn,
@@ -125,11 +135,8 @@ impl Client {
             events: Arc::new(EventQueue::default()),
             maps: AtomicUsize::new(0),
             target,
-            proxied,
+            agent,
         });
-        if proxied {
-            crate::guest::register_proxied(&s);
-        }
         if let Some(t) = &s.target {
             crate::remote::watch_segment(&s.events, &t.ep);
         }
@@ -258,19 +265,22 @@ impl RemoteSegment {
     /// Is this a segment of another node (reached over the RMA engine,
     /// directly or through a guest's host side)?
     pub fn is_remote(&self) -> bool {
-        self.target.is_some() || self.proxied
+        self.owner().is_some()
     }
 
-    /// Ask the guest's host side to ship our stores to this (proxied)
-    /// segment, and with `refresh` to refetch the owner's bytes.
-    pub(crate) fn flush_proxied(&self, refresh: Option<(u64, u64)>) -> Result<()> {
-        self.client.call(Request::FlushRemote { conn: Some(self.id), refresh }).map(|_| ())
+    /// Where this segment's memory is, if it is another node's.
+    pub(crate) fn owner(&self) -> Option<crate::remote::Owner> {
+        match (&self.target, &self.agent) {
+            (Some(t), _) => Some(crate::remote::Owner::Rma(t.clone())),
+            (None, Some(a)) => Some(crate::remote::Owner::Agent(a.clone())),
+            (None, None) => None,
+        }
     }
 
     /// Read fresh bytes from the owner (remote segments only).
     pub fn read_fresh(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        match &self.target {
-            Some(t) => t.read(buf, offset),
+        match self.owner() {
+            Some(o) => o.read(buf, offset),
             None => Err(SciError::IllegalOperation),
         }
     }

@@ -14,6 +14,13 @@ pub type ObjId = u64;
 
 /// Longest client name accepted in `Hello`.
 pub const MAX_NAME: usize = 256;
+/// Largest `FetchRemote` (a guest fetches a page at a time; fresh reads of
+/// more are split).
+pub const MAX_REMOTE_FETCH: u64 = 1 << 20;
+/// Most runs in one `ShipRemote`: with varint offsets the record stays well
+/// inside a guest ring's largest record. A shipment with more is sent as
+/// several, in ascending order, each delivered before the next goes.
+pub const MAX_SHIP_RUNS: usize = 200;
 
 /// Interrupt kind: plain doorbell or data interrupt (separate number spaces).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -86,15 +93,16 @@ pub enum Request {
     DisconnectInterrupt { conn: ObjId },
     ProbeNode { node_id: u32 },
     Status,
-    /// Guests only, answered by the guest's host side: make the stores the
-    /// program made to segments of other nodes (all, or connection `conn`'s)
-    /// visible at their owners; with `refresh` (offset, length), also
-    /// refetch those bytes of the owner's into the shadow. vscid refuses it.
-    FlushRemote { conn: Option<ObjId>, refresh: Option<(u64, u64)> },
-    /// Guests only, like `FlushRemote`: keep `[offset, offset+len)` of a
-    /// proxied segment refetched in the background (a map of it was made;
-    /// `on` false when it goes).
-    WatchRemote { conn: ObjId, offset: u64, len: u64, on: bool },
+    /// Guests only, answered by the guest's host side: read
+    /// `[offset, offset+len)` of the segment of connection `conn` from its
+    /// owner into the shadow the guest sees (its window), so that the guest
+    /// can copy it out. At most [`MAX_REMOTE_FETCH`] bytes. vscid refuses it.
+    FetchRemote { conn: ObjId, offset: u64, len: u64 },
+    /// Guests only, like `FetchRemote`: write these `(offset, len)` runs of
+    /// the shadow (ascending, not overlapping, at most
+    /// [`MAX_SHIP_RUNS`]) to the owner, the highest word last; `Done` once
+    /// all of it is visible there.
+    ShipRemote { conn: ObjId, runs: Vec<(u64, u64)> },
     /// Guests only: run a DMA transfer on the node's engine between the
     /// program's local segment `local` and the segment of connection
     /// `remote`. `queue` is the program's name for its queue; the end comes
@@ -126,8 +134,8 @@ pub enum Reply {
     /// Local segments carry the segment memfd. Remote ones carry a fresh
     /// zero-filled *shadow* memfd to map, plus where the owner's memory is.
     /// `proxied`: set by a guest's host side for another node's segment it
-    /// keeps in step on the guest's behalf (the memory is then a shadow,
-    /// flushed with `FlushRemote`).
+    /// reaches on the guest's behalf (the memory is then a staging window:
+    /// `FetchRemote` fills it from the owner, `ShipRemote` sends from it).
     Connected { conn: ObjId, node_id: u32, segment_id: u32, size: u64, remote: Option<RemoteAccess>, proxied: bool },
     Interrupt { intr: ObjId, number: u32 },
     /// Local interrupts carry [page memfd, eventfd]; remote ones no fds.

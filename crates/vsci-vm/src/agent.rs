@@ -249,25 +249,6 @@ impl Sess {
             lost: HashMap::new(),
         }
     }
-
-    /// Ship the guest's stores to other nodes' segments (all, or one).
-    fn flush_proxied(&self, conn: Option<ObjId>, refresh: Option<(u64, u64)>) -> std::result::Result<(), SciError> {
-        let mut r = Ok(());
-        for (c, p) in &self.proxied {
-            if conn.is_some_and(|x| x != *c) {
-                continue;
-            }
-            let res = p.flush().and_then(|_| match refresh {
-                Some((off, len)) => p.refresh(off, len),
-                None => Ok(()),
-            });
-            log::debug!("vsci agent: flushed the shadow of connection {c}: {res:?}");
-            if let Err(e) = res {
-                r = Err(e);
-            }
-        }
-        r
-    }
 }
 
 /// A remote interrupt the guest triggers: the relay page's doorbell.
@@ -457,10 +438,9 @@ impl Worker {
         }
     }
 
-    /// The guest rang a relay: stores first, then its triggers.
+    /// The guest rang a relay (its libsisci shipped its stores first).
     fn relay(&mut self, i: usize, conn: ObjId) {
         let Some(s) = self.sessions[i].as_mut() else { return };
-        let _ = s.flush_proxied(None, None);
         if let Some(r) = s.relays.get_mut(&conn) {
             let _ = ivshmem::drain(r.bell.as_fd());
             if let Err(e) = r.trigger.forward() {
@@ -637,18 +617,20 @@ impl Worker {
                 }
                 return self.to_guest(i, &ServerMsg::Reply { tag, result: Ok(Reply::Done) }, Vec::new());
             }
-            Request::WatchRemote { conn, offset, len, on } => {
+            // Ours to answer: the guest's maps of other nodes' segments.
+            Request::FetchRemote { conn, offset, len } => {
                 let r = match self.sessions[i].as_ref().expect("open").proxied.get(&conn) {
-                    Some(p) => p.watch(offset, len, on).map(|_| Reply::Done),
+                    Some(p) => p.fetch(offset, len).map(|_| Reply::Done),
                     None => Err(SciError::IllegalParameter),
                 };
                 return self.to_guest(i, &ServerMsg::Reply { tag, result: r }, Vec::new());
             }
-            // Ours to answer: the guest's stores to other nodes' segments.
-            Request::FlushRemote { conn, refresh } => {
-                let r = self.sessions[i].as_ref().expect("open").flush_proxied(conn, refresh);
-                let msg = ServerMsg::Reply { tag, result: r.map(|_| Reply::Done) };
-                return self.to_guest(i, &msg, Vec::new());
+            Request::ShipRemote { conn, runs } => {
+                let r = match self.sessions[i].as_ref().expect("open").proxied.get(&conn) {
+                    Some(p) => p.ship(&runs).map(|_| Reply::Done),
+                    None => Err(SciError::IllegalParameter),
+                };
+                return self.to_guest(i, &ServerMsg::Reply { tag, result: r }, Vec::new());
             }
             other => other,
         };

@@ -711,7 +711,7 @@ impl Node {
         let cfg = &self.cfg;
         let mut reg = self.lock();
         let result: Result<Outgoing, SciError> = match req {
-            R::Hello { .. } | R::FlushRemote { .. } | R::WatchRemote { .. } | R::DmaStart { .. } | R::DmaAbort { .. } => {
+            R::Hello { .. } | R::FetchRemote { .. } | R::ShipRemote { .. } | R::DmaStart { .. } | R::DmaAbort { .. } => {
                 Err(SciError::IllegalOperation)
             }
             R::CreateSegment { segment_id, auto_id, size, events: _ } => {

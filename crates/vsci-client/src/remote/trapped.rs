@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use vsci_dirty::trap::{self, Fault, Trap, TrapHandler, TrapOptions};
 
-use super::{abandoned, RemoteTarget};
+use super::{Owner, OwnerError};
 use crate::Result;
 use vsci_proto::SciError;
 
@@ -53,10 +53,10 @@ impl Pages {
     /// After an abandoned RMA operation the engine may still read or write
     /// the twin later: it must never be unmapped. Keep it for good and go
     /// on with a fresh one.
-    fn abandon_twin(&mut self, e: &vsci_fabric::Error) {
-        if matches!(e, vsci_fabric::Error::Abandoned) {
+    fn abandon_twin(&mut self, e: &OwnerError) {
+        if e.is_abandoned() {
             if let Ok(fresh) = Anon::new(self.twin.len) {
-                abandoned(e, std::mem::replace(&mut self.twin, fresh));
+                std::mem::forget(std::mem::replace(&mut self.twin, fresh));
             }
         }
     }
@@ -124,7 +124,7 @@ impl Drop for Anon {
 
 /// The fault handler's view of one map.
 pub(crate) struct Shadow {
-    target: Arc<RemoteTarget>,
+    owner: Owner,
     /// Segment offset of the mapping's first byte.
     seg_off: u64,
     /// The untracked mapping of the same memfd pages.
@@ -194,7 +194,7 @@ impl Shadow {
         let n = self.page_valid(p);
         let twin = g.twin.slice_mut(p * self.page, self.page);
         if n > 0 {
-            match self.target.read_direct(&mut twin[..n], self.seg_off + (p * self.page) as u64) {
+            match self.owner.read_direct(&mut twin[..n], self.seg_off + (p * self.page) as u64) {
                 Ok(()) => {}
                 Err(e) => {
                     self.failed.store(true, Ordering::SeqCst);
@@ -260,7 +260,7 @@ pub(crate) struct Trapped {
 impl Trapped {
     /// Trap `base..base+len` (the program's mapping of a fresh private
     /// memfd, also mapped at `fill`).
-    pub(crate) fn new(target: Arc<RemoteTarget>, base: *mut u8, len: usize, seg_off: u64, valid: usize, fill: *mut u8, readonly: bool) -> Result<Trapped> {
+    pub(crate) fn new(owner: Owner, base: *mut u8, len: usize, seg_off: u64, valid: usize, fill: *mut u8, readonly: bool) -> Result<Trapped> {
         let page = vsci_dirty::page_size();
         let npages = len / page;
         let words = npages.div_ceil(64);
@@ -272,7 +272,7 @@ impl Trapped {
             twin: Anon::new(len)?,
         };
         let shadow = Arc::new(Shadow {
-            target,
+            owner,
             seg_off,
             fill: fill as usize,
             len,
@@ -364,7 +364,7 @@ impl Trapped {
             return Ok(false);
         }
         let twin = &g.twin;
-        let r = s.target.write_shipment(s.seg_off, &runs, |(o, n)| twin.slice(o, n));
+        let r = s.owner.write_shipment(s.seg_off, &runs, |(o, n)| twin.slice(o, n));
         match r {
             Ok(()) => Ok(true),
             Err(e) => {
@@ -390,10 +390,12 @@ impl Trapped {
         let Some(trap) = trap else { return Err(SciError::TransferFailed) };
         let mut g = s.lock();
         self.ship_locked(&trap, &mut g)?;
-        if let Err(e) = s.target.ep.rma.fabric.write(&s.target.ep.peer, &data, &s.target.region, s.seg_off + off as u64) {
+        if let Err(e) = s.owner.write(&data, s.seg_off + off as u64) {
             log::warn!("RMA write to node failed ({e}); stores to this map are no longer shipped");
             s.failed.store(true, Ordering::SeqCst);
-            abandoned(&e, data);
+            if e.is_abandoned() {
+                std::mem::forget(data);
+            }
             return Err(SciError::TransferFailed);
         }
         // No page is dirty now (just shipped, and stores wait for the lock):
@@ -442,24 +444,6 @@ impl Trapped {
             let _ = trap.zap(first * s.page, n * s.page);
         }
         zap.len()
-    }
-
-    /// Drop these pages (offsets in the map) so they are fetched fresh.
-    pub(crate) fn refresh_range(&self, off: usize, len: usize) -> Result<()> {
-        let trap = self.trap.lock().unwrap().clone();
-        let Some(trap) = trap else { return Ok(()) };
-        let s = &*self.shadow;
-        let mut g = s.lock();
-        let (first, last) = (off / s.page, (off + len).div_ceil(s.page).min(s.len / s.page));
-        let Pages { dirty, present, present_list, .. } = &mut *g;
-        for p in first..last {
-            if bit(present, p) && !bit(dirty, p) {
-                let _ = trap.zap(p * s.page, s.page);
-                present[p / 64] &= !(1 << (p % 64));
-            }
-        }
-        present_list.retain(|&p| bit(present, p as usize));
-        Ok(())
     }
 
     /// Stop trapping (before the mapping goes away).
