@@ -102,7 +102,7 @@ fn pkg_config_builds_an_unmodified_program() {
     run("cc pingpong.c $(pkg-config --cflags --libs sisci)", &mut cc, PROGRAM_TIMEOUT).assert_success();
 
     let d = Daemon::start(12);
-    let mut server = Proc::spawn("pingpong -server", d.client(&exe).args(["-server", "-n", "1000"]));
+    let server = Proc::spawn("pingpong -server", d.client(&exe).args(["-server", "-n", "1000"]));
     let client = run("pingpong -client", d.client(&exe).args(["-client", "-rn", "12", "-n", "1000"]), PROGRAM_TIMEOUT);
     client.assert_success().assert_contains("median");
     let s = server.wait(PROGRAM_TIMEOUT);

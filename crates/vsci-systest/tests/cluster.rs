@@ -21,7 +21,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::*;
-use netns::{Cluster, Rogue};
+use netns::{guests_possible, Cluster, Rogue};
 
 /// Bound on one client program (a hang fails the test instead of blocking it).
 const RUN: Duration = Duration::from_secs(90);
@@ -616,33 +616,7 @@ fn link_cut_and_restored() {
 /// vscid) running `sh -c SCRIPT` with the examples it names copied in.
 fn guest_on(c: &Cluster, node: u32, name: &str, examples: &[&str], script: &str) -> Proc {
     let files: Vec<(PathBuf, &str)> = examples.iter().map(|e| (example(e), *e)).collect();
-    guest_with(c, node, name, &files, script)
-}
-
-/// As [`guest_on`], with any programs (host path, name in the guest's /bin).
-fn guest_with(c: &Cluster, node: u32, name: &str, files: &[(PathBuf, &str)], script: &str) -> Proc {
-    let vsci = built("bin/vsci");
-    let socket = c.node(node).socket.to_string_lossy().to_string();
-    let mut cmd = c.client(node, &vsci);
-    cmd.args(["vm", "run", "--socket", &socket, "--name", name, "--timeout", "240"]);
-    for (path, e) in files {
-        cmd.arg("--add").arg(format!("{}:/bin/{e}", path.display()));
-    }
-    cmd.args(["--", "sh", "-c", script]);
-    Proc::spawn(&format!("guest {name} on node {node}"), &mut cmd)
-}
-
-fn have_qemu() -> bool {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join("qemu-system-x86_64").is_file()))
-        .unwrap_or(false);
-    if !found {
-        println!("SKIPPED: qemu-system-x86_64 not installed");
-        return false;
-    }
-    // The guests boot inside namespaces, where the image cannot be built.
-    guest_image();
-    true
+    c.guest(node, name, &files, script)
 }
 
 /// A guest on node 1 reaches node 2 and node 2 reaches the guest: an
@@ -652,7 +626,7 @@ fn have_qemu() -> bool {
 /// engine; its host side keeps the shadows in step and relays triggers.
 #[test]
 fn guest_and_remote_node() {
-    if !have_qemu() {
+    if !guests_possible() {
         return;
     }
     let Some(c) = Cluster::start(&[1, 2]) else { return };
@@ -697,7 +671,7 @@ fn guest_and_remote_node() {
         let size = (8usize << 20).to_string();
         let mut owner = spawn(&c, 2, &t_remote(), &["owner", "0x7708", &size]);
         owner.wait_line("OWNER READY", LINE_TIMEOUT);
-        let g = guest_with(&c, 1, "whole", &[(t_remote(), "t_remote")], "t_remote write -whole 2:0x7708");
+        let g = c.guest(1, "whole", &[(t_remote(), "t_remote")], "t_remote write -whole 2:0x7708");
         finish(g, Duration::from_secs(300)).assert_contains("WRITE OK node=2");
         owner.wait_line("OWNER VERIFIED round=1 writer=1", LINE_TIMEOUT);
         owner.signal(libc::SIGTERM);
@@ -723,7 +697,7 @@ fn guest_and_remote_node() {
 /// of the final pattern matches what the guest wrote.
 #[test]
 fn guest_dma_across_nodes() {
-    if !have_qemu() {
+    if !guests_possible() {
         return;
     }
     let Some(c) = Cluster::start(&[1, 2]) else { return };

@@ -15,16 +15,6 @@ use std::time::Duration;
 
 use common::*;
 
-fn have_qemu() -> bool {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join("qemu-system-x86_64").is_file()))
-        .unwrap_or(false);
-    if !found {
-        println!("SKIPPED: qemu-system-x86_64 not installed");
-    }
-    found
-}
-
 #[test]
 fn every_dma_case_in_a_guest() {
     if !have_qemu() {

@@ -32,14 +32,6 @@ const GUEST_TIMEOUT: Duration = Duration::from_secs(400);
 /// Waits inside the examples.
 const WAIT_MS: &str = "200000";
 
-fn have_qemu() -> bool {
-    if vsci_vm::run::find_qemu().is_some() {
-        return true;
-    }
-    println!("SKIPPED: qemu-system-x86_64 is not installed");
-    false
-}
-
 fn example(name: &str) -> PathBuf {
     built(&format!("examples/{name}"))
 }

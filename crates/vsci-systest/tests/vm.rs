@@ -41,14 +41,6 @@ macro_rules! ok {
     };
 }
 
-fn have_qemu() -> bool {
-    if vsci_vm::run::find_qemu().is_some() {
-        return true;
-    }
-    eprintln!("SKIP: qemu-system-x86_64 is not installed (Debian: apt-get install qemu-system-x86, or scripts/install-deps.sh)");
-    false
-}
-
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }

@@ -45,6 +45,15 @@ pub fn built(rel: &str) -> PathBuf {
     p
 }
 
+/// Is QEMU installed? Says SKIPPED for the calling test when it is not.
+pub fn have_qemu() -> bool {
+    if vsci_vm::run::find_qemu().is_some() {
+        return true;
+    }
+    println!("SKIPPED: qemu-system-x86_64 is not installed (scripts/install-deps.sh installs it)");
+    false
+}
+
 /// Builds the guest image (or finds it cached) with `vsci vm image`, once
 /// per test binary. Tests that boot guests inside a network namespace call
 /// it first: the image build downloads the guest kernel from the package

@@ -107,7 +107,32 @@ fn cluster_toml(key_file: &str, nodes: &[(u32, String)]) -> String {
     s
 }
 
+/// Can guests boot in the cluster's namespaces? QEMU must be there, and
+/// the guest image is built first, outside any namespace (the build
+/// downloads the guest kernel).
+pub fn guests_possible() -> bool {
+    if !have_qemu() {
+        return false;
+    }
+    guest_image();
+    true
+}
+
 impl Cluster {
+    /// `vsci vm run` on member `node`: a guest whose /bin holds `files`
+    /// (host path, name) runs `sh -c script`.
+    pub fn guest(&self, node: u32, name: &str, files: &[(PathBuf, &str)], script: &str) -> Proc {
+        let vsci = built("bin/vsci");
+        let socket = self.node(node).socket.to_string_lossy().to_string();
+        let mut cmd = self.client(node, &vsci);
+        cmd.args(["vm", "run", "--socket", &socket, "--name", name, "--timeout", "240"]);
+        for (path, e) in files {
+            cmd.arg("--add").arg(format!("{}:/bin/{e}", path.display()));
+        }
+        cmd.args(["--", "sh", "-c", script]);
+        Proc::spawn(&format!("guest {name} on node {node}"), &mut cmd)
+    }
+
     /// Members `ids` (sharing one key and one cluster file) and no rogues.
     pub fn start(ids: &[u32]) -> Option<Cluster> {
         Cluster::start_with(ids, &[])
