@@ -624,6 +624,44 @@ static int idle_map(const char *target, unsigned seconds)
     return 0;
 }
 
+/* ---- a map whose segment is lost ------------------------------------------------------ */
+
+/* Map all of NODE:SEG without touching it, wait until the segment is lost
+ * (its owner goes away), then store into every page - none of them was
+ * ever fetched - read the stores back and flush. Every access must
+ * complete on the local shadow (no hang, no signal); SCIMemCpy reports the
+ * failure. */
+static int lost_map(const char *target)
+{
+    sci_error_t err;
+    unsigned node;
+    sci_desc_t sd = open_sd(&node);
+    struct rseg r;
+    rseg_connect(sd, &r, target, 0, 0);
+    printf("LOST MAPPED node=%u owner=%u map=%zu bytes\n", node, r.node, r.size);
+    sci_error_t status;
+    sci_segment_cb_reason_t why;
+    do {
+        EXPECT(SCI_ERR_OK, why = SCIWaitForRemoteSegmentEvent(r.rs, &status, wait_ms, NO_FLAGS, &err));
+    } while (why != SCI_CB_LOST);
+    printf("LOST EVENT\n");
+    for (size_t off = 0; off < r.size; off += 4096)
+        r.p[off + (off / 4096) % 4000] = (unsigned char)(off / 4096 + 1);
+    for (size_t off = 0; off < r.size; off += 4096)
+        CHECK_MSG(r.p[off + (off / 4096) % 4000] == (unsigned char)(off / 4096 + 1),
+                  "the store at %zu reads back as 0x%02x", off + (off / 4096) % 4000,
+                  r.p[off + (off / 4096) % 4000]);
+    SCIFlush(NULL, NO_FLAGS);
+    unsigned char b = 7;
+    SCIMemCpy(NULL, &b, r.map, 0, 1, NO_FLAGS, &err);
+    CHECK_MSG(err != SCI_ERR_OK, "SCIMemCpy to a lost segment succeeded");
+    printf("LOST STORES DONE pages=%zu memcpy=%s\n", r.size / 4096, err_name(err));
+    EXPECT(SCI_ERR_OK, SCIUnmapSegment(r.map, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIDisconnectSegment(r.rs, NO_FLAGS, &err));
+    close_sd(sd);
+    return 0;
+}
+
 /* ---- main --------------------------------------------------------------------------- */
 
 static const char *arg(int argc, char **argv, int i)
@@ -668,7 +706,8 @@ int main(int argc, char **argv)
                 "  order-recv ROUNDS SIZE MYSEG SENDERNODE:SENDERSEG\n"
                 "  order-send ROUNDS MYSEG RECVNODE:RECVSEG\n"
                 "  big-owner SEG SIZE\n"
-                "  idle-map NODE:SEG SECONDS\n");
+                "  idle-map NODE:SEG SECONDS\n"
+                "  lost-map NODE:SEG\n");
         return 2;
     }
     const char *role = argv[1];
@@ -702,6 +741,8 @@ int main(int argc, char **argv)
         return big_owner((unsigned)argu(argc, argv, 2), (size_t)argu(argc, argv, 3));
     if (strcmp(role, "idle-map") == 0)
         return idle_map(arg(argc, argv, 2), (unsigned)argu(argc, argv, 3));
+    if (strcmp(role, "lost-map") == 0)
+        return lost_map(arg(argc, argv, 2));
     fprintf(stderr, "t_store: unknown role %s\n", role);
     return 2;
 }

@@ -286,6 +286,28 @@ fn flag_after_payload_through_a_large_map() {
 
 // ---- an idle large map --------------------------------------------------------------------
 
+/// A map whose owner dies before the program touched it: stores to every
+/// page (none was ever fetched) complete on the local shadow and read back,
+/// SCIFlush returns, SCIMemCpy reports the failure. (A page that could not
+/// be fetched used to be left out of the shadow's memfd, and the store
+/// trapped again for ever.)
+#[test]
+fn stores_into_a_lost_map_complete() {
+    let _g = serial();
+    let Some(c) = Cluster::start(&[1, 2]) else { return };
+    let mut owner = spawn(&c, 2, &["big-owner", "0x5750", "1m"]);
+    owner.wait_line("BIG READY", LINE_TIMEOUT);
+    let mut lost = spawn(&c, 1, &["lost-map", "2:0x5750"]);
+    lost.wait_line("LOST MAPPED", LINE_TIMEOUT);
+    owner.signal(libc::SIGKILL);
+    let _ = owner.wait(RUN);
+    let out = lost.wait(Duration::from_secs(60));
+    show(&out);
+    out.assert_success().assert_contains("LOST EVENT").assert_contains("LOST STORES DONE pages=256");
+    c.wait_clean(1, "after the lost map");
+    c.wait_clean(2, "after the lost map");
+}
+
 /// A program maps a whole 1 GiB segment of another node, stores one byte,
 /// SCIFlush-es and sleeps: over 5 s of that sleep its node's link (eth0 in
 /// its namespace, received plus sent) moves less than 1 MiB.

@@ -183,6 +183,21 @@ impl Shadow {
         unsafe { std::slice::from_raw_parts_mut((self.fill + p * self.page) as *mut u8, self.page) }
     }
 
+    /// Make page `p` exist in the memfd without changing a byte of it
+    /// (UFFDIO_CONTINUE maps only pages the memfd has).
+    fn allocate(&self, p: usize) {
+        // SAFETY: the page lies in the fill mapping (alive, see the Send
+        // impl). A compare-exchange of a byte with its own value is a
+        // write access (it allocates the page) that cannot undo a store
+        // the program makes meanwhile: if the byte changed, it fails.
+        // (An idempotent `fetch_or(0)` is not enough: LLVM turns it into a
+        // fenced load, and a load does not make the page exist: measured,
+        // UFFDIO_CONTINUE then failed with EFAULT on every retry.)
+        let b = unsafe { &*((self.fill + p * self.page) as *const std::sync::atomic::AtomicU8) };
+        let v = b.load(Ordering::Relaxed);
+        let _ = b.compare_exchange(v, v, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
     /// Bytes of page `p` that lie inside the segment.
     fn page_valid(&self, p: usize) -> usize {
         self.valid.saturating_sub(p * self.page).min(self.page)
@@ -222,14 +237,18 @@ impl TrapHandler for Shadow {
         if self.failed.load(Ordering::Relaxed) {
             // Nowhere to fetch from: let the access complete on what the
             // shadow holds (its page must exist in the memfd to be mapped).
-            // SAFETY: the page lies in the fill mapping; an atomic no-op
-            // read-modify-write allocates it without changing any byte.
-            let b = unsafe { &*((self.fill + p * self.page) as *const std::sync::atomic::AtomicU8) };
-            b.fetch_or(0, Ordering::Relaxed);
+            self.allocate(p);
         }
         let off = p * self.page;
         if f.present != Some(true) {
-            let _ = trap.map_in(off, self.page, !f.write && !dirty);
+            if let Err(e) = trap.map_in(off, self.page, !f.write && !dirty) {
+                // Only a page missing from the memfd fails here; the access
+                // would trap again for ever. Make it exist and try once more.
+                self.allocate(p);
+                if let Err(e2) = trap.map_in(off, self.page, !f.write && !dirty) {
+                    log::error!("vsci: cannot map a page of a remote map ({e}, then {e2})");
+                }
+            }
             let Pages { present, present_list, .. } = &mut *g;
             set(present, present_list, p);
         }
