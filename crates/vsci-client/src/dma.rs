@@ -471,10 +471,58 @@ impl Shared {
         if let (Some((client, queue)), DmaLocal::Segment(local)) = (&self.forward, &t.local) {
             return self.execute_forwarded(client, *queue, local, t);
         }
-        match &t.remote.target {
-            None => self.execute_local(t),
-            Some(target) => self.execute_rma(t, target),
+        match (&t.remote.target, &t.remote.agent) {
+            (Some(target), _) => self.execute_rma(t, target),
+            (None, Some(agent)) => self.execute_agent(t, agent),
+            (None, None) => self.execute_local(t),
         }
+    }
+
+    /// In a guest, program memory to or from another node's segment: the
+    /// guest's host side reads or writes the owner for us, a chunk at a
+    /// time through the connection's staging window (the window is not the
+    /// segment: bytes copied into it alone would never reach the owner).
+    fn execute_agent(&self, t: &Transfer, agent: &crate::guest::AgentPath) -> SciError {
+        // The program's earlier stores to remote maps go first.
+        if crate::remote::flush_all().is_err() && t.remote.is_lost() {
+            return SciError::TransferFailed;
+        }
+        for e in &t.entries {
+            let n = e.size as usize;
+            let l_ptr = match &t.local {
+                DmaLocal::Mem { addr, .. } => (*addr + e.local_offset as usize) as *mut u8,
+                // Segment to segment is forwarded to the host side whole.
+                DmaLocal::Segment(_) => return SciError::IllegalOperation,
+            };
+            let mut off = 0usize;
+            while off < n {
+                if self.aborted() {
+                    return SciError::Cancelled;
+                }
+                if t.remote.is_lost() {
+                    return SciError::TransferFailed;
+                }
+                let len = CHUNK.min(n - off);
+                let roff = e.remote_offset + off as u64;
+                let r = if t.read {
+                    // SAFETY: the program's buffer, which it vouched for
+                    // (SCIStartDmaTransferMem's contract); validate()
+                    // checked the segment side.
+                    let dst = unsafe { std::slice::from_raw_parts_mut(l_ptr.add(off), len) };
+                    agent.read(dst, roff)
+                } else {
+                    // SAFETY: as above; only read.
+                    let src = unsafe { std::slice::from_raw_parts(l_ptr.add(off), len) };
+                    agent.ship(roff, &[(0, len)], |(o, k)| &src[o..o + k])
+                };
+                if let Err(err) = r {
+                    log::warn!("vsci: DMA through the host side failed: {}", err.c_name());
+                    return SciError::TransferFailed;
+                }
+                off += len;
+            }
+        }
+        SciError::Ok
     }
 
     /// In a guest: the node's engine moves the bytes (the guest's host side

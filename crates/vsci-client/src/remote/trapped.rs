@@ -142,6 +142,10 @@ pub(crate) struct Shadow {
     /// When the first page dirty since the last shipment became dirty
     /// (`now_ns`), 0 when none is.
     oldest_dirty: AtomicU64,
+    /// When the last fault was handled (`now_ns`).
+    last_fault: AtomicU64,
+    /// Longest a background shipment waits for faults to stop (ns).
+    stream_cap: u64,
 }
 
 /// CLOCK_MONOTONIC in nanoseconds (a vDSO call: fine in a signal handler).
@@ -264,6 +268,7 @@ impl TrapHandler for Shadow {
             self.stored.store(true, Ordering::Release);
         }
         drop(g);
+        self.last_fault.store(now_ns(), Ordering::Release);
         if f.write {
             super::wake_flusher();
         }
@@ -290,6 +295,10 @@ impl Trapped {
             present_list: Vec::with_capacity(npages),
             twin: Anon::new(len)?,
         };
+        let owner_kind = match owner {
+            Owner::Rma(_) => OwnerKind::Rma,
+            Owner::Agent(_) => OwnerKind::Agent,
+        };
         let shadow = Arc::new(Shadow {
             owner,
             seg_off,
@@ -302,6 +311,11 @@ impl Trapped {
             faults: AtomicU64::new(0),
             stored: AtomicBool::new(false),
             oldest_dirty: AtomicU64::new(0),
+            last_fault: AtomicU64::new(0),
+            stream_cap: match owner_kind {
+                OwnerKind::Rma => STREAM_CAP_RMA,
+                OwnerKind::Agent => STREAM_CAP_AGENT,
+            },
         });
         // SAFETY: `base..base+len` is a page-aligned shared memfd mapping the
         // owning `Map` keeps until after `close()` unregisters the trap.
@@ -327,17 +341,25 @@ impl Trapped {
 
     /// The background shipment: ship once the first page made dirty since
     /// the last shipment has been so for `settle` (the program's store has
-    /// landed, and the stores that follow it in the same page), else say
-    /// when that will be (ns, `now_ns` clock).
+    /// landed, and the stores that follow it in the same page) and no page
+    /// has faulted for `settle` either, but no later than `stream_cap`
+    /// after that first store; else say when that will be (ns, `now_ns`
+    /// clock).
     ///
     /// Shipping sooner would write-protect a page the program is still
-    /// writing: its next store would trap and fetch the page again.
+    /// writing: its next store would trap and fetch the page again. And a
+    /// program streaming through fresh pages faults once per page, each
+    /// fault a read from the owner: a shipment between two of them holds
+    /// the map for a write round trip and doubles the cost of every page
+    /// (measured in a guest: 2 control round trips per page instead of 1).
     pub(crate) fn ship_due(&self, settle: u64) -> (Result<bool>, Option<u64>) {
-        let since = self.shadow.oldest_dirty.load(Ordering::Acquire);
+        let s = &*self.shadow;
+        let since = s.oldest_dirty.load(Ordering::Acquire);
         if since == 0 {
             return (Ok(false), None);
         }
-        let due = since + settle;
+        let quiet = s.last_fault.load(Ordering::Acquire).max(since) + settle;
+        let due = quiet.min(since + settle.max(s.stream_cap));
         if now_ns() < due {
             return (Ok(false), Some(due));
         }
@@ -471,6 +493,18 @@ impl Trapped {
             trap::unregister(&t);
         }
     }
+}
+
+/// Longest a background shipment waits while the program keeps faulting
+/// fresh pages: a host's faults are RMA reads (tens of µs), a guest's are
+/// control round trips to its host side (ms under emulation).
+const STREAM_CAP_RMA: u64 = 1_000_000;
+const STREAM_CAP_AGENT: u64 = 50_000_000;
+
+/// Which way a map reaches its owner (sets how long shipments may wait).
+enum OwnerKind {
+    Rma,
+    Agent,
 }
 
 /// Ascending page numbers as (first, count) runs of consecutive pages.
