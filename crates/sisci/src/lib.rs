@@ -13,6 +13,7 @@ mod dma;
 pub(crate) use dma::*;
 mod dolphin_abi;
 mod handles;
+mod memcpy;
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -208,6 +209,10 @@ pub unsafe extern "C" fn SCIInitialize(flags: c_uint, error: *mut SciErr) {
 
 #[no_mangle]
 pub extern "C" fn SCITerminate() {
+    // Release everything the program still holds, and let the release calls
+    // programs make after SCITerminate (as they may with Dolphin's library)
+    // succeed: see handles::mark_terminated.
+    handles::mark_terminated(handles::all());
     for d in handles::descriptors() {
         close_descriptor(d);
     }
@@ -249,6 +254,9 @@ pub unsafe extern "C" fn SCIClose(sd: Handle, flags: c_uint, error: *mut SciErr)
     unsafe {
         report(error, (), || {
             check_flags(flags, 0)?;
+            if handles::desc(h(sd)).is_err() && handles::take_terminated(h(sd)) {
+                return Ok(()); // closed by SCITerminate
+            }
             handles::desc(h(sd))?;
             close_descriptor(h(sd));
             Ok(())
@@ -448,7 +456,12 @@ macro_rules! handle_op {
             unsafe {
                 report(error, (), || {
                     check_flags(flags, 0)?;
-                    let $x = handles::$getter(h(handle))?;
+                    let $x = match handles::$getter(h(handle)) {
+                        Ok(x) => x,
+                        // Released already by SCITerminate.
+                        Err(_) if $release && handles::take_terminated(h(handle)) => return Ok(()),
+                        Err(e) => return Err(e),
+                    };
                     $body?;
                     if $release {
                         handles::remove(h(handle));
@@ -825,6 +838,9 @@ pub unsafe extern "C" fn SCIUnmapSegment(map: Handle, flags: c_uint, error: *mut
     unsafe {
         report(error, (), || {
             check_flags(flags, 0)?;
+            if handles::map(h(map)).is_err() && handles::take_terminated(h(map)) {
+                return Ok(()); // unmapped by SCITerminate
+            }
             let m = handles::map(h(map))?;
             handles::remove(h(map));
             m.unmap();
@@ -880,11 +896,19 @@ pub unsafe extern "C" fn SCIMemCpy(
                     m.read_fresh(std::slice::from_raw_parts_mut(mem_addr.cast::<u8>(), size), remote_offset)?;
                 } else {
                     std::sync::atomic::fence(Ordering::SeqCst);
-                    std::ptr::copy(remote, mem_addr.cast::<u8>(), size);
+                    memcpy::copy(remote, mem_addr.cast::<u8>(), size);
                 }
-            } else {
+            } else if m.is_remote() {
                 // Visible at the owner before we return.
                 m.write(remote_offset, std::slice::from_raw_parts(mem_addr.cast::<u8>(), size))?;
+            } else {
+                // A segment of this node: the program's chosen copy routine
+                // (SetSciMemCopyFunction) straight into the shared pages.
+                if m.readonly {
+                    return Err(SciError::IllegalOperation);
+                }
+                memcpy::copy(mem_addr.cast::<u8>(), remote, size);
+                vsci_client::store_fence();
             }
             if flags & FLAG_ERROR_CHECK != 0 {
                 lost_error(&m)?;
@@ -911,7 +935,7 @@ pub unsafe extern "C" fn SCIMemWrite(mem_addr: *mut c_void, remote_addr: *mut c_
             if m.readonly {
                 return Err(SciError::IllegalOperation);
             }
-            std::ptr::copy(mem_addr.cast::<u8>(), remote_addr.cast::<u8>(), size);
+            memcpy::copy(mem_addr.cast::<u8>(), remote_addr.cast::<u8>(), size);
             m.flush()?;
             if flags & FLAG_ERROR_CHECK != 0 {
                 lost_error(&m)?;
