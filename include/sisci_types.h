@@ -54,6 +54,12 @@ typedef struct sci_local_interrupt     *sci_local_interrupt_t;
 typedef struct sci_block_transfer      *sci_block_transfer_t;
 typedef struct sci_local_data_interrupt  *sci_local_data_interrupt_t;
 typedef struct sci_remote_data_interrupt *sci_remote_data_interrupt_t;
+/* A DMA channel (SCIRequestDMAChannel): in vsci, a token for one engine's
+ * worth of concurrency; see docs/api.md "DMA channels". */
+typedef struct sci_dma_channel          *sci_dma_channel_t;
+
+/* Which DMA engine a channel is requested on: SCI_DMA_TYPE_* below. */
+typedef unsigned int sci_dma_type_t;
 
 typedef unsigned int sci_ioaddr_t;
 
@@ -112,13 +118,8 @@ typedef sci_callback_action_t (*sci_cb_data_interrupt_t)(void *arg,
         sci_local_data_interrupt_t interrupt, void *data,
         unsigned int length, sci_error_t status);
 
-/* Vector element for SCIStartDmaTransferVec. */
-typedef struct {
-    size_t       size;
-    size_t       local_offset;
-    size_t       remote_offset;
-    unsigned int flags;
-} dis_dma_vec_t;
+/* dis_dma_vec_t (the element of SCIStartDmaTransferVec) and
+ * DIS_DMA_MAX_VECLEN are in dis/dis_types.h, included above. */
 
 /* ---- General constants --------------------------------------------------- */
 #define SCI_INFINITE_TIMEOUT         0xffffffffU

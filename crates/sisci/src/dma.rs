@@ -5,7 +5,7 @@
 
 use std::ffi::{c_uint, c_void};
 
-use vsci_client::{DmaChannel, DmaEntry, DmaLocal, QueueState, SciError, Transfer, MAX_VECLEN};
+use vsci_client::{DmaChannel, DmaEntry, DmaLocal, QueueState, SciError, Transfer};
 
 use crate::handles::{self, Obj};
 use crate::{as_handle, check_adapter, check_flags, h, out, report, set, Handle, SciErr, FLAG_USE_CALLBACK};
@@ -247,10 +247,10 @@ pub unsafe extern "C" fn SCIStartDmaTransferVec(
             if dis_dma_vec.is_null() || vec_length == 0 {
                 return Err(SciError::IllegalParameter);
             }
-            // Up to DIS_DMA_MAX_VECLEN pieces on any queue: maxEntries
-            // bounds the older enqueue API, not vectors (see vsci_client).
-            let _ = q;
-            if vec_length > MAX_VECLEN {
+            // Up to DIS_DMA_MAX_VECLEN pieces on any queue, more on a queue
+            // created for more (DmaQueue::max_vector). Checked before the
+            // vector is read.
+            if vec_length > q.max_vector() {
                 return Err(SciError::MaxEntries);
             }
             let v = dis_dma_vec.cast::<DisDmaVec>();

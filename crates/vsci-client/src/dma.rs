@@ -66,10 +66,11 @@ impl QueueState {
 /// single bytes by DMA.
 pub const DMA_ALIGN: u64 = 1;
 
-/// Most pieces one vector transfer may have (`DIS_DMA_MAX_VECLEN`), whatever
-/// the queue's `maxEntries`: Dolphin runs vectors of this length on queues
-/// created with `maxEntries` 1, and `maxEntries` bounds what the older
-/// `SCIEnqueueDMATransfer` API gathers (see [`DmaQueue::enqueue`]).
+/// Pieces one vector transfer may have on any queue (`DIS_DMA_MAX_VECLEN`),
+/// even one created with `maxEntries` 1, as on Dolphin's engines; a queue
+/// with a larger `maxEntries` takes vectors that long. `maxEntries` also
+/// bounds what the older `SCIEnqueueDMATransfer` API gathers (see
+/// [`DmaQueue::enqueue`]).
 pub const MAX_VECLEN: usize = 256;
 
 /// DMA channels one process can hold at once (ids `0..DMA_CHANNELS`).
@@ -233,6 +234,12 @@ impl DmaQueue {
         st
     }
 
+    /// Most pieces one vector transfer on this queue may have:
+    /// `DIS_DMA_MAX_VECLEN`, or the queue's `maxEntries` if larger.
+    pub fn max_vector(&self) -> usize {
+        MAX_VECLEN.max(self.max_entries as usize)
+    }
+
     pub fn wait_policy(&self) -> WaitPolicy {
         self.shared.policy
     }
@@ -243,7 +250,7 @@ impl DmaQueue {
         if t.entries.is_empty() {
             return Err(SciError::IllegalParameter);
         }
-        if t.entries.len() > MAX_VECLEN {
+        if t.entries.len() > self.max_vector() {
             return Err(SciError::MaxEntries);
         }
         let local_size = match &t.local {
