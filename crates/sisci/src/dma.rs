@@ -288,27 +288,22 @@ pub unsafe extern "C" fn SCIEnqueueDMATransfer(
     // SAFETY: see `set`.
     unsafe {
         report(error, QueueState::Error as c_uint, || {
-            let r = (|| {
-                check_flags(flags, FLAG_DMA_READ | FLAG_DMA_POST | FLAG_DMA_WAIT | FLAG_DMA_RESET | DMA_ENGINE_HINTS)?;
-                let q = handles::dma_queue(h(dq))?;
-                let ls = handles::local_seg(h(local_segment))?;
-                let rs = handles::remote_seg(h(remote_segment))?;
-                let entries = vec![DmaEntry { size: size.into(), local_offset: local_offset.into(), remote_offset: remote_offset.into() }];
-                let t = Transfer { local: DmaLocal::Segment(ls), remote: rs, entries, read: flags & FLAG_DMA_READ != 0 };
-                q.enqueue(t)?;
-                if flags & FLAG_DMA_POST == 0 {
-                    return Ok(q.state() as c_uint);
-                }
-                // SCI_FLAG_DMA_POST: post at once; with SCI_FLAG_DMA_WAIT the
-                // gathered transfers run in this thread before we return;
-                // with SCI_FLAG_DMA_RESET a queue whose job succeeded is
-                // IDLE again at the end (a failed one keeps its state, so
-                // the failure stays visible).
-                let wait = flags & FLAG_DMA_WAIT != 0;
-                q.post_then(None, wait, flags & FLAG_DMA_RESET != 0)?;
-                Ok(q.state() as c_uint)
-            })();
-            r
+            check_flags(flags, FLAG_DMA_READ | FLAG_DMA_POST | FLAG_DMA_WAIT | FLAG_DMA_RESET | DMA_ENGINE_HINTS)?;
+            let q = handles::dma_queue(h(dq))?;
+            let ls = handles::local_seg(h(local_segment))?;
+            let rs = handles::remote_seg(h(remote_segment))?;
+            let entries = vec![DmaEntry { size: size.into(), local_offset: local_offset.into(), remote_offset: remote_offset.into() }];
+            let t = Transfer { local: DmaLocal::Segment(ls), remote: rs, entries, read: flags & FLAG_DMA_READ != 0 };
+            q.enqueue(t)?;
+            if flags & FLAG_DMA_POST != 0 {
+                // Post at once; with SCI_FLAG_DMA_WAIT the gathered transfers
+                // run in this thread before we return; with
+                // SCI_FLAG_DMA_RESET a list that succeeds leaves the queue
+                // IDLE (a failed one keeps its state, so the failure stays
+                // visible).
+                q.post_then(None, flags & FLAG_DMA_WAIT != 0, flags & FLAG_DMA_RESET != 0)?;
+            }
+            Ok(q.state() as c_uint)
         })
     }
 }

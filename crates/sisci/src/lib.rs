@@ -1280,7 +1280,12 @@ unsafe fn connect_intr(
     timeout: c_uint,
     flags: c_uint,
 ) -> Result<(), SciError> {
-    check_flags(flags, 0)?;
+    // SCI_FLAG_BROADCAST: an interrupt to every member of a reflective
+    // memory group, which vsci does not offer yet.
+    check_flags(flags, FLAG_BROADCAST)?;
+    if flags & FLAG_BROADCAST != 0 {
+        return Err(SciError::FlagNotImplemented);
+    }
     if interrupt.is_null() {
         return Err(SciError::IllegalParameter);
     }
