@@ -464,6 +464,51 @@ static void queue_calls(struct peer *p)
     CHECK_EQ(st, SCI_DMAQUEUE_ERROR);
     EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCIAbortDMAQueue((sci_dma_queue_t)sd, NO_FLAGS, &err));
     EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCIRemoveDMAQueue(NULL, NO_FLAGS, &err));
+
+    /* The older queue API: bad handles and flags, nothing to post. */
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER, st = SCIEnqueueDMATransfer(NULL, NULL, NULL, 0, 0, 8, NO_FLAGS, &err));
+    CHECK_EQ(st, SCI_DMAQUEUE_ERROR);
+    EXPECT(SCI_ERR_ILLEGAL_FLAG, st = SCIEnqueueDMATransfer(q, NULL, NULL, 0, 0, 8, BAD_FLAG, &err));
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER, st = SCIEnqueueDMATransfer(q, NULL, NULL, 0, 0, 8, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCIPostDMAQueue((sci_dma_queue_t)sd, NULL, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCIResetDMAQueue(NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_FLAG, SCIPostDMAQueue(q, NULL, NULL, BAD_FLAG, &err));
+    EXPECT(SCI_ERR_ILLEGAL_FLAG, SCIResetDMAQueue(q, BAD_FLAG, &err));
+    EXPECT(SCI_ERR_ILLEGAL_OPERATION, SCIPostDMAQueue(q, NULL, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCIPostDMAQueue(q, NULL, NULL, SCI_FLAG_USE_CALLBACK, &err));
+    EXPECT(SCI_ERR_OK, SCIResetDMAQueue(q, NO_FLAGS, &err));
+    CHECK_EQ(SCIDMAQueueState(q), SCI_DMAQUEUE_IDLE);
+
+    /* DMA channels: arguments, the 8 a process may hold, stale handles. */
+    sci_dma_channel_t ch[9];
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCIRequestDMAChannel(NULL, &ch[0], 0, SCI_DMA_TYPE_DONTCARE,
+                                                           SCI_DMA_CHANNEL_ID_DONTCARE, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCIRequestDMAChannel(sd, NULL, 0, SCI_DMA_TYPE_DONTCARE,
+                                                           SCI_DMA_CHANNEL_ID_DONTCARE, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCIRequestDMAChannel(sd, &ch[0], 0, 99, SCI_DMA_CHANNEL_ID_DONTCARE,
+                                                           NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCIRequestDMAChannel(sd, &ch[0], 0, SCI_DMA_TYPE_DONTCARE, 8, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_NO_SUCH_ADAPTERNO, SCIRequestDMAChannel(sd, &ch[0], 1, SCI_DMA_TYPE_DONTCARE,
+                                                           SCI_DMA_CHANNEL_ID_DONTCARE, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_FLAG, SCIRequestDMAChannel(sd, &ch[0], 0, SCI_DMA_TYPE_DONTCARE,
+                                                      SCI_DMA_CHANNEL_ID_DONTCARE, BAD_FLAG, &err));
+    for (int i = 0; i < 8; i++)
+        EXPECT(SCI_ERR_OK, SCIRequestDMAChannel(sd, &ch[i], 0, SCI_DMA_TYPE_GLOBAL, SCI_DMA_CHANNEL_ID_DONTCARE,
+                                                NO_FLAGS, &err));
+    EXPECT(SCI_ERR_NOSPC, SCIRequestDMAChannel(sd, &ch[8], 0, SCI_DMA_TYPE_GLOBAL, SCI_DMA_CHANNEL_ID_DONTCARE,
+                                               NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCIAssignDMAChannel(ch[0], (sci_dma_queue_t)sd, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCIAssignDMAChannel((sci_dma_channel_t)q, q, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_FLAG, SCIAssignDMAChannel(ch[0], q, BAD_FLAG, &err));
+    EXPECT(SCI_ERR_OK, SCIAssignDMAChannel(ch[0], q, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCIPrepareLocalSegmentForDMA(ch[0], NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCIPrepareRemoteSegmentForDMA(ch[0], NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCIUnprepareLocalSegmentForDMA(NULL, NULL, NO_FLAGS, &err));
+    for (int i = 0; i < 8; i++)
+        EXPECT(SCI_ERR_OK, SCIReturnDMAChannel(ch[i], &err));
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCIReturnDMAChannel(ch[0], &err));
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCIReturnDMAChannel(NULL, &err));
+
     EXPECT(SCI_ERR_OK, SCIRemoveDMAQueue(q, NO_FLAGS, &err));
     /* A removed queue's handle is stale. */
     CHECK_EQ(SCIDMAQueueState(q), SCI_DMAQUEUE_ERROR);
