@@ -3,8 +3,10 @@
 //! transfers, 1-byte DMAs, dis_dma_vec_t vectors of DIS_DMA_MAX_VECLEN
 //! pieces on a 1-entry queue, DMA channels, the memcpy selector, the older
 //! enqueue/post/reset queue API, hardware-only calls, and cleanup after
-//! SCITerminate -- the server and client on one node, then on two nodes in
-//! their own network namespaces (skipped without root, see netns/mod.rs).
+//! SCITerminate -- the server and client on one node, the client in a QEMU
+//! guest of that node (skipped without qemu-system-x86_64), then on two
+//! nodes in their own network namespaces (skipped without root, see
+//! netns/mod.rs).
 //! Afterwards every node must hold nothing: the cleanup calls after
 //! SCITerminate really released what they named.
 //!
@@ -65,6 +67,35 @@ fn compat_one_node() {
     check_client(&client);
     check_server(&server.wait(RUN), 31);
     d.wait_counts(base, "after t_compat");
+}
+
+/// The client inside a guest of the server's node (`vsci vm run`): segment
+/// transfers run on the node's engine through the guest's host side,
+/// program memory is copied by the guest's library, channels and the older
+/// API are the guest library's own.
+#[test]
+fn compat_guest_client() {
+    let have_qemu = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("qemu-system-x86_64").is_file()))
+        .unwrap_or(false);
+    if !have_qemu {
+        println!("SKIPPED: qemu-system-x86_64 not installed");
+        return;
+    }
+    let d = Daemon::start(32);
+    let base = d.counts();
+    let tc = t_compat();
+    let mut server = Proc::spawn("t_compat -server", d.client(&tc).arg("-server"));
+    server.wait_line("SERVER READY", READY);
+    let socket = d.socket.to_string_lossy().to_string();
+    let mut cmd = d.client(&built("bin/vsci"));
+    cmd.args(["vm", "run", "--socket", &socket, "--name", "compat", "--memory", "768", "--timeout", "200"]);
+    cmd.arg("--add").arg(format!("{}:/bin/t_compat", tc.display()));
+    cmd.args(["--", "t_compat", "-client", "-rn", "32"]);
+    let client = run("t_compat -client in a guest", &mut cmd, Duration::from_secs(240));
+    check_client(&client);
+    check_server(&server.wait(RUN), 32);
+    d.wait_counts(base, "after t_compat in a guest");
 }
 
 /// Server on node 2, client on node 1 (another namespace): every transfer
