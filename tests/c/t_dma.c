@@ -739,7 +739,13 @@ static void busy_abort_b(struct peer *p)
     CHECK_ERR((sci_error_t)atomic_load(&abort_cb_status), SCI_ERR_CANCELLED);
     CHECK_EQ(SCIDMAQueueState(q), SCI_DMAQUEUE_ABORTED);
 
-    remove_queue(q);
+    /* SCI_FLAG_FORCE_REMOVE removes a queue with a transfer in flight: it
+     * is aborted first. */
+    start_long(&c, q, NULL, NULL, NO_FLAGS);
+    EXPECT(SCI_ERR_ILLEGAL_FLAG, SCIRemoveDMAQueue(q, BAD_FLAG, &err));
+    EXPECT(SCI_ERR_OK, SCIRemoveDMAQueue(q, SCI_FLAG_FORCE_REMOVE, &err));
+    CHECK_EQ(SCIDMAQueueState(q), SCI_DMAQUEUE_ERROR);   /* stale handle */
+
     ctx_close(&c);
     peer_send(p, 1);
     printf("busy/abort ok\n");

@@ -15,6 +15,9 @@ const FLAG_DMA_POST: c_uint = 0x8;
 const FLAG_DMA_READ: c_uint = 0x10;
 const FLAG_DMA_PHDMA: c_uint = 0x20;
 const FLAG_DMA_RESET: c_uint = 0x1000;
+/// `SCI_FLAG_FORCE_REMOVE` (same bit as `SCI_FLAG_DMA_PHDMA`, which only
+/// `SCICreateDMAQueue` takes).
+const FLAG_FORCE_REMOVE: c_uint = 0x20;
 const FLAG_DMA_CHANNEL_SHARED: c_uint = 0x1;
 /// Reflective memory (broadcast) DMA and its unicast fallback: real SISCI
 /// flags whose feature vsci does not offer yet.
@@ -75,11 +78,16 @@ pub unsafe extern "C" fn SCIRemoveDMAQueue(dq: Handle, flags: c_uint, error: *mu
     // SAFETY: see `set`.
     unsafe {
         report(error, (), || {
-            check_flags(flags, 0)?;
+            check_flags(flags, FLAG_FORCE_REMOVE)?;
             if handles::dma_queue(h(dq)).is_err() && handles::take_terminated(h(dq)) {
                 return Ok(()); // removed by SCITerminate
             }
             let q = handles::dma_queue(h(dq))?;
+            if flags & FLAG_FORCE_REMOVE != 0 {
+                // Remove even with a transfer in flight: stop it first
+                // (returns once the engine no longer touches either side).
+                q.abort()?;
+            }
             q.remove()?;
             handles::remove(h(dq));
             Ok(())
