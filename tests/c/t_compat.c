@@ -380,7 +380,8 @@ static void older_queue_api(struct client *c)
                                                   SCI_FLAG_DMA_READ, &error));
     CHECK(st == SCI_DMAQUEUE_GATHER && SCIDMAQueueState(c->gq) == SCI_DMAQUEUE_GATHER);
     /* maxEntries is the gather limit. */
-    EXPECT(SCI_ERR_MAX_ENTRIES, SCIEnqueueDMATransfer(c->gq, c->lseg, c->rseg, 0, 0, 8, NO_FLAGS, &error));
+    EXPECT(SCI_ERR_MAX_ENTRIES, st = SCIEnqueueDMATransfer(c->gq, c->lseg, c->rseg, 0, 0, 8, NO_FLAGS, &error));
+    CHECK(st == SCI_DMAQUEUE_GATHER);
     /* A start does not mix with a gathered list. */
     EXPECT(SCI_ERR_ILLEGAL_OPERATION, SCIStartDmaTransfer(c->gq, c->lseg, c->rseg, 0, 8, 0, NO_CALLBACK, NO_ARG,
                                                           NO_FLAGS, &error));

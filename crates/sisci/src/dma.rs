@@ -293,9 +293,13 @@ pub unsafe extern "C" fn SCIEnqueueDMATransfer(
     flags: c_uint,
     error: *mut SciErr,
 ) -> c_uint {
+    // On failure the call still returns the queue's state (what it is now:
+    // a refused enqueue leaves it as it was); a bad queue handle reads as
+    // ERROR, as in SCIDMAQueueState.
+    const FAILED: c_uint = c_uint::MAX;
     // SAFETY: see `set`.
-    unsafe {
-        report(error, QueueState::Error as c_uint, || {
+    let r = unsafe {
+        report(error, FAILED, || {
             check_flags(flags, FLAG_DMA_READ | FLAG_DMA_POST | FLAG_DMA_WAIT | FLAG_DMA_RESET | DMA_ENGINE_HINTS)?;
             let q = handles::dma_queue(h(dq))?;
             let ls = handles::local_seg(h(local_segment))?;
@@ -313,7 +317,11 @@ pub unsafe extern "C" fn SCIEnqueueDMATransfer(
             }
             Ok(q.state() as c_uint)
         })
+    };
+    if r != FAILED {
+        return r;
     }
+    SCIDMAQueueState(dq)
 }
 
 #[no_mangle]
