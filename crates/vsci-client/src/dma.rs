@@ -1081,3 +1081,47 @@ impl Drop for DmaChannel {
         prune_cache();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The channel pool: ids, exclusivity, sharing, exhaustion, return, and
+    /// one job at a time per channel. (One test: the pool is per process.)
+    #[test]
+    fn channel_pool_and_engine() {
+        let a = DmaChannel::request(None, false, 1).unwrap();
+        assert_eq!(a.id(), 0);
+        assert_eq!(DmaChannel::request(Some(0), false, 1).err(), Some(SciError::Busy));
+        assert_eq!(DmaChannel::request(Some(0), true, 1).err(), Some(SciError::Busy));
+        assert_eq!(DmaChannel::request(Some(DMA_CHANNELS), false, 1).err(), Some(SciError::IllegalParameter));
+        let s1 = DmaChannel::request(Some(5), true, 3).unwrap();
+        let s2 = DmaChannel::request(Some(5), true, 3).unwrap();
+        assert!(Arc::ptr_eq(&s1.core, &s2.core));
+        assert_eq!(DmaChannel::request(Some(5), false, 3).err(), Some(SciError::Busy));
+        let rest: Vec<DmaChannel> = (0..DMA_CHANNELS - 2).map(|_| DmaChannel::request(None, false, 4).unwrap()).collect();
+        assert_eq!(DmaChannel::request(None, false, 4).err(), Some(SciError::Nospc));
+        // A shared request with no free id joins a shared one.
+        let s3 = DmaChannel::request(None, true, 4).unwrap();
+        assert_eq!(s3.id(), 5);
+        drop((s1, s2, s3));
+        // Id 5 is free again once its last holder returned it.
+        let again = DmaChannel::request(None, false, 4).unwrap();
+        assert_eq!(again.id(), 5);
+
+        // One job at a time; a waiting job gives up on abort.
+        let core = a.core.clone();
+        let abort = AtomicBool::new(false);
+        let held = core.acquire(&abort).unwrap();
+        std::thread::scope(|s| {
+            let t = s.spawn(|| core.acquire(&abort).is_none());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            abort.store(true, SeqCst);
+            assert!(t.join().unwrap(), "a waiting job must give up when aborted");
+        });
+        drop(held);
+        abort.store(false, SeqCst);
+        assert!(core.acquire(&abort).is_some());
+        drop((a, rest, again));
+    }
+}
