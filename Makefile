@@ -53,6 +53,10 @@ $(BUILD)/tests/%: tests/c/%.c $(C_COMMON) | stage
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(C_INC) -Itests/c -o $@ $< $(C_LIBS)
 
+# The compatibility program is built as strictly as Dolphin's own sample
+# programs are by their users: any warning against our headers fails it.
+$(BUILD)/tests/t_compat: CFLAGS += -Wall -Werror
+
 $(BUILD)/bench/%: bench/%.c $(C_COMMON) | stage
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(C_INC) -Ibench -o $@ $< $(C_LIBS) -lm

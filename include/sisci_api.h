@@ -182,6 +182,83 @@ void SCIStartDmaTransferVec(sci_dma_queue_t dq, sci_local_segment_t localSegment
                             dis_dma_vec_t *disDmaVec, sci_cb_dma_t callback,
                             void *callbackArg, unsigned int flags, sci_error_t *error);
 
+/* ---- The DMA queue API that preceded SCIStartDmaTransfer -----------------
+ * Gather transfers (state SCI_DMAQUEUE_GATHER, at most maxEntries), post
+ * them (POSTED, then DONE / ABORTED / ERROR), reset to IDLE.  Enqueue flags:
+ * SCI_FLAG_DMA_READ, SCI_FLAG_DMA_POST, SCI_FLAG_DMA_WAIT, SCI_FLAG_DMA_RESET;
+ * it returns the queue's state after the call. */
+sci_dma_queue_state_t SCIEnqueueDMATransfer(sci_dma_queue_t dq,
+                                            sci_local_segment_t localSegment,
+                                            sci_remote_segment_t remoteSegment,
+                                            unsigned int localOffset,
+                                            unsigned int remoteOffset,
+                                            unsigned int size,
+                                            unsigned int flags, sci_error_t *error);
+void SCIPostDMAQueue(sci_dma_queue_t dq, sci_cb_dma_t callback, void *callbackArg,
+                     unsigned int flags, sci_error_t *error);
+void SCIResetDMAQueue(sci_dma_queue_t dq, unsigned int flags, sci_error_t *error);
+
+/* ---- DMA channels -------------------------------------------------------- */
+void SCIRequestDMAChannel(sci_desc_t sd, sci_dma_channel_t *channel,
+                          unsigned int localAdapterNo, sci_dma_type_t type,
+                          unsigned int channelId, unsigned int flags,
+                          sci_error_t *error);
+void SCIReturnDMAChannel(sci_dma_channel_t channel, sci_error_t *error);
+void SCIAssignDMAChannel(sci_dma_channel_t channel, sci_dma_queue_t dq,
+                         unsigned int flags, sci_error_t *error);
+void SCIPrepareLocalSegmentForDMA(sci_dma_channel_t channel,
+                                  sci_local_segment_t localSegment,
+                                  unsigned int flags, sci_error_t *error);
+void SCIUnprepareLocalSegmentForDMA(sci_dma_channel_t channel,
+                                    sci_local_segment_t localSegment,
+                                    unsigned int flags, sci_error_t *error);
+void SCIPrepareRemoteSegmentForDMA(sci_dma_channel_t channel,
+                                   sci_remote_segment_t remoteSegment,
+                                   unsigned int flags, sci_error_t *error);
+void SCIUnprepareRemoteSegmentForDMA(sci_dma_channel_t channel,
+                                     sci_remote_segment_t remoteSegment,
+                                     unsigned int flags, sci_error_t *error);
+
+/* ---- The copy routine of SCIMemCpy / SCIMemWrite --------------------------
+ * 0: memmove (default), 1: 8-byte stores, 2: non-temporal stores; any other
+ * number selects 0.  Get returns the routine in use. */
+void SetSciMemCopyFunction(unsigned int func);
+unsigned int GetSciMemCopyFunction(void);
+
+/* ---- Calls that need hardware a software interconnect does not have ------
+ * Declared so programs with such a path build and link; each reports
+ * SCI_ERR_NOT_IMPLEMENTED at run time (docs/api.md "Compatibility"). */
+void SCIphDmaEnqueue(sci_dma_queue_t dmaqueue, unsigned int size,
+                     sci_ioaddr_t localBusAddr, unsigned int remote_nodeid,
+                     unsigned int remote_highaddr, unsigned int remote_lowaddr,
+                     unsigned int flags, sci_error_t *error);
+sci_dma_queue_state_t SCIphDmaStart(sci_dma_queue_t dmaqueue, sci_cb_dma_t callback,
+                                    void *callbackArg, unsigned int flags,
+                                    sci_error_t *error);
+unsigned int SCIGetCSRRegister(sci_desc_t sd, unsigned int localAdapterNo,
+                               unsigned int SCINodeId, unsigned int CSROffset,
+                               unsigned int flags, sci_error_t *error);
+void SCISetCSRRegister(sci_desc_t sd, unsigned int localAdapterNo,
+                       unsigned int SCINodeId, unsigned int CSROffset,
+                       unsigned int CSRValue, unsigned int flags, sci_error_t *error);
+unsigned int SCIGetLocalCSR(sci_desc_t sd, unsigned int localAdapterNo,
+                            unsigned int CSROffset, unsigned int flags,
+                            sci_error_t *error);
+void SCISetLocalCSR(sci_desc_t sd, unsigned int localAdapterNo,
+                    unsigned int CSROffset, unsigned int CSRValue,
+                    unsigned int flags, sci_error_t *error);
+void SCIAttachPhysicalMemory(sci_ioaddr_t ioaddress, void *address, unsigned int busNo,
+                             size_t size, sci_local_segment_t segment,
+                             unsigned int flags, sci_error_t *error);
+void SCIConnectSCISpace(sci_desc_t sd, unsigned int localAdapterNo,
+                        sci_remote_segment_t *segment, sci_address_t address,
+                        unsigned int size, unsigned int flags, sci_error_t *error);
+
+/* ---- Map pointer --------------------------------------------------------- */
+/* The address a map starts at (what SCIMapLocalSegment/SCIMapRemoteSegment
+ * returned); NULL for a bad map handle. */
+volatile void *SCIGetMapPointer(sci_map_t map);
+
 #ifdef __cplusplus
 }
 #endif

@@ -54,6 +54,12 @@ typedef struct sci_local_interrupt     *sci_local_interrupt_t;
 typedef struct sci_block_transfer      *sci_block_transfer_t;
 typedef struct sci_local_data_interrupt  *sci_local_data_interrupt_t;
 typedef struct sci_remote_data_interrupt *sci_remote_data_interrupt_t;
+/* A DMA channel (SCIRequestDMAChannel): in vsci, a token for one engine's
+ * worth of concurrency; see docs/api.md "DMA channels". */
+typedef struct sci_dma_channel          *sci_dma_channel_t;
+
+/* Which DMA engine a channel is requested on: SCI_DMA_TYPE_* below. */
+typedef unsigned int sci_dma_type_t;
 
 typedef unsigned int sci_ioaddr_t;
 
@@ -112,13 +118,8 @@ typedef sci_callback_action_t (*sci_cb_data_interrupt_t)(void *arg,
         sci_local_data_interrupt_t interrupt, void *data,
         unsigned int length, sci_error_t status);
 
-/* Vector element for SCIStartDmaTransferVec. */
-typedef struct {
-    size_t       size;
-    size_t       local_offset;
-    size_t       remote_offset;
-    unsigned int flags;
-} dis_dma_vec_t;
+/* dis_dma_vec_t (the element of SCIStartDmaTransferVec) and
+ * DIS_DMA_MAX_VECLEN are in dis/dis_types.h, included above. */
 
 /* ---- General constants --------------------------------------------------- */
 #define SCI_INFINITE_TIMEOUT         0xffffffffU
@@ -196,6 +197,30 @@ typedef struct {
 #define SCI_DMA_TYPE_SYSTEM                4
 #define SCI_DMA_TYPE_TRANSPARENT           5
 #define SCI_DMA_CHANNEL_ID_DONTCARE        0xFFFFFFFFU
+
+/* ---- Flags and constants of Dolphin's SmartIO / PCIe device calls --------
+ * Defined so programs that mention them build; the calls that take them
+ * need PCIe devices and are not offered (docs/api.md "Calls vsci does not
+ * declare").  SCI_FLAG_NO_MEMORY_LOOPBACK is the modern spelling of
+ * SCI_FLAG_NO_MEMORY_LOOPBACK_MAP (same value). */
+#define SCI_FLAG_NO_MEMORY_LOOPBACK        0x800U
+#define SCI_FLAG_PCIE_REQUESTER_GLOBAL     0x1U
+#define SCI_FLAG_EXCLUSIVE                 0x01000000U
+#define SCI_FLAG_DEVICE_SIDE_ONLY          0x02001000U
+#define SCI_FLAG_LOCAL_ONLY                0x02002000U
+#define SCI_FLAG_DEVICE_PREFER_BANDWIDTH   0x04000001U
+#define SCI_FLAG_HOST_PREFER_BANDWIDTH     0x04000002U
+#define SCI_FLAG_SPECIFY_PATH              0x10000000U
+#define SCI_FLAG_SPECIFY_SLOT              0x20000000U
+
+#define SCI_MEMACCESS_DEVICE_READ          0x1U
+#define SCI_MEMACCESS_DEVICE_WRITE         0x2U
+#define SCI_MEMACCESS_HOST_READ            0x4U
+#define SCI_MEMACCESS_HOST_WRITE           0x8U
+#define SCI_MEMACCESS_MULTIHOST_READ       (0x10U | SCI_MEMACCESS_HOST_READ)
+#define SCI_MEMACCESS_MULTIHOST_WRITE      (0x10U | SCI_MEMACCESS_HOST_WRITE)
+#define SCI_MEMACCESS_P2P_READ             (0x20U | SCI_MEMACCESS_DEVICE_READ)
+#define SCI_MEMACCESS_P2P_WRITE            (0x20U | SCI_MEMACCESS_DEVICE_WRITE)
 
 #define SCI_MEMTYPE_BAR                    1
 #define SCI_MEMTYPE_PRIVATE                2

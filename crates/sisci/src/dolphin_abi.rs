@@ -10,6 +10,7 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
+use crate::memcpy::{GetSciMemCopyFunction, SetSciMemCopyFunction};
 use crate::*;
 
 macro_rules! forward {
@@ -95,6 +96,27 @@ forward! {
     SCIStartDmaTransfer(dq: Handle, ls: Handle, rs: Handle, loff: usize, size: usize, roff: usize, cb: P, arg: P, flags: c_uint, error: E);
     SCIStartDmaTransferMem(dq: Handle, mem: P, rs: Handle, size: usize, roff: usize, cb: P, arg: P, flags: c_uint, error: E);
     SCIStartDmaTransferVec(dq: Handle, ls: Handle, rs: Handle, len: usize, vec: P, cb: P, arg: P, flags: c_uint, error: E);
+    SCIEnqueueDMATransfer(dq: Handle, ls: Handle, rs: Handle, loff: c_uint, roff: c_uint, size: c_uint, flags: c_uint, error: E) -> c_uint;
+    SCIPostDMAQueue(dq: Handle, cb: P, arg: P, flags: c_uint, error: E);
+    SCIResetDMAQueue(dq: Handle, flags: c_uint, error: E);
+    SCIRequestDMAChannel(sd: Handle, ch: *mut Handle, adapter: c_uint, kind: c_uint, id: c_uint, flags: c_uint, error: E);
+    SCIReturnDMAChannel(ch: Handle, error: E);
+    SCIAssignDMAChannel(ch: Handle, dq: Handle, flags: c_uint, error: E);
+    SCIPrepareLocalSegmentForDMA(ch: Handle, seg: Handle, flags: c_uint, error: E);
+    SCIUnprepareLocalSegmentForDMA(ch: Handle, seg: Handle, flags: c_uint, error: E);
+    SCIPrepareRemoteSegmentForDMA(ch: Handle, seg: Handle, flags: c_uint, error: E);
+    SCIUnprepareRemoteSegmentForDMA(ch: Handle, seg: Handle, flags: c_uint, error: E);
+    SetSciMemCopyFunction(func: c_uint);
+    GetSciMemCopyFunction() -> c_uint;
+    SCIGetMapPointer(map: Handle) -> P;
+    SCIphDmaEnqueue(dq: Handle, size: c_uint, bus: c_uint, node: c_uint, hi: c_uint, lo: c_uint, flags: c_uint, error: E);
+    SCIphDmaStart(dq: Handle, cb: P, arg: P, flags: c_uint, error: E) -> c_uint;
+    SCIGetCSRRegister(sd: Handle, adapter: c_uint, node: c_uint, off: c_uint, flags: c_uint, error: E) -> c_uint;
+    SCISetCSRRegister(sd: Handle, adapter: c_uint, node: c_uint, off: c_uint, value: c_uint, flags: c_uint, error: E);
+    SCIGetLocalCSR(sd: Handle, adapter: c_uint, off: c_uint, flags: c_uint, error: E) -> c_uint;
+    SCISetLocalCSR(sd: Handle, adapter: c_uint, off: c_uint, value: c_uint, flags: c_uint, error: E);
+    SCIAttachPhysicalMemory(io: c_uint, addr: P, bus: c_uint, size: usize, seg: Handle, flags: c_uint, error: E);
+    SCIConnectSCISpace(sd: Handle, adapter: c_uint, seg: *mut Handle, address: SciAddress, size: c_uint, flags: c_uint, error: E);
 }
 
 macro_rules! constants {
@@ -142,6 +164,26 @@ constants! {
     SCI_FLAG_DMA_WAIT = 0x4;
     SCI_FLAG_DMA_READ = 0x10;
     SCI_FLAG_DMA_POST = 0x8;
+    SCI_FLAG_DMA_RESET = 0x1000;
+    SCI_FLAG_DMA_PHDMA = 0x20;
+    SCI_FLAG_DMA_GLOBAL = 0x40;
+    SCI_FLAG_DMA_SYSDMA = 0x100;
+    SCI_FLAG_DMA_ADAPTER = 0x800;
+    SCI_FLAG_DMA_USER_MEM = 0x200;
+    SCI_FLAG_LOCK_USER_MEM = 0x400;
+    SCI_FLAG_DMA_CHANNEL_SHARED = 0x1;
+    SCI_FLAG_ALLOW_UNICAST = 0x80;
+    SCI_FLAG_FORCE_REMOVE = 0x20;
+    SCI_FLAG_PHYSICAL = 0x1000;
+    SCI_FLAG_CUDA_BUFFER = 0x2000;
+    SCI_FLAG_SCIF_BUFFER = 0x4000;
+    SCI_FLAG_CONDITIONAL_INTERRUPT = 0x8;
+    SCI_FLAG_CONDITIONAL_INTERRUPT_MAP = 0x8;
+    SCI_FLAG_UNCONDITIONAL_DATA_INTERRUPT_MAP = 0x10;
+    SCI_FLAG_DISABLE_128_BYTES_PACKETS = 0x4000;
+    SCI_FLAG_WRITE_BACK_CACHE_MAP = 0x0800_0000;
+    SCI_FLAG_SHARE_EXTERNAL = 0x40;
+    SCI_LOCAL_HOST = 0xffff_fffe;
     SCI_Q_VENDORID = Q_VENDORID;
     SCI_Q_API = Q_API;
     SCI_Q_ADAPTER = Q_ADAPTER;

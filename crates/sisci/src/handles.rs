@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
-use vsci_client::{Client, DmaQueue, LocalInterrupt, LocalSegment, Map, RemoteInterrupt, RemoteSegment, SciError};
+use vsci_client::{Client, DmaChannel, DmaQueue, LocalInterrupt, LocalSegment, Map, RemoteInterrupt, RemoteSegment, SciError};
 
 pub struct Sequence {
     pub map: Arc<Map>,
@@ -35,6 +35,7 @@ pub enum Obj {
     LocalDataIntr(Arc<LocalIntr>),
     RemoteDataIntr(Arc<RemoteInterrupt>),
     DmaQueue(Arc<DmaQueue>),
+    DmaChannel(Arc<DmaChannel>),
 }
 
 #[derive(Clone)]
@@ -119,3 +120,40 @@ getter!(remote_intr, RemoteIntr, Arc<RemoteInterrupt>);
 getter!(local_data_intr, LocalDataIntr, Arc<LocalIntr>);
 getter!(remote_data_intr, RemoteDataIntr, Arc<RemoteInterrupt>);
 getter!(dma_queue, DmaQueue, Arc<DmaQueue>);
+getter!(dma_channel, DmaChannel, Arc<DmaChannel>);
+
+/// Every live DMA queue of this process.
+pub fn dma_queues() -> Vec<Arc<DmaQueue>> {
+    let t = TABLE.read().unwrap_or_else(|p| p.into_inner());
+    t.as_ref()
+        .map(|t| t.entries.values().filter_map(|e| if let Obj::DmaQueue(q) = &e.obj { Some(q.clone()) } else { None }).collect())
+        .unwrap_or_default()
+}
+
+// Handles released by SCITerminate. Programs written for Dolphin's library
+// call SCITerminate and then free their queues, maps, segments and
+// descriptors; those calls must succeed. SCITerminate releases everything
+// itself (so a program that stops there leaks nothing) and remembers the
+// handles it released here; the first release call that names one succeeds
+// (its object is gone already), and the handle is then forgotten like any
+// other released handle.
+static TERMINATED: std::sync::Mutex<Option<std::collections::HashSet<usize>>> = std::sync::Mutex::new(None);
+
+/// Remember that SCITerminate released every handle in `hs`.
+pub fn mark_terminated(hs: impl IntoIterator<Item = usize>) {
+    let mut t = TERMINATED.lock().unwrap_or_else(|p| p.into_inner());
+    t.get_or_insert_with(Default::default).extend(hs);
+}
+
+/// Was `h` released by SCITerminate and not named by a release call since?
+/// Forgets it.
+pub fn take_terminated(h: usize) -> bool {
+    let mut t = TERMINATED.lock().unwrap_or_else(|p| p.into_inner());
+    t.as_mut().is_some_and(|s| s.remove(&h))
+}
+
+/// Every handle of the table.
+pub fn all() -> Vec<usize> {
+    let t = TABLE.read().unwrap_or_else(|p| p.into_inner());
+    t.as_ref().map(|t| t.entries.keys().copied().collect()).unwrap_or_default()
+}

@@ -13,6 +13,7 @@ mod dma;
 pub(crate) use dma::*;
 mod dolphin_abi;
 mod handles;
+mod memcpy;
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,6 +41,13 @@ const FLAG_BROADCAST: c_uint = 0x40000;
 const FLAG_CONDITIONAL_INTERRUPT_MAP: c_uint = 0x8;
 const FLAG_UNCONDITIONAL_DATA_INTERRUPT_MAP: c_uint = 0x10;
 const FLAG_LOCK_OPERATION: c_uint = 0x4;
+/// `SCI_FLAG_DMA_GLOBAL`, `_SYSDMA`, `_ADAPTER` on segment calls: which
+/// hardware DMA engine will move the segment's bytes. vsci has one engine
+/// that reaches every segment, so they are accepted and change nothing.
+const SEG_DMA_ENGINE_HINTS: c_uint = 0x40 | 0x100 | 0x800;
+/// Segment flags for memory vsci cannot give a segment: physical memory by
+/// bus address, CUDA and SCIF (Xeon Phi) buffers.
+const SEG_HARDWARE_MEMORY_FLAGS: c_uint = 0x1000 | 0x2000 | 0x4000;
 /// Map flags that only tune hardware paths (IO space, prefetch, gathering,
 /// loopback, DMOVE, caching, packet size); memory maps accept and ignore them.
 const MAP_HINT_FLAGS: c_uint = 0x80 | 0x100 | 0x200 | 0x400 | 0x800 | 0x1000 | 0x2000 | 0x4000 | 0x0800_0000;
@@ -208,6 +216,10 @@ pub unsafe extern "C" fn SCIInitialize(flags: c_uint, error: *mut SciErr) {
 
 #[no_mangle]
 pub extern "C" fn SCITerminate() {
+    // Release everything the program still holds, and let the release calls
+    // programs make after SCITerminate (as they may with Dolphin's library)
+    // succeed: see handles::mark_terminated.
+    handles::mark_terminated(handles::all());
     for d in handles::descriptors() {
         close_descriptor(d);
     }
@@ -249,6 +261,9 @@ pub unsafe extern "C" fn SCIClose(sd: Handle, flags: c_uint, error: *mut SciErr)
     unsafe {
         report(error, (), || {
             check_flags(flags, 0)?;
+            if handles::desc(h(sd)).is_err() && handles::take_terminated(h(sd)) {
+                return Ok(()); // closed by SCITerminate
+            }
             handles::desc(h(sd))?;
             close_descriptor(h(sd));
             Ok(())
@@ -359,7 +374,7 @@ pub unsafe extern "C" fn SCIQuery(command: c_uint, data: *mut c_void, flags: c_u
                     let qa = q.read_unaligned();
                     check_adapter(qa.local_adapter_no)?;
                     let value: c_uint = match qa.subcommand {
-                        0x100 | 0x101 => 8,         // DMA size / offset alignment
+                        0x100 | 0x101 => vsci_client::DMA_ALIGN as c_uint, // DMA size / offset alignment: none
                         0x102 => 1 << 20,           // DMA MTU
                         0x103 | 0x104 => 4096,      // suggested min DMA / block size
                         0x105 => local_node_id()?,  // NODEID
@@ -448,7 +463,12 @@ macro_rules! handle_op {
             unsafe {
                 report(error, (), || {
                     check_flags(flags, 0)?;
-                    let $x = handles::$getter(h(handle))?;
+                    let $x = match handles::$getter(h(handle)) {
+                        Ok(x) => x,
+                        // Released already by SCITerminate.
+                        Err(_) if $release && handles::take_terminated(h(handle)) => return Ok(()),
+                        Err(e) => return Err(e),
+                    };
                     $body?;
                     if $release {
                         handles::remove(h(handle));
@@ -487,8 +507,19 @@ pub unsafe extern "C" fn SCICreateSegment(
     // argument the program gave us.
     unsafe {
         report(error, (), || {
-            check_flags(flags, FLAG_USE_CALLBACK | FLAG_AUTO_ID | FLAG_EMPTY | FLAG_PRIVATE | FLAG_DMA_SOURCE_ONLY)?;
-            if flags & FLAG_PRIVATE != 0 {
+            check_flags(
+                flags,
+                FLAG_USE_CALLBACK
+                    | FLAG_AUTO_ID
+                    | FLAG_EMPTY
+                    | FLAG_PRIVATE
+                    | FLAG_DMA_SOURCE_ONLY
+                    | SEG_DMA_ENGINE_HINTS
+                    | FLAG_BROADCAST
+                    | SEG_HARDWARE_MEMORY_FLAGS,
+            )?;
+            // Reflective memory (SCI_FLAG_BROADCAST) is not offered yet.
+            if flags & (FLAG_PRIVATE | FLAG_BROADCAST | SEG_HARDWARE_MEMORY_FLAGS) != 0 {
                 return Err(SciError::FlagNotImplemented);
             }
             if segment.is_null() || size == 0 {
@@ -583,7 +614,7 @@ macro_rules! seg_op {
     };
 }
 
-seg_op!(SCIPrepareSegment, FLAG_DMA_SOURCE_ONLY, |s, _f| s.prepare());
+seg_op!(SCIPrepareSegment, FLAG_DMA_SOURCE_ONLY | SEG_DMA_ENGINE_HINTS, |s, _f| s.prepare());
 seg_op!(SCISetSegmentAvailable, 0, |s, _f| s.set_available());
 seg_op!(SCISetSegmentUnavailable, FLAG_NOTIFY | FLAG_FORCE_DISCONNECT, |s, f| s
     .set_unavailable(f & FLAG_NOTIFY != 0, f & FLAG_FORCE_DISCONNECT != 0));
@@ -666,7 +697,10 @@ pub unsafe extern "C" fn SCIConnectSegment(
     // SAFETY: see SCICreateSegment.
     unsafe {
         report(error, (), || {
-            check_flags(flags, FLAG_USE_CALLBACK | FLAG_ASYNCHRONOUS_CONNECT)?;
+            check_flags(flags, FLAG_USE_CALLBACK | FLAG_ASYNCHRONOUS_CONNECT | SEG_DMA_ENGINE_HINTS | FLAG_BROADCAST)?;
+            if flags & FLAG_BROADCAST != 0 {
+                return Err(SciError::FlagNotImplemented); // reflective memory: not yet
+            }
             if segment.is_null() {
                 return Err(SciError::IllegalParameter);
             }
@@ -825,6 +859,9 @@ pub unsafe extern "C" fn SCIUnmapSegment(map: Handle, flags: c_uint, error: *mut
     unsafe {
         report(error, (), || {
             check_flags(flags, 0)?;
+            if handles::map(h(map)).is_err() && handles::take_terminated(h(map)) {
+                return Ok(()); // unmapped by SCITerminate
+            }
             let m = handles::map(h(map))?;
             handles::remove(h(map));
             m.unmap();
@@ -880,11 +917,19 @@ pub unsafe extern "C" fn SCIMemCpy(
                     m.read_fresh(std::slice::from_raw_parts_mut(mem_addr.cast::<u8>(), size), remote_offset)?;
                 } else {
                     std::sync::atomic::fence(Ordering::SeqCst);
-                    std::ptr::copy(remote, mem_addr.cast::<u8>(), size);
+                    memcpy::copy(remote, mem_addr.cast::<u8>(), size);
                 }
-            } else {
+            } else if m.is_remote() {
                 // Visible at the owner before we return.
                 m.write(remote_offset, std::slice::from_raw_parts(mem_addr.cast::<u8>(), size))?;
+            } else {
+                // A segment of this node: the program's chosen copy routine
+                // (SetSciMemCopyFunction) straight into the shared pages.
+                if m.readonly {
+                    return Err(SciError::IllegalOperation);
+                }
+                memcpy::copy(mem_addr.cast::<u8>(), remote, size);
+                vsci_client::store_fence();
             }
             if flags & FLAG_ERROR_CHECK != 0 {
                 lost_error(&m)?;
@@ -911,7 +956,7 @@ pub unsafe extern "C" fn SCIMemWrite(mem_addr: *mut c_void, remote_addr: *mut c_
             if m.readonly {
                 return Err(SciError::IllegalOperation);
             }
-            std::ptr::copy(mem_addr.cast::<u8>(), remote_addr.cast::<u8>(), size);
+            memcpy::copy(mem_addr.cast::<u8>(), remote_addr.cast::<u8>(), size);
             m.flush()?;
             if flags & FLAG_ERROR_CHECK != 0 {
                 lost_error(&m)?;
@@ -1235,7 +1280,12 @@ unsafe fn connect_intr(
     timeout: c_uint,
     flags: c_uint,
 ) -> Result<(), SciError> {
-    check_flags(flags, 0)?;
+    // SCI_FLAG_BROADCAST: an interrupt to every member of a reflective
+    // memory group, which vsci does not offer yet.
+    check_flags(flags, FLAG_BROADCAST)?;
+    if flags & FLAG_BROADCAST != 0 {
+        return Err(SciError::FlagNotImplemented);
+    }
     if interrupt.is_null() {
         return Err(SciError::IllegalParameter);
     }
@@ -1345,4 +1395,81 @@ pub unsafe extern "C" fn SCITriggerDataInterrupt(
             ri.trigger_data(payload)
         })
     }
+}
+
+// ---------------------------------------------------------------------------
+// Map pointer, and calls that need hardware vsci does not have.
+
+#[no_mangle]
+pub extern "C" fn SCIGetMapPointer(map: Handle) -> *mut c_void {
+    handles::map(h(map)).map(|m| m.addr.cast::<c_void>()).unwrap_or(std::ptr::null_mut())
+}
+
+/// `sci_address_t`: a node id and a 48-bit address in its SCI space.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct SciAddress {
+    node_id: u16,
+    offs_hi: u16,
+    offs_lo: u32,
+}
+
+// CSR registers, physical memory by bus address, raw SCI address space:
+// each names adapter hardware (configuration registers, PCI bus addresses)
+// that a software interconnect does not have. Declared in sisci_api.h so
+// programs that have such a path build and link; they are told plainly at
+// run time.
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIGetCSRRegister(_sd: Handle, _adapter: c_uint, _node: c_uint, _off: c_uint, _flags: c_uint, error: *mut SciErr) -> c_uint {
+    // SAFETY: see `set`.
+    unsafe { set(error, SciError::NotImplemented) };
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCISetCSRRegister(_sd: Handle, _adapter: c_uint, _node: c_uint, _off: c_uint, _value: c_uint, _flags: c_uint, error: *mut SciErr) {
+    // SAFETY: see `set`.
+    unsafe { set(error, SciError::NotImplemented) };
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIGetLocalCSR(_sd: Handle, _adapter: c_uint, _off: c_uint, _flags: c_uint, error: *mut SciErr) -> c_uint {
+    // SAFETY: see `set`.
+    unsafe { set(error, SciError::NotImplemented) };
+    0
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCISetLocalCSR(_sd: Handle, _adapter: c_uint, _off: c_uint, _value: c_uint, _flags: c_uint, error: *mut SciErr) {
+    // SAFETY: see `set`.
+    unsafe { set(error, SciError::NotImplemented) };
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIAttachPhysicalMemory(
+    _ioaddress: c_uint,
+    _address: *mut c_void,
+    _bus_no: c_uint,
+    _size: usize,
+    _segment: Handle,
+    _flags: c_uint,
+    error: *mut SciErr,
+) {
+    // SAFETY: see `set`.
+    unsafe { set(error, SciError::NotImplemented) };
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn SCIConnectSCISpace(
+    _sd: Handle,
+    _adapter: c_uint,
+    _segment: *mut Handle,
+    _address: SciAddress,
+    _size: c_uint,
+    _flags: c_uint,
+    error: *mut SciErr,
+) {
+    // SAFETY: see `set`.
+    unsafe { set(error, SciError::NotImplemented) };
 }

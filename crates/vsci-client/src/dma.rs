@@ -59,10 +59,22 @@ impl QueueState {
     }
 }
 
-/// Offsets and sizes must be multiples of this (what `SCIQuery` reports as
-/// `SCI_Q_ADAPTER_DMA_SIZE_ALIGNMENT` / `..._OFFSET_ALIGNMENT`): a program
-/// that runs here then also meets a DMA engine's alignment rules.
-pub const DMA_ALIGN: u64 = 8;
+/// The alignment transfers need, in bytes (what `SCIQuery` reports as
+/// `SCI_Q_ADAPTER_DMA_SIZE_ALIGNMENT` / `..._OFFSET_ALIGNMENT`): none. The
+/// engine copies with `memmove` or hands byte ranges to the RMA engine,
+/// neither of which cares, and programs written for Dolphin hardware move
+/// single bytes by DMA.
+pub const DMA_ALIGN: u64 = 1;
+
+/// Pieces one vector transfer may have on any queue (`DIS_DMA_MAX_VECLEN`),
+/// even one created with `maxEntries` 1, as on Dolphin's engines; a queue
+/// with a larger `maxEntries` takes vectors that long. `maxEntries` also
+/// bounds what the older `SCIEnqueueDMATransfer` API gathers (see
+/// [`DmaQueue::enqueue`]).
+pub const MAX_VECLEN: usize = 256;
+
+/// DMA channels one process can hold at once (ids `0..DMA_CHANNELS`).
+pub const DMA_CHANNELS: u32 = 8;
 
 /// Largest piece the engine moves between two looks at the abort flag and
 /// at the remote segment's health: about 100 µs of `memcpy` here, so an
@@ -102,9 +114,15 @@ pub struct Transfer {
 /// an abort, or the error that stopped it).
 pub type Completion = Box<dyn FnOnce(SciError) + Send>;
 
+/// What a queue's engine runs in one go: one transfer (`SCIStartDmaTransfer*`)
+/// or the transfers gathered by `SCIEnqueueDMATransfer`, in order, under
+/// the queue's channel if it has one.
 struct Job {
-    transfer: Transfer,
+    transfers: Vec<Transfer>,
     completion: Option<Completion>,
+    channel: Option<Arc<ChannelCore>>,
+    /// `SCI_FLAG_DMA_RESET`: a job that succeeds leaves the queue IDLE.
+    reset_after: bool,
 }
 
 struct Shared {
@@ -131,6 +149,10 @@ struct Shared {
 pub struct DmaQueue {
     shared: Arc<Shared>,
     pub max_entries: u32,
+    /// Transfers enqueued (state GATHER) and not posted yet.
+    gather: Mutex<Vec<Transfer>>,
+    /// The channel assigned with `SCIAssignDMAChannel`, if any.
+    channel: Mutex<Option<Arc<ChannelCore>>>,
     worker: Mutex<Option<JoinHandle<()>>>,
     worker_id: OnceLock<std::thread::ThreadId>,
     removed: AtomicBool,
@@ -190,6 +212,8 @@ impl Client {
         let q = Arc::new(DmaQueue {
             shared,
             max_entries,
+            gather: Mutex::new(Vec::new()),
+            channel: Mutex::new(None),
             worker_id: OnceLock::new(),
             worker: Mutex::new(None),
             removed: AtomicBool::new(false),
@@ -210,6 +234,12 @@ impl DmaQueue {
         st
     }
 
+    /// Most pieces one vector transfer on this queue may have:
+    /// `DIS_DMA_MAX_VECLEN`, or the queue's `maxEntries` if larger.
+    pub fn max_vector(&self) -> usize {
+        MAX_VECLEN.max(self.max_entries as usize)
+    }
+
     pub fn wait_policy(&self) -> WaitPolicy {
         self.shared.policy
     }
@@ -220,7 +250,7 @@ impl DmaQueue {
         if t.entries.is_empty() {
             return Err(SciError::IllegalParameter);
         }
-        if t.entries.len() > self.max_entries as usize {
+        if t.entries.len() > self.max_vector() {
             return Err(SciError::MaxEntries);
         }
         let local_size = match &t.local {
@@ -239,12 +269,6 @@ impl DmaQueue {
             let in_range = |off: u64, limit: u64| off.checked_add(e.size).is_some_and(|end| end <= limit);
             if !in_range(e.local_offset, local_size) || !in_range(e.remote_offset, t.remote.size) {
                 return Err(SciError::OutOfRange);
-            }
-            if e.size % DMA_ALIGN != 0 {
-                return Err(SciError::SizeAlignment);
-            }
-            if e.local_offset % DMA_ALIGN != 0 || e.remote_offset % DMA_ALIGN != 0 {
-                return Err(SciError::OffsetAlignment);
             }
         }
         if t.remote.is_lost() {
@@ -265,38 +289,148 @@ impl DmaQueue {
             return Err(SciError::IllegalParameter);
         }
         self.validate(&t)?;
+        self.claim(None)?;
+        self.launch(vec![t], completion, wait, false)
+    }
+
+    /// Make the queue POSTED: from any state but POSTED and GATHER (a start
+    /// must not mix with transfers gathered for a post), or, for a post,
+    /// only from GATHER (`from`).
+    fn claim(&self, from: Option<QueueState>) -> Result<()> {
         let sh = &*self.shared;
-        // Claim the queue: one transfer at a time, whoever races us.
         let mut cur = sh.state.load(SeqCst);
         loop {
-            if cur == QueueState::Posted as u32 {
-                return Err(SciError::Busy);
+            match from {
+                Some(f) if cur != f as u32 => return Err(SciError::IllegalOperation),
+                None if cur == QueueState::Posted as u32 => return Err(SciError::Busy),
+                None if cur == QueueState::Gather as u32 => return Err(SciError::IllegalOperation),
+                _ => {}
             }
             match sh.state.compare_exchange(cur, QueueState::Posted as u32, SeqCst, SeqCst) {
-                Ok(_) => break,
+                Ok(_) => return Ok(()),
                 Err(now) => cur = now,
             }
         }
+    }
+
+    /// Run `transfers` on a queue this thread has just claimed (POSTED).
+    fn launch(&self, transfers: Vec<Transfer>, completion: Option<Completion>, wait: bool, reset_after: bool) -> Result<()> {
+        let sh = &*self.shared;
         // Only the claimant writes these while the queue is POSTED. The
         // previous completion's kick is still in the eventfd (waits on it
         // do not drain: every waiter must see it); clear it for this one.
         wait::drain(sh.done_efd.as_fd());
         sh.abort.store(false, SeqCst);
         sh.uses_callback.store(completion.is_some() && !wait, SeqCst);
+        let channel = self.channel.lock().unwrap().clone();
         if wait {
-            let status = sh.execute(&t);
-            sh.finish(status, completion);
+            let status = sh.execute_all(&transfers, channel.as_deref());
+            drop(transfers);
+            sh.finish(status, completion, reset_after);
             return match status {
                 SciError::Ok => Ok(()),
                 e => Err(e),
             };
         }
-        *sh.job.lock().unwrap() = Some(Job { transfer: t, completion });
+        *sh.job.lock().unwrap() = Some(Job { transfers, completion, channel, reset_after });
         sh.pending.store(true, SeqCst);
         if sh.work_sleepers.load(SeqCst) > 0 {
             wait::kick(sh.work_efd.as_fd());
         }
         Ok(())
+    }
+
+    // ---- The DMA queue API that preceded SCIStartDmaTransfer --------------
+    //
+    // SCIEnqueueDMATransfer gathers transfers (state GATHER, at most
+    // `maxEntries` of them), SCIPostDMAQueue runs them in order as one job
+    // on the same engine as a start (POSTED, then DONE / ABORTED / ERROR),
+    // SCIResetDMAQueue returns the queue to IDLE for the next gather.
+
+    /// Add a transfer to the queue's gather list; returns the new state
+    /// (GATHER). A queue that has ended a job (DONE, ABORTED, ERROR) starts
+    /// a new list, as after a reset.
+    pub fn enqueue(&self, t: Transfer) -> Result<QueueState> {
+        if self.removed.load(SeqCst) {
+            return Err(SciError::IllegalParameter);
+        }
+        self.validate(&t)?;
+        let sh = &*self.shared;
+        let mut gather = self.gather.lock().unwrap();
+        let mut cur = sh.state.load(SeqCst);
+        loop {
+            if cur == QueueState::Posted as u32 {
+                return Err(SciError::IllegalOperation);
+            }
+            if cur == QueueState::Gather as u32 {
+                break;
+            }
+            // Ended or idle: a fresh list.
+            match sh.state.compare_exchange(cur, QueueState::Gather as u32, SeqCst, SeqCst) {
+                Ok(_) => {
+                    gather.clear();
+                    break;
+                }
+                Err(now) => cur = now,
+            }
+        }
+        if gather.len() >= self.max_entries as usize {
+            return Err(SciError::MaxEntries);
+        }
+        gather.push(t);
+        Ok(QueueState::Gather)
+    }
+
+    /// Post the gathered transfers: they run in order, as one job that ends
+    /// the queue DONE, ABORTED or ERROR (IDLE instead of DONE with
+    /// `reset_after`, `SCI_FLAG_DMA_RESET`). `wait` and `completion` as for
+    /// [`DmaQueue::start`]. Refused (`SCI_ERR_ILLEGAL_OPERATION`) unless the
+    /// queue is GATHER.
+    pub fn post_then(&self, completion: Option<Completion>, wait: bool, reset_after: bool) -> Result<()> {
+        if self.removed.load(SeqCst) {
+            return Err(SciError::IllegalParameter);
+        }
+        let mut gather = self.gather.lock().unwrap();
+        if gather.is_empty() {
+            return Err(SciError::IllegalOperation);
+        }
+        self.claim(Some(QueueState::Gather))?;
+        let transfers = std::mem::take(&mut *gather);
+        drop(gather);
+        self.launch(transfers, completion, wait, reset_after)
+    }
+
+    /// Back to IDLE, dropping anything gathered. Refused while POSTED.
+    pub fn reset(&self) -> Result<()> {
+        let sh = &*self.shared;
+        let mut gather = self.gather.lock().unwrap();
+        let mut cur = sh.state.load(SeqCst);
+        loop {
+            if cur == QueueState::Posted as u32 {
+                return Err(SciError::IllegalOperation);
+            }
+            match sh.state.compare_exchange(cur, QueueState::Idle as u32, SeqCst, SeqCst) {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
+        gather.clear();
+        Ok(())
+    }
+
+    /// Run this queue's transfers under `channel` from now on (`None`: on
+    /// the engine freely). A job already posted keeps what it started with.
+    pub fn assign_channel(&self, channel: Option<&DmaChannel>) {
+        *self.channel.lock().unwrap() = channel.map(|c| c.core.clone());
+    }
+
+    /// Drop the assignment to `channel` if this queue has it (the channel
+    /// is being returned).
+    pub fn unassign(&self, channel: &DmaChannel) {
+        let mut cur = self.channel.lock().unwrap();
+        if cur.as_ref().is_some_and(|c| Arc::ptr_eq(c, &channel.core)) {
+            *cur = None;
+        }
     }
 
     /// Wait up to `timeout_ms` for the queue to leave POSTED; returns the
@@ -314,9 +448,9 @@ impl DmaQueue {
         // unbounded waits do, so a timeout still returns on time.
         if timeout_ms == crate::INFINITE {
             if let Some(job) = sh.take_job() {
-                let status = sh.execute(&job.transfer);
-                drop(job.transfer);
-                sh.finish(status, job.completion);
+                let status = sh.execute_all(&job.transfers, job.channel.as_deref());
+                drop(job.transfers);
+                sh.finish(status, job.completion, job.reset_after);
             }
         }
         let deadline = wait::deadline(timeout_ms);
@@ -382,6 +516,8 @@ impl DmaQueue {
         if self.removed.swap(true, SeqCst) {
             return;
         }
+        self.gather.lock().unwrap().clear();
+        *self.channel.lock().unwrap() = None;
         self.shared.shutdown.store(true, SeqCst);
         wait::kick(self.shared.work_efd.as_fd());
         prune_cache();
@@ -424,9 +560,9 @@ impl Shared {
                 return;
             }
             let Some(job) = self.take_job() else { continue };
-            let status = self.execute(&job.transfer);
-            drop(job.transfer);
-            self.finish(status, job.completion);
+            let status = self.execute_all(&job.transfers, job.channel.as_deref());
+            drop(job.transfers);
+            self.finish(status, job.completion, job.reset_after);
         }
     }
 
@@ -446,8 +582,9 @@ impl Shared {
 
     /// Publish the outcome, wake waiters, then run the completion (which
     /// may start the next transfer on this queue).
-    fn finish(&self, status: SciError, completion: Option<Completion>) {
+    fn finish(&self, status: SciError, completion: Option<Completion>, reset_after: bool) {
         let st = match status {
+            SciError::Ok if reset_after => QueueState::Idle,
             SciError::Ok => QueueState::Done,
             SciError::Cancelled => QueueState::Aborted,
             _ => QueueState::Error,
@@ -464,6 +601,25 @@ impl Shared {
 
     fn aborted(&self) -> bool {
         self.abort.load(SeqCst)
+    }
+
+    /// Run a job's transfers in order, holding `channel`'s engine for the
+    /// whole job; the first one that does not end `Ok` ends the job.
+    fn execute_all(&self, transfers: &[Transfer], channel: Option<&ChannelCore>) -> SciError {
+        let _engine = match channel {
+            Some(c) => match c.acquire(&self.abort) {
+                Some(g) => Some(g),
+                None => return SciError::Cancelled,
+            },
+            None => None,
+        };
+        for t in transfers {
+            let st = self.execute(t);
+            if st != SciError::Ok {
+                return st;
+            }
+        }
+        SciError::Ok
     }
 
     /// Move the bytes of `t`; `Ok`, `Cancelled` or the failure.
@@ -802,4 +958,218 @@ fn seg_mem(key: usize, fd: std::os::fd::BorrowedFd<'_>, size: u64, owner: impl F
     let mem = Arc::new(SegMem { base, len });
     cache.insert(id, CacheEntry { mem: mem.clone(), owners: vec![owner()] });
     Ok(mem)
+}
+
+// ---------------------------------------------------------------------------
+// DMA channels.
+//
+// On Dolphin hardware a channel is one of the adapter's (or the system's)
+// DMA engines, which a program reserves and assigns to its queues. vsci's
+// engine is software: every queue has its own worker thread, so queues run
+// side by side. A vsci channel is a token for one engine's worth of
+// concurrency: the transfers of all queues assigned to one channel run one
+// job at a time, in the order they reach it, as they would on one hardware
+// engine; queues without a channel are not limited. A process holds at most
+// `DMA_CHANNELS` channels, numbered `0..DMA_CHANNELS`; a channel requested
+// as shared (`SCI_FLAG_DMA_CHANNEL_SHARED`) can be held by several
+// requesters at once, all of them shared.
+
+/// The engine a channel stands for: one job at a time.
+pub struct ChannelCore {
+    pub id: u32,
+    busy: Mutex<bool>,
+    freed: std::sync::Condvar,
+}
+
+/// Held while a job runs on a channel.
+struct EngineGuard<'a>(&'a ChannelCore);
+
+impl Drop for EngineGuard<'_> {
+    fn drop(&mut self) {
+        *self.0.busy.lock().unwrap() = false;
+        self.0.freed.notify_one();
+    }
+}
+
+impl ChannelCore {
+    /// Take the engine, or give up (`None`) once `abort` is set: a job
+    /// waiting for its channel must still obey SCIAbortDMAQueue.
+    fn acquire<'a>(&'a self, abort: &AtomicBool) -> Option<EngineGuard<'a>> {
+        let mut busy = self.busy.lock().unwrap();
+        while *busy {
+            if abort.load(SeqCst) {
+                return None;
+            }
+            busy = self.freed.wait_timeout(busy, std::time::Duration::from_millis(1)).unwrap().0;
+        }
+        *busy = true;
+        Some(EngineGuard(self))
+    }
+}
+
+struct ChannelSlot {
+    core: Weak<ChannelCore>,
+    holders: u32,
+    shared: bool,
+}
+
+static CHANNEL_SLOTS: Mutex<Vec<Option<ChannelSlot>>> = Mutex::new(Vec::new());
+
+/// One program's hold on a channel (`sci_dma_channel_t`); returned on drop.
+pub struct DmaChannel {
+    core: Arc<ChannelCore>,
+    /// `sci_dma_type_t` the program asked for (every type is the one engine).
+    pub kind: u32,
+    /// Segments prepared for DMA on this channel (`SCIPrepare*SegmentForDMA`):
+    /// the engine's mappings of them, made at prepare time so the first
+    /// transfer takes no `mmap`; dropped by unprepare or when the channel is
+    /// returned.
+    prepared: Mutex<Vec<(usize, Option<Arc<SegMem>>)>>,
+}
+
+impl DmaChannel {
+    /// Reserve channel `id` (or the lowest free one for `None`). An id held
+    /// by others is `SCI_ERR_BUSY` unless both sides ask to share it; an id
+    /// outside `0..DMA_CHANNELS` is `SCI_ERR_ILLEGAL_PARAMETER`; no free
+    /// channel is `SCI_ERR_NOSPC`.
+    pub fn request(id: Option<u32>, shared: bool, kind: u32) -> Result<DmaChannel> {
+        let mut slots = CHANNEL_SLOTS.lock().unwrap();
+        if slots.is_empty() {
+            slots.resize_with(DMA_CHANNELS as usize, || None);
+        }
+        // A slot whose holders all went away without returning it (their
+        // handles were dropped) is free again.
+        for s in slots.iter_mut() {
+            if s.as_ref().is_some_and(|x| x.core.strong_count() == 0) {
+                *s = None;
+            }
+        }
+        let pick = match id {
+            Some(i) if i >= DMA_CHANNELS => return Err(SciError::IllegalParameter),
+            Some(i) => i as usize,
+            None => match slots.iter().position(|s| s.is_none()) {
+                Some(i) => i,
+                None if shared => slots.iter().position(|s| s.as_ref().is_some_and(|x| x.shared)).ok_or(SciError::Nospc)?,
+                None => return Err(SciError::Nospc),
+            },
+        };
+        let core = match &mut slots[pick] {
+            Some(s) => {
+                if !(shared && s.shared) {
+                    return Err(SciError::Busy);
+                }
+                let core = s.core.upgrade().ok_or(SciError::Busy)?;
+                s.holders += 1;
+                core
+            }
+            slot @ None => {
+                let core = Arc::new(ChannelCore { id: pick as u32, busy: Mutex::new(false), freed: std::sync::Condvar::new() });
+                *slot = Some(ChannelSlot { core: Arc::downgrade(&core), holders: 1, shared });
+                core
+            }
+        };
+        Ok(DmaChannel { core, kind, prepared: Mutex::new(Vec::new()) })
+    }
+
+    pub fn id(&self) -> u32 {
+        self.core.id
+    }
+
+    /// Prepare a local segment for DMA on this channel: map it in the
+    /// engine now.
+    pub fn prepare_local(&self, s: &Arc<LocalSegment>) -> Result<()> {
+        let key = Arc::as_ptr(s) as usize;
+        let mem = if s.client().is_guest() { None } else { Some(seg_mem_local(s)?) };
+        self.remember(key, mem);
+        Ok(())
+    }
+
+    /// Prepare a connected segment for DMA on this channel: a co-located one
+    /// is mapped in the engine now; one of another node needs nothing (the
+    /// RMA engine reaches its registered memory), but must still be there.
+    pub fn prepare_remote(&self, s: &Arc<RemoteSegment>) -> Result<()> {
+        if s.is_lost() {
+            return Err(SciError::SegmentNotConnected);
+        }
+        let key = Arc::as_ptr(s) as usize;
+        let mem = if !s.is_remote() && !s.client().is_guest() { Some(seg_mem_remote(s)?) } else { None };
+        self.remember(key, mem);
+        Ok(())
+    }
+
+    fn remember(&self, key: usize, mem: Option<Arc<SegMem>>) {
+        let mut p = self.prepared.lock().unwrap();
+        if !p.iter().any(|(k, _)| *k == key) {
+            p.push((key, mem));
+        }
+    }
+
+    /// Undo a prepare (of `segment`, a local or remote segment object);
+    /// unpreparing what was not prepared does nothing.
+    pub fn unprepare<T>(&self, segment: &Arc<T>) {
+        let key = Arc::as_ptr(segment) as usize;
+        self.prepared.lock().unwrap().retain(|(k, _)| *k != key);
+        prune_cache();
+    }
+}
+
+impl Drop for DmaChannel {
+    fn drop(&mut self) {
+        self.prepared.lock().unwrap().clear();
+        let mut slots = CHANNEL_SLOTS.lock().unwrap();
+        if let Some(slot) = slots.get_mut(self.core.id as usize) {
+            if let Some(s) = slot {
+                s.holders = s.holders.saturating_sub(1);
+                if s.holders == 0 {
+                    *slot = None;
+                }
+            }
+        }
+        drop(slots);
+        prune_cache();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The channel pool: ids, exclusivity, sharing, exhaustion, return, and
+    /// one job at a time per channel. (One test: the pool is per process.)
+    #[test]
+    fn channel_pool_and_engine() {
+        let a = DmaChannel::request(None, false, 1).unwrap();
+        assert_eq!(a.id(), 0);
+        assert_eq!(DmaChannel::request(Some(0), false, 1).err(), Some(SciError::Busy));
+        assert_eq!(DmaChannel::request(Some(0), true, 1).err(), Some(SciError::Busy));
+        assert_eq!(DmaChannel::request(Some(DMA_CHANNELS), false, 1).err(), Some(SciError::IllegalParameter));
+        let s1 = DmaChannel::request(Some(5), true, 3).unwrap();
+        let s2 = DmaChannel::request(Some(5), true, 3).unwrap();
+        assert!(Arc::ptr_eq(&s1.core, &s2.core));
+        assert_eq!(DmaChannel::request(Some(5), false, 3).err(), Some(SciError::Busy));
+        let rest: Vec<DmaChannel> = (0..DMA_CHANNELS - 2).map(|_| DmaChannel::request(None, false, 4).unwrap()).collect();
+        assert_eq!(DmaChannel::request(None, false, 4).err(), Some(SciError::Nospc));
+        // A shared request with no free id joins a shared one.
+        let s3 = DmaChannel::request(None, true, 4).unwrap();
+        assert_eq!(s3.id(), 5);
+        drop((s1, s2, s3));
+        // Id 5 is free again once its last holder returned it.
+        let again = DmaChannel::request(None, false, 4).unwrap();
+        assert_eq!(again.id(), 5);
+
+        // One job at a time; a waiting job gives up on abort.
+        let core = a.core.clone();
+        let abort = AtomicBool::new(false);
+        let held = core.acquire(&abort).unwrap();
+        std::thread::scope(|s| {
+            let t = s.spawn(|| core.acquire(&abort).is_none());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            abort.store(true, SeqCst);
+            assert!(t.join().unwrap(), "a waiting job must give up when aborted");
+        });
+        drop(held);
+        abort.store(false, SeqCst);
+        assert!(core.acquire(&abort).is_some());
+        drop((a, rest, again));
+    }
 }

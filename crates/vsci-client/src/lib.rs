@@ -17,7 +17,7 @@ mod wait;
 pub use interrupt::DataWait;
 
 pub use conn::{Client, EventQueue, SegEvent};
-pub use dma::{Completion, DmaEntry, DmaLocal, DmaQueue, QueueState, Transfer, DMA_ALIGN};
+pub use dma::{Completion, DmaChannel, DmaEntry, DmaLocal, DmaQueue, QueueState, Transfer, DMA_ALIGN, DMA_CHANNELS, MAX_VECLEN};
 pub use interrupt::{LocalInterrupt, RemoteInterrupt};
 pub use map::{Map, MapFlags, MapTarget};
 pub use segment::{LocalSegment, RemoteSegment};
