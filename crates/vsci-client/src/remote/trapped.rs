@@ -142,8 +142,10 @@ pub(crate) struct Shadow {
     /// When the first page dirty since the last shipment became dirty
     /// (`now_ns`), 0 when none is.
     oldest_dirty: AtomicU64,
-    /// When the last fault was handled (`now_ns`).
-    last_fault: AtomicU64,
+    /// When the last store fault was handled (`now_ns`). Loads do not
+    /// count: a program polling a word faults on every refresh, and its
+    /// stores must not wait for that to stop.
+    last_write_fault: AtomicU64,
     /// Longest a background shipment waits for faults to stop (ns).
     stream_cap: u64,
 }
@@ -268,8 +270,8 @@ impl TrapHandler for Shadow {
             self.stored.store(true, Ordering::Release);
         }
         drop(g);
-        self.last_fault.store(now_ns(), Ordering::Release);
         if f.write {
+            self.last_write_fault.store(now_ns(), Ordering::Release);
             super::wake_flusher();
         }
     }
@@ -311,7 +313,7 @@ impl Trapped {
             faults: AtomicU64::new(0),
             stored: AtomicBool::new(false),
             oldest_dirty: AtomicU64::new(0),
-            last_fault: AtomicU64::new(0),
+            last_write_fault: AtomicU64::new(0),
             stream_cap: match owner_kind {
                 OwnerKind::Rma => STREAM_CAP_RMA,
                 OwnerKind::Agent => STREAM_CAP_AGENT,
@@ -341,7 +343,7 @@ impl Trapped {
 
     /// The background shipment: ship once the first page made dirty since
     /// the last shipment has been so for `settle` (the program's store has
-    /// landed, and the stores that follow it in the same page) and no page
+    /// landed, and the stores that follow it in the same page) and no store
     /// has faulted for `settle` either, but no later than `stream_cap`
     /// after that first store; else say when that will be (ns, `now_ns`
     /// clock).
@@ -351,14 +353,14 @@ impl Trapped {
     /// program streaming through fresh pages faults once per page, each
     /// fault a read from the owner: a shipment between two of them holds
     /// the map for a write round trip and doubles the cost of every page
-    /// (measured in a guest: 2 control round trips per page instead of 1).
+    /// (two owner round trips per page instead of one).
     pub(crate) fn ship_due(&self, settle: u64) -> (Result<bool>, Option<u64>) {
         let s = &*self.shadow;
         let since = s.oldest_dirty.load(Ordering::Acquire);
         if since == 0 {
             return (Ok(false), None);
         }
-        let quiet = s.last_fault.load(Ordering::Acquire).max(since) + settle;
+        let quiet = s.last_write_fault.load(Ordering::Acquire).max(since) + settle;
         let due = quiet.min(since + settle.max(s.stream_cap));
         if now_ns() < due {
             return (Ok(false), Some(due));
