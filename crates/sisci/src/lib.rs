@@ -190,7 +190,9 @@ fn open_client() -> Result<Client, SciError> {
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_else(|| "sisci".into());
     Client::connect_auto(&path, &name).inspect_err(|e| {
-        if verbose() {
+        // A permission refusal was already explained (socket, owner, mode)
+        // by the client library's error log.
+        if verbose() && *e != SciError::Access {
             eprintln!("vsci: cannot reach vscid at {} ({}); is the node running? (VSCI_SOCKET selects the socket)", path.display(), e.c_name());
         }
     })

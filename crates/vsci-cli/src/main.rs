@@ -108,7 +108,14 @@ fn main() -> Result<()> {
 fn status(socket: Option<PathBuf>, json: bool) -> Result<()> {
     let path = socket.unwrap_or_else(vsci_proto::socket_path);
     let client = vsci_client::Client::connect(&path, "vsci-status")
-        .map_err(|e| anyhow::anyhow!("cannot reach vscid at {}: {}", path.display(), e))?;
+        .map_err(|e| match e {
+            vsci_proto::SciError::Access => anyhow::anyhow!(
+                "permission denied on vscid's socket {} ({e}): you need write permission on it; \
+                 ask the operator to add you to the node's socket group",
+                path.display()
+            ),
+            _ => anyhow::anyhow!("cannot reach vscid at {}: {}; is the node running?", path.display(), e),
+        })?;
     let st = client.status().map_err(|e| anyhow::anyhow!("status request failed: {e}"))?;
     client.close();
     if json {

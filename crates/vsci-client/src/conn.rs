@@ -160,7 +160,7 @@ impl Client {
 
     /// Connect to the daemon at `path` and introduce ourselves.
     pub fn connect(path: &std::path::Path, name: &str) -> Result<Client> {
-        let sock = wire::connect(path).map_err(|_| SciError::NoLinkAccess)?;
+        let sock = wire::connect(path).map_err(|e| connect_error(path, e))?;
         Client::start(Transport::Socket(sock), name)
     }
 
@@ -268,6 +268,37 @@ impl Client {
             (Reply::Probe { reachable }, _) => Ok(reachable),
             _ => Err(SciError::System),
         }
+    }
+}
+
+/// Map a failed `connect` to the control socket to a SISCI error. A refusal
+/// by file permissions is `SCI_ERR_ACCESS` and is logged with the socket,
+/// its owner, group and mode and what is missing, because "is the node
+/// running?" sends the user looking in the wrong place.
+pub fn connect_error(path: &std::path::Path, e: nix::Error) -> SciError {
+    match e {
+        nix::Error::EACCES | nix::Error::EPERM => {
+            use std::os::unix::fs::MetadataExt;
+            let what = match std::fs::metadata(path) {
+                Ok(m) => format!(
+                    "socket owner uid {} group gid {} mode {:04o}; connecting needs write permission on the socket \
+                     (and search permission on its directories): ask the node's operator to add you to its \
+                     socket group (vscid --socket-group)",
+                    m.uid(),
+                    m.gid(),
+                    m.mode() & 0o7777
+                ),
+                Err(_) => "search permission on a directory above the socket is missing".into(),
+            };
+            log::error!(
+                "permission denied connecting to vscid at {} as uid {} gid {}: {what}",
+                path.display(),
+                nix::unistd::getuid(),
+                nix::unistd::getgid()
+            );
+            SciError::Access
+        }
+        _ => SciError::NoLinkAccess,
     }
 }
 

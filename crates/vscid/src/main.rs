@@ -5,6 +5,7 @@
 //! segment data and interrupt triggers go straight between processes
 //! through the memfds and eventfds it hands out.
 
+mod access;
 mod client;
 mod cluster;
 mod engine;
@@ -42,6 +43,16 @@ struct Args {
     /// Without it the node stands alone.
     #[arg(long)]
     config: Option<PathBuf>,
+
+    /// Group whose members may use the node (name or gid): the control
+    /// socket is given this group [default: the daemon's own group].
+    #[arg(long)]
+    socket_group: Option<String>,
+
+    /// Permission bits of the control socket, octal [default: 0600, or 0660
+    /// with --socket-group]. Connecting needs write permission.
+    #[arg(long, value_parser = access::parse_mode)]
+    socket_mode: Option<u32>,
 
     /// Default way for interrupt waits to wait: adaptive, poll or block.
     #[arg(long, default_value = "adaptive")]
@@ -91,7 +102,7 @@ impl Drop for SocketGuard {
 
 /// Take the socket path: refuse if a live node holds it, recover a stale
 /// socket file left by a node that died without cleaning up.
-fn claim_socket(socket: &Path) -> Result<(SocketGuard, OwnedFd)> {
+fn claim_socket(socket: &Path, group: Option<nix::unistd::Gid>, mode: u32) -> Result<(SocketGuard, OwnedFd)> {
     if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -117,7 +128,7 @@ fn claim_socket(socket: &Path) -> Result<(SocketGuard, OwnedFd)> {
         warn!("removing stale socket {}", socket.display());
         std::fs::remove_file(socket).with_context(|| format!("removing stale socket {}", socket.display()))?;
     }
-    let listener = vsci_proto::wire::listen(socket).with_context(|| format!("listening on {}", socket.display()))?;
+    let listener = access::listen(socket, group, mode).with_context(|| format!("listening on {}", socket.display()))?;
     Ok((SocketGuard { socket: socket.to_owned(), lock_path, _lock: lock }, listener))
 }
 
@@ -143,7 +154,16 @@ fn run(args: Args) -> Result<()> {
         Some(path) => Some(cluster::Cluster::load(path)?),
         None => None,
     };
-    let (guard, listener) = claim_socket(&socket)?;
+    // Flags win over the cluster file.
+    let group_name = args.socket_group.clone().or_else(|| cluster.as_ref().and_then(|c| c.socket_group.clone()));
+    let group = group_name.as_deref().map(access::resolve_group).transpose()?;
+    let mode = args.socket_mode.or(cluster.as_ref().and_then(|c| c.socket_mode)).unwrap_or(access::default_mode(group));
+    let (guard, listener) = claim_socket(&socket, group, mode)?;
+    info!(
+        "control socket {} mode {mode:04o}{}",
+        socket.display(),
+        group.map(|g| format!(" group {} ({g})", group_name.as_deref().unwrap_or("?"))).unwrap_or_default()
+    );
     let cfg = Config {
         node_id: args.node_id,
         socket: socket.display().to_string(),
