@@ -83,6 +83,14 @@ impl EventQueue {
     }
 }
 
+/// Something blocked in this process that must be woken when the node goes
+/// away: a wait sleeping on an eventfd only vscid's clients write would
+/// otherwise sleep forever once vscid is gone (it can no longer be removed,
+/// and nobody else knows to write it).
+pub(crate) trait NodeGone: Send + Sync {
+    fn node_gone(&self);
+}
+
 struct Pending {
     slots: HashMap<u64, SyncSender<std::result::Result<(Reply, Vec<OwnedFd>), SciError>>>,
 }
@@ -131,6 +139,8 @@ pub(crate) struct Inner {
     /// Guests: where the end of a DMA transfer run by the host side goes.
     dma_done: Mutex<HashMap<u64, Sender<SciError>>>,
     dispatch: Mutex<Option<Sender<(Arc<EventQueue>, SegEvent)>>>,
+    /// Woken (after `dead` is set) when the connection to the node ends.
+    on_gone: Mutex<Vec<Weak<dyn NodeGone>>>,
     pub(crate) node_id: u32,
     pub(crate) wait: WaitPolicy,
     #[allow(dead_code)]
@@ -185,6 +195,7 @@ impl Client {
             intr_gone: Mutex::new(HashMap::new()),
             dma_done: Mutex::new(HashMap::new()),
             dispatch: Mutex::new(None),
+            on_gone: Mutex::new(Vec::new()),
             node_id,
             wait: WaitPolicy::from_env(mode, spin_us),
             max_segment_size,
@@ -251,6 +262,25 @@ impl Client {
         self.inner.intr_gone.lock().unwrap().remove(&id);
     }
 
+    /// Have `w` woken when the node goes away; at once if it already has.
+    pub(crate) fn on_node_gone(&self, w: Weak<dyn NodeGone>) {
+        let mut v = self.inner.on_gone.lock().unwrap();
+        // Drop entries of objects that no longer exist, so the list stays as
+        // long as the live objects, not as the history of created ones.
+        if v.len() >= 64 && v.len().is_power_of_two() {
+            v.retain(|w| w.strong_count() > 0);
+        }
+        v.push(w.clone());
+        drop(v);
+        // The reader may have run its exit path between our caller's last
+        // liveness check and the push above.
+        if !self.is_alive() {
+            if let Some(w) = w.upgrade() {
+                w.node_gone();
+            }
+        }
+    }
+
     pub(crate) fn register_intr_conn(&self, id: ObjId, gone: &Arc<AtomicBool>) {
         self.inner.intr_gone.lock().unwrap().insert(id, Arc::downgrade(gone));
     }
@@ -310,6 +340,12 @@ impl Inner {
         let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = sync_channel(1);
         self.pending.lock().unwrap().slots.insert(tag, tx);
+        // The reader clears `pending` after setting `dead`: a slot added
+        // after that clear would wait for a reply that never comes.
+        if self.dead.load(Ordering::SeqCst) {
+            self.pending.lock().unwrap().slots.remove(&tag);
+            return Err(SciError::NoLinkAccess);
+        }
         if self.transport.send(&ClientMsg { tag, req }).is_err() {
             self.pending.lock().unwrap().slots.remove(&tag);
             return Err(SciError::NoLinkAccess);
@@ -366,6 +402,14 @@ fn reader(transport: Arc<Transport>, inner: Weak<Inner>) {
             }
         }
         *inner.dispatch.lock().unwrap() = None;
+        // Wake every wait sleeping on an eventfd; each sees `dead` and
+        // returns SCI_ERR_NO_LINK_ACCESS.
+        let gone: Vec<Weak<dyn NodeGone>> = std::mem::take(&mut *inner.on_gone.lock().unwrap());
+        for w in gone {
+            if let Some(w) = w.upgrade() {
+                w.node_gone();
+            }
+        }
     }
 }
 
@@ -391,8 +435,13 @@ fn on_event(inner: &Arc<Inner>, ev: Event) {
             return;
         }
         Event::Shutdown => {
+            // The node is stopping. Close our end now rather than wait for
+            // it to close: the reader then runs its exit path (LOST events,
+            // failed calls, woken waits) at once, and the node, which waits
+            // for its clients to go, can exit sooner.
             inner.dead.store(true, Ordering::SeqCst);
-            return; // the socket closes next; the reader's exit path reports LOST
+            inner.transport.shutdown();
+            return;
         }
     };
     if let Some(q) = inner.sinks.lock().unwrap().get(&id).and_then(Weak::upgrade) {

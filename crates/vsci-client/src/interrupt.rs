@@ -117,12 +117,19 @@ fn two_fds(mut fds: Vec<OwnedFd>) -> Result<(OwnedFd, OwnedFd)> {
     Ok((m, e))
 }
 
+impl crate::conn::NodeGone for LocalInterrupt {
+    fn node_gone(&self) {
+        // The wait re-checks the client's liveness after every wake-up.
+        wait::kick(self.eventfd.as_fd());
+    }
+}
+
 impl Client {
     pub fn create_interrupt(&self, kind: IntrKind, hint: u32, fixed: bool) -> Result<Arc<LocalInterrupt>> {
         let (reply, fds) = self.call(Request::CreateInterrupt { kind, hint, fixed })?;
         let Reply::Interrupt { intr, number } = reply else { return Err(SciError::System) };
         let (memfd, eventfd) = two_fds(fds)?;
-        Ok(Arc::new(LocalInterrupt {
+        let i = Arc::new(LocalInterrupt {
             client: self.clone(),
             id: intr,
             kind,
@@ -133,7 +140,10 @@ impl Client {
             tail: Mutex::new(0),
             removed: AtomicBool::new(false),
             policy: self.wait_policy(),
-        }))
+        });
+        let weak: std::sync::Weak<dyn crate::conn::NodeGone> = Arc::downgrade(&i) as _;
+        self.on_node_gone(weak);
+        Ok(i)
     }
 
     pub fn connect_interrupt(&self, kind: IntrKind, node_id: u32, number: u32, timeout_ms: u32) -> Result<Arc<RemoteInterrupt>> {
@@ -219,7 +229,7 @@ impl LocalInterrupt {
         let shared = self.page.get();
         loop {
             let r = wait::wait_until(self.policy, deadline, &shared.sleepers, self.eventfd.as_fd(), || {
-                self.pending() || self.removed.load(Ordering::Relaxed)
+                self.pending() || self.removed.load(Ordering::Relaxed) || !self.client.is_alive()
             });
             self.check_live()?;
             match r {
@@ -252,7 +262,7 @@ impl LocalInterrupt {
                 return Ok(r);
             }
             let r = wait::wait_until(self.policy, deadline, &shared.sleepers, self.eventfd.as_fd(), || {
-                self.pending() || self.removed.load(Ordering::Relaxed)
+                self.pending() || self.removed.load(Ordering::Relaxed) || !self.client.is_alive()
             });
             self.check_live()?;
             if let Waited::TimedOut = r {

@@ -216,6 +216,9 @@ fn run(args: Args) -> Result<()> {
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     let sig = signals.forever().next().unwrap_or(signal_hook::consts::SIGTERM);
     info!("signal {sig}: shutting down, telling {} client(s)", node.lock().clients.len());
+    // No new clients from here on: a program that opens now fails at once
+    // instead of connecting to a node that is about to go.
+    let _ = std::fs::remove_file(&socket);
     node.lock().broadcast_shutdown();
     // Give writer threads a moment to deliver the shutdown notices.
     let deadline = std::time::Instant::now() + Duration::from_millis(500);
