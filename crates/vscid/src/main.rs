@@ -15,7 +15,7 @@ mod peers;
 mod registry;
 
 use std::fs::{File, OpenOptions};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -69,6 +69,16 @@ struct Args {
     /// Most segments + connections + interrupts one client may hold.
     #[arg(long, default_value_t = 4096)]
     max_objects_per_client: usize,
+
+    /// Threads that handle client requests (all clients share them; an
+    /// idle client costs no thread).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    workers: u16,
+
+    /// A connection that sends no Hello within this many milliseconds is
+    /// closed.
+    #[arg(long, default_value_t = 5000)]
+    handshake_timeout_ms: u64,
 
     /// More log output (-v debug, -vv trace). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
@@ -148,7 +158,23 @@ fn main() {
     }
 }
 
+/// Every client costs the node descriptors (its socket, segment memfds,
+/// interrupt pages): take all the kernel allows this process, not the
+/// soft limit a login shell or service manager happened to set.
+fn raise_fd_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => info!("descriptor limit raised from {soft} to {hard}"),
+            Err(e) => warn!("cannot raise the descriptor limit from {soft} to {hard}: {e}"),
+        },
+        Ok((soft, _)) => info!("descriptor limit {soft}"),
+        Err(e) => warn!("cannot read the descriptor limit: {e}"),
+    }
+}
+
 fn run(args: Args) -> Result<()> {
+    raise_fd_limit();
     let socket = args.socket.clone().unwrap_or_else(vsci_proto::socket_path);
     let cluster = match &args.config {
         Some(path) => Some(cluster::Cluster::load(path)?),
@@ -190,28 +216,7 @@ fn run(args: Args) -> Result<()> {
         args.spin_us
     );
 
-    let accept_node = node.clone();
-    std::thread::Builder::new().name("vscid-accept".into()).spawn(move || loop {
-        match nix::sys::socket::accept4(listener.as_fd().as_raw_fd(), nix::sys::socket::SockFlag::SOCK_CLOEXEC) {
-            Ok(raw) => {
-                // SAFETY: accept4 returned a new descriptor that we now own.
-                let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-                let node = accept_node.clone();
-                if let Err(e) = std::thread::Builder::new().name("vscid-client".into()).spawn(move || client::serve(node, fd)) {
-                    warn!("cannot start a client thread: {e}");
-                }
-            }
-            Err(nix::Error::EINTR | nix::Error::ECONNABORTED) => {}
-            Err(nix::Error::EMFILE | nix::Error::ENFILE) => {
-                warn!("out of file descriptors; pausing accept");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            Err(e) => {
-                error!("accept failed: {e}");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-    })?;
+    client::Server::start(node.clone(), listener, args.workers.into(), Duration::from_millis(args.handshake_timeout_ms))?;
 
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     let sig = signals.forever().next().unwrap_or(signal_hook::consts::SIGTERM);

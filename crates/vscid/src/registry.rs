@@ -53,9 +53,32 @@ pub struct Config {
     pub max_waiting_per_client: usize,
 }
 
+/// Where a client's messages go: its connection (sent at once or queued,
+/// see `client.rs`), or a channel a thread drains (peer pseudo-clients,
+/// unit tests).
+pub enum Tx {
+    Conn(Arc<crate::client::Conn>),
+    Queue(SyncSender<Outgoing>),
+}
+
+impl Tx {
+    pub fn try_send(&self, out: Outgoing) -> Result<(), TrySendError<Outgoing>> {
+        match self {
+            Tx::Conn(c) => c.try_send(out),
+            Tx::Queue(q) => q.try_send(out),
+        }
+    }
+}
+
+impl From<SyncSender<Outgoing>> for Tx {
+    fn from(q: SyncSender<Outgoing>) -> Tx {
+        Tx::Queue(q)
+    }
+}
+
 pub struct ClientEntry {
     pub info: ClientInfo,
-    pub tx: SyncSender<Outgoing>,
+    pub tx: Tx,
     /// Shut down to evict a client whose queue overflowed.
     pub sock: Arc<OwnedFd>,
     /// The node the client is on: ours, or the peer a pseudo-client stands for.
@@ -583,7 +606,8 @@ impl Registry {
         }
     }
 
-    pub fn register_client(&mut self, info: ClientInfo, tx: SyncSender<Outgoing>, sock: Arc<OwnedFd>) -> ClientId {
+    pub fn register_client(&mut self, info: ClientInfo, tx: impl Into<Tx>, sock: Arc<OwnedFd>) -> ClientId {
+        let tx = tx.into();
         let id = self.new_id();
         let mut info = info;
         info.client = id;
@@ -647,6 +671,18 @@ impl Registry {
             }
             st.peers = l.status(&imports);
         }
+        st.totals = vsci_proto::StatusTotals {
+            clients: st.clients.len() as u64,
+            segments: st.segments.len() as u64,
+            connections: st.connections.len() as u64,
+            interrupts: st.interrupts.len() as u64,
+        };
+        // Bounded, so the reply fits one message even with thousands of
+        // clients or a client at its object limit (totals say how many).
+        st.clients.truncate(vsci_proto::STATUS_LIST_MAX);
+        st.segments.truncate(vsci_proto::STATUS_LIST_MAX);
+        st.connections.truncate(vsci_proto::STATUS_LIST_MAX);
+        st.interrupts.truncate(vsci_proto::STATUS_LIST_MAX);
         st
     }
 }

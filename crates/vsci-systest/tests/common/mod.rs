@@ -478,7 +478,11 @@ impl Daemon {
 
     pub fn counts(&self) -> Counts {
         let v = self.status();
+        // `totals` counts everything; the lists stop at 100 entries.
         let len = |k: &str| -> usize {
+            if let Some(n) = v.get("totals").and_then(|t| t.get(k)).and_then(|n| n.as_u64()) {
+                return n as usize;
+            }
             v.get(k)
                 .and_then(|a| a.as_array())
                 .map(|a| a.len())
