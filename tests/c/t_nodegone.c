@@ -3,6 +3,8 @@
  *
  *   t_nodegone open      SCIOpen only; prints "OPEN <error>" (used by the
  *                        access tests: exit 0 when it opened, 3 when not)
+ *   t_nodegone hog [N]   create interrupts until refused (at most N), print
+ *                        "HOG created=<n> err=<first error>", then hold them
  *   t_nodegone MODE      block in one call with no timeout, print READY
  *                        first; the test then stops or kills vscid
  *
@@ -64,6 +66,28 @@ int main(int argc, char **argv)
     if (strcmp(mode, "open") == 0) {
         SCIClose(sd, NO_FLAGS, &err);
         return 0;
+    }
+    if (strcmp(mode, "hog") == 0) {
+        /* Create interrupts until the node refuses (or N are made), try 10
+         * more times after the first refusal (the node logs a limit once),
+         * report, and hold them until killed. */
+        int n = argc > 2 ? atoi(argv[2]) : 100000, made = 0, refused = 0;
+        sci_error_t first = SCI_ERR_OK;
+        for (int i = 0; i < n && refused < 10; i++) {
+            sci_local_interrupt_t h;
+            unsigned int no = 0;
+            SCICreateInterrupt(sd, &h, 0, &no, NULL, NULL, NO_FLAGS, &err);
+            if (err == SCI_ERR_OK) {
+                made++;
+            } else {
+                if (refused++ == 0)
+                    first = err;
+            }
+        }
+        printf("HOG created=%d err=%s\n", made, err_name(first));
+        printf("READY\n");
+        for (;;)
+            pause();
     }
 
     unsigned int node_id = 0;

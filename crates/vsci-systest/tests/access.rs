@@ -9,70 +9,9 @@
 mod common;
 
 use std::os::unix::fs::MetadataExt;
-use std::process::Command;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::*;
-
-/// A temporary group and two users: `member` (in the group) and `outsider`.
-struct Users {
-    group: String,
-    gid: u32,
-    member: String,
-    outsider: String,
-}
-
-fn tool(args: &[&str]) -> bool {
-    Command::new(args[0]).args(&args[1..]).output().map(|o| o.status.success()).unwrap_or(false)
-}
-
-impl Users {
-    fn new() -> Option<Users> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: creating users needs root");
-            return None;
-        }
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let tag = format!("{}{}", std::process::id() % 100000, NEXT.fetch_add(1, Ordering::SeqCst));
-        let u = Users { group: format!("vscig{tag}"), gid: 0, member: format!("vscim{tag}"), outsider: format!("vscio{tag}") };
-        u.remove(); // left over from a run that was killed
-        assert!(tool(&["groupadd", &u.group]), "groupadd {}", u.group);
-        let mut u = u;
-        u.gid = group_gid(&u.group).expect("gid of the new group");
-        assert!(tool(&["useradd", "-M", "-N", "-s", "/usr/sbin/nologin", "-G", &u.group, &u.member]), "useradd {}", u.member);
-        assert!(tool(&["useradd", "-M", "-N", "-s", "/usr/sbin/nologin", &u.outsider]), "useradd {}", u.outsider);
-        Some(u)
-    }
-
-    fn remove(&self) {
-        let _ = tool(&["userdel", &self.member]);
-        let _ = tool(&["userdel", &self.outsider]);
-        let _ = tool(&["groupdel", &self.group]);
-    }
-
-    /// `program args` as `user`, with its groups, against `d`'s socket.
-    fn as_user(&self, user: &str, d: &Daemon, program: &std::path::Path, args: &[&str]) -> Output {
-        let mut c = d.client(std::path::Path::new("setpriv"));
-        c.args(["--reuid", user, "--regid", "nogroup", "--init-groups", "--"]).arg(program).args(args);
-        run(&format!("{} as {user}", program.display()), &mut c, Duration::from_secs(60))
-    }
-}
-
-impl Drop for Users {
-    fn drop(&mut self) {
-        self.remove();
-    }
-}
-
-fn group_gid(name: &str) -> Option<u32> {
-    let text = std::fs::read_to_string("/etc/group").ok()?;
-    text.lines().find_map(|l| {
-        let f: Vec<&str> = l.split(':').collect();
-        (f.first() == Some(&name)).then(|| f.get(2)?.parse().ok()).flatten()
-    })
-}
 
 fn t_nodegone() -> std::path::PathBuf {
     built("tests/t_nodegone")

@@ -393,6 +393,16 @@ impl Server {
             max_segment_size: self.node.cfg.max_segment_size,
         };
         let mut reg = self.node.lock();
+        if let Err(why) = reg.admit(&self.node.cfg, info.uid) {
+            *reg.limit_hits.entry("clients").or_default() += 1;
+            drop(reg);
+            // Logged for every refusal: a refused client has no entry to
+            // remember it by, and refusals are rare next to the requests a
+            // client at an object limit keeps making.
+            warn!("limit: refusing pid {} uid {} {:?}: {why}; answering SCI_ERR_NOSPC", info.pid, info.uid, info.name);
+            let _ = send_now(&conn.sock, &Outgoing::reply(tag, Err(SciError::Nospc)));
+            return false;
+        }
         let id = reg.register_client(info.clone(), crate::registry::Tx::Conn(Arc::clone(conn)), Arc::clone(&conn.sock));
         conn.st.lock().unwrap().phase = Phase::Client { id, pid: info.pid };
         reg.send_to(id, Outgoing::reply(tag, Ok(hello)));

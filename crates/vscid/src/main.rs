@@ -70,6 +70,31 @@ struct Args {
     #[arg(long, default_value_t = 4096)]
     max_objects_per_client: usize,
 
+    /// Most segments + connections + interrupts all clients of one uid may
+    /// hold together.
+    #[arg(long, default_value_t = 8192)]
+    max_objects_per_uid: usize,
+
+    /// Most clients (open SISCI descriptors) one uid may have at once.
+    #[arg(long, default_value_t = 4096)]
+    max_clients_per_uid: usize,
+
+    /// Most segment memory the clients of one uid may hold together (K/M/G
+    /// suffixes; 0 = no limit beyond --max-segment-size per segment).
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    max_memory_per_uid: u64,
+
+    /// Most requests of one client that may wait at once (connects with a
+    /// timeout).
+    #[arg(long, default_value_t = 64)]
+    max_pending_per_client: usize,
+
+    /// Descriptors kept for new clients and `vsci status`: objects stop
+    /// this far below the node's descriptor limit [default: a tenth of the
+    /// limit, at least 64].
+    #[arg(long)]
+    fd_reserve: Option<u64>,
+
     /// Threads that handle client requests (all clients share them; an
     /// idle client costs no thread).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -161,20 +186,33 @@ fn main() {
 /// Every client costs the node descriptors (its socket, segment memfds,
 /// interrupt pages): take all the kernel allows this process, not the
 /// soft limit a login shell or service manager happened to set.
-fn raise_fd_limit() {
+fn raise_fd_limit() -> u64 {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     match getrlimit(Resource::RLIMIT_NOFILE) {
         Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-            Ok(()) => info!("descriptor limit raised from {soft} to {hard}"),
-            Err(e) => warn!("cannot raise the descriptor limit from {soft} to {hard}: {e}"),
+            Ok(()) => {
+                info!("descriptor limit raised from {soft} to {hard}");
+                hard
+            }
+            Err(e) => {
+                warn!("cannot raise the descriptor limit from {soft} to {hard}: {e}");
+                soft
+            }
         },
-        Ok((soft, _)) => info!("descriptor limit {soft}"),
-        Err(e) => warn!("cannot read the descriptor limit: {e}"),
+        Ok((soft, _)) => {
+            info!("descriptor limit {soft}");
+            soft
+        }
+        Err(e) => {
+            warn!("cannot read the descriptor limit: {e}");
+            1024
+        }
     }
 }
 
 fn run(args: Args) -> Result<()> {
-    raise_fd_limit();
+    let fd_limit = raise_fd_limit();
+    let fd_reserve = args.fd_reserve.unwrap_or((fd_limit / 10).max(64)).min(fd_limit / 2);
     let socket = args.socket.clone().unwrap_or_else(vsci_proto::socket_path);
     let cluster = match &args.config {
         Some(path) => Some(cluster::Cluster::load(path)?),
@@ -197,8 +235,21 @@ fn run(args: Args) -> Result<()> {
         spin_us: args.spin_us,
         max_segment_size: args.max_segment_size,
         max_objects_per_client: args.max_objects_per_client,
-        max_waiting_per_client: 64,
+        max_waiting_per_client: args.max_pending_per_client,
+        max_objects_per_uid: args.max_objects_per_uid,
+        max_clients_per_uid: args.max_clients_per_uid,
+        max_memory_per_uid: args.max_memory_per_uid,
+        fd_limit,
+        fd_reserve,
     };
+    info!(
+        "limits: {} objects and {} waiting requests per client; {} objects, {} clients and {} per uid; {fd_reserve} of {fd_limit} descriptors kept in reserve",
+        cfg.max_objects_per_client,
+        cfg.max_waiting_per_client,
+        cfg.max_objects_per_uid,
+        cfg.max_clients_per_uid,
+        if cfg.max_memory_per_uid == 0 { "unlimited memory".to_string() } else { format!("{} bytes of segments", cfg.max_memory_per_uid) }
+    );
     let node = Node::new(cfg);
     if let Some(cluster) = cluster {
         let Some(addr) = cluster.nodes.get(&args.node_id).copied() else {

@@ -51,6 +51,54 @@ pub struct Config {
     pub max_objects_per_client: usize,
     /// Requests of one client that may wait (connect with timeout) at once.
     pub max_waiting_per_client: usize,
+    /// Objects all clients of one uid may hold together.
+    pub max_objects_per_uid: usize,
+    /// Clients (open descriptors) one uid may have at once.
+    pub max_clients_per_uid: usize,
+    /// Segment bytes the clients of one uid may hold together (0: no limit).
+    pub max_memory_per_uid: u64,
+    /// The node's descriptor limit and the part of it kept for new clients
+    /// and `vsci status`: no new object once the lowest free descriptor
+    /// reaches `fd_limit - fd_reserve`, no new client past
+    /// `fd_limit - fd_reserve / 4`.
+    pub fd_limit: u64,
+    pub fd_reserve: u64,
+}
+
+/// The limits a client can run into, for the log-once bookkeeping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Limit {
+    ObjectsPerClient = 1,
+    ObjectsPerUid = 2,
+    MemoryPerUid = 4,
+    PendingPerClient = 8,
+    Descriptors = 16,
+    SegmentSize = 32,
+}
+
+impl Limit {
+    fn describe(self, cfg: &Config) -> String {
+        match self {
+            Limit::ObjectsPerClient => format!("{} objects per client (--max-objects-per-client)", cfg.max_objects_per_client),
+            Limit::ObjectsPerUid => format!("{} objects per uid (--max-objects-per-uid)", cfg.max_objects_per_uid),
+            Limit::MemoryPerUid => format!("{} segment bytes per uid (--max-memory-per-uid)", cfg.max_memory_per_uid),
+            Limit::PendingPerClient => format!("{} waiting requests per client (--max-pending-per-client)", cfg.max_waiting_per_client),
+            Limit::Descriptors => format!(
+                "the node's descriptor reserve (limit {}, {} kept for new clients and status)",
+                cfg.fd_limit, cfg.fd_reserve
+            ),
+            Limit::SegmentSize => format!("{} bytes per segment (--max-segment-size)", cfg.max_segment_size),
+        }
+    }
+}
+
+/// What the clients of one uid hold together.
+#[derive(Default, Debug)]
+struct UidUsage {
+    clients: usize,
+    objects: usize,
+    memory: u64,
 }
 
 /// Where a client's messages go: its connection (sent at once or queued,
@@ -85,10 +133,15 @@ pub struct ClientEntry {
     pub node_id: Option<u32>,
     objects: usize,
     waiting: usize,
+    /// Limits already logged for this client (a bit per [`Limit`]): each
+    /// is logged once, not once per refused request.
+    limits_logged: u8,
 }
 
 struct Segment {
     owner: ClientId,
+    /// Whose memory budget the segment counts against (the creator's uid).
+    uid: u32,
     segment_id: u32,
     size: u64,
     memfd: OwnedFd,
@@ -159,6 +212,9 @@ pub struct Registry {
     remote_intrs: HashMap<ObjId, RemoteIntr>,
     /// The cluster runtime, when this node is part of a cluster.
     pub links: Option<Arc<crate::peers::Peers>>,
+    uids: HashMap<u32, UidUsage>,
+    /// Limit hits since start, by limit (for logs, status and metrics).
+    pub limit_hits: HashMap<&'static str, u64>,
 }
 
 impl Registry {
@@ -198,19 +254,79 @@ impl Registry {
         self.send(client, out);
     }
 
-    fn charge(&mut self, client: ClientId, max: usize) -> Result<(), SciError> {
-        let c = self.clients.get_mut(&client).ok_or(SciError::NoLinkAccess)?;
-        if c.objects >= max {
-            return Err(SciError::Nospc);
+    /// Refuse a request at a limit: count it, log it the first time this
+    /// client hits it (with who), and answer SCI_ERR_NOSPC.
+    pub fn limit_hit(&mut self, cfg: &Config, client: ClientId, limit: Limit) -> SciError {
+        let name = match limit {
+            Limit::ObjectsPerClient => "objects_per_client",
+            Limit::ObjectsPerUid => "objects_per_uid",
+            Limit::MemoryPerUid => "memory_per_uid",
+            Limit::PendingPerClient => "pending_per_client",
+            Limit::Descriptors => "descriptors",
+            Limit::SegmentSize => "segment_size",
+        };
+        *self.limit_hits.entry(name).or_default() += 1;
+        if let Some(c) = self.clients.get_mut(&client) {
+            if c.limits_logged & limit as u8 == 0 {
+                c.limits_logged |= limit as u8;
+                warn!(
+                    "limit: client {client} (pid {}, uid {}, {:?}) reached {}; refusing with SCI_ERR_NOSPC (logged once per client)",
+                    c.info.pid,
+                    c.info.uid,
+                    c.info.name,
+                    limit.describe(cfg)
+                );
+            }
         }
-        c.objects += 1;
+        SciError::Nospc
+    }
+
+    /// Count a new object against the client's and its uid's limits and the
+    /// node's descriptor reserve. Peer nodes' pseudo-clients are bounded by
+    /// their own nodes, not by a local uid's budget.
+    fn charge(&mut self, cfg: &Config, client: ClientId) -> Result<(), SciError> {
+        let c = self.clients.get(&client).ok_or(SciError::NoLinkAccess)?;
+        let (uid, local) = (c.info.uid, c.node_id.is_none());
+        if c.objects >= cfg.max_objects_per_client {
+            return Err(self.limit_hit(cfg, client, Limit::ObjectsPerClient));
+        }
+        if local && self.uids.get(&uid).is_some_and(|u| u.objects >= cfg.max_objects_per_uid) {
+            return Err(self.limit_hit(cfg, client, Limit::ObjectsPerUid));
+        }
+        if memory::lowest_free_fd() >= cfg.fd_limit.saturating_sub(cfg.fd_reserve) {
+            return Err(self.limit_hit(cfg, client, Limit::Descriptors));
+        }
+        self.clients.get_mut(&client).expect("checked").objects += 1;
+        if local {
+            self.uids.entry(uid).or_default().objects += 1;
+        }
         Ok(())
     }
 
     fn uncharge(&mut self, client: ClientId) {
         if let Some(c) = self.clients.get_mut(&client) {
-            c.objects = c.objects.saturating_sub(1);
+            if c.objects > 0 {
+                c.objects -= 1;
+                if c.node_id.is_none() {
+                    if let Some(u) = self.uids.get_mut(&c.info.uid) {
+                        u.objects = u.objects.saturating_sub(1);
+                    }
+                }
+            }
         }
+    }
+
+    /// May one more client of `uid` connect? (Checked at Hello.)
+    pub fn admit(&self, cfg: &Config, uid: u32) -> Result<(), String> {
+        let n = self.uids.get(&uid).map_or(0, |u| u.clients);
+        if n >= cfg.max_clients_per_uid {
+            return Err(format!("uid {uid} already has {n} clients (--max-clients-per-uid {})", cfg.max_clients_per_uid));
+        }
+        let low = memory::lowest_free_fd();
+        if low >= cfg.fd_limit.saturating_sub(cfg.fd_reserve / 4) {
+            return Err(format!("the node is out of descriptors (lowest free {low}, limit {})", cfg.fd_limit));
+        }
+        Ok(())
     }
 
     /// The segment a client's handle stands for: one it created (and has not
@@ -258,7 +374,12 @@ impl Registry {
             return Err(SciError::IllegalParameter);
         }
         if size > cfg.max_segment_size {
-            return Err(SciError::Nospc);
+            return Err(self.limit_hit(cfg, client, Limit::SegmentSize));
+        }
+        let (uid, local) = self.clients.get(&client).map(|c| (c.info.uid, c.node_id.is_none())).ok_or(SciError::NoLinkAccess)?;
+        let used = self.uids.get(&uid).map_or(0, |u| u.memory);
+        if local && cfg.max_memory_per_uid > 0 && used.saturating_add(size) > cfg.max_memory_per_uid {
+            return Err(self.limit_hit(cfg, client, Limit::MemoryPerUid));
         }
         let segment_id = if auto_id {
             (0x4000_0000u32..u32::MAX).find(|id| !self.seg_by_id.contains_key(id)).ok_or(SciError::Nospc)?
@@ -273,12 +394,14 @@ impl Registry {
             SciError::Nospc
         })?;
         let fd = memory::dup(memfd.as_fd()).map_err(|_| SciError::System)?;
-        self.charge(client, cfg.max_objects_per_client)?;
+        self.charge(cfg, client)?;
+        self.uids.entry(uid).or_default().memory += size;
         let seg = self.new_id();
         self.segments.insert(
             seg,
             Segment {
                 owner: client,
+                uid,
                 segment_id,
                 size,
                 memfd,
@@ -323,6 +446,9 @@ impl Registry {
     fn remove_segment(&mut self, seg: ObjId) {
         let Some(s) = self.segments.remove(&seg) else { return };
         self.seg_by_id.remove(&s.segment_id);
+        if let Some(u) = self.uids.get_mut(&s.uid) {
+            u.memory = u.memory.saturating_sub(s.size);
+        }
         for h in &s.attached {
             if let Some(a) = self.seg_attach.remove(h) {
                 self.uncharge(a.client);
@@ -351,7 +477,7 @@ impl Registry {
         }
         let size = s.size;
         let fd = memory::dup(s.memfd.as_fd()).map_err(|_| SciError::System)?;
-        self.charge(client, cfg.max_objects_per_client)?;
+        self.charge(cfg, client)?;
         let handle = self.new_id();
         self.seg_attach.insert(handle, SegAttach { client, seg });
         self.segments.get_mut(&seg).expect("checked").attached.insert(handle);
@@ -367,7 +493,7 @@ impl Registry {
         }
         let size = s.size;
         let fd = memory::dup(s.memfd.as_fd()).map_err(|_| SciError::System)?;
-        self.charge(client, cfg.max_objects_per_client)?;
+        self.charge(cfg, client)?;
         let conn = self.new_id();
         self.seg_conns.insert(conn, SegConn { client, seg });
         self.segments.get_mut(&seg).expect("checked").conns.insert(conn);
@@ -418,7 +544,7 @@ impl Registry {
             memory::dup(objects.memfd.as_fd()).map_err(|_| SciError::System)?,
             memory::dup(objects.eventfd.as_fd()).map_err(|_| SciError::System)?,
         ];
-        self.charge(client, cfg.max_objects_per_client)?;
+        self.charge(cfg, client)?;
         let intr = self.new_id();
         self.intrs.insert(intr, Intr { owner: client, kind, number, objects, conns: HashSet::new() });
         self.intr_by_num.insert((kind, number), intr);
@@ -451,7 +577,7 @@ impl Registry {
             memory::dup(i.objects.memfd.as_fd()).map_err(|_| SciError::System)?,
             memory::dup(i.objects.eventfd.as_fd()).map_err(|_| SciError::System)?,
         ];
-        self.charge(client, cfg.max_objects_per_client)?;
+        self.charge(cfg, client)?;
         let conn = self.new_id();
         self.intr_conns.insert(conn, IntrConn { client, intr });
         self.intrs.get_mut(&intr).expect("checked").conns.insert(conn);
@@ -483,7 +609,7 @@ impl Registry {
             return Err(SciError::NoLinkAccess);
         }
         let shadow = memory::sealed_memfd(&format!("vsci-shadow-{peer}-{segment_id}"), grant.size).map_err(|_| SciError::Nospc)?;
-        self.charge(client, cfg.max_objects_per_client)?;
+        self.charge(cfg, client)?;
         let conn = self.new_id();
         self.remote_segs.insert(conn, RemoteSeg { client, peer, remote_conn: grant.conn, segment_id });
         Ok(Outgoing {
@@ -503,7 +629,7 @@ impl Registry {
         if !self.clients.contains_key(&client) {
             return Err(SciError::NoLinkAccess);
         }
-        self.charge(client, cfg.max_objects_per_client)?;
+        self.charge(cfg, client)?;
         let conn = self.new_id();
         self.remote_intrs.insert(conn, RemoteIntr { client, peer, remote_conn });
         Ok(Outgoing { msg: reply_ok(0, Reply::InterruptConnected { conn, remote: Some(trig) }), fds: Vec::new() })
@@ -602,6 +728,15 @@ impl Registry {
             self.disconnect_remote_interrupt(c);
         }
         if let Some(c) = self.clients.remove(&client) {
+            if let Some(u) = self.uids.get_mut(&c.info.uid) {
+                u.clients = u.clients.saturating_sub(1);
+                if c.node_id.is_none() {
+                    u.objects = u.objects.saturating_sub(c.objects);
+                }
+                if u.clients == 0 && u.objects == 0 && u.memory == 0 {
+                    self.uids.remove(&c.info.uid);
+                }
+            }
             info!("client {} (pid {}, uid {}, {:?}) gone", client, c.info.pid, c.info.uid, c.info.name);
         }
     }
@@ -611,7 +746,8 @@ impl Registry {
         let id = self.new_id();
         let mut info = info;
         info.client = id;
-        self.clients.insert(id, ClientEntry { info, tx, sock, node_id: None, objects: 0, waiting: 0 });
+        self.uids.entry(info.uid).or_default().clients += 1;
+        self.clients.insert(id, ClientEntry { info, tx, sock, node_id: None, objects: 0, waiting: 0, limits_logged: 0 });
         id
     }
 
@@ -916,7 +1052,8 @@ impl Node {
     {
         let Some(c) = reg.clients.get_mut(&client) else { return Handled::Deferred };
         if c.waiting >= self.cfg.max_waiting_per_client {
-            return Handled::Reply(Outgoing::reply(tag, Err(SciError::Nospc)));
+            let e = reg.limit_hit(&self.cfg, client, Limit::PendingPerClient);
+            return Handled::Reply(Outgoing::reply(tag, Err(e)));
         }
         c.waiting += 1;
         drop(reg);
@@ -990,6 +1127,11 @@ mod tests {
             max_segment_size: 1 << 30,
             max_objects_per_client: 8,
             max_waiting_per_client: 2,
+            max_objects_per_uid: 1 << 20,
+            max_clients_per_uid: 1 << 20,
+            max_memory_per_uid: 0,
+            fd_limit: 1 << 20,
+            fd_reserve: 64,
         })
     }
 
