@@ -3,6 +3,8 @@
  *
  *   t_nodegone open      SCIOpen only; prints "OPEN <error>" (used by the
  *                        access tests: exit 0 when it opened, 3 when not)
+ *   t_nodegone offer ID  make segment ID available and hold it
+ *   t_nodegone take ID   connect to segment ID once: "TAKE <error>"
  *   t_nodegone hog [N]   create interrupts until refused (at most N), print
  *                        "HOG created=<n> err=<first error>", then hold them
  *   t_nodegone MODE      block in one call with no timeout, print READY
@@ -65,6 +67,26 @@ int main(int argc, char **argv)
         return 3;
     if (strcmp(mode, "open") == 0) {
         SCIClose(sd, NO_FLAGS, &err);
+        return 0;
+    }
+    if (strcmp(mode, "offer") == 0 || strcmp(mode, "take") == 0) {
+        /* offer ID: make segment ID available and hold it; take ID: connect
+         * to it once and print "TAKE <error>" (the access tests). */
+        unsigned int id = argc > 2 ? (unsigned int)strtoul(argv[2], NULL, 0) : 1, node = 0;
+        SCIGetLocalNodeId(0, &node, NO_FLAGS, &err);
+        CHECK_ERR(err, SCI_ERR_OK);
+        if (mode[0] == 'o') {
+            sci_local_segment_t s;
+            EXPECT(SCI_ERR_OK, SCICreateSegment(sd, &s, id, 4096, NO_CALLBACK, NO_ARG, NO_FLAGS, &err));
+            EXPECT(SCI_ERR_OK, SCIPrepareSegment(s, 0, NO_FLAGS, &err));
+            EXPECT(SCI_ERR_OK, SCISetSegmentAvailable(s, 0, NO_FLAGS, &err));
+            printf("READY\n");
+            for (;;)
+                pause();
+        }
+        sci_remote_segment_t r;
+        SCIConnectSegment(sd, &r, node, id, 0, NO_CALLBACK, NO_ARG, 0, NO_FLAGS, &err);
+        printf("TAKE %s\n", err_name(err));
         return 0;
     }
     if (strcmp(mode, "hog") == 0) {

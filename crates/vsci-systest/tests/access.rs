@@ -82,3 +82,19 @@ fn unknown_group_refuses_to_start() {
     assert_eq!(st.code(), Some(1));
     assert!(d.log_text().contains("no such group"), "{}", d.log_text());
 }
+
+/// `--connect-policy uid`: only programs of the creator's uid may connect
+/// to its segments (SCI_ERR_ACCESS for others); `any` is SISCI's rule.
+#[test]
+fn connect_policy_restricts_connects_to_the_creators_uid() {
+    let Some(u) = Users::new() else { return };
+    for (policy, node, outsider_gets) in [("uid", 35, "TAKE SCI_ERR_ACCESS"), ("any", 36, "TAKE SCI_ERR_OK")] {
+        let d = Daemon::start_with(node, &["--socket-mode", "0666", "--connect-policy", policy]);
+        let mut offer = Proc::spawn("t_nodegone offer", d.client(&t_nodegone()).args(["offer", "0x5151"]));
+        offer.wait_line("READY", LINE_TIMEOUT);
+        u.as_user(&u.outsider, &d, &t_nodegone(), &["take", "0x5151"]).assert_success().assert_contains(outsider_gets);
+        run("t_nodegone take as root", d.client(&t_nodegone()).args(["take", "0x5151"]), Duration::from_secs(60))
+            .assert_success()
+            .assert_contains("TAKE SCI_ERR_OK");
+    }
+}

@@ -95,6 +95,12 @@ struct Args {
     #[arg(long)]
     fd_reserve: Option<u64>,
 
+    /// Who may connect to a segment or interrupt of a local program: any
+    /// client (SISCI's rule), only programs of the creator's uid, or of its
+    /// uid or primary group. Other nodes' programs are not restricted.
+    #[arg(long, default_value = "any")]
+    connect_policy: registry::ConnectPolicy,
+
     /// Threads that handle client requests (all clients share them; an
     /// idle client costs no thread).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
@@ -241,6 +247,7 @@ fn run(args: Args) -> Result<()> {
         max_memory_per_uid: args.max_memory_per_uid,
         fd_limit,
         fd_reserve,
+        connect_policy: args.connect_policy,
     };
     info!(
         "limits: {} objects and {} waiting requests per client; {} objects, {} clients and {} per uid; {fd_reserve} of {fd_limit} descriptors kept in reserve",

@@ -63,6 +63,33 @@ pub struct Config {
     /// `fd_limit - fd_reserve / 4`.
     pub fd_limit: u64,
     pub fd_reserve: u64,
+    /// Who may connect to a local client's segments and interrupts.
+    pub connect_policy: ConnectPolicy,
+}
+
+/// Who may connect to a segment or interrupt of this node. SISCI itself has
+/// no per-object rights (any program that knows a segment id may connect);
+/// a shared node may narrow that to programs of the creator's uid or
+/// primary group. Other nodes' programs are let in as SISCI does: the
+/// cluster key vouches for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConnectPolicy {
+    #[default]
+    Any,
+    SameUid,
+    SameGroup,
+}
+
+impl std::str::FromStr for ConnectPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "any" => Ok(ConnectPolicy::Any),
+            "uid" | "same-uid" => Ok(ConnectPolicy::SameUid),
+            "group" | "same-group" => Ok(ConnectPolicy::SameGroup),
+            _ => Err(format!("{s:?}: expected any, uid or group")),
+        }
+    }
 }
 
 /// The limits a client can run into, for the log-once bookkeeping.
@@ -140,8 +167,10 @@ pub struct ClientEntry {
 
 struct Segment {
     owner: ClientId,
-    /// Whose memory budget the segment counts against (the creator's uid).
+    /// Whose memory budget the segment counts against (the creator's uid),
+    /// and the creator's uid and group for the connect policy.
     uid: u32,
+    gid: u32,
     segment_id: u32,
     size: u64,
     memfd: OwnedFd,
@@ -402,6 +431,7 @@ impl Registry {
             Segment {
                 owner: client,
                 uid,
+                gid: self.clients.get(&client).map_or(u32::MAX, |c| c.info.gid),
                 segment_id,
                 size,
                 memfd,
@@ -485,9 +515,27 @@ impl Registry {
         Ok(Outgoing { msg: reply_ok(0, Reply::Segment { seg: handle, segment_id, size }), fds: vec![fd] })
     }
 
+    /// May `client` connect to an object created by `uid`/`gid`?
+    fn may_connect(&self, cfg: &Config, client: ClientId, uid: u32, gid: u32) -> Result<(), SciError> {
+        let Some(c) = self.clients.get(&client) else { return Err(SciError::NoLinkAccess) };
+        let ok = c.node_id.is_some()
+            || match cfg.connect_policy {
+                ConnectPolicy::Any => true,
+                ConnectPolicy::SameUid => c.info.uid == uid,
+                ConnectPolicy::SameGroup => c.info.uid == uid || c.info.gid == gid,
+            };
+        if ok {
+            Ok(())
+        } else {
+            debug!("client {client} (uid {} gid {}) may not connect to an object of uid {uid} gid {gid}", c.info.uid, c.info.gid);
+            Err(SciError::Access)
+        }
+    }
+
     fn connect_segment(&mut self, cfg: &Config, client: ClientId, segment_id: u32) -> Result<Outgoing, SciError> {
         let seg = *self.seg_by_id.get(&segment_id).ok_or(SciError::NoSuchSegment)?;
         let s = &self.segments[&seg];
+        self.may_connect(cfg, client, s.uid, s.gid)?;
         if !s.available {
             return Err(SciError::ConnectionRefused);
         }
@@ -573,6 +621,8 @@ impl Registry {
     ) -> Result<Outgoing, SciError> {
         let intr = *self.intr_by_num.get(&(kind, number)).ok_or(SciError::ConnectionRefused)?;
         let i = &self.intrs[&intr];
+        let (uid, gid) = self.clients.get(&i.owner).map_or((u32::MAX, u32::MAX), |c| (c.info.uid, c.info.gid));
+        self.may_connect(cfg, client, uid, gid)?;
         let fds = vec![
             memory::dup(i.objects.memfd.as_fd()).map_err(|_| SciError::System)?,
             memory::dup(i.objects.eventfd.as_fd()).map_err(|_| SciError::System)?,
@@ -1132,6 +1182,7 @@ mod tests {
             max_memory_per_uid: 0,
             fd_limit: 1 << 20,
             fd_reserve: 64,
+            connect_policy: ConnectPolicy::Any,
         })
     }
 
