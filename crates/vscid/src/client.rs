@@ -229,6 +229,7 @@ impl Server {
                         "connection from pid {pid} sent no Hello within {:?}; closing it",
                         self.handshake_timeout
                     );
+                    crate::metrics::get().handshake_timeout();
                     conn.hang_up();
                 }
             }
@@ -241,6 +242,7 @@ impl Server {
             match nix::sys::socket::accept4(listener.as_raw_fd(), flags) {
                 Ok(raw) => {
                     *fd_warned = false;
+                    crate::metrics::get().accepted();
                     // SAFETY: accept4 returned a new descriptor that we now own.
                     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
                     self.add(fd, handshakes);
@@ -395,6 +397,7 @@ impl Server {
         let mut reg = self.node.lock();
         if let Err(why) = reg.admit(&self.node.cfg, info.uid) {
             *reg.limit_hits.entry("clients").or_default() += 1;
+            crate::metrics::get().limit_hit("clients");
             drop(reg);
             // Logged for every refusal: a refused client has no entry to
             // remember it by, and refusals are rare next to the requests a

@@ -11,6 +11,7 @@ mod cluster;
 mod engine;
 mod link;
 mod memory;
+mod metrics;
 mod peers;
 mod registry;
 
@@ -100,6 +101,11 @@ struct Args {
     /// uid or primary group. Other nodes' programs are not restricted.
     #[arg(long, default_value = "any")]
     connect_policy: registry::ConnectPolicy,
+
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9477;
+    /// port 0 picks a free one, logged at start).
+    #[arg(long)]
+    metrics: Option<std::net::SocketAddr>,
 
     /// Threads that handle client requests (all clients share them; an
     /// idle client costs no thread).
@@ -274,6 +280,9 @@ fn run(args: Args) -> Result<()> {
         args.spin_us
     );
 
+    if let Some(addr) = args.metrics {
+        metrics::serve(addr, node.clone())?;
+    }
     client::Server::start(node.clone(), listener, args.workers.into(), Duration::from_millis(args.handshake_timeout_ms))?;
 
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;

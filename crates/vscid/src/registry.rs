@@ -138,6 +138,9 @@ pub enum Tx {
 
 impl Tx {
     pub fn try_send(&self, out: Outgoing) -> Result<(), TrySendError<Outgoing>> {
+        if let ServerMsg::Reply { result: Err(e), .. } = &out.msg {
+            crate::metrics::get().error(*e);
+        }
         match self {
             Tx::Conn(c) => c.try_send(out),
             Tx::Queue(q) => q.try_send(out),
@@ -295,6 +298,7 @@ impl Registry {
             Limit::SegmentSize => "segment_size",
         };
         *self.limit_hits.entry(name).or_default() += 1;
+        crate::metrics::get().limit_hit(name);
         if let Some(c) = self.clients.get_mut(&client) {
             if c.limits_logged & limit as u8 == 0 {
                 c.limits_logged |= limit as u8;
@@ -807,7 +811,12 @@ impl Registry {
         }
     }
 
-    fn status(&self, cfg: &Config, started: Instant) -> NodeStatus {
+    /// Bytes of segment memory the node holds.
+    pub fn segment_bytes(&self) -> u64 {
+        self.segments.values().map(|s| s.size).sum()
+    }
+
+    pub fn status(&self, cfg: &Config, started: Instant) -> NodeStatus {
         let mut st = NodeStatus {
             node_id: cfg.node_id,
             pid: std::process::id(),
