@@ -83,14 +83,6 @@ impl EventQueue {
     }
 }
 
-/// Something blocked in this process that must be woken when the node goes
-/// away: a wait sleeping on an eventfd only vscid's clients write would
-/// otherwise sleep forever once vscid is gone (it can no longer be removed,
-/// and nobody else knows to write it).
-pub(crate) trait NodeGone: Send + Sync {
-    fn node_gone(&self);
-}
-
 struct Pending {
     slots: HashMap<u64, SyncSender<std::result::Result<(Reply, Vec<OwnedFd>), SciError>>>,
 }
@@ -139,8 +131,14 @@ pub(crate) struct Inner {
     /// Guests: where the end of a DMA transfer run by the host side goes.
     dma_done: Mutex<HashMap<u64, Sender<SciError>>>,
     dispatch: Mutex<Option<Sender<(Arc<EventQueue>, SegEvent)>>>,
-    /// Woken (after `dead` is set) when the connection to the node ends.
-    on_gone: Mutex<Vec<Weak<dyn NodeGone>>>,
+    /// Written once (after `dead` is set) when the connection to the node
+    /// ends, and never drained: every interrupt wait polls it next to its
+    /// own wake-up descriptor. Without it a wait sleeping in `poll` would
+    /// sleep forever once vscid is gone, since nobody writes the interrupt's
+    /// eventfd any more (and in a guest that descriptor is an MSI-X vector
+    /// file, which only the device can raise, so the library could not
+    /// write it either).
+    gone: OwnedFd,
     pub(crate) node_id: u32,
     pub(crate) wait: WaitPolicy,
     #[allow(dead_code)]
@@ -195,7 +193,11 @@ impl Client {
             intr_gone: Mutex::new(HashMap::new()),
             dma_done: Mutex::new(HashMap::new()),
             dispatch: Mutex::new(None),
-            on_gone: Mutex::new(Vec::new()),
+            gone: nix::sys::eventfd::EventFd::from_flags(
+                nix::sys::eventfd::EfdFlags::EFD_CLOEXEC | nix::sys::eventfd::EfdFlags::EFD_NONBLOCK,
+            )
+            .map_err(|_| SciError::System)?
+            .into(),
             node_id,
             wait: WaitPolicy::from_env(mode, spin_us),
             max_segment_size,
@@ -262,23 +264,9 @@ impl Client {
         self.inner.intr_gone.lock().unwrap().remove(&id);
     }
 
-    /// Have `w` woken when the node goes away; at once if it already has.
-    pub(crate) fn on_node_gone(&self, w: Weak<dyn NodeGone>) {
-        let mut v = self.inner.on_gone.lock().unwrap();
-        // Drop entries of objects that no longer exist, so the list stays as
-        // long as the live objects, not as the history of created ones.
-        if v.len() >= 64 && v.len().is_power_of_two() {
-            v.retain(|w| w.strong_count() > 0);
-        }
-        v.push(w.clone());
-        drop(v);
-        // The reader may have run its exit path between our caller's last
-        // liveness check and the push above.
-        if !self.is_alive() {
-            if let Some(w) = w.upgrade() {
-                w.node_gone();
-            }
-        }
+    /// Readable once the connection to the node has ended (see `Inner::gone`).
+    pub(crate) fn gone_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.inner.gone.as_fd()
     }
 
     pub(crate) fn register_intr_conn(&self, id: ObjId, gone: &Arc<AtomicBool>) {
@@ -402,14 +390,9 @@ fn reader(transport: Arc<Transport>, inner: Weak<Inner>) {
             }
         }
         *inner.dispatch.lock().unwrap() = None;
-        // Wake every wait sleeping on an eventfd; each sees `dead` and
-        // returns SCI_ERR_NO_LINK_ACCESS.
-        let gone: Vec<Weak<dyn NodeGone>> = std::mem::take(&mut *inner.on_gone.lock().unwrap());
-        for w in gone {
-            if let Some(w) = w.upgrade() {
-                w.node_gone();
-            }
-        }
+        // Wake every wait sleeping in poll; each sees `dead` and returns
+        // SCI_ERR_NO_LINK_ACCESS.
+        crate::wait::kick(inner.gone.as_fd());
     }
 }
 

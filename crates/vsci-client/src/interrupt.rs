@@ -117,13 +117,6 @@ fn two_fds(mut fds: Vec<OwnedFd>) -> Result<(OwnedFd, OwnedFd)> {
     Ok((m, e))
 }
 
-impl crate::conn::NodeGone for LocalInterrupt {
-    fn node_gone(&self) {
-        // The wait re-checks the client's liveness after every wake-up.
-        wait::kick(self.eventfd.as_fd());
-    }
-}
-
 impl Client {
     pub fn create_interrupt(&self, kind: IntrKind, hint: u32, fixed: bool) -> Result<Arc<LocalInterrupt>> {
         let (reply, fds) = self.call(Request::CreateInterrupt { kind, hint, fixed })?;
@@ -141,8 +134,6 @@ impl Client {
             removed: AtomicBool::new(false),
             policy: self.wait_policy(),
         });
-        let weak: std::sync::Weak<dyn crate::conn::NodeGone> = Arc::downgrade(&i) as _;
-        self.on_node_gone(weak);
         Ok(i)
     }
 
@@ -228,7 +219,7 @@ impl LocalInterrupt {
         let deadline = wait::deadline(timeout_ms);
         let shared = self.page.get();
         loop {
-            let r = wait::wait_until(self.policy, deadline, &shared.sleepers, self.eventfd.as_fd(), || {
+            let r = wait::wait_until_or_gone(self.policy, deadline, &shared.sleepers, self.eventfd.as_fd(), self.client.gone_fd(), || {
                 self.pending() || self.removed.load(Ordering::Relaxed) || !self.client.is_alive()
             });
             self.check_live()?;
@@ -261,7 +252,7 @@ impl LocalInterrupt {
                 self.pass_on();
                 return Ok(r);
             }
-            let r = wait::wait_until(self.policy, deadline, &shared.sleepers, self.eventfd.as_fd(), || {
+            let r = wait::wait_until_or_gone(self.policy, deadline, &shared.sleepers, self.eventfd.as_fd(), self.client.gone_fd(), || {
                 self.pending() || self.removed.load(Ordering::Relaxed) || !self.client.is_alive()
             });
             self.check_live()?;

@@ -67,3 +67,37 @@ fn blocked_calls_return_when_the_node_is_killed() {
         blocked_call_returns(mode, libc::SIGKILL, 50 + i as u32);
     }
 }
+
+/// The same for a program in a guest: its node is killed while it sleeps in
+/// SCIWaitForInterrupt (its wake-up is an MSI-X vector, which only the
+/// device can raise); it returns NO_LINK_ACCESS and the guest run ends.
+#[test]
+fn guest_blocked_call_returns_when_the_node_is_killed() {
+    if vsci_vm::run::find_qemu().is_none() {
+        eprintln!("SKIP: qemu-system-x86_64 is not installed");
+        return;
+    }
+    guest_image();
+    let mut d = Daemon::start(59);
+    let prog = built("tests/t_nodegone");
+    let mut c = std::process::Command::new(built("bin/vsci"));
+    c.args(["vm", "run", "--timeout", "240", "--socket"])
+        .arg(&d.socket)
+        .args(["--name", "nodegone", "--add"])
+        .arg(format!("{}:/bin/t_nodegone", prog.display()))
+        .args(["--", "t_nodegone", "intr"])
+        .stdin(std::process::Stdio::null());
+    let mut p = Proc::spawn("t_nodegone intr in a guest", &mut c);
+    p.wait_line("READY", Duration::from_secs(240));
+    std::thread::sleep(Duration::from_millis(500));
+    let t0 = Instant::now();
+    d.kill9();
+    let out = p.wait(Duration::from_secs(60));
+    let took = t0.elapsed();
+    eprintln!("guest: the run ended {took:?} after the node was killed\n{}", out.stdout);
+    out.assert_success();
+    out.assert_contains("RETURNED SCI_ERR_NO_LINK_ACCESS");
+    out.assert_contains("MAPPED OK");
+    // The bound includes the guest powering off (under TCG).
+    assert!(took < Duration::from_secs(10), "the guest's call returned only {took:?} after the node died");
+}
