@@ -10,6 +10,12 @@ CFLAGS   ?= -O2 -g -Wall -Wextra -Werror=implicit-function-declaration
 CARGO    ?= cargo
 VERSION  := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 
+# `make install` also installs the service (docs/operations.md): the systemd
+# unit, a sysusers.d entry (group vsci, user vscid) and examples of its
+# settings and of a cluster file in $(PREFIX)/share/vsci.
+SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
+SYSUSERS_DIR     ?= $(PREFIX)/lib/sysusers.d
+
 # `make install-dis`: libsisci and the headers in Dolphin's layout (see
 # scripts/install-dis.sh and README.md).
 DIS_PREFIX ?= /opt/DIS
@@ -83,6 +89,12 @@ install: all
 	install -m 0644 $(HEADERS) $(DESTDIR)$(PREFIX)/include/
 	install -m 0644 $(DIS_HEADERS) $(DESTDIR)$(PREFIX)/include/dis/
 	scripts/sisci-dev-files.sh "$(DESTDIR)" $(PREFIX) lib lib/cmake/SISCI $(VERSION)
+	install -d $(DESTDIR)$(SYSTEMD_UNIT_DIR) $(DESTDIR)$(SYSUSERS_DIR) $(DESTDIR)$(PREFIX)/share/vsci $(DESTDIR)$(PREFIX)/share/doc/vsci
+	sed 's|@PREFIX@|$(PREFIX)|g' dist/vscid.service.in > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/vscid.service
+	chmod 0644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/vscid.service
+	install -m 0644 dist/vsci.sysusers $(DESTDIR)$(SYSUSERS_DIR)/vsci.conf
+	install -m 0644 dist/cluster.toml.example dist/vscid.env dist/vsci-profile.sh $(DESTDIR)$(PREFIX)/share/vsci/
+	install -m 0644 docs/operations.md docs/security.md docs/cluster.md docs/cli.md $(DESTDIR)$(PREFIX)/share/doc/vsci/
 	$(if $(DESTDIR),,-ldconfig)
 
 # Dolphin's layout (DIS_PREFIX=/opt/DIS): headers in include/ and include/dis/,

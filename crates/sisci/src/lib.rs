@@ -198,7 +198,9 @@ fn open_client() -> Result<Client, SciError> {
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_else(|| "sisci".into());
     Client::connect_auto(&path, &name).inspect_err(|e| {
-        if verbose() {
+        // A permission refusal was already explained (socket, owner, mode)
+        // by the client library's error log.
+        if verbose() && *e != SciError::Access {
             eprintln!("vsci: cannot reach vscid at {} ({}); is the node running? (VSCI_SOCKET selects the socket)", path.display(), e.c_name());
         }
     })
@@ -1155,10 +1157,22 @@ pub unsafe extern "C" fn SCICreateInterrupt(
                 std::thread::Builder::new()
                     .name("vsci-intr-cb".into())
                     .spawn(move || {
-                        while li2.intr.wait(vsci_client::INFINITE).is_ok() {
-                            // SAFETY: the program's callback with its own argument.
-                            if cb(arg as *mut c_void, as_handle(hnd), SciError::Ok as c_uint) == CALLBACK_CANCEL {
-                                break;
+                        loop {
+                            match li2.intr.wait(vsci_client::INFINITE) {
+                                Ok(()) => {
+                                    // SAFETY: the program's callback with its own argument.
+                                    if cb(arg as *mut c_void, as_handle(hnd), SciError::Ok as c_uint) == CALLBACK_CANCEL {
+                                        break;
+                                    }
+                                }
+                                Err(e @ SciError::NoLinkAccess) => {
+                                    // The node went away: say so once, with
+                                    // the error, instead of falling silent.
+                                    // SAFETY: as above.
+                                    cb(arg as *mut c_void, as_handle(hnd), e as c_uint);
+                                    break;
+                                }
+                                Err(_) => break,
                             }
                         }
                         li2.callback_active.store(false, Ordering::SeqCst);
@@ -1194,12 +1208,23 @@ pub unsafe extern "C" fn SCICreateDataInterrupt(
                     .name("vsci-dintr-cb".into())
                     .spawn(move || {
                         let mut buf = vec![0u8; vsci_proto::intr::DATA_MAX];
-                        while let Ok(vsci_client::DataWait::Got(n)) = li2.intr.wait_data(&mut buf, vsci_client::INFINITE) {
-                            // SAFETY: the program's callback with its own
-                            // argument and a buffer valid for the call.
-                            let action = cb(arg as *mut c_void, as_handle(hnd), buf.as_mut_ptr().cast(), n as c_uint, SciError::Ok as c_uint);
-                            if action == CALLBACK_CANCEL {
-                                break;
+                        loop {
+                            match li2.intr.wait_data(&mut buf, vsci_client::INFINITE) {
+                                Ok(vsci_client::DataWait::Got(n)) => {
+                                    // SAFETY: the program's callback with its own
+                                    // argument and a buffer valid for the call.
+                                    let action = cb(arg as *mut c_void, as_handle(hnd), buf.as_mut_ptr().cast(), n as c_uint, SciError::Ok as c_uint);
+                                    if action == CALLBACK_CANCEL {
+                                        break;
+                                    }
+                                }
+                                Err(e @ SciError::NoLinkAccess) => {
+                                    // The node went away: report it once (no data).
+                                    // SAFETY: as above, with a zero length.
+                                    cb(arg as *mut c_void, as_handle(hnd), buf.as_mut_ptr().cast(), 0, e as c_uint);
+                                    break;
+                                }
+                                _ => break,
                             }
                         }
                         li2.callback_active.store(false, Ordering::SeqCst);

@@ -108,7 +108,14 @@ fn main() -> Result<()> {
 fn status(socket: Option<PathBuf>, json: bool) -> Result<()> {
     let path = socket.unwrap_or_else(vsci_proto::socket_path);
     let client = vsci_client::Client::connect(&path, "vsci-status")
-        .map_err(|e| anyhow::anyhow!("cannot reach vscid at {}: {}", path.display(), e))?;
+        .map_err(|e| match e {
+            vsci_proto::SciError::Access => anyhow::anyhow!(
+                "permission denied on vscid's socket {} ({e}): you need write permission on it; \
+                 ask the operator to add you to the node's socket group",
+                path.display()
+            ),
+            _ => anyhow::anyhow!("cannot reach vscid at {}: {}; is the node running?", path.display(), e),
+        })?;
     let st = client.status().map_err(|e| anyhow::anyhow!("status request failed: {e}"))?;
     client.close();
     if json {
@@ -118,11 +125,12 @@ fn status(socket: Option<PathBuf>, json: bool) -> Result<()> {
     println!("node {}  pid {}  socket {}  up {:.1} s  wait mode {}  open fds {}", st.node_id, st.pid, st.socket, st.uptime_ms as f64 / 1000.0, st.wait_mode, st.open_fds);
     // The status request itself is a client; do not list it.
     let clients: Vec<_> = st.clients.iter().filter(|c| c.name != "vsci-status").collect();
-    println!("\nclients ({})", clients.len());
+    let more = |shown: usize, total: u64| if (shown as u64) < total { format!(", first {shown} shown") } else { String::new() };
+    println!("\nclients ({}{})", st.totals.clients.saturating_sub(1), more(st.clients.len(), st.totals.clients));
     for c in clients {
         println!("  #{:<5} pid {:<7} uid {:<6} {}", c.client, c.pid, c.uid, c.name);
     }
-    println!("\nsegments ({})", st.segments.len());
+    println!("\nsegments ({}{})", st.totals.segments, more(st.segments.len(), st.totals.segments));
     for s in &st.segments {
         println!(
             "  id {:<10} {:>12} bytes  owner #{:<5} {}{}{}  connections {}",
@@ -135,11 +143,11 @@ fn status(socket: Option<PathBuf>, json: bool) -> Result<()> {
             s.connections
         );
     }
-    println!("\nconnections ({})", st.connections.len());
+    println!("\nconnections ({}{})", st.totals.connections, more(st.connections.len(), st.totals.connections));
     for c in &st.connections {
         println!("  client #{:<5} -> node {} segment {}", c.client, c.node_id, c.segment_id);
     }
-    println!("\ninterrupts ({})", st.interrupts.len());
+    println!("\ninterrupts ({}{})", st.totals.interrupts, more(st.interrupts.len(), st.totals.interrupts));
     for i in &st.interrupts {
         println!("  {} {:<6} owner #{:<5} connections {}", if i.data { "data " } else { "plain" }, i.number, i.owner, i.connections);
     }

@@ -131,6 +131,14 @@ pub(crate) struct Inner {
     /// Guests: where the end of a DMA transfer run by the host side goes.
     dma_done: Mutex<HashMap<u64, Sender<SciError>>>,
     dispatch: Mutex<Option<Sender<(Arc<EventQueue>, SegEvent)>>>,
+    /// Written once (after `dead` is set) when the connection to the node
+    /// ends, and never drained: every interrupt wait polls it next to its
+    /// own wake-up descriptor. Without it a wait sleeping in `poll` would
+    /// sleep forever once vscid is gone, since nobody writes the interrupt's
+    /// eventfd any more (and in a guest that descriptor is an MSI-X vector
+    /// file, which only the device can raise, so the library could not
+    /// write it either).
+    gone: OwnedFd,
     pub(crate) node_id: u32,
     pub(crate) wait: WaitPolicy,
     #[allow(dead_code)]
@@ -160,7 +168,7 @@ impl Client {
 
     /// Connect to the daemon at `path` and introduce ourselves.
     pub fn connect(path: &std::path::Path, name: &str) -> Result<Client> {
-        let sock = wire::connect(path).map_err(|_| SciError::NoLinkAccess)?;
+        let sock = wire::connect(path).map_err(|e| connect_error(path, e))?;
         Client::start(Transport::Socket(sock), name)
     }
 
@@ -185,6 +193,11 @@ impl Client {
             intr_gone: Mutex::new(HashMap::new()),
             dma_done: Mutex::new(HashMap::new()),
             dispatch: Mutex::new(None),
+            gone: nix::sys::eventfd::EventFd::from_flags(
+                nix::sys::eventfd::EfdFlags::EFD_CLOEXEC | nix::sys::eventfd::EfdFlags::EFD_NONBLOCK,
+            )
+            .map_err(|_| SciError::System)?
+            .into(),
             node_id,
             wait: WaitPolicy::from_env(mode, spin_us),
             max_segment_size,
@@ -251,6 +264,11 @@ impl Client {
         self.inner.intr_gone.lock().unwrap().remove(&id);
     }
 
+    /// Readable once the connection to the node has ended (see `Inner::gone`).
+    pub(crate) fn gone_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.inner.gone.as_fd()
+    }
+
     pub(crate) fn register_intr_conn(&self, id: ObjId, gone: &Arc<AtomicBool>) {
         self.inner.intr_gone.lock().unwrap().insert(id, Arc::downgrade(gone));
     }
@@ -271,6 +289,37 @@ impl Client {
     }
 }
 
+/// Map a failed `connect` to the control socket to a SISCI error. A refusal
+/// by file permissions is `SCI_ERR_ACCESS` and is logged with the socket,
+/// its owner, group and mode and what is missing, because "is the node
+/// running?" sends the user looking in the wrong place.
+pub fn connect_error(path: &std::path::Path, e: nix::Error) -> SciError {
+    match e {
+        nix::Error::EACCES | nix::Error::EPERM => {
+            use std::os::unix::fs::MetadataExt;
+            let what = match std::fs::metadata(path) {
+                Ok(m) => format!(
+                    "socket owner uid {} group gid {} mode {:04o}; connecting needs write permission on the socket \
+                     (and search permission on its directories): ask the node's operator to add you to its \
+                     socket group (vscid --socket-group)",
+                    m.uid(),
+                    m.gid(),
+                    m.mode() & 0o7777
+                ),
+                Err(_) => "search permission on a directory above the socket is missing".into(),
+            };
+            log::error!(
+                "permission denied connecting to vscid at {} as uid {} gid {}: {what}",
+                path.display(),
+                nix::unistd::getuid(),
+                nix::unistd::getgid()
+            );
+            SciError::Access
+        }
+        _ => SciError::NoLinkAccess,
+    }
+}
+
 impl Inner {
     fn call(&self, req: Request) -> Result<(Reply, Vec<OwnedFd>)> {
         if self.dead.load(Ordering::SeqCst) {
@@ -279,6 +328,12 @@ impl Inner {
         let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = sync_channel(1);
         self.pending.lock().unwrap().slots.insert(tag, tx);
+        // The reader clears `pending` after setting `dead`: a slot added
+        // after that clear would wait for a reply that never comes.
+        if self.dead.load(Ordering::SeqCst) {
+            self.pending.lock().unwrap().slots.remove(&tag);
+            return Err(SciError::NoLinkAccess);
+        }
         if self.transport.send(&ClientMsg { tag, req }).is_err() {
             self.pending.lock().unwrap().slots.remove(&tag);
             return Err(SciError::NoLinkAccess);
@@ -335,6 +390,9 @@ fn reader(transport: Arc<Transport>, inner: Weak<Inner>) {
             }
         }
         *inner.dispatch.lock().unwrap() = None;
+        // Wake every wait sleeping in poll; each sees `dead` and returns
+        // SCI_ERR_NO_LINK_ACCESS.
+        crate::wait::kick(inner.gone.as_fd());
     }
 }
 
@@ -360,8 +418,13 @@ fn on_event(inner: &Arc<Inner>, ev: Event) {
             return;
         }
         Event::Shutdown => {
+            // The node is stopping. Close our end now rather than wait for
+            // it to close: the reader then runs its exit path (LOST events,
+            // failed calls, woken waits) at once, and the node, which waits
+            // for its clients to go, can exit sooner.
             inner.dead.store(true, Ordering::SeqCst);
-            return; // the socket closes next; the reader's exit path reports LOST
+            inner.transport.shutdown();
+            return;
         }
     };
     if let Some(q) = inner.sinks.lock().unwrap().get(&id).and_then(Weak::upgrade) {

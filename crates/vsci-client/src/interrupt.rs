@@ -122,7 +122,7 @@ impl Client {
         let (reply, fds) = self.call(Request::CreateInterrupt { kind, hint, fixed })?;
         let Reply::Interrupt { intr, number } = reply else { return Err(SciError::System) };
         let (memfd, eventfd) = two_fds(fds)?;
-        Ok(Arc::new(LocalInterrupt {
+        let i = Arc::new(LocalInterrupt {
             client: self.clone(),
             id: intr,
             kind,
@@ -133,7 +133,8 @@ impl Client {
             tail: Mutex::new(0),
             removed: AtomicBool::new(false),
             policy: self.wait_policy(),
-        }))
+        });
+        Ok(i)
     }
 
     pub fn connect_interrupt(&self, kind: IntrKind, node_id: u32, number: u32, timeout_ms: u32) -> Result<Arc<RemoteInterrupt>> {
@@ -218,8 +219,8 @@ impl LocalInterrupt {
         let deadline = wait::deadline(timeout_ms);
         let shared = self.page.get();
         loop {
-            let r = wait::wait_until(self.policy, deadline, &shared.sleepers, self.eventfd.as_fd(), || {
-                self.pending() || self.removed.load(Ordering::Relaxed)
+            let r = wait::wait_until_or_gone(self.policy, deadline, &shared.sleepers, self.eventfd.as_fd(), self.client.gone_fd(), || {
+                self.pending() || self.removed.load(Ordering::Relaxed) || !self.client.is_alive()
             });
             self.check_live()?;
             match r {
@@ -251,8 +252,8 @@ impl LocalInterrupt {
                 self.pass_on();
                 return Ok(r);
             }
-            let r = wait::wait_until(self.policy, deadline, &shared.sleepers, self.eventfd.as_fd(), || {
-                self.pending() || self.removed.load(Ordering::Relaxed)
+            let r = wait::wait_until_or_gone(self.policy, deadline, &shared.sleepers, self.eventfd.as_fd(), self.client.gone_fd(), || {
+                self.pending() || self.removed.load(Ordering::Relaxed) || !self.client.is_alive()
             });
             self.check_live()?;
             if let Waited::TimedOut = r {

@@ -51,7 +51,20 @@ pub fn wait_until(
     eventfd: BorrowedFd<'_>,
     ready: impl FnMut() -> bool,
 ) -> Waited {
-    wait_inner(policy, deadline, sleepers, eventfd, true, ready)
+    wait_inner(policy, deadline, sleepers, eventfd, None, true, ready)
+}
+
+/// [`wait_until`] that also wakes when `gone` becomes readable (the client's
+/// connection to the node ended; `ready` must then say so).
+pub fn wait_until_or_gone(
+    policy: WaitPolicy,
+    deadline: Option<Instant>,
+    sleepers: &std::sync::atomic::AtomicU32,
+    eventfd: BorrowedFd<'_>,
+    gone: BorrowedFd<'_>,
+    ready: impl FnMut() -> bool,
+) -> Waited {
+    wait_inner(policy, deadline, sleepers, eventfd, Some(gone), true, ready)
 }
 
 /// [`wait_until`] for a condition that, once true, stays true for every
@@ -66,7 +79,7 @@ pub fn wait_until_sticky(
     eventfd: BorrowedFd<'_>,
     ready: impl FnMut() -> bool,
 ) -> Waited {
-    wait_inner(policy, deadline, sleepers, eventfd, false, ready)
+    wait_inner(policy, deadline, sleepers, eventfd, None, false, ready)
 }
 
 fn wait_inner(
@@ -74,6 +87,7 @@ fn wait_inner(
     deadline: Option<Instant>,
     sleepers: &std::sync::atomic::AtomicU32,
     eventfd: BorrowedFd<'_>,
+    gone: Option<BorrowedFd<'_>>,
     drain_after_wake: bool,
     mut ready: impl FnMut() -> bool,
 ) -> Waited {
@@ -128,8 +142,9 @@ fn wait_inner(
                 nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX)
             }
         };
-        let mut fds = [PollFd::new(eventfd.as_fd(), PollFlags::POLLIN)];
-        let _ = nix::poll::poll(&mut fds, timeout);
+        let mut fds = [PollFd::new(eventfd.as_fd(), PollFlags::POLLIN), PollFd::new(gone.unwrap_or(eventfd), PollFlags::POLLIN)];
+        let n = if gone.is_some() { 2 } else { 1 };
+        let _ = nix::poll::poll(&mut fds[..n], timeout);
         if drain_after_wake {
             drain(eventfd);
         }

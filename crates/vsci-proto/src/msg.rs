@@ -204,6 +204,22 @@ pub struct NodeStatus {
     /// Other nodes of the cluster (empty for a stand-alone node).
     #[serde(default)]
     pub peers: Vec<PeerInfo>,
+    /// How many of each the node holds. The lists above stop at
+    /// [`STATUS_LIST_MAX`] entries each, so the reply fits one message
+    /// however many clients and objects there are.
+    #[serde(default)]
+    pub totals: StatusTotals,
+}
+
+/// Most entries of each list a status reply carries.
+pub const STATUS_LIST_MAX: usize = 100;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct StatusTotals {
+    pub clients: u64,
+    pub segments: u64,
+    pub connections: u64,
+    pub interrupts: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -27,6 +27,12 @@ struct File {
     /// Seconds of silence after which a node is reported not responding.
     #[serde(default)]
     node_timeout_ms: Option<u64>,
+    /// Group whose members may use the control socket (name or number).
+    #[serde(default)]
+    socket_group: Option<String>,
+    /// Permission bits of the control socket, octal as a string ("0660").
+    #[serde(default)]
+    socket_mode: Option<String>,
     node: Vec<NodeEntry>,
 }
 
@@ -43,6 +49,9 @@ pub struct Cluster {
     pub key: Vec<u8>,
     pub provider: String,
     pub node_timeout_ms: u64,
+    /// Access to the control socket; `--socket-group` / `--socket-mode` override.
+    pub socket_group: Option<String>,
+    pub socket_mode: Option<u32>,
 }
 
 /// Smallest accepted key, in bytes.
@@ -80,6 +89,11 @@ impl Cluster {
             key,
             provider: file.fabric_provider.unwrap_or_else(|| "tcp;ofi_rxm".into()),
             node_timeout_ms: file.node_timeout_ms.unwrap_or(1500),
+            socket_group: file.socket_group,
+            socket_mode: match file.socket_mode.as_deref() {
+                Some(m) => Some(crate::access::parse_mode(m).map_err(anyhow::Error::msg).context("socket_mode")?),
+                None => None,
+            },
         })
     }
 }
@@ -98,6 +112,12 @@ mod tests {
         let c = Cluster::load(&f).unwrap();
         assert_eq!(c.nodes.len(), 2);
         assert_eq!(c.key, b"0123456789abcdef0123");
+        assert_eq!(c.socket_mode, None);
+        std::fs::write(&f, "key_file = \"k\"\nsocket_group = \"vsci\"\nsocket_mode = \"0660\"\n[[node]]\nid = 1\naddress = \"127.0.0.1:7100\"\n").unwrap();
+        let c = Cluster::load(&f).unwrap();
+        assert_eq!((c.socket_group.as_deref(), c.socket_mode), (Some("vsci"), Some(0o660)));
+        std::fs::write(&f, "key_file = \"k\"\nsocket_mode = \"0999\"\n[[node]]\nid = 1\naddress = \"127.0.0.1:7100\"\n").unwrap();
+        assert!(Cluster::load(&f).is_err());
         std::fs::write(&f, "key_file = \"k\"\n[[node]]\nid = 1\naddress = \"nope\"\n").unwrap();
         assert!(Cluster::load(&f).is_err());
         std::fs::write(dir.join("k"), "short").unwrap();

@@ -5,16 +5,18 @@
 //! segment data and interrupt triggers go straight between processes
 //! through the memfds and eventfds it hands out.
 
+mod access;
 mod client;
 mod cluster;
 mod engine;
 mod link;
 mod memory;
+mod metrics;
 mod peers;
 mod registry;
 
 use std::fs::{File, OpenOptions};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -43,6 +45,16 @@ struct Args {
     #[arg(long)]
     config: Option<PathBuf>,
 
+    /// Group whose members may use the node (name or gid): the control
+    /// socket is given this group [default: the daemon's own group].
+    #[arg(long)]
+    socket_group: Option<String>,
+
+    /// Permission bits of the control socket, octal [default: 0600, or 0660
+    /// with --socket-group]. Connecting needs write permission.
+    #[arg(long, value_parser = access::parse_mode)]
+    socket_mode: Option<u32>,
+
     /// Default way for interrupt waits to wait: adaptive, poll or block.
     #[arg(long, default_value = "adaptive")]
     wait_mode: WaitMode,
@@ -58,6 +70,52 @@ struct Args {
     /// Most segments + connections + interrupts one client may hold.
     #[arg(long, default_value_t = 4096)]
     max_objects_per_client: usize,
+
+    /// Most segments + connections + interrupts all clients of one uid may
+    /// hold together.
+    #[arg(long, default_value_t = 8192)]
+    max_objects_per_uid: usize,
+
+    /// Most clients (open SISCI descriptors) one uid may have at once.
+    #[arg(long, default_value_t = 4096)]
+    max_clients_per_uid: usize,
+
+    /// Most segment memory the clients of one uid may hold together (K/M/G
+    /// suffixes; 0 = no limit beyond --max-segment-size per segment).
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    max_memory_per_uid: u64,
+
+    /// Most requests of one client that may wait at once (connects with a
+    /// timeout).
+    #[arg(long, default_value_t = 64)]
+    max_pending_per_client: usize,
+
+    /// Descriptors kept for new clients and `vsci status`: objects stop
+    /// this far below the node's descriptor limit [default: a tenth of the
+    /// limit, at least 64].
+    #[arg(long)]
+    fd_reserve: Option<u64>,
+
+    /// Who may connect to a segment or interrupt of a local program: any
+    /// client (SISCI's rule), only programs of the creator's uid, or of its
+    /// uid or primary group. Other nodes' programs are not restricted.
+    #[arg(long, default_value = "any")]
+    connect_policy: registry::ConnectPolicy,
+
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9477;
+    /// port 0 picks a free one, logged at start).
+    #[arg(long)]
+    metrics: Option<std::net::SocketAddr>,
+
+    /// Threads that handle client requests (all clients share them; an
+    /// idle client costs no thread).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    workers: u16,
+
+    /// A connection that sends no Hello within this many milliseconds is
+    /// closed.
+    #[arg(long, default_value_t = 5000)]
+    handshake_timeout_ms: u64,
 
     /// More log output (-v debug, -vv trace). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
@@ -91,7 +149,7 @@ impl Drop for SocketGuard {
 
 /// Take the socket path: refuse if a live node holds it, recover a stale
 /// socket file left by a node that died without cleaning up.
-fn claim_socket(socket: &Path) -> Result<(SocketGuard, OwnedFd)> {
+fn claim_socket(socket: &Path, group: Option<nix::unistd::Gid>, mode: u32) -> Result<(SocketGuard, OwnedFd)> {
     if let Some(dir) = socket.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -117,7 +175,7 @@ fn claim_socket(socket: &Path) -> Result<(SocketGuard, OwnedFd)> {
         warn!("removing stale socket {}", socket.display());
         std::fs::remove_file(socket).with_context(|| format!("removing stale socket {}", socket.display()))?;
     }
-    let listener = vsci_proto::wire::listen(socket).with_context(|| format!("listening on {}", socket.display()))?;
+    let listener = access::listen(socket, group, mode).with_context(|| format!("listening on {}", socket.display()))?;
     Ok((SocketGuard { socket: socket.to_owned(), lock_path, _lock: lock }, listener))
 }
 
@@ -137,13 +195,51 @@ fn main() {
     }
 }
 
+/// Every client costs the node descriptors (its socket, segment memfds,
+/// interrupt pages): take all the kernel allows this process, not the
+/// soft limit a login shell or service manager happened to set.
+fn raise_fd_limit() -> u64 {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => {
+                info!("descriptor limit raised from {soft} to {hard}");
+                hard
+            }
+            Err(e) => {
+                warn!("cannot raise the descriptor limit from {soft} to {hard}: {e}");
+                soft
+            }
+        },
+        Ok((soft, _)) => {
+            info!("descriptor limit {soft}");
+            soft
+        }
+        Err(e) => {
+            warn!("cannot read the descriptor limit: {e}");
+            1024
+        }
+    }
+}
+
 fn run(args: Args) -> Result<()> {
+    let fd_limit = raise_fd_limit();
+    let fd_reserve = args.fd_reserve.unwrap_or((fd_limit / 10).max(64)).min(fd_limit / 2);
     let socket = args.socket.clone().unwrap_or_else(vsci_proto::socket_path);
     let cluster = match &args.config {
         Some(path) => Some(cluster::Cluster::load(path)?),
         None => None,
     };
-    let (guard, listener) = claim_socket(&socket)?;
+    // Flags win over the cluster file.
+    let group_name = args.socket_group.clone().or_else(|| cluster.as_ref().and_then(|c| c.socket_group.clone()));
+    let group = group_name.as_deref().map(access::resolve_group).transpose()?;
+    let mode = args.socket_mode.or(cluster.as_ref().and_then(|c| c.socket_mode)).unwrap_or(access::default_mode(group));
+    let (guard, listener) = claim_socket(&socket, group, mode)?;
+    info!(
+        "control socket {} mode {mode:04o}{}",
+        socket.display(),
+        group.map(|g| format!(" group {} ({g})", group_name.as_deref().unwrap_or("?"))).unwrap_or_default()
+    );
     let cfg = Config {
         node_id: args.node_id,
         socket: socket.display().to_string(),
@@ -151,8 +247,22 @@ fn run(args: Args) -> Result<()> {
         spin_us: args.spin_us,
         max_segment_size: args.max_segment_size,
         max_objects_per_client: args.max_objects_per_client,
-        max_waiting_per_client: 64,
+        max_waiting_per_client: args.max_pending_per_client,
+        max_objects_per_uid: args.max_objects_per_uid,
+        max_clients_per_uid: args.max_clients_per_uid,
+        max_memory_per_uid: args.max_memory_per_uid,
+        fd_limit,
+        fd_reserve,
+        connect_policy: args.connect_policy,
     };
+    info!(
+        "limits: {} objects and {} waiting requests per client; {} objects, {} clients and {} per uid; {fd_reserve} of {fd_limit} descriptors kept in reserve",
+        cfg.max_objects_per_client,
+        cfg.max_waiting_per_client,
+        cfg.max_objects_per_uid,
+        cfg.max_clients_per_uid,
+        if cfg.max_memory_per_uid == 0 { "unlimited memory".to_string() } else { format!("{} bytes of segments", cfg.max_memory_per_uid) }
+    );
     let node = Node::new(cfg);
     if let Some(cluster) = cluster {
         let Some(addr) = cluster.nodes.get(&args.node_id).copied() else {
@@ -170,32 +280,17 @@ fn run(args: Args) -> Result<()> {
         args.spin_us
     );
 
-    let accept_node = node.clone();
-    std::thread::Builder::new().name("vscid-accept".into()).spawn(move || loop {
-        match nix::sys::socket::accept4(listener.as_fd().as_raw_fd(), nix::sys::socket::SockFlag::SOCK_CLOEXEC) {
-            Ok(raw) => {
-                // SAFETY: accept4 returned a new descriptor that we now own.
-                let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-                let node = accept_node.clone();
-                if let Err(e) = std::thread::Builder::new().name("vscid-client".into()).spawn(move || client::serve(node, fd)) {
-                    warn!("cannot start a client thread: {e}");
-                }
-            }
-            Err(nix::Error::EINTR | nix::Error::ECONNABORTED) => {}
-            Err(nix::Error::EMFILE | nix::Error::ENFILE) => {
-                warn!("out of file descriptors; pausing accept");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            Err(e) => {
-                error!("accept failed: {e}");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-    })?;
+    if let Some(addr) = args.metrics {
+        metrics::serve(addr, node.clone())?;
+    }
+    client::Server::start(node.clone(), listener, args.workers.into(), Duration::from_millis(args.handshake_timeout_ms))?;
 
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     let sig = signals.forever().next().unwrap_or(signal_hook::consts::SIGTERM);
     info!("signal {sig}: shutting down, telling {} client(s)", node.lock().clients.len());
+    // No new clients from here on: a program that opens now fails at once
+    // instead of connecting to a node that is about to go.
+    let _ = std::fs::remove_file(&socket);
     node.lock().broadcast_shutdown();
     // Give writer threads a moment to deliver the shutdown notices.
     let deadline = std::time::Instant::now() + Duration::from_millis(500);

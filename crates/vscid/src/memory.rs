@@ -114,3 +114,19 @@ pub fn is_eventfd(fd: BorrowedFd<'_>) -> bool {
 pub fn open_fd_count() -> u32 {
     std::fs::read_dir("/proc/self/fd").map(|d| d.count().saturating_sub(1) as u32).unwrap_or(0)
 }
+
+/// The lowest descriptor number free in this process right now.
+///
+/// A cheap gauge of how close the node is to its descriptor limit (one
+/// `fcntl` and one `close`, where counting `/proc/self/fd` walks every
+/// descriptor): the kernel always hands out the lowest free number, so
+/// holes are filled first and this number reaches `limit - reserve` only
+/// once nearly every descriptor below it is in use. Returns `u64::MAX` when
+/// no descriptor is free at all.
+pub fn lowest_free_fd() -> u64 {
+    // A new descriptor takes the lowest free slot: its number is the answer.
+    match EventFd::from_flags(EfdFlags::EFD_CLOEXEC) {
+        Ok(ev) => ev.as_fd().as_raw_fd() as u64,
+        Err(_) => u64::MAX,
+    }
+}

@@ -51,21 +51,129 @@ pub struct Config {
     pub max_objects_per_client: usize,
     /// Requests of one client that may wait (connect with timeout) at once.
     pub max_waiting_per_client: usize,
+    /// Objects all clients of one uid may hold together.
+    pub max_objects_per_uid: usize,
+    /// Clients (open descriptors) one uid may have at once.
+    pub max_clients_per_uid: usize,
+    /// Segment bytes the clients of one uid may hold together (0: no limit).
+    pub max_memory_per_uid: u64,
+    /// The node's descriptor limit and the part of it kept for new clients
+    /// and `vsci status`: no new object once the lowest free descriptor
+    /// reaches `fd_limit - fd_reserve`, no new client past
+    /// `fd_limit - fd_reserve / 4`.
+    pub fd_limit: u64,
+    pub fd_reserve: u64,
+    /// Who may connect to a local client's segments and interrupts.
+    pub connect_policy: ConnectPolicy,
+}
+
+/// Who may connect to a segment or interrupt of this node. SISCI itself has
+/// no per-object rights (any program that knows a segment id may connect);
+/// a shared node may narrow that to programs of the creator's uid or
+/// primary group. Other nodes' programs are let in as SISCI does: the
+/// cluster key vouches for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConnectPolicy {
+    #[default]
+    Any,
+    SameUid,
+    SameGroup,
+}
+
+impl std::str::FromStr for ConnectPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "any" => Ok(ConnectPolicy::Any),
+            "uid" | "same-uid" => Ok(ConnectPolicy::SameUid),
+            "group" | "same-group" => Ok(ConnectPolicy::SameGroup),
+            _ => Err(format!("{s:?}: expected any, uid or group")),
+        }
+    }
+}
+
+/// The limits a client can run into, for the log-once bookkeeping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Limit {
+    ObjectsPerClient = 1,
+    ObjectsPerUid = 2,
+    MemoryPerUid = 4,
+    PendingPerClient = 8,
+    Descriptors = 16,
+    SegmentSize = 32,
+}
+
+impl Limit {
+    fn describe(self, cfg: &Config) -> String {
+        match self {
+            Limit::ObjectsPerClient => format!("{} objects per client (--max-objects-per-client)", cfg.max_objects_per_client),
+            Limit::ObjectsPerUid => format!("{} objects per uid (--max-objects-per-uid)", cfg.max_objects_per_uid),
+            Limit::MemoryPerUid => format!("{} segment bytes per uid (--max-memory-per-uid)", cfg.max_memory_per_uid),
+            Limit::PendingPerClient => format!("{} waiting requests per client (--max-pending-per-client)", cfg.max_waiting_per_client),
+            Limit::Descriptors => format!(
+                "the node's descriptor reserve (limit {}, {} kept for new clients and status)",
+                cfg.fd_limit, cfg.fd_reserve
+            ),
+            Limit::SegmentSize => format!("{} bytes per segment (--max-segment-size)", cfg.max_segment_size),
+        }
+    }
+}
+
+/// What the clients of one uid hold together.
+#[derive(Default, Debug)]
+struct UidUsage {
+    clients: usize,
+    objects: usize,
+    memory: u64,
+}
+
+/// Where a client's messages go: its connection (sent at once or queued,
+/// see `client.rs`), or a channel a thread drains (peer pseudo-clients,
+/// unit tests).
+pub enum Tx {
+    Conn(Arc<crate::client::Conn>),
+    Queue(SyncSender<Outgoing>),
+}
+
+impl Tx {
+    pub fn try_send(&self, out: Outgoing) -> Result<(), TrySendError<Outgoing>> {
+        if let ServerMsg::Reply { result: Err(e), .. } = &out.msg {
+            crate::metrics::get().error(*e);
+        }
+        match self {
+            Tx::Conn(c) => c.try_send(out),
+            Tx::Queue(q) => q.try_send(out),
+        }
+    }
+}
+
+impl From<SyncSender<Outgoing>> for Tx {
+    fn from(q: SyncSender<Outgoing>) -> Tx {
+        Tx::Queue(q)
+    }
 }
 
 pub struct ClientEntry {
     pub info: ClientInfo,
-    pub tx: SyncSender<Outgoing>,
+    pub tx: Tx,
     /// Shut down to evict a client whose queue overflowed.
     pub sock: Arc<OwnedFd>,
     /// The node the client is on: ours, or the peer a pseudo-client stands for.
     pub node_id: Option<u32>,
     objects: usize,
     waiting: usize,
+    /// Limits already logged for this client (a bit per [`Limit`]): each
+    /// is logged once, not once per refused request.
+    limits_logged: u8,
 }
 
 struct Segment {
     owner: ClientId,
+    /// Whose memory budget the segment counts against (the creator's uid),
+    /// and the creator's uid and group for the connect policy.
+    uid: u32,
+    gid: u32,
     segment_id: u32,
     size: u64,
     memfd: OwnedFd,
@@ -136,6 +244,9 @@ pub struct Registry {
     remote_intrs: HashMap<ObjId, RemoteIntr>,
     /// The cluster runtime, when this node is part of a cluster.
     pub links: Option<Arc<crate::peers::Peers>>,
+    uids: HashMap<u32, UidUsage>,
+    /// Limit hits since start, by limit (for logs, status and metrics).
+    pub limit_hits: HashMap<&'static str, u64>,
 }
 
 impl Registry {
@@ -175,19 +286,80 @@ impl Registry {
         self.send(client, out);
     }
 
-    fn charge(&mut self, client: ClientId, max: usize) -> Result<(), SciError> {
-        let c = self.clients.get_mut(&client).ok_or(SciError::NoLinkAccess)?;
-        if c.objects >= max {
-            return Err(SciError::Nospc);
+    /// Refuse a request at a limit: count it, log it the first time this
+    /// client hits it (with who), and answer SCI_ERR_NOSPC.
+    pub fn limit_hit(&mut self, cfg: &Config, client: ClientId, limit: Limit) -> SciError {
+        let name = match limit {
+            Limit::ObjectsPerClient => "objects_per_client",
+            Limit::ObjectsPerUid => "objects_per_uid",
+            Limit::MemoryPerUid => "memory_per_uid",
+            Limit::PendingPerClient => "pending_per_client",
+            Limit::Descriptors => "descriptors",
+            Limit::SegmentSize => "segment_size",
+        };
+        *self.limit_hits.entry(name).or_default() += 1;
+        crate::metrics::get().limit_hit(name);
+        if let Some(c) = self.clients.get_mut(&client) {
+            if c.limits_logged & limit as u8 == 0 {
+                c.limits_logged |= limit as u8;
+                warn!(
+                    "limit: client {client} (pid {}, uid {}, {:?}) reached {}; refusing with SCI_ERR_NOSPC (logged once per client)",
+                    c.info.pid,
+                    c.info.uid,
+                    c.info.name,
+                    limit.describe(cfg)
+                );
+            }
         }
-        c.objects += 1;
+        SciError::Nospc
+    }
+
+    /// Count a new object against the client's and its uid's limits and the
+    /// node's descriptor reserve. Peer nodes' pseudo-clients are bounded by
+    /// their own nodes, not by a local uid's budget.
+    fn charge(&mut self, cfg: &Config, client: ClientId) -> Result<(), SciError> {
+        let c = self.clients.get(&client).ok_or(SciError::NoLinkAccess)?;
+        let (uid, local) = (c.info.uid, c.node_id.is_none());
+        if c.objects >= cfg.max_objects_per_client {
+            return Err(self.limit_hit(cfg, client, Limit::ObjectsPerClient));
+        }
+        if local && self.uids.get(&uid).is_some_and(|u| u.objects >= cfg.max_objects_per_uid) {
+            return Err(self.limit_hit(cfg, client, Limit::ObjectsPerUid));
+        }
+        if memory::lowest_free_fd() >= cfg.fd_limit.saturating_sub(cfg.fd_reserve) {
+            return Err(self.limit_hit(cfg, client, Limit::Descriptors));
+        }
+        self.clients.get_mut(&client).expect("checked").objects += 1;
+        if local {
+            self.uids.entry(uid).or_default().objects += 1;
+        }
         Ok(())
     }
 
     fn uncharge(&mut self, client: ClientId) {
         if let Some(c) = self.clients.get_mut(&client) {
-            c.objects = c.objects.saturating_sub(1);
+            if c.objects > 0 {
+                c.objects -= 1;
+                if c.node_id.is_none() {
+                    if let Some(u) = self.uids.get_mut(&c.info.uid) {
+                        u.objects = u.objects.saturating_sub(1);
+                    }
+                }
+            }
         }
+    }
+
+    /// May one more client of `uid` connect? (Checked at Hello.)
+    pub fn admit(&self, cfg: &Config, uid: u32) -> Result<(), String> {
+        let n = self.uids.get(&uid).map_or(0, |u| u.clients);
+        if n >= cfg.max_clients_per_uid {
+            return Err(format!("uid {uid} already has {n} clients (--max-clients-per-uid {})", cfg.max_clients_per_uid));
+        }
+        let low = memory::lowest_free_fd();
+        if low >= cfg.fd_limit.saturating_sub(cfg.fd_reserve / 4) {
+            return Err(format!("the node is out of descriptors (lowest free {low}, limit {})", cfg.fd_limit));
+        }
+        Ok(())
     }
 
     /// The segment a client's handle stands for: one it created (and has not
@@ -235,7 +407,12 @@ impl Registry {
             return Err(SciError::IllegalParameter);
         }
         if size > cfg.max_segment_size {
-            return Err(SciError::Nospc);
+            return Err(self.limit_hit(cfg, client, Limit::SegmentSize));
+        }
+        let (uid, local) = self.clients.get(&client).map(|c| (c.info.uid, c.node_id.is_none())).ok_or(SciError::NoLinkAccess)?;
+        let used = self.uids.get(&uid).map_or(0, |u| u.memory);
+        if local && cfg.max_memory_per_uid > 0 && used.saturating_add(size) > cfg.max_memory_per_uid {
+            return Err(self.limit_hit(cfg, client, Limit::MemoryPerUid));
         }
         let segment_id = if auto_id {
             (0x4000_0000u32..u32::MAX).find(|id| !self.seg_by_id.contains_key(id)).ok_or(SciError::Nospc)?
@@ -250,12 +427,15 @@ impl Registry {
             SciError::Nospc
         })?;
         let fd = memory::dup(memfd.as_fd()).map_err(|_| SciError::System)?;
-        self.charge(client, cfg.max_objects_per_client)?;
+        self.charge(cfg, client)?;
+        self.uids.entry(uid).or_default().memory += size;
         let seg = self.new_id();
         self.segments.insert(
             seg,
             Segment {
                 owner: client,
+                uid,
+                gid: self.clients.get(&client).map_or(u32::MAX, |c| c.info.gid),
                 segment_id,
                 size,
                 memfd,
@@ -300,6 +480,9 @@ impl Registry {
     fn remove_segment(&mut self, seg: ObjId) {
         let Some(s) = self.segments.remove(&seg) else { return };
         self.seg_by_id.remove(&s.segment_id);
+        if let Some(u) = self.uids.get_mut(&s.uid) {
+            u.memory = u.memory.saturating_sub(s.size);
+        }
         for h in &s.attached {
             if let Some(a) = self.seg_attach.remove(h) {
                 self.uncharge(a.client);
@@ -328,7 +511,7 @@ impl Registry {
         }
         let size = s.size;
         let fd = memory::dup(s.memfd.as_fd()).map_err(|_| SciError::System)?;
-        self.charge(client, cfg.max_objects_per_client)?;
+        self.charge(cfg, client)?;
         let handle = self.new_id();
         self.seg_attach.insert(handle, SegAttach { client, seg });
         self.segments.get_mut(&seg).expect("checked").attached.insert(handle);
@@ -336,15 +519,33 @@ impl Registry {
         Ok(Outgoing { msg: reply_ok(0, Reply::Segment { seg: handle, segment_id, size }), fds: vec![fd] })
     }
 
+    /// May `client` connect to an object created by `uid`/`gid`?
+    fn may_connect(&self, cfg: &Config, client: ClientId, uid: u32, gid: u32) -> Result<(), SciError> {
+        let Some(c) = self.clients.get(&client) else { return Err(SciError::NoLinkAccess) };
+        let ok = c.node_id.is_some()
+            || match cfg.connect_policy {
+                ConnectPolicy::Any => true,
+                ConnectPolicy::SameUid => c.info.uid == uid,
+                ConnectPolicy::SameGroup => c.info.uid == uid || c.info.gid == gid,
+            };
+        if ok {
+            Ok(())
+        } else {
+            debug!("client {client} (uid {} gid {}) may not connect to an object of uid {uid} gid {gid}", c.info.uid, c.info.gid);
+            Err(SciError::Access)
+        }
+    }
+
     fn connect_segment(&mut self, cfg: &Config, client: ClientId, segment_id: u32) -> Result<Outgoing, SciError> {
         let seg = *self.seg_by_id.get(&segment_id).ok_or(SciError::NoSuchSegment)?;
         let s = &self.segments[&seg];
+        self.may_connect(cfg, client, s.uid, s.gid)?;
         if !s.available {
             return Err(SciError::ConnectionRefused);
         }
         let size = s.size;
         let fd = memory::dup(s.memfd.as_fd()).map_err(|_| SciError::System)?;
-        self.charge(client, cfg.max_objects_per_client)?;
+        self.charge(cfg, client)?;
         let conn = self.new_id();
         self.seg_conns.insert(conn, SegConn { client, seg });
         self.segments.get_mut(&seg).expect("checked").conns.insert(conn);
@@ -395,7 +596,7 @@ impl Registry {
             memory::dup(objects.memfd.as_fd()).map_err(|_| SciError::System)?,
             memory::dup(objects.eventfd.as_fd()).map_err(|_| SciError::System)?,
         ];
-        self.charge(client, cfg.max_objects_per_client)?;
+        self.charge(cfg, client)?;
         let intr = self.new_id();
         self.intrs.insert(intr, Intr { owner: client, kind, number, objects, conns: HashSet::new() });
         self.intr_by_num.insert((kind, number), intr);
@@ -424,11 +625,13 @@ impl Registry {
     ) -> Result<Outgoing, SciError> {
         let intr = *self.intr_by_num.get(&(kind, number)).ok_or(SciError::ConnectionRefused)?;
         let i = &self.intrs[&intr];
+        let (uid, gid) = self.clients.get(&i.owner).map_or((u32::MAX, u32::MAX), |c| (c.info.uid, c.info.gid));
+        self.may_connect(cfg, client, uid, gid)?;
         let fds = vec![
             memory::dup(i.objects.memfd.as_fd()).map_err(|_| SciError::System)?,
             memory::dup(i.objects.eventfd.as_fd()).map_err(|_| SciError::System)?,
         ];
-        self.charge(client, cfg.max_objects_per_client)?;
+        self.charge(cfg, client)?;
         let conn = self.new_id();
         self.intr_conns.insert(conn, IntrConn { client, intr });
         self.intrs.get_mut(&intr).expect("checked").conns.insert(conn);
@@ -460,7 +663,7 @@ impl Registry {
             return Err(SciError::NoLinkAccess);
         }
         let shadow = memory::sealed_memfd(&format!("vsci-shadow-{peer}-{segment_id}"), grant.size).map_err(|_| SciError::Nospc)?;
-        self.charge(client, cfg.max_objects_per_client)?;
+        self.charge(cfg, client)?;
         let conn = self.new_id();
         self.remote_segs.insert(conn, RemoteSeg { client, peer, remote_conn: grant.conn, segment_id });
         Ok(Outgoing {
@@ -480,7 +683,7 @@ impl Registry {
         if !self.clients.contains_key(&client) {
             return Err(SciError::NoLinkAccess);
         }
-        self.charge(client, cfg.max_objects_per_client)?;
+        self.charge(cfg, client)?;
         let conn = self.new_id();
         self.remote_intrs.insert(conn, RemoteIntr { client, peer, remote_conn });
         Ok(Outgoing { msg: reply_ok(0, Reply::InterruptConnected { conn, remote: Some(trig) }), fds: Vec::new() })
@@ -579,15 +782,26 @@ impl Registry {
             self.disconnect_remote_interrupt(c);
         }
         if let Some(c) = self.clients.remove(&client) {
+            if let Some(u) = self.uids.get_mut(&c.info.uid) {
+                u.clients = u.clients.saturating_sub(1);
+                if c.node_id.is_none() {
+                    u.objects = u.objects.saturating_sub(c.objects);
+                }
+                if u.clients == 0 && u.objects == 0 && u.memory == 0 {
+                    self.uids.remove(&c.info.uid);
+                }
+            }
             info!("client {} (pid {}, uid {}, {:?}) gone", client, c.info.pid, c.info.uid, c.info.name);
         }
     }
 
-    pub fn register_client(&mut self, info: ClientInfo, tx: SyncSender<Outgoing>, sock: Arc<OwnedFd>) -> ClientId {
+    pub fn register_client(&mut self, info: ClientInfo, tx: impl Into<Tx>, sock: Arc<OwnedFd>) -> ClientId {
+        let tx = tx.into();
         let id = self.new_id();
         let mut info = info;
         info.client = id;
-        self.clients.insert(id, ClientEntry { info, tx, sock, node_id: None, objects: 0, waiting: 0 });
+        self.uids.entry(info.uid).or_default().clients += 1;
+        self.clients.insert(id, ClientEntry { info, tx, sock, node_id: None, objects: 0, waiting: 0, limits_logged: 0 });
         id
     }
 
@@ -597,7 +811,12 @@ impl Registry {
         }
     }
 
-    fn status(&self, cfg: &Config, started: Instant) -> NodeStatus {
+    /// Bytes of segment memory the node holds.
+    pub fn segment_bytes(&self) -> u64 {
+        self.segments.values().map(|s| s.size).sum()
+    }
+
+    pub fn status(&self, cfg: &Config, started: Instant) -> NodeStatus {
         let mut st = NodeStatus {
             node_id: cfg.node_id,
             pid: std::process::id(),
@@ -647,6 +866,18 @@ impl Registry {
             }
             st.peers = l.status(&imports);
         }
+        st.totals = vsci_proto::StatusTotals {
+            clients: st.clients.len() as u64,
+            segments: st.segments.len() as u64,
+            connections: st.connections.len() as u64,
+            interrupts: st.interrupts.len() as u64,
+        };
+        // Bounded, so the reply fits one message even with thousands of
+        // clients or a client at its object limit (totals say how many).
+        st.clients.truncate(vsci_proto::STATUS_LIST_MAX);
+        st.segments.truncate(vsci_proto::STATUS_LIST_MAX);
+        st.connections.truncate(vsci_proto::STATUS_LIST_MAX);
+        st.interrupts.truncate(vsci_proto::STATUS_LIST_MAX);
         st
     }
 }
@@ -880,7 +1111,8 @@ impl Node {
     {
         let Some(c) = reg.clients.get_mut(&client) else { return Handled::Deferred };
         if c.waiting >= self.cfg.max_waiting_per_client {
-            return Handled::Reply(Outgoing::reply(tag, Err(SciError::Nospc)));
+            let e = reg.limit_hit(&self.cfg, client, Limit::PendingPerClient);
+            return Handled::Reply(Outgoing::reply(tag, Err(e)));
         }
         c.waiting += 1;
         drop(reg);
@@ -954,6 +1186,12 @@ mod tests {
             max_segment_size: 1 << 30,
             max_objects_per_client: 8,
             max_waiting_per_client: 2,
+            max_objects_per_uid: 1 << 20,
+            max_clients_per_uid: 1 << 20,
+            max_memory_per_uid: 0,
+            fd_limit: 1 << 20,
+            fd_reserve: 64,
+            connect_policy: ConnectPolicy::Any,
         })
     }
 

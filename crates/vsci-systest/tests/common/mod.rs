@@ -401,9 +401,32 @@ impl Daemon {
 
     /// Start without waiting for the socket.
     pub fn spawn_at(socket: &Path, node_id: u32, args: &[&str]) -> Daemon {
+        Daemon::spawn_wrapped(socket, node_id, &[], args)
+    }
+
+    /// A fresh daemon started through `wrapper` (a program that execs the
+    /// rest of its command line, e.g. `prlimit --nofile=512:512 --`).
+    pub fn start_wrapped(node_id: u32, wrapper: &[&str], args: &[&str]) -> Daemon {
+        let dir = TempDir::new(&format!("node{node_id}"));
+        let socket = dir.path.join("vscid.sock");
+        let mut d = Daemon::spawn_wrapped(&socket, node_id, wrapper, args);
+        d.wait_ready();
+        d.dir = Some(dir);
+        d
+    }
+
+    pub fn spawn_wrapped(socket: &Path, node_id: u32, wrapper: &[&str], args: &[&str]) -> Daemon {
         let log = socket.with_extension(format!("node{node_id}.log"));
         let f = File::create(&log).expect("create daemon log");
-        let child = Command::new(built("bin/vscid"))
+        let mut cmd = match wrapper.split_first() {
+            Some((w, rest)) => {
+                let mut c = Command::new(w);
+                c.args(rest).arg(built("bin/vscid"));
+                c
+            }
+            None => Command::new(built("bin/vscid")),
+        };
+        let child = cmd
             .arg("--node-id")
             .arg(node_id.to_string())
             .arg("--socket")
@@ -487,7 +510,11 @@ impl Daemon {
 
     pub fn counts(&self) -> Counts {
         let v = self.status();
+        // `totals` counts everything; the lists stop at 100 entries.
         let len = |k: &str| -> usize {
+            if let Some(n) = v.get("totals").and_then(|t| t.get(k)).and_then(|n| n.as_u64()) {
+                return n as usize;
+            }
             v.get(k)
                 .and_then(|a| a.as_array())
                 .map(|a| a.len())
@@ -716,3 +743,65 @@ pub fn close_fd(fd: i32) {
     // SAFETY: the caller owns fd.
     unsafe { libc::close(fd) };
 }
+
+// ---- temporary users -------------------------------------------------------
+
+/// A temporary group and two users: `member` (in the group) and `outsider`.
+pub struct Users {
+    pub group: String,
+    pub gid: u32,
+    pub member: String,
+    pub outsider: String,
+}
+
+fn tool(args: &[&str]) -> bool {
+    std::process::Command::new(args[0]).args(&args[1..]).output().map(|o| o.status.success()).unwrap_or(false)
+}
+
+impl Users {
+    pub fn new() -> Option<Users> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: creating users needs root");
+            return None;
+        }
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let tag = format!("{}{}", std::process::id() % 100000, NEXT.fetch_add(1, Ordering::SeqCst));
+        let u = Users { group: format!("vscig{tag}"), gid: 0, member: format!("vscim{tag}"), outsider: format!("vscio{tag}") };
+        u.remove(); // left over from a run that was killed
+        assert!(tool(&["groupadd", &u.group]), "groupadd {}", u.group);
+        let mut u = u;
+        u.gid = group_gid(&u.group).expect("gid of the new group");
+        assert!(tool(&["useradd", "-M", "-N", "-s", "/usr/sbin/nologin", "-G", &u.group, &u.member]), "useradd {}", u.member);
+        assert!(tool(&["useradd", "-M", "-N", "-s", "/usr/sbin/nologin", &u.outsider]), "useradd {}", u.outsider);
+        Some(u)
+    }
+
+    fn remove(&self) {
+        let _ = tool(&["userdel", &self.member]);
+        let _ = tool(&["userdel", &self.outsider]);
+        let _ = tool(&["groupdel", &self.group]);
+    }
+
+    /// `program args` as `user`, with its groups, against `d`'s socket.
+    pub fn as_user(&self, user: &str, d: &Daemon, program: &std::path::Path, args: &[&str]) -> Output {
+        let mut c = d.client(std::path::Path::new("setpriv"));
+        c.args(["--reuid", user, "--regid", "nogroup", "--init-groups", "--"]).arg(program).args(args);
+        run(&format!("{} as {user}", program.display()), &mut c, Duration::from_secs(60))
+    }
+}
+
+impl Drop for Users {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+pub fn group_gid(name: &str) -> Option<u32> {
+    let text = std::fs::read_to_string("/etc/group").ok()?;
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.first() == Some(&name)).then(|| f.get(2)?.parse().ok()).flatten()
+    })
+}
+
