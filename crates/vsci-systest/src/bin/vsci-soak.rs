@@ -134,16 +134,27 @@ fn free_port() -> std::io::Result<u16> {
 
 /// What the node still holds for programs (`vsci status --json`): its
 /// clients (other nodes and the status query itself left out), segments,
-/// connections and interrupts. None while the node does not answer.
-fn node_objects(build: &Path, socket: &Path) -> Option<usize> {
+/// connections and interrupts, each named so a failure says what leaked.
+/// None while the node does not answer.
+fn node_objects(build: &Path, socket: &Path) -> Option<Vec<String>> {
     let out = Command::new(build.join("bin/vsci")).args(["status", "--json"]).env("VSCI_SOCKET", socket).stderr(Stdio::null()).output().ok()?;
     if !out.status.success() {
         return None;
     }
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
-    let clients = v.get("clients")?.as_array()?.iter().filter(|c| c.get("pid").and_then(|p| p.as_u64()) != Some(0) && c.get("name").and_then(|n| n.as_str()) != Some("vsci-status")).count();
-    let count = |k: &str| v.get(k).and_then(|x| x.as_array()).map_or(0, |a| a.len());
-    Some(clients + count("segments") + count("connections") + count("interrupts"))
+    let mut held: Vec<String> = v
+        .get("clients")?
+        .as_array()?
+        .iter()
+        .filter(|c| c.get("pid").and_then(|p| p.as_u64()) != Some(0) && c.get("name").and_then(|n| n.as_str()) != Some("vsci-status"))
+        .map(|c| format!("client {c}"))
+        .collect();
+    for k in ["segments", "connections", "interrupts"] {
+        if let Some(a) = v.get(k).and_then(|x| x.as_array()) {
+            held.extend(a.iter().map(|o| format!("{k} {o}")));
+        }
+    }
+    Some(held)
 }
 
 fn start_node(build: &Path, dir: &Path, id: u32) -> anyhow::Result<Node> {
@@ -293,10 +304,12 @@ fn main() -> anyhow::Result<()> {
     let t = Instant::now();
     for n in &run.nodes {
         loop {
-            match node_objects(&build, &n.socket) {
-                Some(0) => break,
+            let held = node_objects(&build, &n.socket);
+            match held {
+                Some(ref h) if h.is_empty() => break,
                 _ if t.elapsed() > Duration::from_secs(30) => {
-                    failures.push(format!("node {} still holds clients or objects 30 s after the last client died", n.id));
+                    let what = held.map_or("it does not answer `vsci status`".to_string(), |h| h.join("; "));
+                    failures.push(format!("node {} still holds clients or objects 30 s after the last client died: {what}", n.id));
                     break;
                 }
                 _ => std::thread::sleep(Duration::from_millis(200)),
