@@ -55,6 +55,20 @@
  *       be this round's; then it stores r into the sender's ack word (plain
  *       store, no call).
  *
+ *   t_store halves-owner ROUNDS SEG W1NODE:W1SEG W2NODE:W2SEG
+ *   t_store halves-writer ROUNDS K OWNERNODE:OWNERSEG MYSEG
+ *       Two streaming writers, one page apart in every byte (three nodes).
+ *       The owner creates SEG: HALVES_PAGES data pages and a control page.
+ *       Writer K owns half K of every data page; each round it memcpy()s a
+ *       pattern into its half of each page in address order (a stream: the
+ *       library fetches pages ahead of it), calls SCIFlush, stores its flag
+ *       (the round number) into the control page, calls SCIFlush and spins
+ *       on its own segment's ack word.  The pattern repeats every other
+ *       round.  The owner waits for both flags, checks every byte of both
+ *       halves, clears all of it to 0 in its own memory and acks both.  A
+ *       writer that shipped its stale view of the other's half, or lost a
+ *       store equal to what it stored two rounds ago, shows as a wrong byte.
+ *
  *   t_store big-owner SEG SIZE
  *       Creates segment SEG of SIZE bytes (1 GiB in the test; memfd pages
  *       are allocated only when touched), prints "BIG READY" and waits for
@@ -415,6 +429,107 @@ static int mbox_writer(int calls, uint32_t rounds, unsigned k, const char *owner
     return 0;
 }
 
+/* ---- two streaming writers sharing every page ------------------------------------- */
+
+#define HALVES_PAGES 256u
+#define HALF (PAGE / 2u)
+static inline size_t halves_flag_off(unsigned k) { return (size_t)HALVES_PAGES * PAGE + 4u * (k - 1); }
+/* Byte j of writer k's half of page i in round r: repeats every other round,
+ * differs between the writers and between neighbouring bytes and pages. */
+static inline unsigned char halves_byte(unsigned k, uint32_t r, size_t i, size_t j)
+{
+    return (unsigned char)(k * 37u + (r & 1u) * 101u + i * 7u + j + 1u);
+}
+
+static int halves_owner(uint32_t rounds, unsigned segid, const char *w1, const char *w2)
+{
+    unsigned node;
+    sci_desc_t sd = open_sd(&node);
+    struct lseg own;
+    lseg_create(sd, &own, segid, (size_t)(HALVES_PAGES + 1) * PAGE, 1);
+    struct rseg ack[2];
+    rseg_connect(sd, &ack[0], w1, 0, PAGE);
+    rseg_connect(sd, &ack[1], w2, 0, PAGE);
+    volatile uint32_t *flag[2] = { word_at(own.p, halves_flag_off(1)),
+                                   word_at(own.p, halves_flag_off(2)) };
+    printf("HALVES OWNER READY node=%u seg=0x%x rounds=%u pages=%u\n", node, segid, rounds,
+           HALVES_PAGES);
+    uint64_t t0 = now_ms();
+    for (uint32_t r = 1; r <= rounds; r++) {
+        uint64_t deadline = now_ms() + wait_ms;
+        int ok = SPIN_UNTIL(*flag[0] == r && *flag[1] == r, deadline);
+        if (!ok)
+            FAILF("round %u of %u: flags %u / %u after %" PRIu64 " ms, want %u", r, rounds,
+                  *flag[0], *flag[1], wait_ms, r);
+        for (size_t i = 0; i < HALVES_PAGES; i++)
+            for (unsigned k = 1; k <= 2; k++)
+                for (size_t j = 0; j < HALF; j++) {
+                    unsigned char got = own.p[i * PAGE + (k - 1) * HALF + j];
+                    unsigned char want = halves_byte(k, r, i, j);
+                    if (got != want)
+                        FAILF("round %u of %u: page %zu, writer %u's half, byte %zu holds 0x%02x, "
+                              "want 0x%02x (0 is a lost store: the owner cleared it after the "
+                              "last round; the same byte two rounds ago was 0x%02x)",
+                              r, rounds, i, k, j, got, want, halves_byte(k, r - 2, i, j));
+                }
+        memset((void *)(uintptr_t)own.p, 0, (size_t)(HALVES_PAGES + 1) * PAGE);
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        *word_at(ack[0].p, 0) = r;
+        *word_at(ack[1].p, 0) = r;
+        SCIFlush(NULL, NO_FLAGS);
+    }
+    uint64_t ms = now_ms() - t0;
+    printf("HALVES OWNER DONE rounds=%u ms=%" PRIu64 " (%.2f ms per round)\n", rounds, ms,
+           rounds ? (double)ms / rounds : 0.0);
+    rseg_release(&ack[0]);
+    rseg_release(&ack[1]);
+    lseg_release(&own, 2);
+    close_sd(sd);
+    return 0;
+}
+
+static int halves_writer(uint32_t rounds, unsigned k, const char *owner, unsigned myseg)
+{
+    unsigned node;
+    CHECK_MSG(k == 1 || k == 2, "writer index %u is not 1 or 2", k);
+    sci_desc_t sd = open_sd(&node);
+    struct lseg own;
+    lseg_create(sd, &own, myseg, PAGE, 1);
+    struct rseg box;
+    rseg_connect(sd, &box, owner, 0, 0);
+    CHECK_MSG(box.size >= (size_t)(HALVES_PAGES + 1) * PAGE, "owner segment too small: %zu",
+              box.size);
+    unsigned char *pattern[2];
+    for (unsigned par = 0; par < 2; par++) {
+        pattern[par] = malloc((size_t)HALVES_PAGES * HALF);
+        CHECK_MSG(pattern[par] != NULL, "out of memory");
+        for (size_t i = 0; i < HALVES_PAGES; i++)
+            for (size_t j = 0; j < HALF; j++)
+                pattern[par][i * HALF + j] = halves_byte(k, par, i, j);
+    }
+    volatile uint32_t *ackw = word_at(own.p, 0);
+    printf("HALVES WRITER %u READY node=%u owner=%u\n", k, node, box.node);
+    for (uint32_t r = 1; r <= rounds; r++) {
+        const unsigned char *src = pattern[r & 1u];
+        for (size_t i = 0; i < HALVES_PAGES; i++)
+            memcpy((void *)(uintptr_t)(box.p + i * PAGE + (k - 1) * HALF), src + i * HALF, HALF);
+        SCIFlush(NULL, NO_FLAGS);
+        *word_at(box.p, halves_flag_off(k)) = r;
+        SCIFlush(NULL, NO_FLAGS);
+        uint64_t deadline = now_ms() + wait_ms;
+        if (!SPIN_UNTIL(*ackw == r, deadline))
+            FAILF("writer %u round %u of %u: no ack within %" PRIu64 " ms (ack word %u)", k, r,
+                  rounds, wait_ms, *ackw);
+    }
+    printf("HALVES WRITER %u DONE rounds=%u\n", k, rounds);
+    free(pattern[0]);
+    free(pattern[1]);
+    rseg_release(&box);
+    lseg_release(&own, 1);
+    close_sd(sd);
+    return 0;
+}
+
 /* ---- spinning ping-pong ---------------------------------------------------------- */
 
 static int pingpong(int ping, uint32_t rounds, size_t size, unsigned myseg, const char *peer)
@@ -705,6 +820,8 @@ int main(int argc, char **argv)
                 "  pingpong ping|pong ROUNDS SIZE MYSEG PEERNODE:PEERSEG\n"
                 "  order-recv ROUNDS SIZE MYSEG SENDERNODE:SENDERSEG\n"
                 "  order-send ROUNDS MYSEG RECVNODE:RECVSEG\n"
+                "  halves-owner ROUNDS SEG W1NODE:W1SEG W2NODE:W2SEG\n"
+                "  halves-writer ROUNDS K OWNERNODE:OWNERSEG MYSEG\n"
                 "  big-owner SEG SIZE\n"
                 "  idle-map NODE:SEG SECONDS\n"
                 "  lost-map NODE:SEG\n");
@@ -737,6 +854,12 @@ int main(int argc, char **argv)
     if (strcmp(role, "order-send") == 0)
         return order_send((uint32_t)argu(argc, argv, 2), (unsigned)argu(argc, argv, 3),
                           arg(argc, argv, 4));
+    if (strcmp(role, "halves-owner") == 0)
+        return halves_owner((uint32_t)argu(argc, argv, 2), (unsigned)argu(argc, argv, 3),
+                            arg(argc, argv, 4), arg(argc, argv, 5));
+    if (strcmp(role, "halves-writer") == 0)
+        return halves_writer((uint32_t)argu(argc, argv, 2), (unsigned)argu(argc, argv, 3),
+                             arg(argc, argv, 4), (unsigned)argu(argc, argv, 5));
     if (strcmp(role, "big-owner") == 0)
         return big_owner((unsigned)argu(argc, argv, 2), (size_t)argu(argc, argv, 3));
     if (strcmp(role, "idle-map") == 0)

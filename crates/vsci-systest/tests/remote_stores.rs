@@ -59,6 +59,8 @@ const ROUNDS: &str = "10000";
 /// repeat every pattern of the test (values alternate every other round)
 /// 500 times. Under KVM the guest does the full 10,000.
 const GUEST_TCG_ROUNDS: &str = "1000";
+/// Rounds of the two-streaming-writers test (1 MiB written per round).
+const HALVES_ROUNDS: &str = "300";
 /// Rounds of the flag-after-payload test.
 const ORDER_ROUNDS: &str = "3000";
 
@@ -230,6 +232,30 @@ fn mailbox_with_a_writer_in_a_guest() {
 #[test]
 fn mailbox_with_a_writer_in_a_guest_without_calls() {
     mailbox("nocalls", true);
+}
+
+/// Two writers on two nodes stream (memcpy, page after page) into the two
+/// halves of every page of 1 MiB of an owner's segment, the pattern
+/// repeating every other round, with SCIFlush before each flag; the owner
+/// checks every byte, clears it and acks.  Streams are fetched ahead of the
+/// program's stores: neither writer may ship its view of the other's half,
+/// nor lose a byte equal to what it stored two rounds before.
+#[test]
+fn two_streaming_writers_share_every_page() {
+    let _g = serial();
+    let Some(c) = Cluster::start(&[1, 2, 3]) else { return };
+    let owner = spawn(&c, 1, &["halves-owner", HALVES_ROUNDS, "0x5760", "2:0x5761", "3:0x5762"]);
+    let w1 = spawn(&c, 2, &["halves-writer", HALVES_ROUNDS, "1", "1:0x5760", "0x5761"]);
+    let w2 = spawn(&c, 3, &["halves-writer", HALVES_ROUNDS, "2", "1:0x5760", "0x5762"]);
+    let outs = run_together(vec![owner, w1, w2], RUN);
+    outs[0].assert_contains(&format!("HALVES OWNER DONE rounds={HALVES_ROUNDS}"));
+    outs[1].assert_contains(&format!("HALVES WRITER 1 DONE rounds={HALVES_ROUNDS}"));
+    outs[2].assert_contains(&format!("HALVES WRITER 2 DONE rounds={HALVES_ROUNDS}"));
+    let line = outs[0].stdout.lines().find(|l| l.contains("HALVES OWNER DONE")).unwrap_or_default();
+    eprintln!("two streaming writers: {line}");
+    for id in [1, 2, 3] {
+        c.wait_clean(id, "after the streaming writers");
+    }
 }
 
 // ---- spinning ping-pong --------------------------------------------------------------

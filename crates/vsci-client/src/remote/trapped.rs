@@ -47,6 +47,17 @@ struct Pages {
     present_list: Vec<u32>,
     /// The owner's bytes of each dirty page at its first write.
     twin: Anon,
+    /// Pages the next store fault of a sequential stream fetches and makes
+    /// writable at once (see `stream_run`); 1 when the stores are not a
+    /// stream.
+    ahead: usize,
+    /// The page after the last run a store fault opened: a store fault
+    /// there continues the stream even if a shipment has cleaned the pages
+    /// before it meanwhile.
+    stream_next: usize,
+    /// The pages the last store fault opened, when it continued a stream
+    /// (first page, count): the program is writing them now.
+    streaming: Option<(usize, usize)>,
 }
 
 impl Pages {
@@ -148,6 +159,8 @@ pub(crate) struct Shadow {
     last_write_fault: AtomicU64,
     /// Longest a background shipment waits for faults to stop (ns).
     stream_cap: u64,
+    /// The last store fault continued a sequential stream (`stream_run`).
+    in_stream: AtomicBool,
 }
 
 /// CLOCK_MONOTONIC in nanoseconds (a vDSO call: fine in a signal handler).
@@ -209,11 +222,12 @@ impl Shadow {
         self.valid.saturating_sub(p * self.page).min(self.page)
     }
 
-    /// Fetch page `p` from the owner into its twin and the shadow. On a
-    /// failure the map is marked failed and the page left as it is.
-    fn fetch(&self, g: &mut Pages, p: usize) -> bool {
-        let n = self.page_valid(p);
-        let twin = g.twin.slice_mut(p * self.page, self.page);
+    /// Fetch pages `p..p + count` from the owner into their twin and the
+    /// shadow, in one read. On a failure the map is marked failed and the
+    /// pages left as they are.
+    fn fetch(&self, g: &mut Pages, p: usize, count: usize) -> bool {
+        let n = self.valid.saturating_sub(p * self.page).min(count * self.page);
+        let twin = g.twin.slice_mut(p * self.page, count * self.page);
         if n > 0 {
             match self.owner.read_direct(&mut twin[..n], self.seg_off + (p * self.page) as u64) {
                 Ok(()) => {}
@@ -224,9 +238,64 @@ impl Shadow {
                 }
             }
         }
-        let twin = g.twin.slice(p * self.page, self.page);
-        self.fill_page(p).copy_from_slice(twin);
+        for q in p..p + count {
+            let twin = g.twin.slice(q * self.page, self.page);
+            self.fill_page(q).copy_from_slice(twin);
+        }
         true
+    }
+
+    /// How many pages a store fault on clean page `p` fetches and makes
+    /// writable: more than one only when the page before is dirty, i.e. the
+    /// program is writing through the map in address order (a `memcpy`, a
+    /// ring being filled), or when this is the page right after the last
+    /// run opened (a background shipment may have cleaned those). Each store fault then costs one owner read, so a
+    /// stream of 4 KiB faults runs at one page per read round trip; taking
+    /// the pages ahead in the same read (2, 4, … up to `STREAM_AHEAD_MAX`
+    /// as the stream goes on) makes it one round trip per run. The pages
+    /// ahead are fetched at this fault rather than at their own first
+    /// store: docs/design.md ("Remote nodes") says what that changes. Stops
+    /// before a dirty page (it may hold stores not yet shipped) and at the
+    /// end of the segment.
+    fn stream_run(&self, g: &mut Pages, p: usize) -> usize {
+        if p == 0 || (p != g.stream_next && !bit(&g.dirty, p - 1)) {
+            g.ahead = 1;
+            g.stream_next = p + 1;
+            g.streaming = None;
+            self.in_stream.store(false, Ordering::Release);
+            return 1;
+        }
+        g.ahead = (g.ahead * 2).clamp(2, STREAM_AHEAD_MAX);
+        let npages = self.len / self.page;
+        let mut n = 1;
+        while n < g.ahead && p + n < npages && self.page_valid(p + n) > 0 && !bit(&g.dirty, p + n) {
+            n += 1;
+        }
+        g.stream_next = p + n;
+        g.streaming = Some((p, n));
+        self.in_stream.store(true, Ordering::Release);
+        n
+    }
+
+    /// Make page `q` (fetched ahead of a stream, not dirty) writable in the
+    /// program's mapping and dirty.
+    fn open_ahead(&self, trap: &Trap, g: &mut Pages, q: usize) {
+        let off = q * self.page;
+        if bit(&g.present, q) {
+            let _ = trap.unprotect(off, self.page);
+        } else {
+            if let Err(e) = trap.map_in(off, self.page, false) {
+                // The fetch wrote the page through the fill mapping, so it
+                // exists in the memfd; leave it absent (its first access
+                // traps and handles it) rather than dirty and unmapped.
+                log::debug!("vsci: page ahead of a stream not mapped ({e})");
+                return;
+            }
+            let Pages { present, present_list, .. } = &mut *g;
+            set(present, present_list, q);
+        }
+        let Pages { dirty, dirty_list, .. } = &mut *g;
+        set(dirty, dirty_list, q);
     }
 }
 
@@ -236,9 +305,10 @@ impl TrapHandler for Shadow {
         let mut g = self.lock();
         let p = f.page / self.page;
         let dirty = bit(&g.dirty, p);
+        let run = if f.write && !dirty { self.stream_run(&mut g, p) } else { 1 };
         // Never fetch over a dirty page: it may hold stores not yet shipped.
         if !dirty && !self.failed.load(Ordering::Relaxed) {
-            self.fetch(&mut g, p);
+            self.fetch(&mut g, p, run);
         }
         if self.failed.load(Ordering::Relaxed) {
             // Nowhere to fetch from: let the access complete on what the
@@ -268,6 +338,11 @@ impl TrapHandler for Shadow {
             }
             set(dirty, dirty_list, p);
             self.stored.store(true, Ordering::Release);
+            if !self.failed.load(Ordering::Relaxed) {
+                for q in p + 1..p + run {
+                    self.open_ahead(trap, &mut g, q);
+                }
+            }
         }
         drop(g);
         if f.write {
@@ -296,6 +371,9 @@ impl Trapped {
             present: vec![0; words],
             present_list: Vec::with_capacity(npages),
             twin: Anon::new(len)?,
+            ahead: 1,
+            stream_next: usize::MAX,
+            streaming: None,
         };
         let owner_kind = match owner {
             Owner::Rma(_) => OwnerKind::Rma,
@@ -314,6 +392,7 @@ impl Trapped {
             stored: AtomicBool::new(false),
             oldest_dirty: AtomicU64::new(0),
             last_write_fault: AtomicU64::new(0),
+            in_stream: AtomicBool::new(false),
             stream_cap: match owner_kind {
                 OwnerKind::Rma => STREAM_CAP_RMA,
                 OwnerKind::Agent => STREAM_CAP_AGENT,
@@ -338,7 +417,7 @@ impl Trapped {
         let trap = self.trap.lock().unwrap().clone();
         let Some(trap) = trap else { return Ok(false) };
         let mut g = self.shadow.lock();
-        self.ship_locked(&trap, &mut g)
+        self.ship_locked(&trap, &mut g, None)
     }
 
     /// The background shipment: ship once the first page made dirty since
@@ -360,15 +439,37 @@ impl Trapped {
         if since == 0 {
             return (Ok(false), None);
         }
-        let quiet = s.last_write_fault.load(Ordering::Acquire).max(since) + settle;
+        // A sequential stream faults once per run, a read round trip
+        // apart: waiting only `settle` would ship (and write-protect)
+        // between every two runs, each shipment holding the next fault for
+        // a write round trip. While streaming, quiet means a quarter of
+        // the cap without a store fault.
+        let quiet_for = if s.in_stream.load(Ordering::Acquire) { settle.max(s.stream_cap / 4) } else { settle };
+        let quiet = s.last_write_fault.load(Ordering::Acquire).max(since) + quiet_for;
         let due = quiet.min(since + settle.max(s.stream_cap));
         if now_ns() < due {
             return (Ok(false), Some(due));
         }
-        (self.ship(), None)
+        let trap = self.trap.lock().unwrap().clone();
+        let Some(trap) = trap else { return (Ok(false), None) };
+        let mut g = s.lock();
+        // The run a stream's last store fault opened is being written now:
+        // shipping it would write-protect it under the program, whose next
+        // store there would trap and fetch it again (measured: the same page
+        // fetched up to 8 times in one memcpy). It goes in the next
+        // shipment, or in this one once the stream has been still for
+        // `stream_cap`.
+        let keep = g.streaming.filter(|_| now_ns() < s.last_write_fault.load(Ordering::Acquire) + s.stream_cap);
+        let r = self.ship_locked(&trap, &mut g, keep);
+        if !g.dirty_list.is_empty() {
+            s.oldest_dirty.store(now_ns(), Ordering::Release);
+        }
+        (r, None)
     }
 
-    fn ship_locked(&self, trap: &Trap, g: &mut Pages) -> Result<bool> {
+    /// Ship the dirty pages, except those of `keep` (first page, count),
+    /// which stay dirty and writable.
+    fn ship_locked(&self, trap: &Trap, g: &mut Pages, keep: Option<(usize, usize)>) -> Result<bool> {
         let s = &*self.shadow;
         if s.failed.load(Ordering::Relaxed) {
             return Err(SciError::TransferFailed);
@@ -377,6 +478,31 @@ impl Trapped {
             return Ok(false);
         }
         s.oldest_dirty.store(0, Ordering::Release);
+        let mut kept: Vec<u32> = Vec::new();
+        if let Some((first, n)) = keep {
+            let Pages { dirty, dirty_list, .. } = &mut *g;
+            dirty_list.retain(|&p| {
+                let inside = (first..first + n).contains(&(p as usize));
+                if inside {
+                    dirty[p as usize / 64] &= !(1 << (p as usize % 64));
+                    kept.push(p);
+                }
+                !inside
+            });
+        }
+        let r = self.ship_pages(trap, g);
+        for p in kept {
+            let Pages { dirty, dirty_list, .. } = &mut *g;
+            set(dirty, dirty_list, p as usize);
+        }
+        r
+    }
+
+    fn ship_pages(&self, trap: &Trap, g: &mut Pages) -> Result<bool> {
+        let s = &*self.shadow;
+        if g.dirty_list.is_empty() {
+            return Ok(false);
+        }
         g.dirty_list.sort_unstable();
         // Write-protect first: from here no store lands in these pages
         // (a store traps and waits for this lock), so what is compared
@@ -432,7 +558,7 @@ impl Trapped {
         let trap = self.trap.lock().unwrap().clone();
         let Some(trap) = trap else { return Err(SciError::TransferFailed) };
         let mut g = s.lock();
-        self.ship_locked(&trap, &mut g)?;
+        self.ship_locked(&trap, &mut g, None)?;
         if let Err(e) = s.owner.write(&data, s.seg_off + off as u64) {
             log::warn!("RMA write to node failed ({e}); stores to this map are no longer shipped");
             s.failed.store(true, Ordering::SeqCst);
@@ -502,6 +628,11 @@ impl Trapped {
 /// control round trips to its host side (ms under emulation).
 const STREAM_CAP_RMA: u64 = 1_000_000;
 const STREAM_CAP_AGENT: u64 = 50_000_000;
+
+/// Most pages one store fault of a sequential stream fetches (128 KiB with
+/// 4 KiB pages): past that the read's own transfer time dominates its
+/// round trip, and a larger run only widens what is fetched ahead of use.
+const STREAM_AHEAD_MAX: usize = 32;
 
 /// Which way a map reaches its owner (sets how long shipments may wait).
 enum OwnerKind {
