@@ -60,8 +60,9 @@
  *       Two streaming writers, one page apart in every byte (three nodes).
  *       The owner creates SEG: HALVES_PAGES data pages and a control page.
  *       Writer K owns half K of every data page; each round it memcpy()s a
- *       pattern into its half of each page in address order (a stream: the
- *       library fetches pages ahead of it), calls SCIFlush, stores its flag
+ *       pattern into its half of each page in address order, up in even
+ *       rounds and down in odd ones (a stream: the library fetches pages
+ *       ahead of it), calls SCIFlush, stores its flag
  *       (the round number) into the control page, calls SCIFlush and spins
  *       on its own segment's ack word.  The pattern repeats every other
  *       round.  The owner waits for both flags, checks every byte of both
@@ -511,8 +512,12 @@ static int halves_writer(uint32_t rounds, unsigned k, const char *owner, unsigne
     printf("HALVES WRITER %u READY node=%u owner=%u\n", k, node, box.node);
     for (uint32_t r = 1; r <= rounds; r++) {
         const unsigned char *src = pattern[r & 1u];
-        for (size_t i = 0; i < HALVES_PAGES; i++)
+        /* Up the pages in even rounds, down in odd ones: the library
+         * fetches ahead of a stream in either direction. */
+        for (size_t n = 0; n < HALVES_PAGES; n++) {
+            size_t i = (r & 1u) ? HALVES_PAGES - 1 - n : n;
             memcpy((void *)(uintptr_t)(box.p + i * PAGE + (k - 1) * HALF), src + i * HALF, HALF);
+        }
         SCIFlush(NULL, NO_FLAGS);
         *word_at(box.p, halves_flag_off(k)) = r;
         SCIFlush(NULL, NO_FLAGS);

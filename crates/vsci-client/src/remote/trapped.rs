@@ -51,10 +51,11 @@ struct Pages {
     /// writable at once (see `stream_run`); 1 when the stores are not a
     /// stream.
     ahead: usize,
-    /// The page after the last run a store fault opened: a store fault
-    /// there continues the stream even if a shipment has cleaned the pages
-    /// before it meanwhile.
-    stream_next: usize,
+    /// The pages just past either end of the last run a store fault opened
+    /// (below its first page, above its last): a store fault there
+    /// continues the stream even if a shipment has cleaned the run
+    /// meanwhile.
+    stream_edges: (usize, usize),
     /// The pages the last store fault opened, when it continued a stream
     /// (first page, count): the program is writing them now.
     streaming: Option<(usize, usize)>,
@@ -245,36 +246,53 @@ impl Shadow {
         true
     }
 
-    /// How many pages a store fault on clean page `p` fetches and makes
-    /// writable: more than one only when the page before is dirty, i.e. the
-    /// program is writing through the map in address order (a `memcpy`, a
-    /// ring being filled), or when this is the page right after the last
-    /// run opened (a background shipment may have cleaned those). Each store fault then costs one owner read, so a
+    /// Which pages a store fault on clean page `p` fetches and makes
+    /// writable (first page, count; the run holds `p`): more than `p` only
+    /// when the program writes through the map in address order, up or
+    /// down — the page next to `p` on one side is dirty, or `p` is just past
+    /// the last run opened (a background shipment may have cleaned that).
+    /// A `memcpy` is such a stream (glibc copies large blocks downwards when
+    /// source and destination are equally aligned within their pages), as
+    /// is a ring being filled. Each store fault costs one owner read, so a
     /// stream of 4 KiB faults runs at one page per read round trip; taking
-    /// the pages ahead in the same read (2, 4, … up to `STREAM_AHEAD_MAX`
-    /// as the stream goes on) makes it one round trip per run. The pages
-    /// ahead are fetched at this fault rather than at their own first
-    /// store: docs/design.md ("Remote nodes") says what that changes. Stops
-    /// before a dirty page (it may hold stores not yet shipped) and at the
-    /// end of the segment.
-    fn stream_run(&self, g: &mut Pages, p: usize) -> usize {
-        if p == 0 || (p != g.stream_next && !bit(&g.dirty, p - 1)) {
+    /// the next pages in the direction of the stream in the same read (2,
+    /// 4, … up to `STREAM_AHEAD_MAX` as the stream goes on) makes it one
+    /// round trip per run. Those pages are fetched at this fault rather
+    /// than at their own first store: docs/design.md ("Remote nodes") says
+    /// what that changes. A run stops before a dirty page (it may hold
+    /// stores not yet shipped) and at either end of the segment.
+    fn stream_run(&self, g: &mut Pages, p: usize) -> (usize, usize) {
+        let npages = self.len / self.page;
+        let dirty_below = p > 0 && bit(&g.dirty, p - 1);
+        let dirty_above = p + 1 < npages && bit(&g.dirty, p + 1);
+        let up = dirty_below || p == g.stream_edges.1;
+        let down = !up && (dirty_above || p == g.stream_edges.0);
+        if !up && !down {
             g.ahead = 1;
-            g.stream_next = p + 1;
+            g.stream_edges = (p.wrapping_sub(1), p + 1);
             g.streaming = None;
             self.in_stream.store(false, Ordering::Release);
-            return 1;
+            return (p, 1);
         }
         g.ahead = (g.ahead * 2).clamp(2, STREAM_AHEAD_MAX);
-        let npages = self.len / self.page;
-        let mut n = 1;
-        while n < g.ahead && p + n < npages && self.page_valid(p + n) > 0 && !bit(&g.dirty, p + n) {
-            n += 1;
-        }
-        g.stream_next = p + n;
-        g.streaming = Some((p, n));
+        let open = |q: usize| self.page_valid(q) > 0 && !bit(&g.dirty, q);
+        let (first, n) = if up {
+            let mut n = 1;
+            while n < g.ahead && p + n < npages && open(p + n) {
+                n += 1;
+            }
+            (p, n)
+        } else {
+            let mut n = 1;
+            while n < g.ahead && n <= p && open(p - n) {
+                n += 1;
+            }
+            (p + 1 - n, n)
+        };
+        g.stream_edges = (first.wrapping_sub(1), first + n);
+        g.streaming = Some((first, n));
         self.in_stream.store(true, Ordering::Release);
-        n
+        (first, n)
     }
 
     /// Make page `q` (fetched ahead of a stream, not dirty) writable in the
@@ -305,10 +323,10 @@ impl TrapHandler for Shadow {
         let mut g = self.lock();
         let p = f.page / self.page;
         let dirty = bit(&g.dirty, p);
-        let run = if f.write && !dirty { self.stream_run(&mut g, p) } else { 1 };
+        let (first, run) = if f.write && !dirty { self.stream_run(&mut g, p) } else { (p, 1) };
         // Never fetch over a dirty page: it may hold stores not yet shipped.
         if !dirty && !self.failed.load(Ordering::Relaxed) {
-            self.fetch(&mut g, p, run);
+            self.fetch(&mut g, first, run);
         }
         if self.failed.load(Ordering::Relaxed) {
             // Nowhere to fetch from: let the access complete on what the
@@ -339,7 +357,7 @@ impl TrapHandler for Shadow {
             set(dirty, dirty_list, p);
             self.stored.store(true, Ordering::Release);
             if !self.failed.load(Ordering::Relaxed) {
-                for q in p + 1..p + run {
+                for q in (first..first + run).filter(|&q| q != p) {
                     self.open_ahead(trap, &mut g, q);
                 }
             }
@@ -372,7 +390,7 @@ impl Trapped {
             present_list: Vec::with_capacity(npages),
             twin: Anon::new(len)?,
             ahead: 1,
-            stream_next: usize::MAX,
+            stream_edges: (usize::MAX, usize::MAX),
             streaming: None,
         };
         let owner_kind = match owner {
