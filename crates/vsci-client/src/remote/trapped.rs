@@ -51,14 +51,11 @@ struct Pages {
     /// writable at once (see `stream_run`); 1 when the stores are not a
     /// stream.
     ahead: usize,
-    /// The pages just past either end of the last run a store fault opened
-    /// (below its first page, above its last): a store fault there
-    /// continues the stream even if a shipment has cleaned the run
-    /// meanwhile.
-    stream_edges: (usize, usize),
-    /// The pages the last store fault opened, when it continued a stream
-    /// (first page, count): the program is writing them now.
-    streaming: Option<(usize, usize)>,
+    /// Where a stream through the last run would go on: the page just past
+    /// it in the stream's direction and whether that is upwards (both ways
+    /// after a single page). A store fault there continues the stream even
+    /// if a shipment has cleaned the run meanwhile.
+    stream_edges: [Option<(usize, bool)>; 2],
 }
 
 impl Pages {
@@ -160,7 +157,8 @@ pub(crate) struct Shadow {
     last_write_fault: AtomicU64,
     /// Longest a background shipment waits for faults to stop (ns).
     stream_cap: u64,
-    /// The last store fault continued a sequential stream (`stream_run`).
+    /// The last store fault continued a long sequential stream
+    /// (`stream_run`): background shipments wait for it to pause.
     in_stream: AtomicBool,
 }
 
@@ -249,28 +247,28 @@ impl Shadow {
     /// Which pages a store fault on clean page `p` fetches and makes
     /// writable (first page, count; the run holds `p`): more than `p` only
     /// when the program writes through the map in address order, up or
-    /// down — the page next to `p` on one side is dirty, or `p` is just past
-    /// the last run opened (a background shipment may have cleaned that).
-    /// A `memcpy` is such a stream (glibc copies large blocks downwards when
-    /// source and destination are equally aligned within their pages), as
-    /// is a ring being filled. Each store fault costs one owner read, so a
-    /// stream of 4 KiB faults runs at one page per read round trip; taking
-    /// the next pages in the direction of the stream in the same read (2,
-    /// 4, … up to `STREAM_AHEAD_MAX` as the stream goes on) makes it one
-    /// round trip per run. Those pages are fetched at this fault rather
-    /// than at their own first store: docs/design.md ("Remote nodes") says
-    /// what that changes. A run stops before a dirty page (it may hold
-    /// stores not yet shipped) and at either end of the segment.
+    /// down — the page next to `p` on one side is dirty, or `p` is where a
+    /// stream through the last run would go on (in the stream's direction:
+    /// the next message written into the same pages is not a stream). A
+    /// `memcpy` is such
+    /// a stream (glibc copies large blocks downwards when source and
+    /// destination are equally aligned within their pages), as is a ring
+    /// being filled. Each store fault costs one owner read, so a stream of
+    /// 4 KiB faults runs at one page per read round trip; taking the next
+    /// pages in the direction of the stream in the same read (2, 4, … up
+    /// to `STREAM_AHEAD_MAX` as the stream goes on) makes it one round trip
+    /// per run. Those pages are fetched at this fault rather than at their
+    /// own first store: docs/design.md ("Remote nodes") says what that
+    /// changes. A run stops before a dirty page (it may hold stores not yet
+    /// shipped) and at either end of the segment.
     fn stream_run(&self, g: &mut Pages, p: usize) -> (usize, usize) {
         let npages = self.len / self.page;
-        let dirty_below = p > 0 && bit(&g.dirty, p - 1);
-        let dirty_above = p + 1 < npages && bit(&g.dirty, p + 1);
-        let up = dirty_below || p == g.stream_edges.1;
-        let down = !up && (dirty_above || p == g.stream_edges.0);
+        let edge = |up: bool| g.stream_edges.contains(&Some((p, up)));
+        let up = (p > 0 && bit(&g.dirty, p - 1)) || edge(true);
+        let down = !up && ((p + 1 < npages && bit(&g.dirty, p + 1)) || edge(false));
         if !up && !down {
             g.ahead = 1;
-            g.stream_edges = (p.wrapping_sub(1), p + 1);
-            g.streaming = None;
+            g.stream_edges = [Some((p + 1, true)), p.checked_sub(1).map(|e| (e, false))];
             self.in_stream.store(false, Ordering::Release);
             return (p, 1);
         }
@@ -289,9 +287,12 @@ impl Shadow {
             }
             (p + 1 - n, n)
         };
-        g.stream_edges = (first.wrapping_sub(1), first + n);
-        g.streaming = Some((first, n));
-        self.in_stream.store(true, Ordering::Release);
+        g.stream_edges = [if up { Some((first + n, true)) } else { first.checked_sub(1).map(|e| (e, false)) }, None];
+        // Background shipments wait for a long stream to pause (see
+        // `ship_due`) only from its third run on: a message of a few pages
+        // (a payload, then a flag in its last page) must ship after the
+        // settle time like any store.
+        self.in_stream.store(g.ahead >= STREAM_LONG, Ordering::Release);
         (first, n)
     }
 
@@ -362,9 +363,13 @@ impl TrapHandler for Shadow {
                 }
             }
         }
+        if f.write {
+            // Before the lock goes: a shipment waiting for it must see this
+            // fault (see `ship_due`).
+            self.last_write_fault.store(now_ns(), Ordering::Release);
+        }
         drop(g);
         if f.write {
-            self.last_write_fault.store(now_ns(), Ordering::Release);
             super::wake_flusher();
         }
     }
@@ -390,8 +395,7 @@ impl Trapped {
             present_list: Vec::with_capacity(npages),
             twin: Anon::new(len)?,
             ahead: 1,
-            stream_edges: (usize::MAX, usize::MAX),
-            streaming: None,
+            stream_edges: [None, None],
         };
         let owner_kind = match owner {
             Owner::Rma(_) => OwnerKind::Rma,
@@ -435,7 +439,7 @@ impl Trapped {
         let trap = self.trap.lock().unwrap().clone();
         let Some(trap) = trap else { return Ok(false) };
         let mut g = self.shadow.lock();
-        self.ship_locked(&trap, &mut g, None)
+        self.ship_locked(&trap, &mut g)
     }
 
     /// The background shipment: ship once the first page made dirty since
@@ -452,42 +456,42 @@ impl Trapped {
     /// the map for a write round trip and doubles the cost of every page
     /// (two owner round trips per page instead of one).
     pub(crate) fn ship_due(&self, settle: u64) -> (Result<bool>, Option<u64>) {
-        let s = &*self.shadow;
-        let since = s.oldest_dirty.load(Ordering::Acquire);
-        if since == 0 {
-            return (Ok(false), None);
-        }
-        // A sequential stream faults once per run, a read round trip
-        // apart: waiting only `settle` would ship (and write-protect)
-        // between every two runs, each shipment holding the next fault for
-        // a write round trip. While streaming, quiet means a quarter of
-        // the cap without a store fault.
-        let quiet_for = if s.in_stream.load(Ordering::Acquire) { settle.max(s.stream_cap / 4) } else { settle };
-        let quiet = s.last_write_fault.load(Ordering::Acquire).max(since) + quiet_for;
-        let due = quiet.min(since + settle.max(s.stream_cap));
-        if now_ns() < due {
-            return (Ok(false), Some(due));
+        if let Some(due) = self.not_due(settle) {
+            return (Ok(false), due);
         }
         let trap = self.trap.lock().unwrap().clone();
         let Some(trap) = trap else { return (Ok(false), None) };
-        let mut g = s.lock();
-        // The run a stream's last store fault opened is being written now:
-        // shipping it would write-protect it under the program, whose next
-        // store there would trap and fetch it again (measured: the same page
-        // fetched up to 8 times in one memcpy). It goes in the next
-        // shipment, or in this one once the stream has been still for
-        // `stream_cap`.
-        let keep = g.streaming.filter(|_| now_ns() < s.last_write_fault.load(Ordering::Acquire) + s.stream_cap);
-        let r = self.ship_locked(&trap, &mut g, keep);
-        if !g.dirty_list.is_empty() {
-            s.oldest_dirty.store(now_ns(), Ordering::Release);
+        let mut g = self.shadow.lock();
+        // Again under the lock: a store fault may have held it until just
+        // now (its owner read takes a round trip). Shipping the moment it
+        // lets go would write-protect the pages it just opened, under the
+        // program that is about to write them.
+        if let Some(due) = self.not_due(settle) {
+            return (Ok(false), due);
         }
-        (r, None)
+        (self.ship_locked(&trap, &mut g), None)
     }
 
-    /// Ship the dirty pages, except those of `keep` (first page, count),
-    /// which stay dirty and writable.
-    fn ship_locked(&self, trap: &Trap, g: &mut Pages, keep: Option<(usize, usize)>) -> Result<bool> {
+    /// `None` when a background shipment is due now, else `Some` of when it
+    /// will be (`None` inside: nothing to ship).
+    fn not_due(&self, settle: u64) -> Option<Option<u64>> {
+        let s = &*self.shadow;
+        let since = s.oldest_dirty.load(Ordering::Acquire);
+        if since == 0 {
+            return Some(None);
+        }
+        // A sequential stream faults once per run, a read round trip
+        // apart: waiting only `settle` would ship (and write-protect)
+        // between two runs, each shipment holding the next fault for a
+        // write round trip. While a long stream runs, quiet means a quarter
+        // of the cap without a store fault.
+        let quiet_for = if s.in_stream.load(Ordering::Acquire) { settle.max(s.stream_cap / 4) } else { settle };
+        let quiet = s.last_write_fault.load(Ordering::Acquire).max(since) + quiet_for;
+        let due = quiet.min(since + settle.max(s.stream_cap));
+        (now_ns() < due).then_some(Some(due))
+    }
+
+    fn ship_locked(&self, trap: &Trap, g: &mut Pages) -> Result<bool> {
         let s = &*self.shadow;
         if s.failed.load(Ordering::Relaxed) {
             return Err(SciError::TransferFailed);
@@ -496,31 +500,6 @@ impl Trapped {
             return Ok(false);
         }
         s.oldest_dirty.store(0, Ordering::Release);
-        let mut kept: Vec<u32> = Vec::new();
-        if let Some((first, n)) = keep {
-            let Pages { dirty, dirty_list, .. } = &mut *g;
-            dirty_list.retain(|&p| {
-                let inside = (first..first + n).contains(&(p as usize));
-                if inside {
-                    dirty[p as usize / 64] &= !(1 << (p as usize % 64));
-                    kept.push(p);
-                }
-                !inside
-            });
-        }
-        let r = self.ship_pages(trap, g);
-        for p in kept {
-            let Pages { dirty, dirty_list, .. } = &mut *g;
-            set(dirty, dirty_list, p as usize);
-        }
-        r
-    }
-
-    fn ship_pages(&self, trap: &Trap, g: &mut Pages) -> Result<bool> {
-        let s = &*self.shadow;
-        if g.dirty_list.is_empty() {
-            return Ok(false);
-        }
         g.dirty_list.sort_unstable();
         // Write-protect first: from here no store lands in these pages
         // (a store traps and waits for this lock), so what is compared
@@ -576,7 +555,7 @@ impl Trapped {
         let trap = self.trap.lock().unwrap().clone();
         let Some(trap) = trap else { return Err(SciError::TransferFailed) };
         let mut g = s.lock();
-        self.ship_locked(&trap, &mut g, None)?;
+        self.ship_locked(&trap, &mut g)?;
         if let Err(e) = s.owner.write(&data, s.seg_off + off as u64) {
             log::warn!("RMA write to node failed ({e}); stores to this map are no longer shipped");
             s.failed.store(true, Ordering::SeqCst);
@@ -651,6 +630,10 @@ const STREAM_CAP_AGENT: u64 = 50_000_000;
 /// 4 KiB pages): past that the read's own transfer time dominates its
 /// round trip, and a larger run only widens what is fetched ahead of use.
 const STREAM_AHEAD_MAX: usize = 32;
+
+/// The read-ahead (pages) from which a stream counts as long: its third
+/// run (1 page, then 2, 4, 8).
+const STREAM_LONG: usize = 8;
 
 /// Which way a map reaches its owner (sets how long shipments may wait).
 enum OwnerKind {
