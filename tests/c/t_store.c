@@ -44,7 +44,7 @@
  *       loop.
  *
  *   t_store order-recv ROUNDS SIZE MYSEG SENDERNODE:SENDERSEG
- *   t_store order-send ROUNDS MYSEG RECVNODE:RECVSEG
+ *   t_store order-send ROUNDS MYSEG RECVNODE:RECVSEG [noflush-down]
  *       Flag after payload through a large map.  The receiver creates MYSEG
  *       of SIZE bytes (64 MiB in the test); the sender maps all of it and,
  *       each round r, stores a 6 KiB payload (every word a function of r and
@@ -53,7 +53,11 @@
  *       segment's ack word until it reads r.  The receiver spins on the flag
  *       in its own segment; when it reads r every payload word must already
  *       be this round's; then it stores r into the sender's ack word (plain
- *       store, no call).
+ *       store, no call).  With noflush-down the sender stores the payload
+ *       from its last word down (as glibc's memcpy copies page-aligned
+ *       blocks) and makes no call before the flag: the flag is the highest
+ *       word of whatever shipment carries it, which must land after the
+ *       rest of that shipment.
  *
  *   t_store halves-owner ROUNDS SEG W1NODE:W1SEG W2NODE:W2SEG
  *   t_store halves-writer ROUNDS K OWNERNODE:OWNERSEG MYSEG
@@ -645,7 +649,7 @@ static int order_recv(uint32_t rounds, size_t size, unsigned myseg, const char *
     return 0;
 }
 
-static int order_send(uint32_t rounds, unsigned myseg, const char *receiver)
+static int order_send(uint32_t rounds, unsigned myseg, const char *receiver, int flush)
 {
     unsigned node;
     sci_desc_t sd = open_sd(&node);
@@ -661,9 +665,17 @@ static int order_send(uint32_t rounds, unsigned myseg, const char *receiver)
     printf("ORDER SEND READY node=%u receiver=%u map=%zu bytes\n", node, big.node, size);
     uint64_t t0 = now_ms();
     for (uint32_t r = 1; r <= rounds; r++) {
-        for (size_t w = 0; w < words; w++)
-            payload[w] = order_word(r, w);
-        SCIFlush(NULL, NO_FLAGS);
+        if (flush) {
+            for (size_t w = 0; w < words; w++)
+                payload[w] = order_word(r, w);
+            SCIFlush(NULL, NO_FLAGS);
+        } else {
+            /* Downwards, as glibc's memcpy copies page-aligned blocks, and
+             * no call: only "the highest changed word of a shipment lands
+             * last" keeps the flag behind its payload. */
+            for (size_t w = words; w-- > 0;)
+                payload[w] = order_word(r, w);
+        }
         *flag = r;
         uint32_t a;
         uint64_t deadline = now_ms() + wait_ms;
@@ -824,7 +836,7 @@ int main(int argc, char **argv)
                 "  mbox-writer calls|nocalls ROUNDS K OWNERNODE:OWNERSEG MYSEG\n"
                 "  pingpong ping|pong ROUNDS SIZE MYSEG PEERNODE:PEERSEG\n"
                 "  order-recv ROUNDS SIZE MYSEG SENDERNODE:SENDERSEG\n"
-                "  order-send ROUNDS MYSEG RECVNODE:RECVSEG\n"
+                "  order-send ROUNDS MYSEG RECVNODE:RECVSEG [noflush-down]\n"
                 "  halves-owner ROUNDS SEG W1NODE:W1SEG W2NODE:W2SEG\n"
                 "  halves-writer ROUNDS K OWNERNODE:OWNERSEG MYSEG\n"
                 "  big-owner SEG SIZE\n"
@@ -858,7 +870,8 @@ int main(int argc, char **argv)
                           (unsigned)argu(argc, argv, 4), arg(argc, argv, 5));
     if (strcmp(role, "order-send") == 0)
         return order_send((uint32_t)argu(argc, argv, 2), (unsigned)argu(argc, argv, 3),
-                          arg(argc, argv, 4));
+                          arg(argc, argv, 4),
+                          argc > 5 && strcmp(argv[5], "noflush-down") == 0 ? 0 : 1);
     if (strcmp(role, "halves-owner") == 0)
         return halves_owner((uint32_t)argu(argc, argv, 2), (unsigned)argu(argc, argv, 3),
                             arg(argc, argv, 4), arg(argc, argv, 5));

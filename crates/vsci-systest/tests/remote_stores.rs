@@ -310,6 +310,24 @@ fn flag_after_payload_through_a_large_map() {
     c.wait_clean(2, "after the flag-after-payload run");
 }
 
+/// The same with no call at all and the payload stored from its last word
+/// down (a glibc memcpy of page-aligned blocks): the flag, the highest word
+/// of the shipment that carries it, must still never show before the
+/// payload.  (A shipment that left the pages being written out let the
+/// flag's page travel first.)
+#[test]
+fn flag_after_downward_payload_without_calls() {
+    let _g = serial();
+    let Some(c) = Cluster::start(&[1, 2]) else { return };
+    let recv = spawn(&c, 2, &["order-recv", ORDER_ROUNDS, "64m", "0x5735", "1:0x5734"]);
+    let send = spawn(&c, 1, &["order-send", ORDER_ROUNDS, "0x5734", "2:0x5735", "noflush-down"]);
+    let outs = run_together(vec![recv, send], RUN);
+    outs[0].assert_contains(&format!("ORDER RECV DONE rounds={ORDER_ROUNDS}"));
+    outs[1].assert_contains(&format!("ORDER SEND DONE rounds={ORDER_ROUNDS}"));
+    c.wait_clean(1, "after the downward flag-after-payload run");
+    c.wait_clean(2, "after the downward flag-after-payload run");
+}
+
 // ---- an idle large map --------------------------------------------------------------------
 
 /// A map whose owner dies before the program touched it: stores to every
