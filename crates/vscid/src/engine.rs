@@ -104,6 +104,13 @@ pub struct Engine {
     _progress: vsci_fabric::ProgressThread,
 }
 
+/// What [`Engine::stats`] reports (for the metrics endpoint).
+pub struct EngineStats {
+    pub fabric: vsci_fabric::Stats,
+    pub regions: usize,
+    pub trigger_tokens: usize,
+}
+
 /// How long a remote data-interrupt trigger may wait for queue space.
 const FULL_QUEUE_WAIT: Duration = Duration::from_secs(1);
 
@@ -120,6 +127,13 @@ impl Engine {
 
     pub fn address(&self) -> Vec<u8> {
         self.fabric.address()
+    }
+
+    /// The endpoint's queue depths and totals, plus what the engine holds:
+    /// segments registered for other nodes and live trigger tokens.
+    pub fn stats(&self) -> EngineStats {
+        let t = self.tables.lock().unwrap();
+        EngineStats { fabric: self.fabric.stats(), regions: t.segments.len(), trigger_tokens: t.conn_token.len() }
     }
 
     /// Expose a segment to a remote connection; returns where to reach it.
@@ -202,6 +216,7 @@ impl Engine {
                 Ok(m) => m,
                 Err(_) => {
                     bad += 1;
+                    crate::metrics::get().remote_trigger("undecodable");
                     if bad.is_power_of_two() {
                         warn!("RMA engine: {bad} undecodable trigger message(s) dropped");
                     }
@@ -211,6 +226,7 @@ impl Engine {
             let target = self.tables.lock().unwrap().triggers.get(&msg.token).cloned();
             let Some(target) = target else {
                 bad += 1;
+                crate::metrics::get().remote_trigger("unknown_token");
                 if bad.is_power_of_two() {
                     warn!("RMA engine: {bad} trigger(s) with unknown tokens dropped");
                 }
@@ -236,6 +252,7 @@ impl Engine {
                     }
                 }
             };
+            crate::metrics::get().remote_trigger("applied");
             if wake {
                 let _ = nix::unistd::write(target.eventfd.as_fd(), &1u64.to_ne_bytes());
             }
