@@ -72,26 +72,12 @@ fn metrics_endpoint_is_scraped_over_http() {
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// Two nodes of one cluster on loopback, interrupts back and forth between
 /// them: each node counts frames and bytes on its link to the other, its
 /// engine applies the other's triggers, and the queue gauges are there.
 #[test]
 fn link_and_rma_engine_metrics_move_with_traffic() {
-    let dir = TempDir::new("metrics-cluster");
-    std::fs::write(dir.path.join("cluster.key"), "6d657472696373206f6e2074776f206e6f646573206b6579\n").unwrap();
-    let cluster = dir.path.join("cluster.toml");
-    std::fs::write(
-        &cluster,
-        format!("key_file = \"cluster.key\"\n\n[[node]]\nid = 1\naddress = \"127.0.0.1:{}\"\n\n[[node]]\nid = 2\naddress = \"127.0.0.1:{}\"\n", free_port(), free_port()),
-    )
-    .unwrap();
-    let cfg = cluster.to_string_lossy().to_string();
-    let n1 = Daemon::start_with(1, &["--config", &cfg, "--metrics", "127.0.0.1:0"]);
-    let n2 = Daemon::start_with(2, &["--config", &cfg, "--metrics", "127.0.0.1:0"]);
+    let (_dir, n1, n2) = loopback_pair(&["--metrics", "127.0.0.1:0"]);
     let (a1, a2) = (metrics_addr(&n1), metrics_addr(&n2));
 
     let prog = built("examples/interrupt");
