@@ -12,16 +12,18 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
-use vsci_proto::intr::{self, Shared, DATA_MAX, RING_SLOTS};
+use vsci_proto::intr::{self, DATA_MAX};
 use vsci_proto::{IntrKind, ObjId, Reply, Request, SciError};
 
 use crate::conn::Client;
 use crate::wait::{self, WaitPolicy, Waited};
 use crate::Result;
 
-/// A mapping of an interrupt's shared page.
+/// A mapping of an interrupt's shared page(s).
 struct Page {
-    ptr: NonNull<Shared>,
+    ptr: NonNull<u8>,
+    /// Bytes mapped: `intr::size_for` the interrupt's kind.
+    len: usize,
 }
 
 // SAFETY: the page is a MAP_SHARED mapping owned by `Page`; everything in
@@ -31,18 +33,19 @@ unsafe impl Send for Page {}
 unsafe impl Sync for Page {}
 
 impl Page {
-    fn map(fd: &OwnedFd) -> Result<Page> {
+    fn map(fd: &OwnedFd, kind: IntrKind) -> Result<Page> {
+        let len = intr::size_for(kind);
         let size = crate::guest::mem_size(fd.as_fd()).ok_or(SciError::System)?;
-        if (size as usize) < intr::SHARED_SIZE {
+        if size < len as u64 {
             return Err(SciError::System);
         }
-        // SAFETY: mapping SHARED_SIZE bytes of a memfd (or a guest's window
-        // onto one) whose size we just checked and which the daemon sealed
+        // SAFETY: mapping `len` bytes of a memfd (or a guest's window onto
+        // one) whose size we just checked and which the daemon sealed
         // against shrinking.
         let p = unsafe {
             mmap(
                 None,
-                std::num::NonZeroUsize::new(intr::SHARED_SIZE).expect("nonzero"),
+                std::num::NonZeroUsize::new(len).expect("nonzero"),
                 ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
                 MapFlags::MAP_SHARED,
                 fd.as_fd(),
@@ -50,18 +53,28 @@ impl Page {
             )
         }
         .map_err(|_| SciError::Nospc)?;
-        let page = Page { ptr: p.cast() };
+        let page = Page { ptr: p.cast(), len };
         if page.get().magic.load(Ordering::Acquire) != intr::MAGIC {
             return Err(SciError::System);
         }
         Ok(page)
     }
 
-    fn get(&self) -> &Shared {
-        // SAFETY: the mapping is at least size_of::<Shared>() bytes, page
-        // aligned, and lives as long as `self`; all-zero or any other bit
-        // pattern is a valid value for the atomics and byte arrays in it.
-        unsafe { self.ptr.as_ref() }
+    fn view(&self) -> intr::View<'_> {
+        // SAFETY: the mapping is `len` >= PLAIN_SIZE bytes, page aligned,
+        // and lives as long as `self`; any bit pattern is a valid value for
+        // the atomics and byte arrays in it.
+        unsafe { intr::View::new(self.ptr.as_ptr(), self.len) }
+    }
+
+    fn get(&self) -> &intr::Shared {
+        self.view().shared
+    }
+
+    /// The message ring: there for data interrupts, whose pages were
+    /// mapped with it (`map` checked the kind's size).
+    fn ring(&self) -> Result<&intr::Ring> {
+        self.view().ring.ok_or(SciError::System)
     }
 }
 
@@ -69,7 +82,7 @@ impl Drop for Page {
     fn drop(&mut self) {
         // SAFETY: ptr/len are those of the mapping made in `map`.
         unsafe {
-            let _ = munmap(self.ptr.cast(), intr::SHARED_SIZE);
+            let _ = munmap(self.ptr.cast(), self.len);
         }
     }
 }
@@ -127,7 +140,7 @@ impl Client {
             id: intr,
             kind,
             number,
-            page: Page::map(&memfd)?,
+            page: Page::map(&memfd, kind)?,
             eventfd,
             consumed: AtomicU64::new(0),
             tail: Mutex::new(0),
@@ -150,7 +163,7 @@ impl Client {
             },
             None => {
                 let (memfd, eventfd) = two_fds(fds)?;
-                Path::Local { page: Page::map(&memfd)?, eventfd }
+                Path::Local { page: Page::map(&memfd, kind)?, eventfd }
             }
         };
         if let Path::Rma { ep, .. } = &path {
@@ -190,7 +203,7 @@ impl LocalInterrupt {
             IntrKind::Plain => shared.triggers.load(Ordering::Acquire) > self.consumed.load(Ordering::Acquire),
             IntrKind::Data => {
                 let t = *self.tail.lock().unwrap();
-                shared.slots[(t as usize) % RING_SLOTS].seq.load(Ordering::Acquire) == t + 1
+                self.page.ring().is_ok_and(|r| intr::next_len(r, t).is_some())
             }
         }
     }
@@ -265,32 +278,19 @@ impl LocalInterrupt {
     /// Take the next message if one is complete. The length is copied out
     /// and clamped before use: the page is writable by every connector.
     fn try_take(&self, buf: &mut [u8]) -> Option<DataWait> {
-        let shared = self.page.get();
+        let ring = self.page.ring().ok()?;
         let mut tail = self.tail.lock().unwrap();
-        let pos = *tail;
-        let slot = &shared.slots[(pos as usize) % RING_SLOTS];
-        if slot.seq.load(Ordering::Acquire) != pos + 1 {
-            return None;
-        }
-        let len = (slot.len.load(Ordering::Relaxed) as usize).min(DATA_MAX);
+        let len = intr::next_len(ring, *tail)?;
         if len > buf.len() {
             return Some(DataWait::TooSmall(len));
         }
-        // SAFETY: `slot.data` is DATA_MAX bytes inside the mapping and
-        // len <= DATA_MAX; the producer finished writing it before it
-        // published `seq` (Release, paired with our Acquire). A hostile
-        // producer could still be writing, which garbles bytes but cannot
-        // go out of bounds; a volatile copy keeps the compiler honest.
-        unsafe {
-            let src = slot.data.as_ptr();
-            for (i, b) in buf.iter_mut().take(len).enumerate() {
-                *b = std::ptr::read_volatile(src.add(i));
-            }
-        }
-        slot.seq.store(pos + RING_SLOTS as u64, Ordering::Release);
-        *tail = pos + 1;
-        shared.tail.store(pos + 1, Ordering::Relaxed);
-        Some(DataWait::Got(len))
+        // A producer may rewrite the length between the look and the take
+        // (only a hostile one would): the take clamps it again, and we
+        // copy no more than the caller's buffer holds.
+        let mut msg = [0u8; DATA_MAX];
+        let n = intr::try_dequeue(self.page.get(), ring, &mut tail, &mut msg)?.min(buf.len());
+        buf[..n].copy_from_slice(&msg[..n]);
+        Some(DataWait::Got(n))
     }
 
     /// Remove the interrupt; waiters get `SCI_ERR_CANCELLED`.
@@ -357,7 +357,7 @@ impl RemoteInterrupt {
         let give_up = Instant::now() + FULL_QUEUE_WAIT;
         loop {
             self.check_live()?;
-            match page.get().try_enqueue(data) {
+            match page.get().try_enqueue(page.ring()?, data) {
                 Ok(wake) => {
                     if wake {
                         wait::kick(eventfd.as_fd());

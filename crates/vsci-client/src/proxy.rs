@@ -19,7 +19,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 
 use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
-use vsci_proto::intr::{self, Shared, DATA_MAX};
+use vsci_proto::intr::{self, DATA_MAX};
 use vsci_proto::{RemoteAccess, RemoteTrigger, SciError};
 
 use crate::remote::{self, Endpoint, RemoteTarget};
@@ -168,26 +168,28 @@ impl Drop for ProxiedSegment {
 pub struct ProxiedTrigger {
     ep: Endpoint,
     token: u64,
-    page: NonNull<Shared>,
+    page: NonNull<u8>,
     len: usize,
     seen: u64,
     tail: u64,
 }
 
 // SAFETY: the page is a MAP_SHARED mapping owned by this struct; the
-// fields of `Shared` written concurrently (by the guest) are atomics.
+// fields of `Shared` and `Ring` written concurrently (by the guest) are
+// atomics or bytes copied out before use.
 unsafe impl Send for ProxiedTrigger {}
 
 impl ProxiedTrigger {
-    /// `page`: a zero-filled memfd of at least `intr::SHARED_SIZE` bytes,
-    /// which becomes the relay page the guest triggers.
+    /// `page`: a zero-filled memfd of at least `intr::DATA_SIZE` bytes
+    /// (plain or data, the guest may send either), which becomes the relay
+    /// page the guest triggers.
     pub fn new(trigger: &RemoteTrigger, page: BorrowedFd) -> Result<ProxiedTrigger> {
         let ep = Endpoint::new(&trigger.provider, &trigger.fabric_addr)?;
-        let len = intr::SHARED_SIZE;
-        let p = map_shared(page, len)?.cast::<Shared>();
-        // SAFETY: the mapping is SHARED_SIZE bytes, page aligned, and any
-        // bit pattern is valid for the atomics in `Shared`.
-        let shared = unsafe { p.as_ref() };
+        let len = intr::DATA_SIZE;
+        let p = map_shared(page, len)?.cast::<u8>();
+        // SAFETY: the mapping is DATA_SIZE bytes, page aligned, and lives
+        // as long as the struct that owns it.
+        let shared = unsafe { intr::View::new(p.as_ptr(), len) }.shared;
         shared.init();
         // A sleeper forever: every trigger the guest makes also rings us.
         shared.sleepers.store(1, Ordering::SeqCst);
@@ -199,7 +201,8 @@ impl ProxiedTrigger {
     /// remote segments must be flushed first (the caller's job).
     pub fn forward(&mut self) -> Result<usize> {
         // SAFETY: see `new`; the mapping lives as long as self.
-        let shared = unsafe { self.page.as_ref() };
+        let view = unsafe { intr::View::new(self.page.as_ptr(), self.len) };
+        let (shared, ring) = (view.shared, view.ring.ok_or(SciError::System)?);
         let mut sent = 0;
         let now = shared.triggers.load(Ordering::Acquire);
         // The guest can write any count; never send more than a bounded
@@ -212,7 +215,7 @@ impl ProxiedTrigger {
         }
         let mut buf = [0u8; DATA_MAX];
         while sent < 4096 {
-            let Some(n) = intr::try_dequeue(shared, &mut self.tail, &mut buf) else { break };
+            let Some(n) = intr::try_dequeue(shared, ring, &mut self.tail, &mut buf) else { break };
             remote::send_trigger_only(&self.ep, self.token, Some(&buf[..n]))?;
             sent += 1;
         }

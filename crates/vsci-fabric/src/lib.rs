@@ -24,7 +24,7 @@ mod ffi;
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -241,6 +241,12 @@ struct Inner {
     /// completes operations on its own (TCP retransmits for many minutes),
     /// so waits on them are abandoned instead.
     down: Mutex<std::collections::HashSet<u64>>,
+    /// Operations posted and not yet completed, over every caller: the
+    /// depth of this endpoint's work queue (see [`Fabric::stats`]).
+    in_flight: AtomicUsize,
+    /// Messages received and completions handled since the endpoint opened.
+    received: AtomicU64,
+    completions: AtomicU64,
 }
 
 // SAFETY: the raw pointers are libfabric objects opened with FI_THREAD_SAFE
@@ -277,6 +283,23 @@ impl fmt::Debug for Fabric {
             .field("info", &self.inner.info)
             .finish()
     }
+}
+
+/// What [`Fabric::stats`] reports.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Writes, reads and sends posted and not yet completed (the work
+    /// queue's depth; an initiator blocked on a slow peer shows here).
+    pub ops_in_flight: usize,
+    /// Messages received and not yet taken by [`Fabric::recv_timeout`]
+    /// (the receive queue's depth; a consumer falling behind shows here).
+    pub received_queued: usize,
+    /// Receive buffers whose re-post the provider refused for now.
+    pub receives_to_repost: usize,
+    /// Messages received since the endpoint opened.
+    pub received: u64,
+    /// Completions handled (operations, receives and errors) since then.
+    pub completions: u64,
 }
 
 /// Options for [`Fabric::open_with`].
@@ -432,6 +455,9 @@ impl Fabric {
             repost: Mutex::new(Vec::new()),
             progress_threads: AtomicUsize::new(0),
             down: Mutex::new(std::collections::HashSet::new()),
+            in_flight: AtomicUsize::new(0),
+            received: AtomicU64::new(0),
+            completions: AtomicU64::new(0),
         };
         let mut addr = vec![0u8; 256];
         let mut len = addr.len();
@@ -856,6 +882,18 @@ impl Fabric {
         }
     }
 
+    /// Queue depths and totals of this endpoint, cheap to read at any time
+    /// (a metrics scrape): nothing here takes the provider's locks.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            ops_in_flight: self.inner.in_flight.load(Ordering::Relaxed),
+            received_queued: self.inner.rx.lock().unwrap_or_else(|p| p.into_inner()).len(),
+            receives_to_repost: self.inner.repost.lock().unwrap_or_else(|p| p.into_inner()).len(),
+            received: self.inner.received.load(Ordering::Relaxed),
+            completions: self.inner.completions.load(Ordering::Relaxed),
+        }
+    }
+
     /// One non-blocking pass over the completion queue: drives the provider
     /// (which also serves incoming RMA on software providers), completes
     /// pending operations and queues received messages. Returns the number
@@ -1097,6 +1135,7 @@ impl Inner {
         mut f: impl FnMut(*mut c_void) -> isize,
     ) -> Result<()> {
         slot.pending.fetch_add(1, Ordering::AcqRel);
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
         let ctx = Arc::into_raw(slot.clone()) as *mut c_void;
         let start = Instant::now();
         let mut idle = 0;
@@ -1117,6 +1156,7 @@ impl Inner {
             // reclaim the reference made by into_raw above.
             drop(unsafe { Arc::from_raw(ctx as *const OpSlot) });
             slot.pending.fetch_sub(1, Ordering::AcqRel);
+            self.in_flight.fetch_sub(1, Ordering::Relaxed);
             if ret == -ffi::FI_EAGAIN {
                 return Err(Error::Unreachable { call, waited });
             }
@@ -1257,6 +1297,7 @@ impl Inner {
     }
 
     fn dispatch(&self, c: &ffi::VfComp, err: Option<Error>) {
+        self.completions.fetch_add(1, Ordering::Relaxed);
         let ctx = c.context as usize;
         if ctx & 1 == 1 {
             let index = ctx >> 1;
@@ -1276,6 +1317,7 @@ impl Inner {
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .push_back(Message { data, from });
+                    self.received.fetch_add(1, Ordering::Relaxed);
                     self.rx_cv.notify_all();
                 }
                 Some(e) => log::warn!("fabric receive failed: {e}"),
@@ -1292,6 +1334,7 @@ impl Inner {
                 slot.fail(e);
             }
             slot.pending.fetch_sub(1, Ordering::AcqRel);
+            self.in_flight.fetch_sub(1, Ordering::Relaxed);
         } else if let Some(e) = err {
             log::warn!("fabric: error completion without context: {e}");
         }

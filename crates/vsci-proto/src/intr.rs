@@ -5,12 +5,19 @@
 //! is asleep, so a polling waiter sees a trigger within a cache-line
 //! transfer and the daemon is never on the path.
 //!
+//! A plain interrupt's memfd is one page of control words ([`Shared`]); a
+//! data interrupt's adds the message ring ([`Ring`], 64 × 1 KiB) after
+//! them. The ring needs no initialisation, so an idle data interrupt costs
+//! one page too, and the ring's pages are allocated as messages pass.
+//!
 //! Everything here is shared with processes that may be hostile to each
 //! other only within one interrupt: the consumer copies each message out
 //! and validates its length before use, so a corrupt page can garble that
 //! interrupt's messages but never make the consumer read out of bounds.
 
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crate::IntrKind;
 
 /// "VSCI" in little-endian ASCII.
 pub const MAGIC: u32 = 0x4943_5356;
@@ -26,13 +33,29 @@ pub const RING_SLOTS: usize = 64;
 
 #[repr(C)]
 pub struct Slot {
-    /// Vyukov bounded-queue sequence number.
-    pub seq: AtomicU64,
+    /// Vyukov bounded-queue sequence number, stored minus the slot's index
+    /// (see [`Slot::seq`]).
+    seq_rel: AtomicU64,
     pub len: AtomicU32,
     pub _pad: u32,
     pub data: [u8; DATA_MAX],
 }
 
+impl Slot {
+    /// The slot's sequence number. It is stored minus the slot's index so
+    /// that a zero-filled page already is an empty queue (slot `i` starts
+    /// at sequence `i`): nobody writes the ring at creation, and its pages
+    /// cost memory only once messages pass through them.
+    pub fn seq(&self, index: usize, order: Ordering) -> u64 {
+        self.seq_rel.load(order).wrapping_add(index as u64)
+    }
+
+    fn set_seq(&self, index: usize, seq: u64, order: Ordering) {
+        self.seq_rel.store(seq.wrapping_sub(index as u64), order);
+    }
+}
+
+/// The control words of an interrupt: all a plain interrupt has.
 #[repr(C)]
 pub struct Shared {
     pub magic: AtomicU32,
@@ -49,21 +72,77 @@ pub struct Shared {
     /// Data interrupts: next slot to drain (creator only).
     pub tail: AtomicU64,
     _pad3: [u64; 7],
+}
+
+/// A data interrupt's message queue, at [`RING_OFFSET`] after the control
+/// words.
+#[repr(C)]
+pub struct Ring {
     pub slots: [Slot; RING_SLOTS],
 }
 
-/// Bytes to allocate for the shared page(s), rounded to whole pages.
-pub const SHARED_SIZE: usize = (std::mem::size_of::<Shared>() + 4095) & !4095;
+/// Where the ring starts (a cache-line multiple past the control words).
+pub const RING_OFFSET: usize = (std::mem::size_of::<Shared>() + 63) & !63;
+/// Bytes of a plain interrupt's page: the control words, one page.
+pub const PLAIN_SIZE: usize = (std::mem::size_of::<Shared>() + 4095) & !4095;
+/// Bytes of a data interrupt's pages: control words and ring, whole pages.
+/// Only the first page is written at creation (see [`Slot::seq`]).
+pub const DATA_SIZE: usize = (RING_OFFSET + std::mem::size_of::<Ring>() + 4095) & !4095;
+
+/// Bytes an interrupt of `kind` needs mapped.
+pub fn size_for(kind: IntrKind) -> usize {
+    match kind {
+        IntrKind::Plain => PLAIN_SIZE,
+        IntrKind::Data => DATA_SIZE,
+    }
+}
+
+/// An interrupt's control words and, for a data interrupt, its ring, as
+/// seen through one mapping.
+#[derive(Clone, Copy)]
+pub struct View<'a> {
+    pub shared: &'a Shared,
+    pub ring: Option<&'a Ring>,
+}
+
+impl<'a> View<'a> {
+    /// View the mapping at `base`, `len` bytes long: the ring is there when
+    /// the mapping is long enough for one.
+    ///
+    /// # Safety
+    /// `base` must be page aligned and point to a mapping of at least
+    /// `len >= PLAIN_SIZE` readable and writable bytes that outlives `'a`.
+    /// Any bit pattern is valid for the atomics and bytes in it, so what
+    /// other processes write there cannot make this unsound.
+    pub unsafe fn new(base: *const u8, len: usize) -> View<'a> {
+        assert!(len >= PLAIN_SIZE);
+        View {
+            shared: &*(base as *const Shared),
+            ring: (len >= DATA_SIZE).then(|| &*(base.add(RING_OFFSET) as *const Ring)),
+        }
+    }
+}
+
+/// Length of the next complete message for the consumer at `tail`,
+/// clamped to [`DATA_MAX`] (a producer may have written any length).
+pub fn next_len(ring: &Ring, tail: u64) -> Option<usize> {
+    let i = (tail as usize) % RING_SLOTS;
+    let slot = &ring.slots[i];
+    if slot.seq(i, Ordering::Acquire) != tail + 1 {
+        return None;
+    }
+    Some((slot.len.load(Ordering::Relaxed) as usize).min(DATA_MAX))
+}
 
 /// Take the next complete data message into `buf` (at least [`DATA_MAX`]
 /// bytes) as the single consumer whose position is `tail`; returns its
 /// length. The length is clamped and the bytes copied out before use: every
 /// producer can write the page.
-pub fn try_dequeue(shared: &Shared, tail: &mut u64, buf: &mut [u8; DATA_MAX]) -> Option<usize> {
-    use std::sync::atomic::Ordering;
+pub fn try_dequeue(shared: &Shared, ring: &Ring, tail: &mut u64, buf: &mut [u8; DATA_MAX]) -> Option<usize> {
     let pos = *tail;
-    let slot = &shared.slots[(pos as usize) % RING_SLOTS];
-    if slot.seq.load(Ordering::Acquire) != pos + 1 {
+    let i = (pos as usize) % RING_SLOTS;
+    let slot = &ring.slots[i];
+    if slot.seq(i, Ordering::Acquire) != pos + 1 {
         return None;
     }
     let len = (slot.len.load(Ordering::Relaxed) as usize).min(DATA_MAX);
@@ -77,7 +156,7 @@ pub fn try_dequeue(shared: &Shared, tail: &mut u64, buf: &mut [u8; DATA_MAX]) ->
             *b = std::ptr::read_volatile(src.add(i));
         }
     }
-    slot.seq.store(pos + RING_SLOTS as u64, Ordering::Release);
+    slot.set_seq(i, pos + RING_SLOTS as u64, Ordering::Release);
     *tail = pos + 1;
     shared.tail.store(pos + 1, Ordering::Relaxed);
     Some(len)
@@ -95,13 +174,11 @@ pub enum EnqueueError {
 }
 
 impl Shared {
-    /// Lay out a zero-filled page: empty queue, live, magic last (readers
-    /// check the magic before trusting the rest).
+    /// Lay out a zero-filled page: live, magic last (readers check the
+    /// magic before trusting the rest). A zero-filled ring is already an
+    /// empty queue.
     pub fn init(&self) {
         use std::sync::atomic::Ordering::*;
-        for (i, slot) in self.slots.iter().enumerate() {
-            slot.seq.store(i as u64, Relaxed);
-        }
         self.state.store(STATE_LIVE, Relaxed);
         self.magic.store(MAGIC, Release);
     }
@@ -119,7 +196,7 @@ impl Shared {
 
     /// Try once to queue a data message (a Vyukov bounded-queue enqueue).
     /// Returns whether a sleeper must be woken.
-    pub fn try_enqueue(&self, data: &[u8]) -> Result<bool, EnqueueError> {
+    pub fn try_enqueue(&self, ring: &Ring, data: &[u8]) -> Result<bool, EnqueueError> {
         use std::sync::atomic::Ordering::*;
         if data.len() > DATA_MAX {
             return Err(EnqueueError::TooLong);
@@ -128,13 +205,14 @@ impl Shared {
             return Err(EnqueueError::Removed);
         }
         let mut pos = self.head.load(Relaxed);
-        let slot = loop {
-            let slot = &self.slots[(pos as usize) % RING_SLOTS];
-            let seq = slot.seq.load(Acquire);
-            let diff = seq as i64 - pos as i64;
+        let (slot, index) = loop {
+            let index = (pos as usize) % RING_SLOTS;
+            let slot = &ring.slots[index];
+            let seq = slot.seq(index, Acquire);
+            let diff = seq.wrapping_sub(pos) as i64;
             if diff == 0 {
                 match self.head.compare_exchange_weak(pos, pos + 1, AcqRel, Relaxed) {
-                    Ok(_) => break slot,
+                    Ok(_) => break (slot, index),
                     Err(p) => pos = p,
                 }
             } else if diff < 0 {
@@ -151,8 +229,75 @@ impl Shared {
             std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len());
         }
         slot.len.store(data.len() as u32, Relaxed);
-        slot.seq.store(pos + 1, Release);
+        slot.set_seq(index, pos + 1, Release);
         std::sync::atomic::fence(SeqCst);
         Ok(self.sleepers.load(SeqCst) > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Zero-filled, page-aligned memory of a data interrupt's size, as a
+    /// fresh memfd gives it.
+    struct Pages(*mut u8);
+
+    impl Pages {
+        fn new() -> Pages {
+            let layout = std::alloc::Layout::from_size_align(DATA_SIZE, 4096).unwrap();
+            // SAFETY: a non-zero size and a valid alignment.
+            Pages(unsafe { std::alloc::alloc_zeroed(layout) })
+        }
+
+        fn view(&self) -> View<'_> {
+            // SAFETY: DATA_SIZE bytes, page aligned, alive as long as self.
+            unsafe { View::new(self.0, DATA_SIZE) }
+        }
+    }
+
+    impl Drop for Pages {
+        fn drop(&mut self) {
+            // SAFETY: allocated in `new` with this layout.
+            unsafe { std::alloc::dealloc(self.0, std::alloc::Layout::from_size_align(DATA_SIZE, 4096).unwrap()) }
+        }
+    }
+
+    #[test]
+    fn zero_filled_ring_is_an_empty_queue_that_wraps_and_fills() {
+        assert_eq!(PLAIN_SIZE, 4096, "a plain interrupt is one page");
+        let p = Pages::new();
+        let v = p.view();
+        v.shared.init();
+        let ring = v.ring.expect("long enough for a ring");
+        let mut tail = 0u64;
+        let mut buf = [0u8; DATA_MAX];
+        assert_eq!(try_dequeue(v.shared, ring, &mut tail, &mut buf), None);
+        // Several times round the ring, one message at a time.
+        for i in 0..(3 * RING_SLOTS as u32 + 5) {
+            let msg = i.to_le_bytes();
+            v.shared.try_enqueue(ring, &msg[..(i as usize % 4) + 1]).unwrap();
+            assert_eq!(next_len(ring, tail), Some((i as usize % 4) + 1));
+            let n = try_dequeue(v.shared, ring, &mut tail, &mut buf).unwrap();
+            assert_eq!(&buf[..n], &msg[..n]);
+        }
+        // Full after RING_SLOTS messages nobody takes, in order after that.
+        for i in 0..RING_SLOTS as u8 {
+            v.shared.try_enqueue(ring, &[i]).unwrap();
+        }
+        assert_eq!(v.shared.try_enqueue(ring, &[0]), Err(EnqueueError::Full));
+        for i in 0..RING_SLOTS as u8 {
+            assert_eq!(try_dequeue(v.shared, ring, &mut tail, &mut buf), Some(1));
+            assert_eq!(buf[0], i);
+        }
+        assert_eq!(try_dequeue(v.shared, ring, &mut tail, &mut buf), None);
+    }
+
+    #[test]
+    fn plain_sized_mapping_has_no_ring() {
+        let p = Pages::new();
+        // SAFETY: the first PLAIN_SIZE bytes of a live, aligned allocation.
+        let v = unsafe { View::new(p.0, PLAIN_SIZE) };
+        assert!(v.ring.is_none());
     }
 }

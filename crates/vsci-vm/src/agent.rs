@@ -922,7 +922,7 @@ impl Worker {
 impl Relay {
     /// A relay page (returned, to be plugged) and its doorbell eventfd.
     fn new(trig: &vsci_proto::RemoteTrigger) -> Result<(Relay, OwnedFd)> {
-        let size = (vsci_proto::intr::SHARED_SIZE as u64).next_power_of_two();
+        let size = (vsci_proto::intr::DATA_SIZE as u64).next_power_of_two();
         let page = nix::sys::memfd::memfd_create(c"vsci-relay", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC)?;
         nix::unistd::ftruncate(&page, size as i64)?;
         let trigger = ProxiedTrigger::new(trig, page.as_fd()).map_err(|e| anyhow::anyhow!("reaching the interrupt's node: {}", e.c_name()))?;

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use log::{debug, warn};
 use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use vsci_fabric::{Fabric, MemRegion};
-use vsci_proto::intr::{self, EnqueueError, Shared};
+use vsci_proto::intr::{self, EnqueueError};
 use vsci_proto::peer::{RmaRegion, TriggerMsg};
 use vsci_proto::{ObjId, SciError};
 
@@ -75,10 +75,10 @@ struct TriggerTarget {
 }
 
 impl TriggerTarget {
-    fn shared(&self) -> &Shared {
-        // SAFETY: the page is SHARED_SIZE bytes (checked at mapping),
-        // page-aligned, and every field is valid for any bit pattern.
-        unsafe { self.page.ptr.cast::<Shared>().as_ref() }
+    fn view(&self) -> intr::View<'_> {
+        // SAFETY: the mapping is page-aligned, `page.len` >= PLAIN_SIZE
+        // bytes (checked in add_trigger_conn) and lives as long as self.
+        unsafe { intr::View::new(self.page.ptr.as_ptr().cast(), self.page.len) }
     }
 }
 
@@ -104,6 +104,13 @@ pub struct Engine {
     _progress: vsci_fabric::ProgressThread,
 }
 
+/// What [`Engine::stats`] reports (for the metrics endpoint).
+pub struct EngineStats {
+    pub fabric: vsci_fabric::Stats,
+    pub regions: usize,
+    pub trigger_tokens: usize,
+}
+
 /// How long a remote data-interrupt trigger may wait for queue space.
 const FULL_QUEUE_WAIT: Duration = Duration::from_secs(1);
 
@@ -120,6 +127,13 @@ impl Engine {
 
     pub fn address(&self) -> Vec<u8> {
         self.fabric.address()
+    }
+
+    /// The endpoint's queue depths and totals, plus what the engine holds:
+    /// segments registered for other nodes and live trigger tokens.
+    pub fn stats(&self) -> EngineStats {
+        let t = self.tables.lock().unwrap();
+        EngineStats { fabric: self.fabric.stats(), regions: t.segments.len(), trigger_tokens: t.conn_token.len() }
     }
 
     /// Expose a segment to a remote connection; returns where to reach it.
@@ -159,9 +173,12 @@ impl Engine {
     }
 
     pub fn add_trigger_conn(&self, conn: ObjId, page: OwnedFd, eventfd: OwnedFd) -> Result<u64, SciError> {
-        let page = Mapping::new(&page, intr::SHARED_SIZE)?;
+        // The memfd's size says the kind: a data interrupt's holds a ring.
+        let size = nix::sys::stat::fstat(page.as_raw_fd()).map_err(|_| SciError::System)?.st_size as u64;
+        let len = if size >= intr::DATA_SIZE as u64 { intr::DATA_SIZE } else { intr::PLAIN_SIZE };
+        let page = Mapping::new(&page, len)?;
         let target = Arc::new(TriggerTarget { page, eventfd });
-        if target.shared().magic.load(std::sync::atomic::Ordering::Acquire) != intr::MAGIC {
+        if target.view().shared.magic.load(std::sync::atomic::Ordering::Acquire) != intr::MAGIC {
             return Err(SciError::System);
         }
         let mut token = [0u8; 8];
@@ -202,6 +219,7 @@ impl Engine {
                 Ok(m) => m,
                 Err(_) => {
                     bad += 1;
+                    crate::metrics::get().remote_trigger("undecodable");
                     if bad.is_power_of_two() {
                         warn!("RMA engine: {bad} undecodable trigger message(s) dropped");
                     }
@@ -211,18 +229,24 @@ impl Engine {
             let target = self.tables.lock().unwrap().triggers.get(&msg.token).cloned();
             let Some(target) = target else {
                 bad += 1;
+                crate::metrics::get().remote_trigger("unknown_token");
                 if bad.is_power_of_two() {
                     warn!("RMA engine: {bad} trigger(s) with unknown tokens dropped");
                 }
                 continue;
             };
-            let shared = target.shared();
-            let wake = match &msg.data {
-                None => shared.is_live() && shared.trigger(),
-                Some(data) => {
+            let view = target.view();
+            let shared = view.shared;
+            let wake = match (&msg.data, view.ring) {
+                (None, _) => shared.is_live() && shared.trigger(),
+                (Some(_), None) => {
+                    debug!("remote data trigger for a plain interrupt dropped");
+                    false
+                }
+                (Some(data), Some(ring)) => {
                     let give_up = Instant::now() + FULL_QUEUE_WAIT;
                     loop {
-                        match shared.try_enqueue(data) {
+                        match shared.try_enqueue(ring, data) {
                             Ok(w) => break w,
                             Err(EnqueueError::Full) if Instant::now() < give_up => {
                                 let _ = nix::unistd::write(target.eventfd.as_fd(), &1u64.to_ne_bytes());
@@ -236,6 +260,7 @@ impl Engine {
                     }
                 }
             };
+            crate::metrics::get().remote_trigger("applied");
             if wake {
                 let _ = nix::unistd::write(target.eventfd.as_fd(), &1u64.to_ne_bytes());
             }

@@ -71,7 +71,9 @@ pub struct Sealer {
 }
 
 impl Sealer {
-    pub fn write(&mut self, s: &mut impl Write, msg: &PeerMsg) -> Result<()> {
+    /// Seal and send one frame; returns its size on the wire (for the
+    /// per-link byte counters).
+    pub fn write(&mut self, s: &mut impl Write, msg: &PeerMsg) -> Result<usize> {
         let body = postcard::to_stdvec(msg)?;
         let tag = mac(&self.key, &[&[self.dir], &self.seq.to_le_bytes(), &body]);
         self.seq += 1;
@@ -80,10 +82,11 @@ impl Sealer {
         frame.extend_from_slice(&body);
         frame.extend_from_slice(&tag);
         s.write_all(&frame)?;
-        Ok(())
+        Ok(frame.len())
     }
 
-    pub fn read(&mut self, s: &mut impl Read) -> Result<PeerMsg> {
+    /// Read and check one frame; returns it with its size on the wire.
+    pub fn read(&mut self, s: &mut impl Read) -> Result<(PeerMsg, usize)> {
         let mut len = [0u8; 4];
         s.read_exact(&mut len)?;
         let len = u32::from_le_bytes(len) as usize;
@@ -97,7 +100,7 @@ impl Sealer {
             bail!("frame failed authentication");
         }
         self.seq += 1;
-        Ok(postcard::from_bytes(body).context("undecodable frame")?)
+        Ok((postcard::from_bytes(body).context("undecodable frame")?, 4 + len + MAC_LEN))
     }
 }
 
@@ -186,8 +189,8 @@ mod tests {
         d.tx.write(&mut ds, &PeerMsg::Heartbeat).unwrap();
         d.tx.write(&mut ds, &PeerMsg::DisconnectSegment { conn: 9 }).unwrap();
         let mut s = a.stream.try_clone().unwrap();
-        assert!(matches!(a.rx.read(&mut s).unwrap(), PeerMsg::Heartbeat));
-        assert!(matches!(a.rx.read(&mut s).unwrap(), PeerMsg::DisconnectSegment { conn: 9 }));
+        assert!(matches!(a.rx.read(&mut s).unwrap().0, PeerMsg::Heartbeat));
+        assert!(matches!(a.rx.read(&mut s).unwrap().0, PeerMsg::DisconnectSegment { conn: 9 }));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
 use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use vsci_proto::intr::{self, Shared};
+use vsci_proto::IntrKind;
 
 /// Create a zero-filled memfd of at least `size` bytes whose size can never
 /// change.
@@ -46,6 +47,8 @@ pub struct IntrObjects {
     pub memfd: OwnedFd,
     pub eventfd: OwnedFd,
     page: NonNull<Shared>,
+    /// Bytes mapped at `page` (`intr::size_for` the kind).
+    len: usize,
 }
 
 // SAFETY: `page` points into a MAP_SHARED mapping owned by this struct; all
@@ -55,18 +58,22 @@ unsafe impl Send for IntrObjects {}
 impl IntrObjects {
     /// `wake`: an eventfd the creator supplied (see `is_eventfd`), else a
     /// fresh one.
-    pub fn new(name: &str, wake: Option<OwnedFd>) -> nix::Result<IntrObjects> {
-        let memfd = sealed_memfd(name, intr::SHARED_SIZE as u64)?;
+    pub fn new(name: &str, kind: IntrKind, wake: Option<OwnedFd>) -> nix::Result<IntrObjects> {
+        // A plain interrupt needs only the control words; the data ring's
+        // 64 KiB would be allocated for nothing.
+        let len = intr::size_for(kind);
+        let memfd = sealed_memfd(name, len as u64)?;
         let eventfd: OwnedFd = match wake {
             Some(fd) => fd,
             None => EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?.into(),
         };
-        // SAFETY: mapping a fresh memfd of exactly SHARED_SIZE bytes at an
-        // address of the kernel's choosing cannot alias any Rust object.
+        // SAFETY: mapping `len` bytes of a fresh memfd at least that long,
+        // at an address of the kernel's choosing, cannot alias any Rust
+        // object.
         let ptr = unsafe {
             mmap(
                 None,
-                std::num::NonZeroUsize::new(intr::SHARED_SIZE).expect("nonzero"),
+                std::num::NonZeroUsize::new(len).expect("nonzero"),
                 ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
                 MapFlags::MAP_SHARED,
                 memfd.as_fd(),
@@ -74,11 +81,11 @@ impl IntrObjects {
             )?
         };
         let page = ptr.cast::<Shared>();
-        // SAFETY: the mapping is SHARED_SIZE >= size_of::<Shared>() bytes,
-        // page-aligned, zero-filled (a valid bit pattern for all atomics),
-        // and not yet visible to any other process.
+        // SAFETY: the mapping is len >= PLAIN_SIZE >= size_of::<Shared>()
+        // bytes, page-aligned, zero-filled (a valid bit pattern for all
+        // atomics), and not yet visible to any other process.
         unsafe { page.as_ref() }.init();
-        Ok(IntrObjects { memfd, eventfd, page })
+        Ok(IntrObjects { memfd, eventfd, page, len })
     }
 
     /// Mark the interrupt removed and wake any sleeper so it notices.
@@ -95,7 +102,7 @@ impl Drop for IntrObjects {
         // SAFETY: `page` was returned by mmap with this length and is not
         // referenced after drop.
         unsafe {
-            let _ = munmap(self.page.cast(), intr::SHARED_SIZE);
+            let _ = munmap(self.page.cast(), self.len);
         }
     }
 }

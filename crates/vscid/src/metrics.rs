@@ -39,6 +39,22 @@ struct PeerLabel {
     state: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LinkLabel {
+    peer: String,
+    direction: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueLabel {
+    queue: String,
+}
+
 pub struct Metrics {
     registry: Registry,
     clients: Gauge,
@@ -53,6 +69,14 @@ pub struct Metrics {
     limit_hits: Family<LimitLabel, Counter>,
     accepted: Counter,
     handshake_timeouts: Counter,
+    link_frames: Family<LinkLabel, Counter>,
+    link_bytes: Family<LinkLabel, Counter>,
+    remote_triggers: Family<OutcomeLabel, Counter>,
+    rma_queue: Family<QueueLabel, Gauge>,
+    rma_regions: Gauge,
+    rma_trigger_tokens: Gauge,
+    rma_received: Counter,
+    rma_completions: Counter,
 }
 
 static METRICS: OnceLock<Metrics> = OnceLock::new();
@@ -79,6 +103,14 @@ impl Metrics {
             limit_hits: Family::default(),
             accepted: Counter::default(),
             handshake_timeouts: Counter::default(),
+            link_frames: Family::default(),
+            link_bytes: Family::default(),
+            remote_triggers: Family::default(),
+            rma_queue: Family::default(),
+            rma_regions: Gauge::default(),
+            rma_trigger_tokens: Gauge::default(),
+            rma_received: Counter::default(),
+            rma_completions: Counter::default(),
         };
         registry.register("clients", "Connected clients (SISCI descriptors, peer nodes' stand-ins included)", m.clients.clone());
         registry.register("segments", "Segments held by the node", m.segments.clone());
@@ -92,6 +124,14 @@ impl Metrics {
         registry.register("limit_hits", "Requests refused at a limit, by limit", m.limit_hits.clone());
         registry.register("connections_accepted", "Control-socket connections accepted", m.accepted.clone());
         registry.register("handshake_timeouts", "Connections closed for sending no Hello in time", m.handshake_timeouts.clone());
+        registry.register("link_messages", "Frames on each node link (heartbeats included), by peer and direction (tx, rx)", m.link_frames.clone());
+        registry.register("link_bytes", "Bytes on each node link as framed on the wire (length, body, MAC), by peer and direction", m.link_bytes.clone());
+        registry.register("remote_triggers", "Trigger messages from other nodes' programs to the RMA engine, by outcome (applied, unknown_token, undecodable)", m.remote_triggers.clone());
+        registry.register("rma_queue_depth", "RMA engine queues now: ops_in_flight (posted, not completed), received (messages not yet taken), repost (receive buffers waiting to be re-posted)", m.rma_queue.clone());
+        registry.register("rma_regions", "Segments registered with the RMA engine for other nodes", m.rma_regions.clone());
+        registry.register("rma_trigger_tokens", "Interrupt connections other nodes trigger through the RMA engine", m.rma_trigger_tokens.clone());
+        registry.register("rma_messages_received", "Messages the RMA engine received", m.rma_received.clone());
+        registry.register("rma_completions", "Completions the RMA engine handled (operations, receives, errors)", m.rma_completions.clone());
         Metrics { registry, ..m }
     }
 
@@ -111,12 +151,36 @@ impl Metrics {
         self.handshake_timeouts.inc();
     }
 
+    /// One frame of `bytes` went `direction` ("tx" or "rx") on the link to `peer`.
+    pub fn link_frame(&self, peer: u32, direction: &str, bytes: usize) {
+        let l = LinkLabel { peer: peer.to_string(), direction: direction.to_string() };
+        self.link_frames.get_or_create(&l).inc();
+        self.link_bytes.get_or_create(&l).inc_by(bytes as u64);
+    }
+
+    pub fn remote_trigger(&self, outcome: &str) {
+        self.remote_triggers.get_or_create(&OutcomeLabel { outcome: outcome.to_string() }).inc();
+    }
+
     /// Read the gauges from the registry and render everything.
     fn render(&self, node: &Node) -> String {
-        let (st, bytes) = {
+        let (st, bytes, links) = {
             let reg = node.lock();
-            (reg.status(&node.cfg, node.started), reg.segment_bytes())
+            (reg.status(&node.cfg, node.started), reg.segment_bytes(), reg.links.clone())
         };
+        // The engine exists only on a node of a cluster; its figures are
+        // read outside the registry lock (it has its own).
+        if let Some(e) = links.map(|l| l.engine().stats()) {
+            let f = e.fabric;
+            self.rma_queue.get_or_create(&QueueLabel { queue: "ops_in_flight".into() }).set(f.ops_in_flight as i64);
+            self.rma_queue.get_or_create(&QueueLabel { queue: "received".into() }).set(f.received_queued as i64);
+            self.rma_queue.get_or_create(&QueueLabel { queue: "repost".into() }).set(f.receives_to_repost as i64);
+            self.rma_regions.set(e.regions as i64);
+            self.rma_trigger_tokens.set(e.trigger_tokens as i64);
+            // Totals kept by the endpoint: the counters catch up to them.
+            self.rma_received.inc_by(f.received.saturating_sub(self.rma_received.get()));
+            self.rma_completions.inc_by(f.completions.saturating_sub(self.rma_completions.get()));
+        }
         self.clients.set(st.totals.clients as i64);
         self.segments.set(st.totals.segments as i64);
         self.segment_bytes.set(bytes.min(i64::MAX as u64) as i64);

@@ -108,6 +108,11 @@ impl Peers {
         Ok(peers)
     }
 
+    /// This node's RMA engine (for the metrics endpoint).
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
     pub fn is_member(&self, node_id: u32) -> bool {
         node_id != self.me && self.cluster.nodes.contains_key(&node_id)
     }
@@ -222,16 +227,14 @@ impl Peers {
             let mut ws = wstream;
             std::thread::spawn(move || loop {
                 match frx.recv_timeout(HEARTBEAT) {
-                    Ok(m) => {
-                        if tx.write(&mut ws, &m).is_err() {
-                            break;
-                        }
-                    }
-                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                        if tx.write(&mut ws, &PeerMsg::Heartbeat).is_err() {
-                            break;
-                        }
-                    }
+                    Ok(m) => match tx.write(&mut ws, &m) {
+                        Ok(n) => crate::metrics::get().link_frame(peer, "tx", n),
+                        Err(_) => break,
+                    },
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => match tx.write(&mut ws, &PeerMsg::Heartbeat) {
+                        Ok(n) => crate::metrics::get().link_frame(peer, "tx", n),
+                        Err(_) => break,
+                    },
                     Err(_) => break,
                 }
             })
@@ -245,7 +248,10 @@ impl Peers {
         let mut rs = stream;
         loop {
             let msg = match rx.read(&mut rs) {
-                Ok(m) => m,
+                Ok((m, n)) => {
+                    crate::metrics::get().link_frame(peer, "rx", n);
+                    m
+                }
                 Err(e) => {
                     debug!("node {peer}: link read ended: {e:#}");
                     break;

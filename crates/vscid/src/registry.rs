@@ -588,7 +588,7 @@ impl Registry {
         } else {
             (0..u32::MAX).find(|n| !self.intr_by_num.contains_key(&(kind, *n))).ok_or(SciError::Nospc)?
         };
-        let objects = IntrObjects::new(&format!("vsci-intr-{number}"), wake).map_err(|e| {
+        let objects = IntrObjects::new(&format!("vsci-intr-{number}"), kind, wake).map_err(|e| {
             warn!("cannot create interrupt objects: {e}");
             SciError::Nospc
         })?;

@@ -88,6 +88,27 @@ impl Drop for TempDir {
     }
 }
 
+/// Nodes 1 and 2 of one cluster, both on loopback (no namespaces, so no
+/// root needed), each started with `extra` options. The TempDir holds the
+/// cluster file and key; keep it as long as the nodes.
+pub fn loopback_pair(extra: &[&str]) -> (TempDir, Daemon, Daemon) {
+    let dir = TempDir::new("loopback-pair");
+    fs::write(dir.path.join("cluster.key"), "6c6f6f706261636b2070616972206f662074776f206e6f6465\n").unwrap();
+    let port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let cluster = dir.path.join("cluster.toml");
+    fs::write(
+        &cluster,
+        format!("key_file = \"cluster.key\"\n\n[[node]]\nid = 1\naddress = \"127.0.0.1:{}\"\n\n[[node]]\nid = 2\naddress = \"127.0.0.1:{}\"\n", port(), port()),
+    )
+    .unwrap();
+    let cfg = cluster.to_string_lossy().to_string();
+    let mut args = vec!["--config", &cfg];
+    args.extend_from_slice(extra);
+    let n1 = Daemon::start_with(1, &args);
+    let n2 = Daemon::start_with(2, &args);
+    (dir, n1, n2)
+}
+
 /// Send a signal to a process.
 pub fn signal(pid: u32, sig: i32) {
     // SAFETY: kill(2) has no memory-safety preconditions.

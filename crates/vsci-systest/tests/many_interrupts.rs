@@ -1,0 +1,120 @@
+//! Many interrupts in one process: what each costs the node, and that
+//! triggers still arrive.
+//!
+//! One client on node 1 of a two-node loopback cluster creates 5,000
+//! interrupts (half plain, half data) through the client library, the
+//! node's shared memory and descriptors are read from /proc before and
+//! after, and every 100th interrupt of each kind is triggered (plain, and a
+//! data message of its own) from the same node and from node 2 (the RMA
+//! engine's path), and each trigger is waited for. A plain interrupt is one page of shared memory and a data
+//! interrupt's ring is allocated only as messages pass, so the node's
+//! shared memory grows by about 4 KiB per interrupt (before the ring was
+//! separated: 68 KiB). Descriptors are still two per interrupt in vscid
+//! (the page's memfd and the eventfd; docs/design.md says why they are not
+//! packed): the test holds the node to that.
+//!
+//!     VSCI_BUILD=$PWD/build cargo test --release -p vsci-systest --test many_interrupts
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use vsci_client::{Client, DataWait, IntrKind};
+
+const N: usize = 5000;
+
+/// A `/proc/PID/status` field in KiB.
+fn status_kib(pid: u32, field: &str) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read the node's status");
+    s.lines()
+        .find_map(|l| l.strip_prefix(field)?.trim().strip_suffix("kB")?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+/// Raise our descriptor limit to its hard limit; false if that is too
+/// low for the test (each interrupt costs this process one descriptor).
+fn enough_descriptors(want: u64) -> bool {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit write or read the one struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return false;
+        }
+        r.rlim_cur = r.rlim_max;
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+            return false;
+        }
+    }
+    r.rlim_cur >= want
+}
+
+#[test]
+fn five_thousand_interrupts_in_one_process() {
+    if !enough_descriptors(N as u64 + 500) {
+        eprintln!("SKIPPED: the descriptor limit is below {}", N + 500);
+        return;
+    }
+    let (_dir, d, other) = loopback_pair(&["--max-objects-per-client", "20000", "--max-objects-per-uid", "20000"]);
+    let c = Client::connect(&d.socket, "many-interrupts").expect("connect to node 1");
+    let far = Client::connect(&other.socket, "many-interrupts-far").expect("connect to node 2");
+    // The baseline is taken once node 2 has reached node 1's engine (the
+    // link and the engine's connections cost node 1 descriptors of their
+    // own): one probe interrupt, triggered from node 2, then removed.
+    let probe = c.create_interrupt(IntrKind::Plain, 0, false).unwrap();
+    let ri = far.connect_interrupt(IntrKind::Plain, d.node_id, probe.number, 20_000).expect("node 2 reaches node 1");
+    ri.trigger().unwrap();
+    probe.wait(10_000).expect("the probe trigger from node 2");
+    ri.disconnect().unwrap();
+    probe.remove().unwrap();
+    drop((ri, probe));
+    // Past the engine's 2 s grace for ended connections' tokens.
+    std::thread::sleep(Duration::from_millis(2500));
+    let (fds0, shmem0) = (d.fd_count(), status_kib(d.pid(), "RssShmem:"));
+
+    let mut intrs = Vec::with_capacity(N);
+    for i in 0..N {
+        let kind = if i % 2 == 0 { IntrKind::Plain } else { IntrKind::Data };
+        intrs.push(c.create_interrupt(kind, 0, false).unwrap_or_else(|e| panic!("interrupt {i}: {e:?}")));
+    }
+    let (fds1, shmem1) = (d.fd_count(), status_kib(d.pid(), "RssShmem:"));
+    let per_intr_kib = (shmem1.saturating_sub(shmem0)) as f64 / N as f64;
+    let per_intr_fds = (fds1.saturating_sub(fds0)) as f64 / N as f64;
+    eprintln!("{N} interrupts: vscid shared memory +{} KiB ({per_intr_kib:.2} KiB each), descriptors {fds0} -> {fds1} ({per_intr_fds:.2} each)", shmem1 - shmem0);
+    assert!(per_intr_kib <= 6.0, "each interrupt should cost the node about one 4 KiB page, not {per_intr_kib:.2} KiB");
+    assert!(per_intr_fds <= 2.05, "each interrupt should cost the node at most two descriptors, not {per_intr_fds:.2}");
+
+    // A sample of both kinds still works, from this node and from the
+    // other, and a data interrupt carries its own bytes.
+    let mut buf = [0u8; 1024];
+    for (i, li) in intrs.iter().enumerate().filter(|(i, _)| i % 100 < 2) {
+        for (from, client) in [("node 1", &c), ("node 2", &far)] {
+            // Node 2 may still be linking up at first: the connect waits.
+            let ri = client.connect_interrupt(li.kind, d.node_id, li.number, 20_000).unwrap_or_else(|e| panic!("{from}: connect to interrupt {i}: {e:?}"));
+            match li.kind {
+                IntrKind::Plain => {
+                    ri.trigger().unwrap();
+                    li.wait(10_000).unwrap_or_else(|e| panic!("plain interrupt {i} from {from}: {e:?}"));
+                }
+                IntrKind::Data => {
+                    let msg = format!("message for interrupt {i} from {from}").into_bytes();
+                    ri.trigger_data(&msg).unwrap();
+                    match li.wait_data(&mut buf, 10_000).unwrap_or_else(|e| panic!("data interrupt {i} from {from}: {e:?}")) {
+                        DataWait::Got(n) => assert_eq!(&buf[..n], &msg[..], "data interrupt {i} from {from}"),
+                        DataWait::TooSmall(n) => panic!("data interrupt {i} from {from}: message of {n} bytes"),
+                    }
+                }
+            }
+            ri.disconnect().unwrap();
+        }
+    }
+
+    for li in &intrs {
+        li.remove().unwrap();
+    }
+    drop(intrs);
+    // Node 1's engine keeps ended connections' tokens (and their eventfds)
+    // for 2 s so a late trigger still lands, and the provider may hold a
+    // connection from one of node 2's endpoints a while: allow a few.
+    wait_for(Duration::from_secs(30), "node 1's descriptors back near the baseline", || (d.fd_count() <= fds0 + 8).then_some(()));
+}
