@@ -811,6 +811,23 @@ impl Registry {
         }
     }
 
+    /// True when the node holds nothing for anyone: what must be left once
+    /// every client is gone, whatever they asked (the fuzz targets check it:
+    /// an object or a uid's charge left behind would be a leak).
+    pub fn holds_nothing(&self) -> bool {
+        self.clients.is_empty()
+            && self.segments.is_empty()
+            && self.seg_by_id.is_empty()
+            && self.seg_conns.is_empty()
+            && self.seg_attach.is_empty()
+            && self.intrs.is_empty()
+            && self.intr_by_num.is_empty()
+            && self.intr_conns.is_empty()
+            && self.remote_segs.is_empty()
+            && self.remote_intrs.is_empty()
+            && self.uids.is_empty()
+    }
+
     /// Bytes of segment memory the node holds.
     pub fn segment_bytes(&self) -> u64 {
         self.segments.values().map(|s| s.size).sum()
