@@ -25,11 +25,14 @@ targets=("$@")
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --version 0.13.2 --locked
 san="${FUZZ_SANITIZER:-none}"
-CARGO_BUILD_JOBS="${FUZZ_JOBS:-1}" cargo +nightly fuzz build -O -s "$san"
+# One target directory per sanitizer: building for one does not undo the
+# other's build.
+tdir="target/san-$san"
+CARGO_BUILD_JOBS="${FUZZ_JOBS:-1}" cargo +nightly fuzz build -O -s "$san" --target-dir "$tdir"
 
 status=0
 mkdir -p target/fuzz-logs
-printf '%-16s %12s %8s %10s %8s  %s\n' target executions seconds exec/s cov result
+printf '%-16s %12s %8s %10s %6s  %s\n' target executions seconds exec/s cov result
 for t in "${targets[@]}"; do
     log="target/fuzz-logs/$t.log"
     # A scratch copy of the corpus: the run adds inputs there, not to the
@@ -37,18 +40,22 @@ for t in "${targets[@]}"; do
     work="target/fuzz-corpus/$t"
     mkdir -p "$work"
     cp -n corpus/"$t"/* "$work"/ 2>/dev/null || true
+    # With -jobs, libFuzzer runs the fuzzing in a child that logs to
+    # fuzz-0.log in the current directory: that log has the figures.
+    rm -f fuzz-0.log
     start=$(date +%s.%N)
-    if cargo +nightly fuzz run -O -s "$san" "$t" "$work" -- -runs="$runs" -jobs=1 \
-        -max_len="${FUZZ_MAX_LEN:-8192}" -print_final_stats=1 >"$log" 2>&1; then
+    if cargo +nightly fuzz run -O -s "$san" --target-dir "$tdir" "$t" "$work" -- -runs="$runs" -jobs=1 \
+        -max_len="${FUZZ_MAX_LEN:-8192}" -print_final_stats=1 >"$log.run" 2>&1 && ! grep -q 'ERROR: libFuzzer\|panicked' fuzz-0.log; then
         result=ok
     else
         result="CRASH (see $log, fuzz/artifacts/$t)"
         status=1
     fi
     secs=$(echo "$(date +%s.%N) - $start" | bc)
+    mv fuzz-0.log "$log"
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -n 1 | cut -d' ' -f2)
     rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -n 1)
-    printf '%-16s %12s %8.0f %10s %8s  %s\n' "$t" "${execs:-?}" "$secs" "${rate:-?}" "${cov:-?}" "$result"
+    printf '%-16s %12s %8.0f %10s %6s  %s\n' "$t" "${execs:-?}" "$secs" "${rate:-?}" "${cov:-?}" "$result"
 done
 exit $status
