@@ -59,14 +59,16 @@ pub fn split_state(word: u32) -> (u32, u32) {
 }
 
 // Inside a session area: ring headers on separate cache lines, then data.
-const TO_HOST_HEAD: usize = 0x00;
-const TO_HOST_TAIL: usize = 0x40;
-const TO_GUEST_HEAD: usize = 0x80;
-const TO_GUEST_TAIL: usize = 0xc0;
-const TO_HOST_DATA: usize = 0x1000;
-const TO_HOST_CAP: usize = 0x4000;
-const TO_GUEST_DATA: usize = TO_HOST_DATA + TO_HOST_CAP;
-const TO_GUEST_CAP: usize = SESSION_SIZE - TO_GUEST_DATA;
+// Public so that a test or fuzz target can write a ring as a hostile guest
+// would.
+pub const TO_HOST_HEAD: usize = 0x00;
+pub const TO_HOST_TAIL: usize = 0x40;
+pub const TO_GUEST_HEAD: usize = 0x80;
+pub const TO_GUEST_TAIL: usize = 0xc0;
+pub const TO_HOST_DATA: usize = 0x1000;
+pub const TO_HOST_CAP: usize = 0x4000;
+pub const TO_GUEST_DATA: usize = TO_HOST_DATA + TO_HOST_CAP;
+pub const TO_GUEST_CAP: usize = SESSION_SIZE - TO_GUEST_DATA;
 
 /// Largest record either way: control messages are small; a bigger one is a
 /// protocol violation.

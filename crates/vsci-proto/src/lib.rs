@@ -11,6 +11,7 @@
 //! state are shared as memfds/eventfds and never pass through the daemon.
 
 pub mod error;
+pub mod fuzz_input;
 pub mod guest;
 pub mod intr;
 pub mod msg;

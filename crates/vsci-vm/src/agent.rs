@@ -561,12 +561,14 @@ impl Worker {
     fn request(&mut self, i: usize, ClientMsg { tag, req }: ClientMsg) {
         log::debug!("vsci agent: session {i} tag {tag}: {req:?}");
         let s = self.sessions[i].as_mut().expect("open");
+        if let Err(why) = screen(s.node.is_some(), &req) {
+            return self.break_session(i, why);
+        }
         if s.node.is_none() {
             let Request::Hello { version, name } = req else {
                 return self.break_session(i, "first request is not Hello");
             };
-            let mut full = format!("vm {}: {}", self.cfg.name, name.chars().filter(|c| !c.is_control()).collect::<String>());
-            full.truncate(vsci_proto::MAX_NAME - 8);
+            let full = guest_client_name(&self.cfg.name, &name);
             match wire::connect(&self.cfg.node_socket) {
                 Ok(fd) => {
                     let hello = ClientMsg { tag, req: Request::Hello { version, name: full } };
@@ -583,7 +585,6 @@ impl Worker {
         }
         let mut fds: Vec<OwnedFd> = Vec::new();
         let req = match req {
-            Request::Hello { .. } => return self.break_session(i, "second Hello"),
             Request::CreateInterrupt { kind, hint, fixed } => {
                 let v = self.pick_vector();
                 match self.server.client_vector(self.guest.expect("attached"), v) {
@@ -593,8 +594,6 @@ impl Worker {
                 self.sessions[i].as_mut().expect("open").vector_for.insert(tag, v);
                 Request::CreateInterruptWake { kind, hint, fixed }
             }
-            // Only we may hand vscid an eventfd.
-            Request::CreateInterruptWake { .. } => return self.break_session(i, "CreateInterruptWake from a guest"),
             Request::DisconnectInterrupt { conn } => {
                 self.sessions[i].as_mut().expect("open").disconnecting.insert(tag, conn);
                 Request::DisconnectInterrupt { conn }
@@ -931,6 +930,34 @@ impl Relay {
     }
 }
 
+/// Requests a guest program may not make at this point of its session,
+/// decided from the request alone (the rest is checked against the
+/// program's own objects when handled). Err says why its session breaks.
+pub fn screen(hello_done: bool, req: &Request) -> std::result::Result<(), &'static str> {
+    match req {
+        Request::Hello { .. } if hello_done => Err("second Hello"),
+        Request::Hello { .. } => Ok(()),
+        _ if !hello_done => Err("first request is not Hello"),
+        // Only the agent may hand vscid an eventfd.
+        Request::CreateInterruptWake { .. } => Err("CreateInterruptWake from a guest"),
+        _ => Ok(()),
+    }
+}
+
+/// The name vscid knows a guest program by: the VM's name and the
+/// program's, without control characters, cut to fit `MAX_NAME` at a
+/// character boundary (the program chooses its name; `String::truncate`
+/// inside a character panics).
+pub fn guest_client_name(vm: &str, name: &str) -> String {
+    let mut full = format!("vm {vm}: {}", name.chars().filter(|c| !c.is_control()).collect::<String>());
+    let mut end = (vsci_proto::MAX_NAME - 8).min(full.len());
+    while !full.is_char_boundary(end) {
+        end -= 1;
+    }
+    full.truncate(end);
+    full
+}
+
 fn one(fds: &[OwnedFd]) -> Result<BorrowedFd<'_>> {
     anyhow::ensure!(fds.len() == 1, "expected one descriptor, got {}", fds.len());
     Ok(fds[0].as_fd())
@@ -941,4 +968,37 @@ fn readable(fd: BorrowedFd) -> bool {
     let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
     // SAFETY: one live pollfd; a zero timeout never blocks.
     unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A program name that put a two-byte character across the cut used to
+    /// panic the agent (`String::truncate` inside a character), taking down
+    /// every session of the guest. Found by reading for the guest_control
+    /// fuzz target; its input is in fuzz/regressions/guest_control/.
+    #[test]
+    fn a_long_name_is_cut_at_a_character_boundary() {
+        let prefix = "vm fuzz-vm: ".len();
+        let cut = vsci_proto::MAX_NAME - 8;
+        // 'é' takes bytes cut-1 and cut of the full name.
+        let name = format!("{}é and more", "a".repeat(cut - 1 - prefix));
+        let full = guest_client_name("fuzz-vm", &name);
+        assert_eq!(full.len(), cut - 1);
+        assert!(full.ends_with('a'));
+        let short = guest_client_name("g1", "prog\u{7}\n");
+        assert_eq!(short, "vm g1: prog");
+    }
+
+    #[test]
+    fn guests_say_hello_once_and_never_pass_an_eventfd() {
+        let hello = Request::Hello { version: 3, name: "p".into() };
+        let wake = Request::CreateInterruptWake { kind: vsci_proto::IntrKind::Plain, hint: 0, fixed: false };
+        assert!(screen(false, &hello).is_ok());
+        assert!(screen(true, &hello).is_err());
+        assert!(screen(false, &Request::Status).is_err());
+        assert!(screen(true, &Request::Status).is_ok());
+        assert!(screen(true, &wake).is_err());
+    }
 }

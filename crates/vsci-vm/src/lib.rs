@@ -7,11 +7,13 @@
 //! - [`ivshmem`]: a server for QEMU's ivshmem-doorbell protocol, for vscid
 //!   to embed;
 //! - [`qmp`]: hot-plugging memfds into a running guest as ivshmem-plain;
-//! - [`cpio`]: the initramfs format.
+//! - [`cpio`]: the initramfs format;
+//! - [`fuzz_entry`]: what the `guest_control` fuzz target runs.
 
 pub mod agent;
 pub mod cpio;
 pub mod dma;
+pub mod fuzz_entry;
 pub mod image;
 pub mod ivshmem;
 pub mod qmp;

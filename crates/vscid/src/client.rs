@@ -368,22 +368,16 @@ impl Server {
                 return false;
             }
         };
-        let (tag, name) = match msg.decode::<ClientMsg>() {
-            Ok(ClientMsg { tag, req: Request::Hello { version, name } }) if msg.fds.is_empty() => {
-                if version != PROTOCOL_VERSION {
-                    warn!("pid {} speaks protocol {version}, we speak {PROTOCOL_VERSION}; refusing", creds.pid());
-                    let out = Outgoing::reply(tag, Err(SciError::InconsistentVersions));
-                    let _ = send_now(&conn.sock, &out);
-                    return false;
-                }
-                (tag, name.chars().take(MAX_NAME).collect::<String>())
-            }
-            Ok(_) => {
-                warn!("pid {}: first message was not a plain Hello; dropping connection", creds.pid());
+        let (tag, name) = match check_hello(&msg) {
+            HelloCheck::Hello { tag, name } => (tag, name),
+            HelloCheck::WrongVersion { tag, version } => {
+                warn!("pid {} speaks protocol {version}, we speak {PROTOCOL_VERSION}; refusing", creds.pid());
+                let out = Outgoing::reply(tag, Err(SciError::InconsistentVersions));
+                let _ = send_now(&conn.sock, &out);
                 return false;
             }
-            Err(e) => {
-                warn!("pid {}: bad first message ({e}); dropping connection", creds.pid());
+            HelloCheck::Refused(why) => {
+                warn!("pid {}: {why}; dropping connection", creds.pid());
                 return false;
             }
         };
@@ -416,20 +410,10 @@ impl Server {
 
     fn request(&self, conn: &Arc<Conn>, msg: wire::Received) -> bool {
         let Phase::Client { id, pid } = conn.st.lock().unwrap().phase else { return false };
-        let ClientMsg { tag, req } = match msg.decode::<ClientMsg>() {
-            Ok(m) => m,
-            Err(e) => {
-                warn!("client {id} (pid {pid}): malformed message ({e}); dropping connection");
-                return false;
-            }
-        };
-        // Only CreateInterruptWake carries a descriptor: exactly one eventfd.
-        let mut fds = msg.fds;
-        let wake = match (&req, fds.len()) {
-            (Request::CreateInterruptWake { .. }, 1) if crate::memory::is_eventfd(fds[0].as_fd()) => fds.pop(),
-            (_, 0) if !matches!(req, Request::CreateInterruptWake { .. }) => None,
-            _ => {
-                warn!("client {id} (pid {pid}): unexpected file descriptors with {req:?}; dropping connection");
+        let (tag, req, wake) = match check_request(msg) {
+            Ok(r) => r,
+            Err(why) => {
+                warn!("client {id} (pid {pid}): {why}; dropping connection");
                 return false;
             }
         };
@@ -465,6 +449,45 @@ impl Server {
         conn.hang_up();
         self.conns.lock().unwrap().remove(&conn.token);
     }
+}
+
+/// What a connection's first message turned out to be.
+pub enum HelloCheck {
+    /// A plain Hello in our protocol version; `name` cut to [`MAX_NAME`] characters.
+    Hello { tag: u64, name: String },
+    /// A Hello in another version: answered, then the connection is dropped.
+    WrongVersion { tag: u64, version: u32 },
+    /// Anything else: the connection is dropped unanswered.
+    Refused(String),
+}
+
+/// Check a connection's first message (everything `Server::hello` decides
+/// from the bytes alone; the fuzz targets run this same function).
+pub fn check_hello(msg: &wire::Received) -> HelloCheck {
+    match msg.decode::<ClientMsg>() {
+        Ok(ClientMsg { tag, req: Request::Hello { version, name } }) if msg.fds.is_empty() => {
+            if version != PROTOCOL_VERSION {
+                return HelloCheck::WrongVersion { tag, version };
+            }
+            HelloCheck::Hello { tag, name: name.chars().take(MAX_NAME).collect() }
+        }
+        Ok(_) => HelloCheck::Refused("first message was not a plain Hello".into()),
+        Err(e) => HelloCheck::Refused(format!("bad first message ({e})")),
+    }
+}
+
+/// Decode a registered client's message and check the descriptors that
+/// came with it: only `CreateInterruptWake` carries one, an eventfd. Err
+/// says why the connection is dropped.
+pub fn check_request(msg: wire::Received) -> Result<(u64, Request, Option<OwnedFd>), String> {
+    let ClientMsg { tag, req } = msg.decode::<ClientMsg>().map_err(|e| format!("malformed message ({e})"))?;
+    let mut fds = msg.fds;
+    let wake = match (&req, fds.len()) {
+        (Request::CreateInterruptWake { .. }, 1) if crate::memory::is_eventfd(fds[0].as_fd()) => fds.pop(),
+        (_, 0) if !matches!(req, Request::CreateInterruptWake { .. }) => None,
+        _ => return Err(format!("unexpected file descriptors with {req:?}")),
+    };
+    Ok((tag, req, wake))
 }
 
 fn set_nonblocking(fd: &OwnedFd) -> nix::Result<()> {

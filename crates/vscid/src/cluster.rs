@@ -60,7 +60,14 @@ const MIN_KEY: usize = 16;
 impl Cluster {
     pub fn load(path: &Path) -> Result<Cluster> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading cluster file {}", path.display()))?;
-        let file: File = toml::from_str(&text).with_context(|| format!("parsing cluster file {}", path.display()))?;
+        Cluster::parse(&text, path, |p| std::fs::read(p))
+    }
+
+    /// Parse and check the text of the cluster file at `path`; `read_key`
+    /// reads the key file it names (the fuzz targets pass one that reads
+    /// no file).
+    pub fn parse(text: &str, path: &Path, read_key: impl FnOnce(&Path) -> std::io::Result<Vec<u8>>) -> Result<Cluster> {
+        let file: File = toml::from_str(text).with_context(|| format!("parsing cluster file {}", path.display()))?;
         let mut nodes = BTreeMap::new();
         for n in &file.node {
             if n.id == 0 || n.id > 65535 {
@@ -79,7 +86,7 @@ impl Cluster {
         } else {
             path.parent().unwrap_or(Path::new(".")).join(&file.key_file)
         };
-        let key = std::fs::read(&key_path).with_context(|| format!("reading key file {}", key_path.display()))?;
+        let key = read_key(&key_path).with_context(|| format!("reading key file {}", key_path.display()))?;
         let key: Vec<u8> = key.trim_ascii().to_vec();
         if key.len() < MIN_KEY {
             bail!("key file {} holds {} bytes; at least {MIN_KEY} are required", key_path.display(), key.len());

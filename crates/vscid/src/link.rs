@@ -51,7 +51,8 @@ fn write_plain<T: serde::Serialize>(s: &mut TcpStream, v: &T) -> Result<()> {
     Ok(())
 }
 
-fn read_plain<T: serde::de::DeserializeOwned>(s: &mut TcpStream) -> Result<T> {
+/// Any reader, so the fuzz targets can feed it bytes.
+pub fn read_plain<T: serde::de::DeserializeOwned>(s: &mut impl Read) -> Result<T> {
     let mut len = [0u8; 4];
     s.read_exact(&mut len)?;
     let len = u32::from_le_bytes(len) as usize;
@@ -71,15 +72,27 @@ pub struct Sealer {
 }
 
 impl Sealer {
+    /// One direction keyed with `key` from sequence number 0, as a fresh
+    /// link's (the fuzz targets seal their inputs with it, so that frames
+    /// get past authentication to decoding).
+    pub fn new(key: [u8; 32], dir: u8) -> Sealer {
+        Sealer { key, dir, seq: 0 }
+    }
+
     /// Seal and send one frame; returns its size on the wire (for the
     /// per-link byte counters).
     pub fn write(&mut self, s: &mut impl Write, msg: &PeerMsg) -> Result<usize> {
-        let body = postcard::to_stdvec(msg)?;
+        self.seal_raw(s, &postcard::to_stdvec(msg)?)
+    }
+
+    /// Seal and write an encoded body as the next frame; returns its size
+    /// on the wire.
+    pub fn seal_raw(&mut self, s: &mut impl Write, body: &[u8]) -> Result<usize> {
         let tag = mac(&self.key, &[&[self.dir], &self.seq.to_le_bytes(), &body]);
         self.seq += 1;
         let mut frame = Vec::with_capacity(4 + body.len() + MAC_LEN);
         frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        frame.extend_from_slice(&body);
+        frame.extend_from_slice(body);
         frame.extend_from_slice(&tag);
         s.write_all(&frame)?;
         Ok(frame.len())
@@ -134,7 +147,19 @@ pub fn dial(me: u32, peer: u32, addr: SocketAddr, key: &[u8]) -> Result<Link> {
     write_plain(&mut s, &LinkProof { mac: proof })?;
     s.set_read_timeout(None)?;
     let k = session_key(key, &nc, &ch.nonce);
-    Ok(Link { stream: s, peer, tx: Sealer { key: k, dir: 0, seq: 0 }, rx: Sealer { key: k, dir: 1, seq: 0 } })
+    Ok(Link { stream: s, peer, tx: Sealer::new(k, 0), rx: Sealer::new(k, 1) })
+}
+
+/// Whether a dialer's first (unauthenticated) frame may go on: our
+/// version, for us, from another node of the cluster.
+pub fn check_hello(hello: &LinkHello, me: u32, known: impl Fn(u32) -> bool) -> Result<()> {
+    if hello.version != PROTOCOL_VERSION {
+        bail!("node {} speaks protocol {}, we speak {PROTOCOL_VERSION}", hello.from, hello.version);
+    }
+    if hello.to != me || !known(hello.from) || hello.from == me {
+        bail!("hello from unknown node {} for node {}", hello.from, hello.to);
+    }
+    Ok(())
 }
 
 /// Authenticate an accepted connection. `known` says whether a node id is
@@ -143,12 +168,7 @@ pub fn accept(mut s: TcpStream, me: u32, key: &[u8], known: impl Fn(u32) -> bool
     s.set_nodelay(true)?;
     s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let hello: LinkHello = read_plain(&mut s)?;
-    if hello.version != PROTOCOL_VERSION {
-        bail!("node {} speaks protocol {}, we speak {PROTOCOL_VERSION}", hello.from, hello.version);
-    }
-    if hello.to != me || !known(hello.from) || hello.from == me {
-        bail!("hello from unknown node {} for node {}", hello.from, hello.to);
-    }
+    check_hello(&hello, me, known)?;
     let ns = nonce();
     let idb = [hello.from.to_le_bytes(), me.to_le_bytes()].concat();
     let m = mac(key, &[b"vsci-accept", &idb, &hello.nonce, &ns]);
@@ -160,7 +180,7 @@ pub fn accept(mut s: TcpStream, me: u32, key: &[u8], known: impl Fn(u32) -> bool
     }
     s.set_read_timeout(None)?;
     let k = session_key(key, &hello.nonce, &ns);
-    Ok(Link { stream: s, peer: hello.from, tx: Sealer { key: k, dir: 1, seq: 0 }, rx: Sealer { key: k, dir: 0, seq: 0 } })
+    Ok(Link { stream: s, peer: hello.from, tx: Sealer::new(k, 1), rx: Sealer::new(k, 0) })
 }
 
 #[cfg(test)]

@@ -5,15 +5,7 @@
 //! segment data and interrupt triggers go straight between processes
 //! through the memfds and eventfds it hands out.
 
-mod access;
-mod client;
-mod cluster;
-mod engine;
-mod link;
-mod memory;
-mod metrics;
-mod peers;
-mod registry;
+use vscid::{access, client, cluster, engine, metrics, peers, registry};
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::OwnedFd;
@@ -26,7 +18,7 @@ use log::{error, info, warn};
 use nix::fcntl::{Flock, FlockArg};
 use vsci_proto::WaitMode;
 
-use crate::registry::{Config, Node};
+use vscid::registry::{Config, Node};
 
 /// vsci node daemon: serves the SISCI API to the processes of one host.
 #[derive(Parser, Debug)]

@@ -354,34 +354,23 @@ impl Peers {
                 }
                 self.changed.notify_all();
             }
-            // Requests for our objects: run them as the pseudo-client.
-            PeerMsg::ConnectSegment { req, segment_id, timeout_ms } => {
-                let r = Request::ConnectSegment { node_id: self.me, segment_id, timeout_ms: timeout_ms.min(60_000) };
-                self.run_for_peer(node, pseudo, req << 1, r);
-            }
-            PeerMsg::ConnectInterrupt { req, kind, number, timeout_ms } => {
-                let r = Request::ConnectInterrupt { kind, node_id: self.me, number, timeout_ms: timeout_ms.min(60_000) };
-                self.run_for_peer(node, pseudo, (req << 1) | 1, r);
-            }
-            PeerMsg::DisconnectSegment { conn } => {
-                self.engine.release_segment_conn(conn);
-                self.run_for_peer(node, pseudo, 0, Request::DisconnectSegment { conn });
-            }
-            PeerMsg::DisconnectInterrupt { conn } => {
-                self.engine.remove_trigger_conn(conn);
-                self.run_for_peer(node, pseudo, 0, Request::DisconnectInterrupt { conn });
+            // Requests for our objects: run them as the pseudo-client (a
+            // disconnect first revokes the peer's RMA access).
+            PeerMsg::ConnectSegment { .. } | PeerMsg::ConnectInterrupt { .. } | PeerMsg::DisconnectSegment { .. } | PeerMsg::DisconnectInterrupt { .. } => {
+                match msg {
+                    PeerMsg::DisconnectSegment { conn } => self.engine.release_segment_conn(conn),
+                    PeerMsg::DisconnectInterrupt { conn } => self.engine.remove_trigger_conn(conn),
+                    _ => {}
+                }
+                if let Some((tag, r)) = peer_request(self.me, &msg) {
+                    run_for_peer(node, pseudo, tag, r);
+                }
             }
             // Answers and events about our clients' imports.
             PeerMsg::ConnectSegmentReply { req, result } => self.complete(req, result.map(PeerReply::Segment)),
             PeerMsg::ConnectInterruptReply { req, result } => self.complete(req, result.map(PeerReply::Interrupt)),
             PeerMsg::SegmentEvent { conn, reason } => node.lock().remote_segment_event(peer, conn, reason),
             PeerMsg::InterruptGone { conn } => node.lock().remote_interrupt_gone(peer, conn),
-        }
-    }
-
-    fn run_for_peer(&self, node: &Arc<Node>, pseudo: ClientId, tag: u64, req: Request) {
-        if let Handled::Reply(out) = node.handle(pseudo, tag, req) {
-            node.lock().send_to(pseudo, out);
         }
     }
 
@@ -547,6 +536,31 @@ impl Peers {
     }
 }
 
+/// The request a peer's frame asks of our registry, run as that node's
+/// pseudo-client, with the tag its reply is matched by (`forward_pseudo`
+/// turns it back into the peer's request number and kind). A peer may ask
+/// a connect to wait at most a minute.
+pub fn peer_request(me: u32, msg: &PeerMsg) -> Option<(u64, Request)> {
+    match *msg {
+        PeerMsg::ConnectSegment { req, segment_id, timeout_ms } => {
+            Some((req << 1, Request::ConnectSegment { node_id: me, segment_id, timeout_ms: timeout_ms.min(60_000) }))
+        }
+        PeerMsg::ConnectInterrupt { req, kind, number, timeout_ms } => {
+            Some(((req << 1) | 1, Request::ConnectInterrupt { kind, node_id: me, number, timeout_ms: timeout_ms.min(60_000) }))
+        }
+        PeerMsg::DisconnectSegment { conn } => Some((0, Request::DisconnectSegment { conn })),
+        PeerMsg::DisconnectInterrupt { conn } => Some((0, Request::DisconnectInterrupt { conn })),
+        _ => None,
+    }
+}
+
+/// Run a peer's request as its pseudo-client; the answer goes the way of
+/// everything said to that client (`forward_pseudo`).
+pub fn run_for_peer(node: &Arc<Node>, pseudo: ClientId, tag: u64, req: Request) {
+    if let Handled::Reply(out) = node.handle(pseudo, tag, req) {
+        node.lock().send_to(pseudo, out);
+    }
+}
 
 /// Log a warning at most once a minute per `key` (a misconfigured or hostile
 /// host retries every few hundred milliseconds; the log must stay readable).

@@ -349,6 +349,14 @@ impl Registry {
         }
     }
 
+    /// Drop a uid's usage entry once it holds nothing, so the table grows
+    /// with the uids using the node now, not with every uid ever seen.
+    fn forget_idle_uid(&mut self, uid: u32) {
+        if self.uids.get(&uid).is_some_and(|u| u.clients == 0 && u.objects == 0 && u.memory == 0) {
+            self.uids.remove(&uid);
+        }
+    }
+
     /// May one more client of `uid` connect? (Checked at Hello.)
     pub fn admit(&self, cfg: &Config, uid: u32) -> Result<(), String> {
         let n = self.uids.get(&uid).map_or(0, |u| u.clients);
@@ -483,6 +491,9 @@ impl Registry {
         if let Some(u) = self.uids.get_mut(&s.uid) {
             u.memory = u.memory.saturating_sub(s.size);
         }
+        // The owner may have left before the segment went (an attachment
+        // kept it): its uid's entry may be idle only now.
+        self.forget_idle_uid(s.uid);
         for h in &s.attached {
             if let Some(a) = self.seg_attach.remove(h) {
                 self.uncharge(a.client);
@@ -787,10 +798,8 @@ impl Registry {
                 if c.node_id.is_none() {
                     u.objects = u.objects.saturating_sub(c.objects);
                 }
-                if u.clients == 0 && u.objects == 0 && u.memory == 0 {
-                    self.uids.remove(&c.info.uid);
-                }
             }
+            self.forget_idle_uid(c.info.uid);
             info!("client {} (pid {}, uid {}, {:?}) gone", client, c.info.pid, c.info.uid, c.info.name);
         }
     }
@@ -809,6 +818,23 @@ impl Registry {
         for id in self.clients.keys() {
             self.send(*id, Outgoing::event(Event::Shutdown));
         }
+    }
+
+    /// True when the node holds nothing for anyone: what must be left once
+    /// every client is gone, whatever they asked (the fuzz targets check it:
+    /// an object or a uid's charge left behind would be a leak).
+    pub fn holds_nothing(&self) -> bool {
+        self.clients.is_empty()
+            && self.segments.is_empty()
+            && self.seg_by_id.is_empty()
+            && self.seg_conns.is_empty()
+            && self.seg_attach.is_empty()
+            && self.intrs.is_empty()
+            && self.intr_by_num.is_empty()
+            && self.intr_conns.is_empty()
+            && self.remote_segs.is_empty()
+            && self.remote_intrs.is_empty()
+            && self.uids.is_empty()
     }
 
     /// Bytes of segment memory the node holds.
@@ -1275,6 +1301,26 @@ mod tests {
         assert!(reg.segments.is_empty() && reg.seg_conns.is_empty());
         assert_eq!(reg.intrs.len(), 1, "only B's own interrupt is left");
         assert!(reg.intr_conns.is_empty());
+    }
+
+    /// Found by the client_request fuzz target: an owner that left while
+    /// another uid's program kept its shared segment attached left its
+    /// uid's usage entry behind (all zero) once the segment went.
+    #[test]
+    fn an_owner_gone_before_its_segment_leaves_no_uid_entry() {
+        let n = node();
+        let (tx, _rx_a) = sync_channel(64);
+        let sock: OwnedFd = nix::sys::eventfd::EventFd::new().unwrap().into();
+        let a = n.lock().register_client(ClientInfo { uid: 1000, ..Default::default() }, tx, Arc::new(sock));
+        let (b, _rx_b) = add_client(&n);
+        let seg = seg_of(call(&n, a, R::CreateSegment { segment_id: 5, auto_id: false, size: 4096, events: false }).0);
+        call(&n, a, R::ShareSegment { seg }).0.unwrap();
+        call(&n, b, R::AttachSegment { segment_id: 5 }).0.unwrap();
+        let cfg = n.cfg.clone();
+        n.lock().remove_client(&cfg, a);
+        assert!(!n.lock().holds_nothing(), "the attachment keeps the segment");
+        n.lock().remove_client(&cfg, b);
+        assert!(n.lock().holds_nothing());
     }
 
     #[test]
