@@ -329,6 +329,12 @@ fn attach(a: Attachment) -> std::io::Result<OwnedFd> {
                         }
                         // the window that was at this slot before is still going
                     }
+                    // EACCES too: devtmpfs makes the node and sets its mode
+                    // (0666, the driver's devnode) in two steps, and an
+                    // ordinary user's open in between is refused (seen
+                    // under load: a uid 1000 program's interrupt connect
+                    // failed).
+                    Err(e) if Instant::now() < deadline && e.kind() == std::io::ErrorKind::PermissionDenied => {}
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound && e.raw_os_error() != Some(libc::ENODEV) => return Err(e),
                     Err(_) => {}
                 }

@@ -786,6 +786,23 @@ impl Users {
             eprintln!("skipped: creating users needs root");
             return None;
         }
+        // The users run the built programs: every directory above them
+        // must let others through (a clone under a mode-0700 directory,
+        // such as one from mktemp -d, fails with "libsisci.so: cannot open
+        // shared object file", which says nothing about why).
+        let build = std::fs::canonicalize(build_dir()).expect("the build directory exists");
+        for dir in build.ancestors() {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(dir).map(|m| m.permissions().mode()).unwrap_or(0);
+            assert!(
+                mode & 0o001 != 0,
+                "{} (mode {:o}) does not let other users through, and this test runs the built programs as other users: \
+                 build in a directory every user can traverse (chmod o+x {})",
+                dir.display(),
+                mode & 0o7777,
+                dir.display()
+            );
+        }
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let tag = format!("{}{}", std::process::id() % 100000, NEXT.fetch_add(1, Ordering::SeqCst));
         let u = Users { group: format!("vscig{tag}"), gid: 0, member: format!("vscim{tag}"), outsider: format!("vscio{tag}") };
