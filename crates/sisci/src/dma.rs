@@ -19,8 +19,10 @@ const FLAG_DMA_RESET: c_uint = 0x1000;
 /// `SCICreateDMAQueue` takes).
 const FLAG_FORCE_REMOVE: c_uint = 0x20;
 const FLAG_DMA_CHANNEL_SHARED: c_uint = 0x1;
-/// Reflective memory (broadcast) DMA and its unicast fallback: real SISCI
-/// flags whose feature vsci does not offer yet.
+/// Reflective memory (broadcast) DMA and its unicast fallback
+/// (`SCI_FLAG_BROADCAST`, `SCI_FLAG_ALLOW_UNICAST`): a transfer to a group
+/// connection writes every member whatever the flags say, and one to a
+/// single node's segment is unicast, which both flags allow.
 const DMA_BROADCAST_FLAGS: c_uint = 0x4_0000 | 0x80;
 /// `SCI_DMA_TYPE_DONTCARE` .. `SCI_DMA_TYPE_TRANSPARENT`.
 const DMA_TYPES: std::ops::RangeInclusive<c_uint> = 1..=5;
@@ -133,9 +135,6 @@ pub unsafe extern "C" fn SCIWaitForDMAQueue(dq: Handle, timeout: c_uint, flags: 
 /// variant accepts.
 fn start_flags(flags: c_uint, extra: c_uint, callback: *mut c_void) -> Result<Option<CbDma>, SciError> {
     check_flags(flags, FLAG_DMA_READ | FLAG_DMA_WAIT | FLAG_USE_CALLBACK | DMA_ENGINE_HINTS | DMA_BROADCAST_FLAGS | extra)?;
-    if flags & DMA_BROADCAST_FLAGS != 0 {
-        return Err(SciError::FlagNotImplemented);
-    }
     callback_of(flags, callback)
 }
 

@@ -51,9 +51,12 @@ const SEG_HARDWARE_MEMORY_FLAGS: c_uint = 0x1000 | 0x2000 | 0x4000;
 /// Map flags that only tune hardware paths (IO space, prefetch, gathering,
 /// loopback, DMOVE, caching, packet size); memory maps accept and ignore them.
 const MAP_HINT_FLAGS: c_uint = 0x80 | 0x100 | 0x200 | 0x400 | 0x800 | 0x1000 | 0x2000 | 0x4000 | 0x0800_0000;
+/// `SCI_FLAG_NO_MEMORY_LOOPBACK_MAP`: a map of a reflective-memory group
+/// leaves this node's own member out.
+const FLAG_NO_MEMORY_LOOPBACK_MAP: c_uint = 0x800;
 /// Real SISCI map flags whose behaviour vsci does not offer yet.
 const MAP_UNIMPLEMENTED_FLAGS: c_uint =
-    FLAG_LOCK_OPERATION | FLAG_BROADCAST | FLAG_CONDITIONAL_INTERRUPT_MAP | FLAG_UNCONDITIONAL_DATA_INTERRUPT_MAP;
+    FLAG_LOCK_OPERATION | FLAG_CONDITIONAL_INTERRUPT_MAP | FLAG_UNCONDITIONAL_DATA_INTERRUPT_MAP;
 const FLAG_BLOCK_READ: c_uint = 0x40;
 const FLAG_ERROR_CHECK: c_uint = 0x80;
 const FLAG_FLUSH_CPU_BUFFERS_ONLY: c_uint = 0x100;
@@ -520,8 +523,7 @@ pub unsafe extern "C" fn SCICreateSegment(
                     | FLAG_BROADCAST
                     | SEG_HARDWARE_MEMORY_FLAGS,
             )?;
-            // Reflective memory (SCI_FLAG_BROADCAST) is not offered yet.
-            if flags & (FLAG_PRIVATE | FLAG_BROADCAST | SEG_HARDWARE_MEMORY_FLAGS) != 0 {
+            if flags & (FLAG_PRIVATE | SEG_HARDWARE_MEMORY_FLAGS) != 0 {
                 return Err(SciError::FlagNotImplemented);
             }
             if segment.is_null() || size == 0 {
@@ -530,7 +532,7 @@ pub unsafe extern "C" fn SCICreateSegment(
             let callback = wanted_callback(flags, callback)?;
             let d = handles::desc(h(sd))?;
             let id = (flags & FLAG_AUTO_ID == 0).then_some(segment_id);
-            let seg = d.client.create_segment_with(id, size as u64, flags & FLAG_EMPTY != 0)?;
+            let seg = d.client.create_segment_opts(id, size as u64, flags & FLAG_EMPTY != 0, flags & FLAG_BROADCAST != 0)?;
             out(segment, local_seg_handle(sd, seg, callback, callback_arg))
         })
     }
@@ -616,7 +618,9 @@ macro_rules! seg_op {
     };
 }
 
-seg_op!(SCIPrepareSegment, FLAG_DMA_SOURCE_ONLY | SEG_DMA_ENGINE_HINTS, |s, _f| s.prepare());
+// SCI_FLAG_BROADCAST: reflective-memory samples pass it here too; membership
+// is decided at SCICreateSegment, so it changes nothing.
+seg_op!(SCIPrepareSegment, FLAG_DMA_SOURCE_ONLY | SEG_DMA_ENGINE_HINTS | FLAG_BROADCAST, |s, _f| s.prepare());
 seg_op!(SCISetSegmentAvailable, 0, |s, _f| s.set_available());
 seg_op!(SCISetSegmentUnavailable, FLAG_NOTIFY | FLAG_FORCE_DISCONNECT, |s, f| s
     .set_unavailable(f & FLAG_NOTIFY != 0, f & FLAG_FORCE_DISCONNECT != 0));
@@ -700,16 +704,21 @@ pub unsafe extern "C" fn SCIConnectSegment(
     unsafe {
         report(error, (), || {
             check_flags(flags, FLAG_USE_CALLBACK | FLAG_ASYNCHRONOUS_CONNECT | SEG_DMA_ENGINE_HINTS | FLAG_BROADCAST)?;
-            if flags & FLAG_BROADCAST != 0 {
-                return Err(SciError::FlagNotImplemented); // reflective memory: not yet
-            }
             if segment.is_null() {
                 return Err(SciError::IllegalParameter);
             }
             let callback = wanted_callback(flags, callback)?;
             let d = handles::desc(h(sd))?;
             check_adapter(adapter)?;
-            let rs = d.client.connect_segment(node_id, segment_id, timeout)?;
+            // Reflective memory: the group of every node's broadcast segment
+            // with this id. Dolphin names it with node id
+            // DIS_BROADCAST_NODEID_GROUP_ALL and the flag; either will do.
+            let group = flags & FLAG_BROADCAST != 0 || node_id == vsci_client::GROUP_ALL;
+            let rs = if group {
+                d.client.connect_group(segment_id, timeout)?
+            } else {
+                d.client.connect_segment(node_id, segment_id, timeout)?
+            };
             let hnd = handles::insert(Obj::RemoteSeg(rs.clone()), h(sd));
             if let Some(cb) = callback {
                 let arg = callback_arg as usize;
@@ -777,7 +786,9 @@ pub unsafe extern "C" fn SCIWaitForRemoteSegmentEvent(
 // Maps
 
 fn map_flags(flags: c_uint, addr: *mut c_void) -> Result<MapFlags, SciError> {
-    check_flags(flags, FLAG_FIXED_MAP_ADDR | FLAG_READONLY_MAP | MAP_HINT_FLAGS | MAP_UNIMPLEMENTED_FLAGS)?;
+    // SCI_FLAG_BROADCAST: a map of a group connection writes every member
+    // whether or not the flag says so; on other maps it changes nothing.
+    check_flags(flags, FLAG_FIXED_MAP_ADDR | FLAG_READONLY_MAP | FLAG_BROADCAST | MAP_HINT_FLAGS | MAP_UNIMPLEMENTED_FLAGS)?;
     if flags & MAP_UNIMPLEMENTED_FLAGS != 0 {
         return Err(SciError::FlagNotImplemented);
     }
@@ -789,7 +800,7 @@ fn map_flags(flags: c_uint, addr: *mut c_void) -> Result<MapFlags, SciError> {
     } else {
         None
     };
-    Ok(MapFlags { readonly: flags & FLAG_READONLY_MAP != 0, fixed_addr })
+    Ok(MapFlags { readonly: flags & FLAG_READONLY_MAP != 0, fixed_addr, no_loopback: flags & FLAG_NO_MEMORY_LOOPBACK_MAP != 0 })
 }
 
 unsafe fn do_map(

@@ -133,13 +133,14 @@ fn status(socket: Option<PathBuf>, json: bool) -> Result<()> {
     println!("\nsegments ({}{})", st.totals.segments, more(st.segments.len(), st.totals.segments));
     for s in &st.segments {
         println!(
-            "  id {:<10} {:>12} bytes  owner #{:<5} {}{}{}  connections {}",
+            "  id {:<10} {:>12} bytes  owner #{:<5} {}{}{}{}  connections {}",
             s.segment_id,
             s.size,
             s.owner,
             if s.prepared { "prepared" } else { "created" },
             if s.available { ", available" } else { "" },
             if s.shared { format!(", shared ({} attached)", s.attached) } else { String::new() },
+            if s.broadcast { ", reflective-memory member" } else { "" },
             s.connections
         );
     }

@@ -87,6 +87,7 @@ const CHUNK: usize = 1 << 20;
 const WRITE_BATCH: usize = 8;
 
 /// The local side of a transfer.
+#[derive(Clone)]
 pub enum DmaLocal {
     Segment(Arc<LocalSegment>),
     /// Program memory (`SCIStartDmaTransferMem`): `len` bytes at `addr`,
@@ -627,10 +628,54 @@ impl Shared {
         if let (Some((client, queue)), DmaLocal::Segment(local)) = (&self.forward, &t.local) {
             return self.execute_forwarded(client, *queue, local, t);
         }
+        if t.remote.is_group() {
+            return self.execute_group(t);
+        }
         match (&t.remote.target, &t.remote.agent) {
             (Some(target), _) => self.execute_rma(t, target),
             (None, Some(agent)) => self.execute_agent(t, agent),
             (None, None) => self.execute_local(t),
+        }
+    }
+
+    /// A reflective-memory group: a write goes to every member at once (a
+    /// thread per member, each running the unicast transfer), a read comes
+    /// from one member (this node's if it is one). A member lost on the way
+    /// is left out, as the group's maps leave it out; the transfer fails
+    /// only if a member still there failed, or none is left.
+    fn execute_group(&self, t: &Transfer) -> SciError {
+        let mut members = t.remote.group_members();
+        if members.is_empty() {
+            return SciError::TransferFailed;
+        }
+        let one = |m: &Arc<RemoteSegment>| Transfer { local: t.local.clone(), remote: m.clone(), entries: t.entries.clone(), read: t.read };
+        if t.read {
+            members.sort_by_key(|m| m.is_remote());
+            return self.execute(&one(&members[0]));
+        }
+        let statuses: Vec<SciError> = if self.forward.is_some() {
+            // In a guest each transfer is one request on this queue's name
+            // at the host side: one member at a time.
+            members.iter().map(|m| self.execute(&one(m))).collect()
+        } else {
+            std::thread::scope(|sc| {
+                let runs: Vec<_> = members.iter().map(|m| sc.spawn(move || self.execute(&one(m)))).collect();
+                runs.into_iter().map(|h| h.join().unwrap_or(SciError::System)).collect()
+            })
+        };
+        let mut delivered = false;
+        for (m, st) in members.iter().zip(statuses) {
+            match st {
+                SciError::Ok => delivered = true,
+                SciError::Cancelled => return SciError::Cancelled,
+                _ if m.is_lost() => log::warn!("vsci: DMA to reflective-memory group {}: member on node {} lost", m.segment_id, m.node_id),
+                e => return e,
+            }
+        }
+        if delivered {
+            SciError::Ok
+        } else {
+            SciError::TransferFailed
         }
     }
 
@@ -865,7 +910,7 @@ impl Shared {
 // objects backed by the same memfd (a process connected to its own segment)
 // share one mapping, so an overlapping copy between them is a plain memmove.
 
-struct SegMem {
+pub(crate) struct SegMem {
     base: NonNull<libc::c_void>,
     len: usize,
 }
@@ -877,7 +922,7 @@ unsafe impl Send for SegMem {}
 unsafe impl Sync for SegMem {}
 
 impl SegMem {
-    fn ptr(&self) -> *mut u8 {
+    pub(crate) fn ptr(&self) -> *mut u8 {
         self.base.as_ptr().cast()
     }
 }
@@ -933,7 +978,7 @@ fn seg_mem_local(s: &Arc<LocalSegment>) -> Result<Arc<SegMem>> {
     seg_mem(Arc::as_ptr(s) as usize, s.memfd.as_fd(), s.size, || Owner::Local(Arc::downgrade(s)))
 }
 
-fn seg_mem_remote(s: &Arc<RemoteSegment>) -> Result<Arc<SegMem>> {
+pub(crate) fn seg_mem_remote(s: &Arc<RemoteSegment>) -> Result<Arc<SegMem>> {
     seg_mem(Arc::as_ptr(s) as usize, s.memfd.as_fd(), s.size, || Owner::Remote(Arc::downgrade(s)))
 }
 

@@ -20,6 +20,7 @@ pub use conn::{Client, EventQueue, SegEvent};
 pub use dma::{Completion, DmaChannel, DmaEntry, DmaLocal, DmaQueue, QueueState, Transfer, DMA_ALIGN, DMA_CHANNELS, MAX_VECLEN};
 pub use interrupt::{LocalInterrupt, RemoteInterrupt};
 pub use map::{Map, MapFlags, MapTarget};
+pub use remote::group::GROUP_ALL;
 pub use segment::{LocalSegment, RemoteSegment};
 pub use vsci_proto::{IntrKind, SciError, SegmentEvent, WaitMode};
 pub use wait::WaitPolicy;

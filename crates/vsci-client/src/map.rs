@@ -20,6 +20,9 @@ pub struct MapFlags {
     pub readonly: bool,
     /// Map exactly at this address (must not replace anything).
     pub fixed_addr: Option<usize>,
+    /// A map of a reflective-memory group leaves this node's own member out
+    /// (`SCI_FLAG_NO_MEMORY_LOOPBACK_MAP`).
+    pub no_loopback: bool,
 }
 
 #[derive(Clone)]
@@ -133,7 +136,7 @@ impl Map {
         // SAFETY: delta < PAGE <= len, so the result is inside the mapping.
         let addr = unsafe { base.as_ptr().cast::<u8>().add(delta) };
         let (remote, fill) = match &target {
-            MapTarget::Remote(s) if s.is_remote() => match Self::track_remote(s, base, len, page_off, prot) {
+            MapTarget::Remote(s) if s.is_remote() => match Self::track_remote(s, base, len, page_off, prot, flags.no_loopback) {
                 Ok(v) => v,
                 Err(e) => {
                     // SAFETY: the mapping made above, not yet handed out.
@@ -170,8 +173,12 @@ impl Map {
         len: usize,
         page_off: u64,
         prot: ProtFlags,
+        no_loopback: bool,
     ) -> Result<(Option<Arc<crate::remote::RemoteMap>>, Option<(NonNull<libc::c_void>, usize)>)> {
-        let owner = s.owner().expect("checked by caller");
+        let owner = match (s.owner().expect("checked by caller"), no_loopback) {
+            (crate::remote::Owner::Group(g, _), true) => crate::remote::Owner::Group(g, false),
+            (o, _) => o,
+        };
         let shadow = nix::sys::memfd::memfd_create(c"vsci-remote-map", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC).map_err(|_| SciError::Nospc)?;
         nix::unistd::ftruncate(&shadow, len as i64).map_err(|_| SciError::Nospc)?;
         let nz = std::num::NonZeroUsize::new(len).expect("len > 0");

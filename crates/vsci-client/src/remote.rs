@@ -29,6 +29,7 @@ use vsci_proto::{RemoteAccess, SciError};
 
 use crate::Result;
 
+pub(crate) mod group;
 mod trapped;
 
 /// The process's RMA endpoint, opened on first use.
@@ -206,6 +207,9 @@ pub(crate) enum Owner {
     Rma(Arc<RemoteTarget>),
     /// The guest's host side, which reaches the owner for a guest program.
     Agent(Arc<crate::guest::AgentPath>),
+    /// Every member of a reflective-memory group; `bool`: this node's own
+    /// member is written too (no `SCI_FLAG_NO_MEMORY_LOOPBACK_MAP`).
+    Group(Arc<group::Group>, bool),
 }
 
 /// Why a read or write of the owner's memory failed.
@@ -231,6 +235,7 @@ impl Owner {
         match self {
             Owner::Rma(t) => Ok(t.read_direct(buf, offset)?),
             Owner::Agent(a) => a.read(buf, offset).map_err(OwnerError::Agent),
+            Owner::Group(g, loopback) => g.read_direct(*loopback, buf, offset),
         }
     }
 
@@ -239,14 +244,30 @@ impl Owner {
         match self {
             Owner::Rma(t) => t.read(buf, offset),
             Owner::Agent(a) => a.read(buf, offset),
+            Owner::Group(g, loopback) => {
+                let mut bounce = vec![0u8; buf.len()];
+                match g.read_direct(*loopback, &mut bounce, offset) {
+                    Ok(()) => {
+                        buf.copy_from_slice(&bounce);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        if e.is_abandoned() {
+                            std::mem::forget(bounce);
+                        }
+                        Err(SciError::TransferFailed)
+                    }
+                }
+            }
         }
     }
 
     /// A shipment: see [`RemoteTarget::write_shipment`].
-    fn write_shipment<'a>(&self, seg_off: u64, runs: &[vsci_dirty::Run], bytes: impl Fn(vsci_dirty::Run) -> &'a [u8]) -> std::result::Result<(), OwnerError> {
+    pub(crate) fn write_shipment<'a>(&self, seg_off: u64, runs: &[vsci_dirty::Run], bytes: impl Fn(vsci_dirty::Run) -> &'a [u8]) -> std::result::Result<(), OwnerError> {
         match self {
             Owner::Rma(t) => Ok(t.write_shipment(seg_off, runs, bytes)?),
             Owner::Agent(a) => a.ship(seg_off, runs, bytes).map_err(OwnerError::Agent),
+            Owner::Group(g, loopback) => g.write_shipment(*loopback, seg_off, runs, bytes),
         }
     }
 
@@ -255,6 +276,7 @@ impl Owner {
         match self {
             Owner::Rma(t) => Ok(t.ep.rma.fabric.write(&t.ep.peer, data, &t.region, offset)?),
             Owner::Agent(a) => a.ship(offset, &[(0, data.len())], |(o, n)| &data[o..o + n]).map_err(OwnerError::Agent),
+            Owner::Group(g, loopback) => g.write_shipment(*loopback, offset, &[(0, data.len())], |(o, n)| &data[o..o + n]),
         }
     }
 }

@@ -41,6 +41,9 @@ pub struct RemoteSegment {
     /// In a guest: another node's segment, reached through the guest's
     /// host side (our memfd is then the segment's staging window).
     pub(crate) agent: Option<Arc<crate::guest::AgentPath>>,
+    /// A reflective-memory group connection (node `GROUP_ALL`): its members
+    /// (our memfd is then only a placeholder for maps to replace).
+    pub(crate) group: Option<Arc<crate::remote::group::Group>>,
 }
 
 fn expect_fd(mut fds: Vec<OwnedFd>) -> Result<OwnedFd> {
@@ -60,6 +63,13 @@ impl Client {
     /// will give the segment its own memory with
     /// [`LocalSegment::register_memory`] before preparing or mapping it.
     pub fn create_segment_with(&self, segment_id: Option<u32>, size: u64, empty: bool) -> Result<Arc<LocalSegment>> {
+        self.create_segment_opts(segment_id, size, empty, false)
+    }
+
+    /// As [`Self::create_segment_with`]; `broadcast` (SCI_FLAG_BROADCAST):
+    /// the segment is this node's member of reflective-memory group
+    /// `segment_id`, which group connects ([`Self::connect_group`]) write to.
+    pub fn create_segment_opts(&self, segment_id: Option<u32>, size: u64, empty: bool, broadcast: bool) -> Result<Arc<LocalSegment>> {
         if size == 0 {
             return Err(SciError::IllegalParameter);
         }
@@ -68,6 +78,7 @@ impl Client {
             auto_id: segment_id.is_none(),
             size,
             events: true,
+            broadcast,
         };
         self.local_segment(req, empty)
     }
@@ -102,7 +113,13 @@ impl Client {
     /// Connect to segment `segment_id` of node `node_id`, waiting up to
     /// `timeout_ms` for it to exist and be available.
     pub fn connect_segment(&self, node_id: u32, segment_id: u32, timeout_ms: u32) -> Result<Arc<RemoteSegment>> {
-        let (reply, fds) = self.call(Request::ConnectSegment { node_id, segment_id, timeout_ms })?;
+        self.connect_segment_with(node_id, segment_id, timeout_ms, false)
+    }
+
+    /// As [`Self::connect_segment`]; `broadcast`: only a reflective-memory
+    /// member will do.
+    pub(crate) fn connect_segment_with(&self, node_id: u32, segment_id: u32, timeout_ms: u32, broadcast: bool) -> Result<Arc<RemoteSegment>> {
+        let (reply, fds) = self.call(Request::ConnectSegment { node_id, segment_id, timeout_ms, broadcast })?;
         let Reply::Connected { conn, node_id, segment_id, size, remote, proxied } = reply else { return Err(SciError::System) };
         let memfd = expect_fd(fds)?;
         let target = match &remote {
@@ -136,12 +153,34 @@ impl Client {
             maps: AtomicUsize::new(0),
             target,
             agent,
+            group: None,
         });
         if let Some(t) = &s.target {
             crate::remote::watch_segment(&s.events, &t.ep);
         }
         self.register_sink(conn, &s.events);
         Ok(s)
+    }
+
+    /// The group connection over `members` (see [`Self::connect_group`]).
+    pub(crate) fn group_segment(&self, segment_id: u32, members: Vec<Arc<RemoteSegment>>) -> Result<Arc<RemoteSegment>> {
+        let size = members.iter().map(|m| m.size).min().ok_or(SciError::NoSuchSegment)?;
+        let memfd = crate::remote::group::placeholder_memfd(size)?;
+        let events = Arc::new(EventQueue::default());
+        let group = crate::remote::group::Group::new(members, &events);
+        Ok(Arc::new(RemoteSegment {
+            client: self.clone(),
+            id: 0,
+            node_id: crate::remote::group::GROUP_ALL,
+            segment_id,
+            size,
+            memfd,
+            events,
+            maps: AtomicUsize::new(0),
+            target: None,
+            agent: None,
+            group: Some(group),
+        }))
     }
 }
 
@@ -242,6 +281,12 @@ impl RemoteSegment {
         if self.maps.load(Ordering::SeqCst) > 0 {
             return Err(SciError::Busy);
         }
+        if let Some(g) = &self.group {
+            for m in g.all() {
+                m.disconnect()?;
+            }
+            return Ok(());
+        }
         self.client.unregister(self.id);
         if self.target.is_some() {
             crate::remote::unwatch_segment(&self.events);
@@ -270,11 +315,25 @@ impl RemoteSegment {
 
     /// Where this segment's memory is, if it is another node's.
     pub(crate) fn owner(&self) -> Option<crate::remote::Owner> {
+        if let Some(g) = &self.group {
+            return Some(crate::remote::Owner::Group(g.clone(), true));
+        }
         match (&self.target, &self.agent) {
             (Some(t), _) => Some(crate::remote::Owner::Rma(t.clone())),
             (None, Some(a)) => Some(crate::remote::Owner::Agent(a.clone())),
             (None, None) => None,
         }
+    }
+
+    /// Is this a reflective-memory group connection?
+    pub fn is_group(&self) -> bool {
+        self.group.is_some()
+    }
+
+    /// The group's members (for a group connection): the DMA engine writes
+    /// each of them.
+    pub(crate) fn group_members(&self) -> Vec<Arc<RemoteSegment>> {
+        self.group.as_ref().map(|g| g.live().into_iter().map(|(_, m)| m).collect()).unwrap_or_default()
     }
 
     /// Read fresh bytes from the owner (remote segments only).

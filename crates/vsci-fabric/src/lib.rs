@@ -213,6 +213,19 @@ impl OpSlot {
     }
 }
 
+/// Writes posted by one call and not yet waited for: the slot counting them,
+/// the local registrations and the probe read's buffer they may still use.
+struct Posted {
+    slot: Arc<OpSlot>,
+    locals: Vec<LocalMr>,
+    /// On the heap, so moving `Posted` does not move what the provider
+    /// writes into.
+    probe: Box<[u8; 1]>,
+    /// Whether posting went through (what was posted is waited for anyway).
+    result: Result<()>,
+    fi_addr: u64,
+}
+
 /// Receive contexts are tagged with the low bit so they cannot be confused
 /// with `OpSlot` pointers, which are at least 8-byte aligned.
 fn recv_context(index: usize) -> *mut c_void {
@@ -653,6 +666,70 @@ impl Fabric {
         groups: &[&[(&[u8], u64)]],
         remote: &RemoteRegion,
     ) -> Result<()> {
+        self.finish(self.post_groups(peer, groups, remote))
+    }
+
+    /// Like [`write_many_ordered`](Self::write_many_ordered) to several
+    /// targets at once (the members of a reflective-memory group): every
+    /// target's writes are posted before any is waited for, so the data
+    /// travels to all of them in parallel. One result per target, in order;
+    /// a target that fails does not stop the others.
+    pub fn write_many_ordered_multi(
+        &self,
+        targets: &[(&Peer, &RemoteRegion)],
+        first: &[(&[u8], u64)],
+        then: &[(&[u8], u64)],
+    ) -> Vec<Result<()>> {
+        let total: u64 = first.iter().map(|r| r.0.len() as u64).sum();
+        let together = !first.is_empty() && !then.is_empty() && total <= self.inner.info.ordered_writes;
+        let phases: Vec<Vec<&[(&[u8], u64)]>> = if together {
+            vec![vec![first, then]]
+        } else {
+            vec![vec![first], vec![then]]
+        };
+        let mut results: Vec<Result<()>> = targets
+            .iter()
+            .map(|(peer, _)| self.check_peer(peer).and_then(|()| self.check_up(peer)))
+            .collect();
+        for groups in &phases {
+            let posted: Vec<Option<Posted>> = targets
+                .iter()
+                .zip(&results)
+                .map(|((peer, remote), r)| r.is_ok().then(|| self.post_groups(peer, groups, remote)))
+                .collect();
+            for (i, p) in posted.into_iter().enumerate() {
+                if let Some(p) = p {
+                    results[i] = self.finish(p);
+                }
+            }
+        }
+        // A connection that broke under us: the one-target path re-sends
+        // the whole shipment, in order, while the provider reconnects.
+        for (i, (peer, remote)) in targets.iter().enumerate() {
+            if matches!(&results[i], Err(Error::Completion { code, .. } | Error::Call { code, .. }) if *code == libc::ENOTCONN) {
+                results[i] = self.write_many_ordered(peer, first, then, remote);
+            }
+        }
+        results
+    }
+
+    /// Posts the groups' writes in order (each group's operations after the
+    /// previous group's), and for a provider without delivery completion
+    /// the read that proves them placed; [`finish`](Self::finish) waits.
+    fn post_groups(
+        &self,
+        peer: &Peer,
+        groups: &[&[(&[u8], u64)]],
+        remote: &RemoteRegion,
+    ) -> Posted {
+        let slot = OpSlot::new();
+        let mut posted = Posted {
+            slot,
+            locals: Vec::new(),
+            probe: Box::new([0u8; 1]),
+            result: Ok(()),
+            fi_addr: peer.fi_addr,
+        };
         // Validate everything first so that a bad run posts nothing. The
         // groups stay apart: one operation never mixes runs of two groups,
         // since only separate operations are placed in order.
@@ -660,24 +737,27 @@ impl Fabric {
         let mut bounds = Vec::with_capacity(groups.len());
         for runs in groups {
             for &(buf, off) in runs.iter() {
-                let raddr = remote.addr(off, buf.len())?;
-                if !buf.is_empty() {
-                    ops.push((buf, raddr));
+                match remote.addr(off, buf.len()) {
+                    Ok(raddr) if !buf.is_empty() => ops.push((buf, raddr)),
+                    Ok(_) => {}
+                    Err(e) => {
+                        posted.result = Err(e);
+                        return posted;
+                    }
                 }
             }
             bounds.push(ops.len());
         }
         let Some(&(last_buf, last_raddr)) = ops.last() else {
-            return Ok(());
+            return posted;
         };
         let inner = &*self.inner;
         let flags = match inner.info.delivery {
             Delivery::DeliveryComplete => ffi::FI_COMPLETION | ffi::FI_DELIVERY_COMPLETE,
             Delivery::ReadAfterWrite => ffi::FI_COMPLETION,
         };
-        let slot = OpSlot::new();
-        let mut locals = Vec::new();
-        let mut probe = [0u8; 1];
+        let slot = &posted.slot;
+        let locals = &mut posted.locals;
         let mut result = Ok(());
         let mut start = 0;
         let chunks = bounds.iter().flat_map(|&end| {
@@ -704,15 +784,16 @@ impl Fabric {
                         buf.as_ptr() as *mut u8,
                         buf.len(),
                         ffi::FI_WRITE,
-                        &mut locals,
+                        locals,
                     )?;
                     raddr[i] = addr;
                 }
-                inner.post(&slot, "fi_writemsg", |ctx| {
-                    // SAFETY: the buffers stay borrowed and their
-                    // registrations stay in `locals` until wait_slot below
-                    // has seen every posted operation complete; the arrays
-                    // hold chunk.len() <= iov_limit valid entries.
+                inner.post(slot, "fi_writemsg", |ctx| {
+                    // SAFETY: the buffers stay borrowed (the caller's runs
+                    // outlive `finish`) and their registrations stay in
+                    // `locals` until finish's wait_slot has seen every
+                    // posted operation complete; the arrays hold
+                    // chunk.len() <= iov_limit valid entries.
                     unsafe {
                         ffi::vf_writev(
                             inner.ctx,
@@ -736,11 +817,17 @@ impl Fabric {
             // FI_ORDER_RAW: the target serves this read after every earlier
             // write from us, so its completion proves they landed.
             let raddr = last_raddr + last_buf.len() as u64 - 1;
-            result = inner.post_read(&slot, peer, &mut probe, raddr, remote.key, &mut locals);
+            result = inner.post_read(slot, peer, &mut posted.probe[..], raddr, remote.key, locals);
         }
-        let waited = inner.wait_slot(&slot, peer.fi_addr);
-        abandon_locals(&waited, locals);
-        result.and(waited)
+        posted.result = result;
+        posted
+    }
+
+    /// Waits for everything [`post_groups`](Self::post_groups) posted.
+    fn finish(&self, p: Posted) -> Result<()> {
+        let waited = self.inner.wait_slot(&p.slot, p.fi_addr);
+        abandon_locals(&waited, (p.locals, p.probe));
+        p.result.and(waited)
     }
 
     /// Declare a peer down (its node stopped answering) or up again.
@@ -989,7 +1076,7 @@ const RECONNECT_WINDOW: Duration = Duration::from_secs(2);
 /// nothing.
 /// After an abandoned wait the provider may still use the local
 /// registrations of that call: keep them for the life of the process.
-fn abandon_locals<T>(waited: &Result<()>, locals: Vec<T>) {
+fn abandon_locals<T>(waited: &Result<()>, locals: T) {
     if matches!(waited, Err(Error::Abandoned)) {
         std::mem::forget(locals);
     } else {

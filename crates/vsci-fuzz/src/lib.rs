@@ -37,12 +37,12 @@ fn hello(version: u32, name: &str) -> Request {
 /// first client (1) gets segment 2 from the `CreateSegment` before these.
 fn requests() -> Vec<Request> {
     vec![
-        Request::CreateSegment { segment_id: 5, auto_id: false, size: 4096, events: true },
+        Request::CreateSegment { segment_id: 5, auto_id: false, size: 4096, events: true, broadcast: false },
         Request::PrepareSegment { seg: 2 },
         Request::SetAvailable { seg: 2 },
         Request::SetUnavailable { seg: 2, notify: true, force_disconnect: true },
         Request::RemoveSegment { seg: 2 },
-        Request::ConnectSegment { node_id: 7, segment_id: 5, timeout_ms: 0 },
+        Request::ConnectSegment { node_id: 7, segment_id: 5, timeout_ms: 0, broadcast: false },
         Request::DisconnectSegment { conn: 6 },
         Request::CreateInterrupt { kind: IntrKind::Data, hint: 2, fixed: false },
         Request::CreateInterruptWake { kind: IntrKind::Plain, hint: 1, fixed: true },
@@ -69,13 +69,13 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     let session = |policy: u8, dgrams: Vec<Vec<u8>>| [vec![policy], join(&dgrams)].concat();
     let life = vec![
         on(0, msg(1, hello(PROTOCOL_VERSION, "owner"))),
-        on(0, msg(2, Request::CreateSegment { segment_id: 5, auto_id: false, size: 4096, events: true })),
+        on(0, msg(2, Request::CreateSegment { segment_id: 5, auto_id: false, size: 4096, events: true, broadcast: false })),
         on(0, msg(3, Request::PrepareSegment { seg: 2 })),
         on(0, msg(4, Request::CreateInterrupt { kind: IntrKind::Plain, hint: 1, fixed: true })),
         on(0, msg(5, Request::SetAvailable { seg: 2 })),
         on(0, msg(6, Request::ShareSegment { seg: 2 })),
         on(1, msg(1, hello(PROTOCOL_VERSION, "connector"))),
-        on(1, msg(2, Request::ConnectSegment { node_id: 7, segment_id: 5, timeout_ms: 0 })),
+        on(1, msg(2, Request::ConnectSegment { node_id: 7, segment_id: 5, timeout_ms: 0, broadcast: false })),
         on(1, msg(3, Request::ConnectInterrupt { kind: IntrKind::Plain, node_id: 7, number: 1, timeout_ms: 0 })),
         on(2, msg(1, hello(PROTOCOL_VERSION, "attacher"))),
         on(2, msg(2, Request::AttachSegment { segment_id: 5 })),
@@ -92,7 +92,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     for (i, req) in requests().into_iter().enumerate() {
         let dgrams = vec![
             on(0, msg(1, hello(PROTOCOL_VERSION, "p"))),
-            on(0, msg(2, Request::CreateSegment { segment_id: 5, auto_id: false, size: 4096, events: true })),
+            on(0, msg(2, Request::CreateSegment { segment_id: 5, auto_id: false, size: 4096, events: true, broadcast: false })),
             on(0, msg(3, req)),
         ];
         out.push(("client_request", format!("request-{i:02}"), session(0, dgrams)));
@@ -114,7 +114,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     let peer_msgs = vec![
         PeerMsg::Info { node_id: 9, fabric_addr: vec![1, 2, 3] },
         PeerMsg::Heartbeat,
-        PeerMsg::ConnectSegment { req: 1, segment_id: 1, timeout_ms: 0 },
+        PeerMsg::ConnectSegment { req: 1, segment_id: 1, timeout_ms: 0, broadcast: false },
         PeerMsg::ConnectInterrupt { req: 2, kind: IntrKind::Plain, number: 1, timeout_ms: 0 },
         PeerMsg::ConnectSegmentReply { req: 3, result: Ok(seed_grant(77, 8192)) },
         PeerMsg::ConnectInterruptReply { req: 4, result: Ok(RemoteInterruptGrant { conn: 78, token: 5 }) },

@@ -71,15 +71,17 @@ pub struct ClientMsg {
 pub enum Request {
     /// First message on every connection.
     Hello { version: u32, name: String },
-    /// Reply carries the segment memfd.
-    CreateSegment { segment_id: u32, auto_id: bool, size: u64, events: bool },
+    /// Reply carries the segment memfd. `broadcast`: a member of the
+    /// reflective-memory group `segment_id` (SCI_FLAG_BROADCAST).
+    CreateSegment { segment_id: u32, auto_id: bool, size: u64, events: bool, broadcast: bool },
     PrepareSegment { seg: ObjId },
     SetAvailable { seg: ObjId },
     SetUnavailable { seg: ObjId, notify: bool, force_disconnect: bool },
     RemoveSegment { seg: ObjId },
     /// Waits up to `timeout_ms` (`u32::MAX` = forever) for the segment.
-    /// Reply carries the segment memfd.
-    ConnectSegment { node_id: u32, segment_id: u32, timeout_ms: u32 },
+    /// Reply carries the segment memfd. `broadcast`: only a reflective-memory
+    /// member (a segment created with `broadcast`) will do.
+    ConnectSegment { node_id: u32, segment_id: u32, timeout_ms: u32, broadcast: bool },
     DisconnectSegment { conn: ObjId },
     /// Reply carries [shared state memfd, eventfd].
     CreateInterrupt { kind: IntrKind, hint: u32, fixed: bool },
@@ -257,6 +259,9 @@ pub struct SegmentInfo {
     /// Handles other programs attached with (SCIAttachLocalSegment).
     #[serde(default)]
     pub attached: u32,
+    /// A reflective-memory member (SCI_FLAG_BROADCAST).
+    #[serde(default)]
+    pub broadcast: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -52,7 +52,7 @@ pub enum PeerMsg {
     /// Sent right after authentication, and again if it changes.
     Info { node_id: u32, fabric_addr: Vec<u8> },
     Heartbeat,
-    ConnectSegment { req: u64, segment_id: u32, timeout_ms: u32 },
+    ConnectSegment { req: u64, segment_id: u32, timeout_ms: u32, broadcast: bool },
     ConnectSegmentReply { req: u64, result: Result<RemoteSegmentGrant, SciError> },
     DisconnectSegment { conn: ObjId },
     /// Owner → importer node: something happened to a connection.

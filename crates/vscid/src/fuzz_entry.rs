@@ -197,7 +197,7 @@ fn link_session(rest: &[u8]) {
     node.lock().set_client_node(pseudo, PEER);
     let Some((local, lrx)) = add_client(&node, 1000, "local".into()) else { return };
     use vsci_proto::{Reply, Request as R, ServerMsg};
-    let seg = match node.handle(local, 1, R::CreateSegment { segment_id: 1, auto_id: false, size: 4096, events: true }) {
+    let seg = match node.handle(local, 1, R::CreateSegment { segment_id: 1, auto_id: false, size: 4096, events: true, broadcast: false }) {
         Handled::Reply(Outgoing { msg: ServerMsg::Reply { result: Ok(Reply::Segment { seg, .. }), .. }, .. }) => seg,
         _ => panic!("a fresh node creates a small segment"),
     };

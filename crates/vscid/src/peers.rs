@@ -476,13 +476,14 @@ impl Peers {
     }
 
     /// A local client asks for a segment of another node (runs on its own thread).
-    pub fn connect_segment(self: &Arc<Self>, node: Arc<Node>, client: ClientId, tag: u64, peer: u32, segment_id: u32, timeout_ms: u32) {
+    #[allow(clippy::too_many_arguments)]
+    pub fn connect_segment(self: &Arc<Self>, node: Arc<Node>, client: ClientId, tag: u64, peer: u32, segment_id: u32, timeout_ms: u32, broadcast: bool) {
         let p = self.clone();
         std::thread::spawn(move || {
             let deadline = (timeout_ms != u32::MAX).then(|| Instant::now() + Duration::from_millis(timeout_ms.into()));
             let result = p.wait_ready(peer, deadline.or(Some(Instant::now() + Duration::from_secs(10)))).and_then(|addr| {
                 let left = deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u32).unwrap_or(u32::MAX);
-                match p.ask(peer, deadline, |req| PeerMsg::ConnectSegment { req, segment_id, timeout_ms: left })? {
+                match p.ask(peer, deadline, |req| PeerMsg::ConnectSegment { req, segment_id, timeout_ms: left, broadcast })? {
                     PeerReply::Segment(g) => Ok((g, addr)),
                     PeerReply::Interrupt(_) => Err(SciError::System),
                 }
@@ -542,8 +543,8 @@ impl Peers {
 /// a connect to wait at most a minute.
 pub fn peer_request(me: u32, msg: &PeerMsg) -> Option<(u64, Request)> {
     match *msg {
-        PeerMsg::ConnectSegment { req, segment_id, timeout_ms } => {
-            Some((req << 1, Request::ConnectSegment { node_id: me, segment_id, timeout_ms: timeout_ms.min(60_000) }))
+        PeerMsg::ConnectSegment { req, segment_id, timeout_ms, broadcast } => {
+            Some((req << 1, Request::ConnectSegment { node_id: me, segment_id, timeout_ms: timeout_ms.min(60_000), broadcast }))
         }
         PeerMsg::ConnectInterrupt { req, kind, number, timeout_ms } => {
             Some(((req << 1) | 1, Request::ConnectInterrupt { kind, node_id: me, number, timeout_ms: timeout_ms.min(60_000) }))

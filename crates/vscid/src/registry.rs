@@ -187,6 +187,9 @@ struct Segment {
     /// The owner removed its handle while attachments remained: the segment
     /// lives on until the last of them goes.
     owner_removed: bool,
+    /// A member of reflective-memory group `segment_id` (SCI_FLAG_BROADCAST):
+    /// group connects (`ConnectSegment` with `broadcast`) find only these.
+    broadcast: bool,
 }
 
 /// A program's handle on a shared segment it attached to.
@@ -410,6 +413,7 @@ impl Registry {
         segment_id: u32,
         auto_id: bool,
         size: u64,
+        broadcast: bool,
     ) -> Result<Outgoing, SciError> {
         if size == 0 {
             return Err(SciError::IllegalParameter);
@@ -453,6 +457,7 @@ impl Registry {
                 shared: false,
                 attached: HashSet::new(),
                 owner_removed: false,
+                broadcast,
             },
         );
         self.seg_by_id.insert(segment_id, seg);
@@ -547,9 +552,14 @@ impl Registry {
         }
     }
 
-    fn connect_segment(&mut self, cfg: &Config, client: ClientId, segment_id: u32) -> Result<Outgoing, SciError> {
+    fn connect_segment(&mut self, cfg: &Config, client: ClientId, segment_id: u32, broadcast: bool) -> Result<Outgoing, SciError> {
         let seg = *self.seg_by_id.get(&segment_id).ok_or(SciError::NoSuchSegment)?;
         let s = &self.segments[&seg];
+        if broadcast && !s.broadcast {
+            // A group connect looks for members only: an ordinary segment
+            // that happens to have the group's id is not one.
+            return Err(SciError::NoSuchSegment);
+        }
         self.may_connect(cfg, client, s.uid, s.gid)?;
         if !s.available {
             return Err(SciError::ConnectionRefused);
@@ -866,6 +876,7 @@ impl Registry {
                 connections: s.conns.len() as u32,
                 shared: s.shared,
                 attached: s.attached.len() as u32,
+                broadcast: s.broadcast,
             })
             .collect();
         st.segments.sort_by_key(|s| s.segment_id);
@@ -971,8 +982,8 @@ impl Node {
             R::Hello { .. } | R::FetchRemote { .. } | R::ShipRemote { .. } | R::DmaStart { .. } | R::DmaAbort { .. } => {
                 Err(SciError::IllegalOperation)
             }
-            R::CreateSegment { segment_id, auto_id, size, events: _ } => {
-                let r = reg.create_segment(cfg, client, segment_id, auto_id, size);
+            R::CreateSegment { segment_id, auto_id, size, events: _, broadcast } => {
+                let r = reg.create_segment(cfg, client, segment_id, auto_id, size, broadcast);
                 self.changed.notify_all();
                 r
             }
@@ -1031,17 +1042,17 @@ impl Node {
                 done()
             }),
             R::AttachSegment { segment_id } => reg.attach_segment(cfg, client, segment_id),
-            R::ConnectSegment { node_id, segment_id, timeout_ms } if reg.links.as_ref().is_some_and(|l| l.is_member(node_id)) => {
+            R::ConnectSegment { node_id, segment_id, timeout_ms, broadcast } if reg.links.as_ref().is_some_and(|l| l.is_member(node_id)) => {
                 let links = reg.links.clone().expect("checked");
                 drop(reg);
-                links.connect_segment(Arc::clone(self), client, tag, node_id, segment_id, timeout_ms);
+                links.connect_segment(Arc::clone(self), client, tag, node_id, segment_id, timeout_ms, broadcast);
                 return Handled::Deferred;
             }
-            R::ConnectSegment { node_id, segment_id, timeout_ms } => {
-                match self.check_node(node_id).and_then(|()| reg.connect_segment(cfg, client, segment_id)) {
+            R::ConnectSegment { node_id, segment_id, timeout_ms, broadcast } => {
+                match self.check_node(node_id).and_then(|()| reg.connect_segment(cfg, client, segment_id, broadcast)) {
                     Err(SciError::NoSuchSegment | SciError::ConnectionRefused) if timeout_ms > 0 => {
                         return self.defer(reg, client, tag, timeout_ms, move |reg, cfg| {
-                            reg.connect_segment(cfg, client, segment_id)
+                            reg.connect_segment(cfg, client, segment_id, broadcast)
                         });
                     }
                     r => r,
@@ -1247,16 +1258,16 @@ mod tests {
         let n = node();
         let (a, rx_a) = add_client(&n);
         let (b, rx_b) = add_client(&n);
-        let (r, nfds) = call(&n, a, R::CreateSegment { segment_id: 5, auto_id: false, size: 4096, events: true });
+        let (r, nfds) = call(&n, a, R::CreateSegment { segment_id: 5, auto_id: false, size: 4096, events: true, broadcast: false });
         assert_eq!(nfds, 1, "the reply carries the memfd");
         let seg = seg_of(r);
-        assert_eq!(call(&n, a, R::CreateSegment { segment_id: 5, auto_id: false, size: 1, events: true }).0.unwrap_err(), SciError::SegmentidUsed);
-        assert_eq!(call(&n, b, R::ConnectSegment { node_id: 7, segment_id: 5, timeout_ms: 0 }).0.unwrap_err(), SciError::ConnectionRefused);
+        assert_eq!(call(&n, a, R::CreateSegment { segment_id: 5, auto_id: false, size: 1, events: true, broadcast: false }).0.unwrap_err(), SciError::SegmentidUsed);
+        assert_eq!(call(&n, b, R::ConnectSegment { node_id: 7, segment_id: 5, timeout_ms: 0, broadcast: false }).0.unwrap_err(), SciError::ConnectionRefused);
         assert_eq!(call(&n, a, R::SetAvailable { seg }).0.unwrap_err(), SciError::SegmentNotPrepared);
         call(&n, a, R::PrepareSegment { seg }).0.unwrap();
         call(&n, a, R::SetAvailable { seg }).0.unwrap();
-        assert_eq!(call(&n, b, R::ConnectSegment { node_id: 8, segment_id: 5, timeout_ms: 0 }).0.unwrap_err(), SciError::NoSuchNodeid);
-        let conn = match call(&n, b, R::ConnectSegment { node_id: 7, segment_id: 5, timeout_ms: 0 }).0 {
+        assert_eq!(call(&n, b, R::ConnectSegment { node_id: 8, segment_id: 5, timeout_ms: 0, broadcast: false }).0.unwrap_err(), SciError::NoSuchNodeid);
+        let conn = match call(&n, b, R::ConnectSegment { node_id: 7, segment_id: 5, timeout_ms: 0, broadcast: false }).0 {
             Ok(Reply::Connected { conn, size: 4096, .. }) => conn,
             other => panic!("{other:?}"),
         };
@@ -1272,15 +1283,36 @@ mod tests {
     }
 
     #[test]
+    fn group_connects_find_only_broadcast_segments() {
+        let n = node();
+        let (a, _rx_a) = add_client(&n);
+        let (b, _rx_b) = add_client(&n);
+        for (id, broadcast) in [(5, false), (6, true)] {
+            let seg = seg_of(call(&n, a, R::CreateSegment { segment_id: id, auto_id: false, size: 4096, events: true, broadcast }).0);
+            call(&n, a, R::PrepareSegment { seg }).0.unwrap();
+            call(&n, a, R::SetAvailable { seg }).0.unwrap();
+        }
+        // An ordinary segment with the group's id is not a member...
+        assert_eq!(call(&n, b, R::ConnectSegment { node_id: 7, segment_id: 5, timeout_ms: 0, broadcast: true }).0.unwrap_err(), SciError::NoSuchSegment);
+        // ...a broadcast one is, and unicast connects reach both.
+        for (id, broadcast) in [(6, true), (6, false), (5, false)] {
+            assert!(matches!(call(&n, b, R::ConnectSegment { node_id: 7, segment_id: id, timeout_ms: 0, broadcast }).0, Ok(Reply::Connected { .. })));
+        }
+        let st = n.lock().status(&n.cfg, Instant::now());
+        let flags: Vec<(u32, bool)> = st.segments.iter().map(|s| (s.segment_id, s.broadcast)).collect();
+        assert!(flags.contains(&(5, false)) && flags.contains(&(6, true)), "{flags:?}");
+    }
+
+    #[test]
     fn dead_client_releases_everything() {
         let n = node();
         let (a, _rx_a) = add_client(&n);
         let (b, rx_b) = add_client(&n);
-        let seg = seg_of(call(&n, a, R::CreateSegment { segment_id: 0, auto_id: true, size: 8192, events: true }).0);
+        let seg = seg_of(call(&n, a, R::CreateSegment { segment_id: 0, auto_id: true, size: 8192, events: true, broadcast: false }).0);
         call(&n, a, R::PrepareSegment { seg }).0.unwrap();
         call(&n, a, R::SetAvailable { seg }).0.unwrap();
         let id = n.lock().segments[&seg].segment_id;
-        call(&n, b, R::ConnectSegment { node_id: 7, segment_id: id, timeout_ms: 0 }).0.unwrap();
+        call(&n, b, R::ConnectSegment { node_id: 7, segment_id: id, timeout_ms: 0, broadcast: false }).0.unwrap();
         let number = match call(&n, a, R::CreateInterrupt { kind: IntrKind::Plain, hint: 3, fixed: true }).0 {
             Ok(Reply::Interrupt { number, .. }) => number,
             other => panic!("{other:?}"),
@@ -1313,7 +1345,7 @@ mod tests {
         let sock: OwnedFd = nix::sys::eventfd::EventFd::new().unwrap().into();
         let a = n.lock().register_client(ClientInfo { uid: 1000, ..Default::default() }, tx, Arc::new(sock));
         let (b, _rx_b) = add_client(&n);
-        let seg = seg_of(call(&n, a, R::CreateSegment { segment_id: 5, auto_id: false, size: 4096, events: false }).0);
+        let seg = seg_of(call(&n, a, R::CreateSegment { segment_id: 5, auto_id: false, size: 4096, events: false, broadcast: false }).0);
         call(&n, a, R::ShareSegment { seg }).0.unwrap();
         call(&n, b, R::AttachSegment { segment_id: 5 }).0.unwrap();
         let cfg = n.cfg.clone();
@@ -1327,11 +1359,11 @@ mod tests {
     fn limits_are_enforced() {
         let n = node();
         let (a, _rx) = add_client(&n);
-        assert_eq!(call(&n, a, R::CreateSegment { segment_id: 1, auto_id: false, size: 0, events: true }).0.unwrap_err(), SciError::IllegalParameter);
-        assert_eq!(call(&n, a, R::CreateSegment { segment_id: 1, auto_id: false, size: 2 << 30, events: true }).0.unwrap_err(), SciError::Nospc);
+        assert_eq!(call(&n, a, R::CreateSegment { segment_id: 1, auto_id: false, size: 0, events: true, broadcast: false }).0.unwrap_err(), SciError::IllegalParameter);
+        assert_eq!(call(&n, a, R::CreateSegment { segment_id: 1, auto_id: false, size: 2 << 30, events: true, broadcast: false }).0.unwrap_err(), SciError::Nospc);
         for i in 0..8 {
-            seg_of(call(&n, a, R::CreateSegment { segment_id: 100 + i, auto_id: false, size: 4096, events: true }).0);
+            seg_of(call(&n, a, R::CreateSegment { segment_id: 100 + i, auto_id: false, size: 4096, events: true, broadcast: false }).0);
         }
-        assert_eq!(call(&n, a, R::CreateSegment { segment_id: 200, auto_id: false, size: 4096, events: true }).0.unwrap_err(), SciError::Nospc);
+        assert_eq!(call(&n, a, R::CreateSegment { segment_id: 200, auto_id: false, size: 4096, events: true, broadcast: false }).0.unwrap_err(), SciError::Nospc);
     }
 }

@@ -397,9 +397,11 @@ impl Trapped {
             ahead: 1,
             stream_edges: [None, None],
         };
-        let owner_kind = match owner {
+        let owner_kind = match &owner {
             Owner::Rma(_) => OwnerKind::Rma,
             Owner::Agent(_) => OwnerKind::Agent,
+            Owner::Group(g, _) if g.through_agent() => OwnerKind::Agent,
+            Owner::Group(..) => OwnerKind::Rma,
         };
         let shadow = Arc::new(Shadow {
             owner,

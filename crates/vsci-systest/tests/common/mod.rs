@@ -843,3 +843,57 @@ pub fn group_gid(name: &str) -> Option<u32> {
     })
 }
 
+/// Print a finished program's status and output.
+pub fn show(o: &Output) {
+    println!("=== {} ({}) ===\n{}{}", o.name, describe_status(o.status), o.stdout, o.stderr);
+}
+
+/// Wait for all of `procs`, which run together.  The first one that fails
+/// ends the run: the others are killed and the test fails showing every
+/// output, the failed program's first.  Returns the outputs when all exit 0.
+pub fn run_together(procs: Vec<Proc>, timeout: Duration) -> Vec<Output> {
+    let mut procs: Vec<Option<Proc>> = procs.into_iter().map(Some).collect();
+    let mut outs: Vec<Option<Output>> = procs.iter().map(|_| None).collect();
+    let deadline = Instant::now() + timeout;
+    let mut failed: Option<usize> = None;
+    while failed.is_none() && outs.iter().any(|o| o.is_none()) {
+        for i in 0..procs.len() {
+            let Some(p) = procs[i].as_mut() else { continue };
+            if let Some(st) = p.try_wait() {
+                let o = procs[i].take().unwrap().wait(Duration::from_secs(10));
+                if !st.success() && failed.is_none() {
+                    failed = Some(i);
+                }
+                outs[i] = Some(o);
+            }
+        }
+        if failed.is_none() && Instant::now() > deadline {
+            break;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let timed_out = failed.is_none() && outs.iter().any(|o| o.is_none());
+    // Whatever still runs is killed; its output so far is kept.
+    for i in 0..procs.len() {
+        if let Some(p) = procs[i].take() {
+            p.signal(libc::SIGKILL);
+            outs[i] = Some(p.wait(Duration::from_secs(10)));
+        }
+    }
+    let outs: Vec<Output> = outs.into_iter().map(|o| o.unwrap()).collect();
+    if let Some(f) = failed {
+        let mut msg = format!("{} failed; the others were killed\n\n{}", outs[f].name, outs[f].describe());
+        for (_, o) in outs.iter().enumerate().filter(|(i, _)| *i != f) {
+            msg += &format!("\n\n{}", o.describe());
+        }
+        panic!("{msg}");
+    }
+    if timed_out {
+        let all: Vec<String> = outs.iter().map(|o| o.describe()).collect();
+        panic!("still running after {timeout:?}; killed\n\n{}", all.join("\n\n"));
+    }
+    for o in &outs {
+        show(o);
+    }
+    outs
+}
