@@ -16,6 +16,8 @@
  *       payload word (a function of r and its index: the flag must never show
  *       before the payload it follows, at any member), then stores r into
  *       its ack word of the writer's segment ACKSEG and calls SCIFlush.
+ *       It also creates data interrupt number GROUP & 0xffff and, after the
+ *       last round, waits for the writer's goodbye on it ("MEMBER K GOT BYE").
  *       With die-at R it kills itself (SIGKILL) once it has seen round R: a
  *       member that dies mid-run.  With hold S (and ROUNDS 0) it only stays a
  *       member for S seconds and then checks that nothing at all arrived
@@ -32,7 +34,9 @@
  *       pio-noloop maps with SCI_FLAG_NO_MEMORY_LOOPBACK_MAP: a member on the
  *       writer's own node must then receive nothing (a "hold" member).  Then it
  *       spins until every member listed in NEED (e.g. "1,2,3") acked r.
- *       Prints "WRITER DONE rounds=R ms=T".
+ *       Prints "WRITER DONE rounds=R ms=T".  Then it connects to that data
+ *       interrupt of every member at once (DIS_BROADCAST_NODEID_GROUP_ALL,
+ *       SCI_FLAG_BROADCAST) and triggers it once with "BYE".
  */
 #include <signal.h>
 
@@ -123,6 +127,10 @@ static int member(unsigned k, uint32_t rounds, unsigned group, size_t size, cons
                                                                       NO_FLAGS, &err));
     EXPECT(SCI_ERR_OK, SCIPrepareSegment(seg, 0, SCI_FLAG_BROADCAST, &err));
     EXPECT(SCI_ERR_OK, SCISetSegmentAvailable(seg, 0, NO_FLAGS, &err));
+    sci_local_data_interrupt_t bye;
+    unsigned intno = group & 0xffffu;
+    EXPECT(SCI_ERR_OK, SCICreateDataInterrupt(sd, &bye, 0, &intno, NULL, NULL, SCI_FLAG_FIXED_INTNO,
+                                              &err));
     printf("MEMBER %u READY\n", k);
 
     unsigned wnode, wseg;
@@ -177,6 +185,16 @@ static int member(unsigned k, uint32_t rounds, unsigned group, size_t size, cons
         SCIFlush(NULL, NO_FLAGS);
     }
     printf("MEMBER %u DONE rounds=%u\n", k, rounds);
+    if (!hold_s) {
+        char msg[64] = { 0 };
+        unsigned len = sizeof msg;
+        EXPECT(SCI_ERR_OK, SCIWaitForDataInterrupt(bye, msg, &len, (unsigned)wait_ms, NO_FLAGS,
+                                                   &err));
+        CHECK_MSG(len == 4 && memcmp(msg, "BYE", 4) == 0, "member %u: goodbye of %u bytes: %.*s",
+                  k, len, (int)len, msg);
+        printf("MEMBER %u GOT BYE\n", k);
+    }
+    EXPECT(SCI_ERR_OK, SCIRemoveDataInterrupt(bye, NO_FLAGS, &err));
     EXPECT(SCI_ERR_OK, SCIUnmapSegment(amap, NO_FLAGS, &err));
     EXPECT(SCI_ERR_OK, SCIDisconnectSegment(ack, NO_FLAGS, &err));
     /* The writer may still be connected: wait for it to leave before the
@@ -275,6 +293,11 @@ static int writer(uint32_t rounds, unsigned group, unsigned ackid, const char *n
         }
     }
     printf("WRITER DONE rounds=%u ms=%llu\n", rounds, (unsigned long long)(now_ms() - t0));
+    sci_remote_data_interrupt_t bye;
+    EXPECT(SCI_ERR_OK, SCIConnectDataInterrupt(sd, &bye, DIS_BROADCAST_NODEID_GROUP_ALL, 0,
+                                               group & 0xffffu, 30000, SCI_FLAG_BROADCAST, &err));
+    EXPECT(SCI_ERR_OK, SCITriggerDataInterrupt(bye, (void *)"BYE", 4, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIDisconnectDataInterrupt(bye, NO_FLAGS, &err));
     if (dma) {
         EXPECT(SCI_ERR_OK, SCIRemoveDMAQueue(q, NO_FLAGS, &err));
         EXPECT(SCI_ERR_OK, SCIUnmapSegment(srcmap, NO_FLAGS, &err));

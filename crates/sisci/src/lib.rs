@@ -1316,18 +1316,22 @@ unsafe fn connect_intr(
     timeout: c_uint,
     flags: c_uint,
 ) -> Result<(), SciError> {
-    // SCI_FLAG_BROADCAST: an interrupt to every member of a reflective
-    // memory group, which vsci does not offer yet.
+    // SCI_FLAG_BROADCAST (or node DIS_BROADCAST_NODEID_GROUP_ALL): interrupt
+    // `number` of every node that has one; a trigger reaches all of them.
     check_flags(flags, FLAG_BROADCAST)?;
-    if flags & FLAG_BROADCAST != 0 {
-        return Err(SciError::FlagNotImplemented);
-    }
     if interrupt.is_null() {
         return Err(SciError::IllegalParameter);
     }
     let d = handles::desc(h(sd))?;
     check_adapter(adapter)?;
-    let ri = d.client.connect_interrupt(kind, node_id, number, timeout)?;
+    let ri = if flags & FLAG_BROADCAST != 0 || node_id == vsci_client::GROUP_ALL {
+        d.client.connect_interrupt_group(kind, number, timeout).map_err(|e| match e {
+            SciError::NoSuchSegment => SciError::ConnectionRefused,
+            e => e,
+        })?
+    } else {
+        d.client.connect_interrupt(kind, node_id, number, timeout)?
+    };
     let obj = match kind {
         IntrKind::Plain => Obj::RemoteIntr(ri),
         IntrKind::Data => Obj::RemoteDataIntr(ri),

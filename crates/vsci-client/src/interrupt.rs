@@ -109,6 +109,9 @@ enum Path {
     Local { page: Page, eventfd: OwnedFd },
     /// Another node: trigger messages to its RMA engine.
     Rma { ep: crate::remote::Endpoint, token: u64 },
+    /// Every node's interrupt of this number (`SCI_FLAG_BROADCAST`, node
+    /// `DIS_BROADCAST_NODEID_GROUP_ALL`): a trigger goes to each of them.
+    Group(Vec<Arc<RemoteInterrupt>>),
 }
 
 pub struct RemoteInterrupt {
@@ -315,8 +318,45 @@ impl LocalInterrupt {
 /// How long a trigger on a full data-interrupt queue keeps retrying.
 const FULL_QUEUE_WAIT: Duration = Duration::from_secs(1);
 
+impl Client {
+    /// Connect to interrupt `number` of every node that has one (this node
+    /// included), waiting up to `timeout_ms` for at least one; a trigger of
+    /// the result reaches all of them.
+    pub fn connect_interrupt_group(&self, kind: IntrKind, number: u32, timeout_ms: u32) -> Result<Arc<RemoteInterrupt>> {
+        let members = self.sweep_cluster(timeout_ms, |n| self.connect_interrupt(kind, n, number, 0))?;
+        Ok(Arc::new(RemoteInterrupt {
+            client: self.clone(),
+            id: 0,
+            kind,
+            node_id: crate::remote::group::GROUP_ALL,
+            number,
+            path: Path::Group(members),
+            gone: Arc::new(AtomicBool::new(false)),
+        }))
+    }
+}
+
 impl RemoteInterrupt {
+    /// Run `f` on each member of a group connection, or on this one: `Ok`
+    /// if any member took it (members gone since are skipped), else the
+    /// last error.
+    fn each(&self, f: impl Fn(&RemoteInterrupt) -> Result<()>) -> Result<()> {
+        let Path::Group(members) = &self.path else { return f(self) };
+        let mut last = Err(SciError::NotConnected);
+        for m in members {
+            match f(m) {
+                Ok(()) => last = Ok(()),
+                Err(e) if last.is_err() => last = Err(e),
+                Err(_) => {}
+            }
+        }
+        last
+    }
+
     fn check_live(&self) -> Result<()> {
+        if let Path::Group(_) = &self.path {
+            return self.each(|m| m.check_live());
+        }
         if self.gone.load(Ordering::SeqCst) {
             return Err(SciError::NotConnected);
         }
@@ -329,6 +369,9 @@ impl RemoteInterrupt {
     }
 
     pub fn trigger(&self) -> Result<()> {
+        if let Path::Group(_) = &self.path {
+            return self.each(|m| m.trigger());
+        }
         self.check_live()?;
         match &self.path {
             Path::Local { page, eventfd } => {
@@ -341,6 +384,7 @@ impl RemoteInterrupt {
                 Ok(())
             }
             Path::Rma { ep, token } => crate::remote::send_trigger(ep, *token, None),
+            Path::Group(_) => unreachable!("handled above"),
         }
     }
 
@@ -348,10 +392,14 @@ impl RemoteInterrupt {
         if data.len() > DATA_MAX {
             return Err(SciError::OutOfRange);
         }
+        if let Path::Group(_) = &self.path {
+            return self.each(|m| m.trigger_data(data));
+        }
         self.check_live()?;
         let (page, eventfd) = match &self.path {
             Path::Rma { ep, token } => return crate::remote::send_trigger(ep, *token, Some(data)),
             Path::Local { page, eventfd } => (page, eventfd),
+            Path::Group(_) => unreachable!("handled above"),
         };
         crate::remote::flush_all()?;
         let give_up = Instant::now() + FULL_QUEUE_WAIT;
@@ -379,6 +427,12 @@ impl RemoteInterrupt {
     }
 
     pub fn disconnect(&self) -> Result<()> {
+        if let Path::Group(members) = &self.path {
+            for m in members {
+                m.disconnect()?;
+            }
+            return Ok(());
+        }
         self.client.unregister(self.id);
         crate::remote::unwatch_interrupt(self.id);
         if self.gone.load(Ordering::SeqCst) {

@@ -117,6 +117,8 @@ fn stores_reach_every_member_in_order() {
     for (i, k) in [(1, 1), (2, 2), (3, 3)] {
         if let Some(o) = outs.get(i) {
             o.assert_contains(&format!("MEMBER {k} DONE rounds={rounds}"));
+            // The writer's one trigger of the group's data interrupt.
+            o.assert_contains(&format!("MEMBER {k} GOT BYE"));
         }
     }
 }

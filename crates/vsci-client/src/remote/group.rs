@@ -236,6 +236,16 @@ impl crate::conn::Client {
     /// there when the first is found (plus any that answer in the same
     /// sweep of the cluster).
     pub fn connect_group(&self, segment_id: u32, timeout_ms: u32) -> Result<Arc<RemoteSegment>> {
+        let members = self.sweep_cluster(timeout_ms, |n| self.connect_segment_with(n, segment_id, 0, true))?;
+        self.group_segment(segment_id, members)
+    }
+
+    /// Try `connect` on every node of the cluster (this one first) until at
+    /// least one succeeds or `timeout_ms` passes (`SCI_ERR_NO_SUCH_SEGMENT`
+    /// then; the callers' objects name what was missing the same way
+    /// Dolphin's group connects do). Returns everything that connected in
+    /// the sweep that found the first.
+    pub(crate) fn sweep_cluster<T>(&self, timeout_ms: u32, connect: impl Fn(u32) -> Result<T>) -> Result<Vec<T>> {
         let deadline = crate::wait::deadline(timeout_ms);
         let mut nodes = vec![self.node_id()];
         if let Ok(st) = self.status() {
@@ -244,13 +254,13 @@ impl crate::conn::Client {
         loop {
             let mut members = Vec::new();
             for &n in &nodes {
-                match self.connect_segment_with(n, segment_id, 0, true) {
+                match connect(n) {
                     Ok(s) => members.push(s),
-                    Err(e) => log::debug!("vsci: group {segment_id}: no member on node {n}: {}", e.c_name()),
+                    Err(e) => log::debug!("vsci: group connect: nothing on node {n}: {}", e.c_name()),
                 }
             }
             if !members.is_empty() {
-                return self.group_segment(segment_id, members);
+                return Ok(members);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(SciError::NoSuchSegment);
