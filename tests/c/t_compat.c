@@ -6,8 +6,9 @@
  * 1-byte DMAs at odd offsets, dis_dma_vec_t vectors of DIS_DMA_MAX_VECLEN
  * pieces on a queue created with maxEntries 1, DMA channels, the memcpy
  * selector, the older SCIEnqueueDMATransfer / SCIPostDMAQueue /
- * SCIResetDMAQueue queue API, calls that need hardware, and cleanup calls
- * made after SCITerminate.
+ * SCIResetDMAQueue queue API, calls that need hardware, reflective memory
+ * (a broadcast segment, a group connection, its map, a broadcast DMA and
+ * interrupt) and cleanup calls made after SCITerminate.
  *
  *   t_compat -server [-size BYTES]
  *       creates segment SEGMENT_ID, waits for a client to connect, for the
@@ -44,6 +45,8 @@
 
 #define SEGMENT_ID        0x6b01
 #define LOCAL_SEGMENT_ID  0x6b02
+#define GROUP_ID          0x6b03
+#define GROUP_INTNO       0x6b03
 #define CONNECT_TIMEOUT   30000    /* ms */
 
 static unsigned int segment_size = 256 * 1024;
@@ -449,6 +452,59 @@ static void hardware_only(struct client *c)
     printf("hardware-only calls answer NOT_IMPLEMENTED\n");
 }
 
+/* Reflective memory as Dolphin's samples use it, with this node the only
+ * member: a broadcast segment, a group connection and its map, a broadcast
+ * DMA and a broadcast interrupt; every write shows in the member. */
+static void reflective_memory(struct client *c)
+{
+    sci_error_t error;
+    sci_local_segment_t member;
+    sci_map_t mmap_, gmap;
+    sci_remote_segment_t group;
+    const unsigned int gsize = 8192;
+    EXPECT(SCI_ERR_OK, SCICreateSegment(c->sd, &member, GROUP_ID, gsize, NO_CALLBACK, NO_ARG,
+                                        SCI_FLAG_BROADCAST, &error));
+    EXPECT(SCI_ERR_OK, SCIPrepareSegment(member, ADAPTER_NO, SCI_FLAG_BROADCAST, &error));
+    EXPECT(SCI_ERR_OK, SCISetSegmentAvailable(member, ADAPTER_NO, NO_FLAGS, &error));
+    volatile unsigned char *mem = (volatile unsigned char *)SCIMapLocalSegment(
+        member, &mmap_, NO_OFFSET, gsize, NO_SUGGESTED_ADDRESS, NO_FLAGS, &error);
+    CHECK(error == SCI_ERR_OK && mem != NULL);
+    EXPECT(SCI_ERR_OK, SCIConnectSegment(c->sd, &group, DIS_BROADCAST_NODEID_GROUP_ALL, GROUP_ID, ADAPTER_NO,
+                                         NO_CALLBACK, NO_ARG, CONNECT_TIMEOUT, SCI_FLAG_BROADCAST, &error));
+    CHECK(SCIGetRemoteSegmentNodeId(group) == DIS_BROADCAST_NODEID_GROUP_ALL);
+    CHECK(SCIGetRemoteSegmentSize(group) == gsize);
+    volatile unsigned char *g = (volatile unsigned char *)SCIMapRemoteSegment(
+        group, &gmap, NO_OFFSET, gsize, NO_SUGGESTED_ADDRESS, SCI_FLAG_BROADCAST, &error);
+    CHECK(error == SCI_ERR_OK && g != NULL);
+    for (unsigned int i = 0; i < 4096; i++)
+        g[i] = pattern(i, 7);
+    SCIFlush(NULL, NO_FLAGS);
+    for (unsigned int i = 0; i < 4096; i++)
+        CHECK(mem[i] == pattern(i, 7));
+    /* One byte by broadcast DMA, at an odd offset. */
+    c->local[3] = 0x5c;
+    EXPECT(SCI_ERR_OK, SCIStartDmaTransfer(c->dq, c->lseg, group, 3, 1, 5001, NO_CALLBACK, NO_ARG,
+                                           SCI_FLAG_DMA_GLOBAL | SCI_FLAG_BROADCAST | SCI_FLAG_DMA_WAIT, &error));
+    CHECK(mem[5001] == 0x5c);
+    /* A broadcast interrupt reaches the interrupt of that number here. */
+    sci_local_interrupt_t li;
+    sci_remote_interrupt_t ri;
+    unsigned int intno = GROUP_INTNO;
+    EXPECT(SCI_ERR_OK, SCICreateInterrupt(c->sd, &li, ADAPTER_NO, &intno, NO_CALLBACK, NO_ARG,
+                                          SCI_FLAG_FIXED_INTNO, &error));
+    EXPECT(SCI_ERR_OK, SCIConnectInterrupt(c->sd, &ri, DIS_BROADCAST_NODEID_GROUP_ALL, ADAPTER_NO, GROUP_INTNO,
+                                           CONNECT_TIMEOUT, SCI_FLAG_BROADCAST, &error));
+    EXPECT(SCI_ERR_OK, SCITriggerInterrupt(ri, NO_FLAGS, &error));
+    EXPECT(SCI_ERR_OK, SCIWaitForInterrupt(li, 10000, NO_FLAGS, &error));
+    EXPECT(SCI_ERR_OK, SCIDisconnectInterrupt(ri, NO_FLAGS, &error));
+    EXPECT(SCI_ERR_OK, SCIRemoveInterrupt(li, NO_FLAGS, &error));
+    EXPECT(SCI_ERR_OK, SCIUnmapSegment(gmap, NO_FLAGS, &error));
+    EXPECT(SCI_ERR_OK, SCIDisconnectSegment(group, NO_FLAGS, &error));
+    EXPECT(SCI_ERR_OK, SCIUnmapSegment(mmap_, NO_FLAGS, &error));
+    EXPECT(SCI_ERR_OK, SCIRemoveSegment(member, NO_FLAGS, &error));
+    printf("reflective memory (this node a member) ok\n");
+}
+
 /* The server's segment ends as pattern(FINAL_SEED), written with the older
  * API, then the flag byte by a 1-byte DMA. */
 static void final_contents(struct client *c)
@@ -529,6 +585,7 @@ static int client(unsigned int remote_node)
     memcopy_selector(&c);
     older_queue_api(&c);
     hardware_only(&c);
+    reflective_memory(&c);
     final_contents(&c);
     cleanup_after_terminate(&c);
     printf("CLIENT OK\n");

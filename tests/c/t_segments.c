@@ -77,7 +77,7 @@ static void create_errors(struct peer *p)
     EXPECT(SCI_ERR_NOSPC, SCICreateSegment(sd, &seg, 0x3001, (size_t)-1, NULL, NULL,
                                            NO_FLAGS, &err));
     EXPECT(SCI_ERR_FLAG_NOT_IMPLEMENTED, SCICreateSegment(sd, &seg, 0x3001, 4096, NULL, NULL,
-                                                          SCI_FLAG_PRIVATE, &err));
+                                                          SCI_FLAG_PHYSICAL, &err));
     EXPECT(SCI_ERR_ILLEGAL_FLAG, SCICreateSegment(sd, &seg, 0x3001, 4096, NULL, NULL,
                                                   BAD_FLAG, &err));
     EXPECT(SCI_ERR_ILLEGAL_FLAG, SCICreateSegment(sd, &seg, 0x3001, 4096, NULL, NULL,
@@ -89,6 +89,17 @@ static void create_errors(struct peer *p)
     CHECK_EQ(SCIGetLocalSegmentId(seg), 0x3001);
     EXPECT(SCI_ERR_SEGMENTID_USED,
            SCICreateSegment(sd, &seg2, 0x3001, 4096, NULL, NULL, NO_FLAGS, &err));
+
+    /* SCI_FLAG_PRIVATE: usable by its creator, never by a connector, even
+     * after SCISetSegmentAvailable. */
+    sci_local_segment_t priv;
+    sci_remote_segment_t rs;
+    EXPECT(SCI_ERR_OK, SCICreateSegment(sd, &priv, 0x3002, 4096, NULL, NULL, SCI_FLAG_PRIVATE, &err));
+    EXPECT(SCI_ERR_OK, SCIPrepareSegment(priv, 0, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCISetSegmentAvailable(priv, 0, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_CONNECTION_REFUSED,
+           SCIConnectSegment(sd, &rs, node, 0x3002, 0, NULL, NULL, 0, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIRemoveSegment(priv, NO_FLAGS, &err));
 
     /* Zero-filled. */
     sci_map_t map;

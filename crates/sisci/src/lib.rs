@@ -523,7 +523,7 @@ pub unsafe extern "C" fn SCICreateSegment(
                     | FLAG_BROADCAST
                     | SEG_HARDWARE_MEMORY_FLAGS,
             )?;
-            if flags & (FLAG_PRIVATE | SEG_HARDWARE_MEMORY_FLAGS) != 0 {
+            if flags & SEG_HARDWARE_MEMORY_FLAGS != 0 {
                 return Err(SciError::FlagNotImplemented);
             }
             if segment.is_null() || size == 0 {
@@ -533,6 +533,9 @@ pub unsafe extern "C" fn SCICreateSegment(
             let d = handles::desc(h(sd))?;
             let id = (flags & FLAG_AUTO_ID == 0).then_some(segment_id);
             let seg = d.client.create_segment_opts(id, size as u64, flags & FLAG_EMPTY != 0, flags & FLAG_BROADCAST != 0)?;
+            // SCI_FLAG_PRIVATE: a segment only its creator uses (a DMA
+            // source, a local buffer); no connection will ever reach it.
+            seg.private.store(flags & FLAG_PRIVATE != 0, std::sync::atomic::Ordering::Relaxed);
             out(segment, local_seg_handle(sd, seg, callback, callback_arg))
         })
     }

@@ -625,11 +625,11 @@ impl Shared {
 
     /// Move the bytes of `t`; `Ok`, `Cancelled` or the failure.
     fn execute(&self, t: &Transfer) -> SciError {
-        if let (Some((client, queue)), DmaLocal::Segment(local)) = (&self.forward, &t.local) {
-            return self.execute_forwarded(client, *queue, local, t);
-        }
         if t.remote.is_group() {
             return self.execute_group(t);
+        }
+        if let (Some((client, queue)), DmaLocal::Segment(local)) = (&self.forward, &t.local) {
+            return self.execute_forwarded(client, *queue, local, t);
         }
         match (&t.remote.target, &t.remote.agent) {
             (Some(target), _) => self.execute_rma(t, target),

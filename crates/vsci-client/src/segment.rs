@@ -24,6 +24,9 @@ pub struct LocalSegment {
     /// registered.
     empty: bool,
     registered: AtomicBool,
+    /// `SCI_FLAG_PRIVATE`: never offered to connectors (making it
+    /// available succeeds and changes nothing).
+    pub private: AtomicBool,
 }
 
 pub struct RemoteSegment {
@@ -105,6 +108,7 @@ impl Client {
             removed: AtomicBool::new(false),
             empty,
             registered: AtomicBool::new(false),
+            private: AtomicBool::new(false),
         });
         self.register_sink(seg, &s.events);
         Ok(s)
@@ -241,6 +245,10 @@ impl LocalSegment {
     }
 
     pub fn set_available(&self) -> Result<()> {
+        if self.private.load(Ordering::Relaxed) {
+            // Never connectable: connects keep finding it unavailable.
+            return if self.removed.load(Ordering::SeqCst) { Err(SciError::IllegalParameter) } else { Ok(()) };
+        }
         self.simple(Request::SetAvailable { seg: self.id })
     }
 
