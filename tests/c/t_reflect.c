@@ -9,7 +9,7 @@
  * and writes through one map (or one DMA queue) to all of them at once.
  * Waits are plain spin loops on the process's own memory.
  *
- *   t_reflect [-wait S] member K ROUNDS GROUP SIZE WRITERNODE:ACKSEG [die-at R|hold S]
+ *   t_reflect [-wait S] member K ROUNDS GROUP SIZE WRITERNODE:ACKSEG [die-at R|hold S|join]
  *       Member K (1..8) of group GROUP (SIZE bytes).  Prints "MEMBER K
  *       READY" once its segment is available.  Round r = 1..ROUNDS: spins
  *       until the flag word (right after the payload) reads r, checks every
@@ -18,13 +18,16 @@
  *       its ack word of the writer's segment ACKSEG and calls SCIFlush.
  *       It also creates data interrupt number GROUP & 0xffff and, after the
  *       last round, waits for the writer's goodbye on it ("MEMBER K GOT BYE").
+ *       With join it joins late: once its segment exists (after the writer's
+ *       connect) it says hello in its ack word and waits only for the last
+ *       round, which it checks ("MEMBER K JOINED LATE").
  *       With die-at R it kills itself (SIGKILL) once it has seen round R: a
  *       member that dies mid-run.  With hold S (and ROUNDS 0) it only stays a
  *       member for S seconds and then checks that nothing at all arrived
  *       ("MEMBER K UNTOUCHED"): the member on the node of a writer whose map
  *       leaves its own node out.
  *
- *   t_reflect [-wait S] writer ROUNDS GROUP ACKSEG NEED pio|dma|pio-noloop
+ *   t_reflect [-wait S] writer ROUNDS GROUP ACKSEG NEED pio|dma|pio-noloop [late K]
  *       Creates ACKSEG (one ack word per member), connects to the group and
  *       each round writes the payload then the flag = r to every member:
  *       pio stores through the group's map (SCIFlush after the payload and
@@ -34,7 +37,10 @@
  *       pio-noloop maps with SCI_FLAG_NO_MEMORY_LOOPBACK_MAP: a member on the
  *       writer's own node must then receive nothing (a "hold" member).  Then it
  *       spins until every member listed in NEED (e.g. "1,2,3") acked r.
- *       Prints "WRITER DONE rounds=R ms=T".  Then it connects to that data
+ *       With late K, halfway through it waits for member K's hello (the
+ *       harness starts K then), goes on for at least 3 s more (a group finds
+ *       members that join within half a second), and needs K's ack for the
+ *       last round too.  Prints "WRITER DONE rounds=R ms=T".  Then it connects to that data
  *       interrupt of every member at once (DIS_BROADCAST_NODEID_GROUP_ALL,
  *       SCI_FLAG_BROADCAST) and triggers it once with "BYE".
  */
@@ -46,6 +52,8 @@
 #define FLAG_OFF PAYLOAD
 #define ACK_STRIDE 64u
 #define MAX_MEMBERS 8u
+/* A late member's first word in its ack slot. */
+#define HELLO 0xFFFFFFFFu
 
 static uint64_t wait_ms = 120000;
 
@@ -110,8 +118,9 @@ static unsigned long argu(int argc, char **argv, int i)
 }
 
 static int member(unsigned k, uint32_t rounds, unsigned group, size_t size, const char *writer,
-                  uint32_t die_at, unsigned hold_s)
+                  uint32_t die_at, unsigned hold_s, int join)
 {
+    uint32_t all_rounds = rounds;
     sci_desc_t sd;
     sci_error_t err;
     sci_local_segment_t seg;
@@ -157,6 +166,22 @@ static int member(unsigned k, uint32_t rounds, unsigned group, size_t size, cons
                       "member", k, i, mem[i]);
         printf("MEMBER %u UNTOUCHED\n", k);
     }
+    if (join) {
+        ackp[k * ACK_STRIDE / 4] = HELLO;
+        SCIFlush(NULL, NO_FLAGS);
+        uint64_t deadline = now_ms() + wait_ms;
+        if (!SPIN_UNTIL(*flag == rounds, deadline))
+            FAILF("member %u (joined late): the last round %u never arrived: flag reads %u", k,
+                  rounds, *flag);
+        for (uint32_t i = 0; i < PAYLOAD / 4; i++)
+            if (mem[i] != payload_word(rounds, i))
+                FAILF("member %u (joined late): last round: payload word %u is 0x%08x, want "
+                      "0x%08x", k, i, mem[i], payload_word(rounds, i));
+        ackp[k * ACK_STRIDE / 4] = rounds;
+        SCIFlush(NULL, NO_FLAGS);
+        printf("MEMBER %u JOINED LATE\n", k);
+        rounds = 0;
+    }
     for (uint32_t r = 1; r <= rounds; r++) {
         uint64_t deadline = now_ms() + wait_ms;
         if (die_at) {
@@ -184,7 +209,7 @@ static int member(unsigned k, uint32_t rounds, unsigned group, size_t size, cons
         ackp[k * ACK_STRIDE / 4] = r;
         SCIFlush(NULL, NO_FLAGS);
     }
-    printf("MEMBER %u DONE rounds=%u\n", k, rounds);
+    printf("MEMBER %u DONE rounds=%u\n", k, all_rounds);
     if (!hold_s) {
         char msg[64] = { 0 };
         unsigned len = sizeof msg;
@@ -217,7 +242,7 @@ static int member(unsigned k, uint32_t rounds, unsigned group, size_t size, cons
 }
 
 static int writer(uint32_t rounds, unsigned group, unsigned ackid, const char *need,
-                  const char *mode)
+                  const char *mode, unsigned late)
 {
     sci_desc_t sd;
     sci_error_t err;
@@ -229,7 +254,7 @@ static int writer(uint32_t rounds, unsigned group, unsigned ackid, const char *n
     int noloop = strcmp(mode, "pio-noloop") == 0;
     CHECK_MSG(dma || noloop || strcmp(mode, "pio") == 0, "mode \"%s\" is not pio, dma or pio-noloop",
               mode);
-    unsigned needed[MAX_MEMBERS], nneed = 0;
+    unsigned needed[MAX_MEMBERS + 1], nneed = 0;
     for (const char *p = need; *p;) {
         char *end;
         unsigned long k = strtoul(p, &end, 10);
@@ -267,8 +292,20 @@ static int writer(uint32_t rounds, unsigned group, unsigned ackid, const char *n
         EXPECT(SCI_ERR_OK, g = (volatile uint32_t *)SCIMapRemoteSegment(rs, &gmap, 0, gsize, NULL,
                                                                          mflags, &err));
     }
-    uint64_t t0 = now_ms();
+    uint64_t t0 = now_ms(), hello_at = 0;
     for (uint32_t r = 1; r <= rounds; r++) {
+        if (late && r == rounds / 2) {
+            printf("WRITER WAITS FOR MEMBER %u\n", late);
+            volatile uint32_t *a = acks + late * ACK_STRIDE / 4;
+            if (!SPIN_UNTIL(*a == HELLO, now_ms() + wait_ms))
+                FAILF("writer: member %u never said hello", late);
+            hello_at = now_ms();
+        }
+        if (late && r == rounds) {
+            while (now_ms() < hello_at + 3000)
+                sleep_ms(10);
+            needed[nneed++] = late;
+        }
         if (dma) {
             for (uint32_t i = 0; i < PAYLOAD / 4; i++)
                 s[i] = payload_word(r, i);
@@ -334,8 +371,8 @@ int main(int argc, char **argv)
     }
     if (argc < 2) {
         fprintf(stderr, "usage: t_reflect [-wait S] ROLE ...\n"
-                        "  member K ROUNDS GROUP SIZE WRITERNODE:ACKSEG [die-at R | hold S]\n"
-                        "  writer ROUNDS GROUP ACKSEG NEED pio|dma|pio-noloop\n");
+                        "  member K ROUNDS GROUP SIZE WRITERNODE:ACKSEG [die-at R | hold S | join]\n"
+                        "  writer ROUNDS GROUP ACKSEG NEED pio|dma|pio-noloop [late K]\n");
         return 2;
     }
     const char *role = argv[1];
@@ -348,13 +385,18 @@ int main(int argc, char **argv)
             die_at = (uint32_t)argu(argc, argv, 8);
         if (argc > 8 && strcmp(argv[7], "hold") == 0)
             hold = (unsigned)argu(argc, argv, 8);
+        int join = argc > 7 && strcmp(argv[7], "join") == 0;
         return member((unsigned)argu(argc, argv, 2), (uint32_t)argu(argc, argv, 3),
                       (unsigned)argu(argc, argv, 4), argu(argc, argv, 5), arg(argc, argv, 6),
-                      die_at, hold);
+                      die_at, hold, join);
     }
-    if (strcmp(role, "writer") == 0)
+    if (strcmp(role, "writer") == 0) {
+        unsigned late = 0;
+        if (argc > 8 && strcmp(argv[7], "late") == 0)
+            late = (unsigned)argu(argc, argv, 8);
         return writer((uint32_t)argu(argc, argv, 2), (unsigned)argu(argc, argv, 3),
-                      (unsigned)argu(argc, argv, 4), arg(argc, argv, 5), arg(argc, argv, 6));
+                      (unsigned)argu(argc, argv, 4), arg(argc, argv, 5), arg(argc, argv, 6), late);
+    }
     fprintf(stderr, "t_reflect: unknown role \"%s\"\n", role);
     return 2;
 }

@@ -167,11 +167,8 @@ impl Client {
     }
 
     /// The group connection over `members` (see [`Self::connect_group`]).
-    pub(crate) fn group_segment(&self, segment_id: u32, members: Vec<Arc<RemoteSegment>>) -> Result<Arc<RemoteSegment>> {
-        let size = members.iter().map(|m| m.size).min().ok_or(SciError::NoSuchSegment)?;
+    pub(crate) fn group_segment(&self, segment_id: u32, size: u64, group: Arc<crate::remote::group::Group>, events: Arc<EventQueue>) -> Result<Arc<RemoteSegment>> {
         let memfd = crate::remote::group::placeholder_memfd(size)?;
-        let events = Arc::new(EventQueue::default());
-        let group = crate::remote::group::Group::new(members, &events);
         Ok(Arc::new(RemoteSegment {
             client: self.clone(),
             id: 0,
@@ -290,7 +287,7 @@ impl RemoteSegment {
             return Err(SciError::Busy);
         }
         if let Some(g) = &self.group {
-            for m in g.all() {
+            for m in g.close() {
                 m.disconnect()?;
             }
             return Ok(());

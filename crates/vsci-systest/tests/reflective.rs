@@ -170,3 +170,27 @@ fn no_loopback_map_leaves_the_writers_node_out() {
         }
     }
 }
+
+/// Member 3 creates its segment halfway through, long after the writer
+/// connected to the group: the writer's group finds it and it receives
+/// what is written after that (the last round, checked whole).
+#[test]
+fn a_member_that_joins_late() {
+    let _g = serial();
+    let rounds = "1000";
+    let (group, ack) = ("0x6805", "0x6815");
+    let Some(c) = Cluster::start(&[1, 2, 3]) else { return };
+    let m1 = member(&c, 1, 1, rounds, group, ack, &[]);
+    let m2 = member(&c, 2, 2, rounds, group, ack, &[]);
+    let mut w = spawn(&c, 1, &["writer", rounds, group, ack, "1,2", "pio", "late", "3"]);
+    w.wait_line("WRITER WAITS FOR MEMBER 3", LINE_TIMEOUT);
+    let m3 = member(&c, 3, 3, rounds, group, ack, &["join"]);
+    let outs = run_together(vec![w, m1, m2, m3], RUN);
+    check_all(&outs, rounds);
+    outs[1].assert_contains(&format!("MEMBER 1 DONE rounds={rounds}"));
+    outs[2].assert_contains(&format!("MEMBER 2 DONE rounds={rounds}"));
+    outs[3].assert_contains("MEMBER 3 JOINED LATE").assert_contains("MEMBER 3 GOT BYE");
+    for id in [1, 2, 3] {
+        c.wait_clean(id, "after the late member");
+    }
+}

@@ -33,11 +33,38 @@ use crate::Result;
 /// Dolphin's node id for "every member of the group" (`dis_types.h`).
 pub const GROUP_ALL: u32 = 252;
 
+/// How often a group connection looks for members that joined since (a
+/// node that created its broadcast segment after the connect): on hardware
+/// a multicast group has no list, every member receives what is written
+/// after it joined.
+const SWEEP: Duration = Duration::from_millis(500);
+
+struct Member {
+    seg: Arc<RemoteSegment>,
+    /// Dropped after a failed write or read.
+    dropped: bool,
+}
+
+#[derive(Default)]
+struct State {
+    /// Every member ever connected, in order (indices stay valid).
+    members: Vec<Member>,
+    /// Disconnected: the sweeper adds no one any more.
+    closed: bool,
+    /// Nodes whose member was too small (said once).
+    too_small: Vec<u32>,
+}
+
 /// The members of one group connection.
 pub(crate) struct Group {
-    members: Vec<Arc<RemoteSegment>>,
-    /// Members dropped after a failed write (by index into `members`).
-    dropped: Mutex<Vec<bool>>,
+    segment_id: u32,
+    /// The group connection's size: its smallest first member's. A later
+    /// member must be at least as large.
+    size: u64,
+    client: crate::conn::Client,
+    /// The nodes of the cluster, this one first.
+    nodes: Vec<u32>,
+    state: Mutex<State>,
     /// The group connection's own events: LOST once no member is left.
     events: Weak<EventQueue>,
 }
@@ -50,49 +77,99 @@ enum Reach {
 }
 
 impl Group {
-    pub(crate) fn new(members: Vec<Arc<RemoteSegment>>, events: &Arc<EventQueue>) -> Arc<Group> {
-        let g = Arc::new(Group { dropped: Mutex::new(vec![false; members.len()]), members, events: Arc::downgrade(events) });
-        for m in &g.members {
-            let w = Arc::downgrade(&g);
-            m.events.set_callback(Box::new(move |ev: SegEvent| {
-                if ev.reason == SegmentEvent::Lost {
-                    if let Some(g) = w.upgrade() {
-                        g.check_lost();
-                    }
-                }
-                true
-            }));
+    fn new(client: &crate::conn::Client, segment_id: u32, nodes: Vec<u32>, members: Vec<Arc<RemoteSegment>>, events: &Arc<EventQueue>) -> Arc<Group> {
+        let size = members.iter().map(|m| m.size).min().unwrap_or(0);
+        let g = Arc::new(Group { segment_id, size, client: client.clone(), nodes, state: Mutex::new(State::default()), events: Arc::downgrade(events) });
+        for m in members {
+            g.add(m);
         }
+        let w = Arc::downgrade(&g);
+        let _ = std::thread::Builder::new().name("vsci-group".into()).spawn(move || loop {
+            std::thread::sleep(SWEEP);
+            match w.upgrade() {
+                Some(g) if g.sweep() => {}
+                _ => return,
+            }
+        });
         g
+    }
+
+    fn add(self: &Arc<Self>, m: Arc<RemoteSegment>) {
+        let w = Arc::downgrade(self);
+        m.events.set_callback(Box::new(move |ev: SegEvent| {
+            if ev.reason == SegmentEvent::Lost {
+                if let Some(g) = w.upgrade() {
+                    g.check_lost();
+                }
+            }
+            true
+        }));
+        self.state.lock().unwrap().members.push(Member { seg: m, dropped: false });
+    }
+
+    /// Connect members that appeared since; false once the group is closed
+    /// or lost (the sweeper then ends).
+    fn sweep(self: &Arc<Self>) -> bool {
+        if self.events.upgrade().is_none_or(|q| q.lost.load(Ordering::SeqCst)) {
+            return false;
+        }
+        let have: Vec<u32> = self.live().iter().map(|(_, m)| m.node_id).collect();
+        for &n in self.nodes.iter().filter(|n| !have.contains(n)) {
+            let Ok(m) = self.client.connect_segment_with(n, self.segment_id, 0, true) else { continue };
+            if self.state.lock().unwrap().closed {
+                let _ = m.disconnect();
+                return false;
+            }
+            if m.size < self.size {
+                let mut st = self.state.lock().unwrap();
+                if st.too_small.contains(&n) {
+                    drop(st);
+                    let _ = m.disconnect();
+                    continue;
+                }
+                st.too_small.push(n);
+                drop(st);
+                log::warn!(
+                    "vsci: reflective-memory group {}: the member on node {n} has {} bytes, fewer than the group's {}; left out",
+                    self.segment_id,
+                    m.size,
+                    self.size
+                );
+                let _ = m.disconnect();
+                continue;
+            }
+            log::info!("vsci: reflective-memory group {}: member on node {n} joined", self.segment_id);
+            self.add(m);
+        }
+        !self.state.lock().unwrap().closed
     }
 
     /// In a guest: are members reached through the guest's host side?
     pub(crate) fn through_agent(&self) -> bool {
-        self.members.iter().any(|m| m.agent.is_some())
+        self.state.lock().unwrap().members.iter().any(|m| m.seg.agent.is_some())
     }
 
-    /// Every member connection, dropped or not (for disconnecting).
-    pub(crate) fn all(&self) -> &[Arc<RemoteSegment>] {
-        &self.members
+    /// Stop adding members; every member connection, dropped or not (for
+    /// disconnecting).
+    pub(crate) fn close(&self) -> Vec<Arc<RemoteSegment>> {
+        let mut st = self.state.lock().unwrap();
+        st.closed = true;
+        st.members.iter().map(|m| m.seg.clone()).collect()
     }
 
     /// The members still written to, with their index.
     pub(crate) fn live(&self) -> Vec<(usize, Arc<RemoteSegment>)> {
-        let d = self.dropped.lock().unwrap();
-        self.members.iter().enumerate().filter(|(i, m)| !d[*i] && !m.is_lost()).map(|(i, m)| (i, m.clone())).collect()
+        let st = self.state.lock().unwrap();
+        st.members.iter().enumerate().filter(|(_, m)| !m.dropped && !m.seg.is_lost()).map(|(i, m)| (i, m.seg.clone())).collect()
     }
 
     fn drop_member(&self, i: usize, why: &dyn std::fmt::Display) {
-        let mut d = self.dropped.lock().unwrap();
-        if !d[i] {
-            d[i] = true;
-            log::warn!(
-                "vsci: reflective-memory group {}: member on node {} dropped ({why})",
-                self.members[i].segment_id,
-                self.members[i].node_id
-            );
+        let mut st = self.state.lock().unwrap();
+        if !st.members[i].dropped {
+            st.members[i].dropped = true;
+            log::warn!("vsci: reflective-memory group {}: member on node {} dropped ({why})", self.segment_id, st.members[i].seg.node_id);
         }
-        drop(d);
+        drop(st);
         self.check_lost();
     }
 
@@ -234,10 +311,22 @@ impl crate::conn::Client {
     /// created with `broadcast` under that id, this node's included. Waits
     /// up to `timeout_ms` for at least one member; the members are the ones
     /// there when the first is found (plus any that answer in the same
-    /// sweep of the cluster).
+    /// sweep of the cluster), and any that appear later, found within
+    /// [`SWEEP`].
     pub fn connect_group(&self, segment_id: u32, timeout_ms: u32) -> Result<Arc<RemoteSegment>> {
         let members = self.sweep_cluster(timeout_ms, |n| self.connect_segment_with(n, segment_id, 0, true))?;
-        self.group_segment(segment_id, members)
+        let events = Arc::new(EventQueue::default());
+        let group = Group::new(self, segment_id, self.cluster_nodes(), members, &events);
+        self.group_segment(segment_id, group.size, group, events)
+    }
+
+    /// This node, then every other node of its cluster.
+    fn cluster_nodes(&self) -> Vec<u32> {
+        let mut nodes = vec![self.node_id()];
+        if let Ok(st) = self.status() {
+            nodes.extend(st.peers.iter().map(|p| p.node_id).filter(|n| *n != self.node_id()));
+        }
+        nodes
     }
 
     /// Try `connect` on every node of the cluster (this one first) until at
@@ -247,10 +336,7 @@ impl crate::conn::Client {
     /// the sweep that found the first.
     pub(crate) fn sweep_cluster<T>(&self, timeout_ms: u32, connect: impl Fn(u32) -> Result<T>) -> Result<Vec<T>> {
         let deadline = crate::wait::deadline(timeout_ms);
-        let mut nodes = vec![self.node_id()];
-        if let Ok(st) = self.status() {
-            nodes.extend(st.peers.iter().map(|p| p.node_id).filter(|n| *n != self.node_id()));
-        }
+        let nodes = self.cluster_nodes();
         loop {
             let mut members = Vec::new();
             for &n in &nodes {
