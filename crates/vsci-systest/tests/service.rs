@@ -106,7 +106,10 @@ fn runs_unprivileged_with_a_socket_group() {
     let socket = dir.path.join("vscid.sock");
     let member = u.member.clone();
     let group = u.group.clone();
-    let mut d = Daemon::spawn_wrapped(
+    // A copy of vscid the member can reach (the checkout may not let it through).
+    let vscid = u.stage(&built("bin/vscid"));
+    let mut d = Daemon::spawn_program(
+        &vscid,
         &socket,
         80,
         &["setpriv", "--reuid", &member, "--regid", &group, "--clear-groups", "--"],

@@ -437,15 +437,21 @@ impl Daemon {
     }
 
     pub fn spawn_wrapped(socket: &Path, node_id: u32, wrapper: &[&str], args: &[&str]) -> Daemon {
+        Daemon::spawn_program(&built("bin/vscid"), socket, node_id, wrapper, args)
+    }
+
+    /// As `spawn_wrapped`, running the vscid at `vscid` (e.g. a copy from
+    /// `Users::stage` that another user can reach).
+    pub fn spawn_program(vscid: &Path, socket: &Path, node_id: u32, wrapper: &[&str], args: &[&str]) -> Daemon {
         let log = socket.with_extension(format!("node{node_id}.log"));
         let f = File::create(&log).expect("create daemon log");
         let mut cmd = match wrapper.split_first() {
             Some((w, rest)) => {
                 let mut c = Command::new(w);
-                c.args(rest).arg(built("bin/vscid"));
+                c.args(rest).arg(vscid);
                 c
             }
-            None => Command::new(built("bin/vscid")),
+            None => Command::new(vscid),
         };
         let child = cmd
             .arg("--node-id")
@@ -768,44 +774,90 @@ pub fn close_fd(fd: i32) {
 // ---- temporary users -------------------------------------------------------
 
 /// A temporary group and two users: `member` (in the group) and `outsider`.
+///
+/// The users do not run the built programs where they are: the checkout may
+/// sit under a directory they cannot traverse (a clone under `mktemp -d`,
+/// mode 0700). [`Users::stage`] copies a built program, and `Users::new`
+/// libsisci.so, into a directory under the system temp dir that everyone
+/// can traverse (removed on drop); [`Users::as_user`] runs the copy with
+/// `LD_LIBRARY_PATH` at the copied library (the programs' rpath names the
+/// build directory, which the users may not reach).
 pub struct Users {
     pub group: String,
     pub gid: u32,
     pub member: String,
     pub outsider: String,
+    stage: TempDir,
 }
 
 fn tool(args: &[&str]) -> bool {
     std::process::Command::new(args[0]).args(&args[1..]).output().map(|o| o.status.success()).unwrap_or(false)
 }
 
+/// Copy `from` to `to` (creating its directory) with mode 0755, unless
+/// already there.
+fn copy_for_everyone(from: &Path, to: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if to.exists() {
+        return;
+    }
+    let dir = to.parent().expect("a file in a directory");
+    fs::create_dir_all(dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
+    // Copied under another name and renamed, so nobody runs half a file.
+    let part = to.with_extension("part");
+    fs::copy(from, &part).unwrap_or_else(|e| panic!("copy {} to {}: {e}", from.display(), part.display()));
+    fs::set_permissions(&part, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::rename(&part, to).unwrap();
+}
+
 impl Users {
     pub fn new() -> Option<Users> {
+        use std::os::unix::fs::PermissionsExt;
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             eprintln!("skipped: creating users needs root");
             return None;
         }
-        // The users run the built programs: every directory above them
-        // must let others through (a clone under a mode-0700 directory,
-        // such as one from mktemp -d, fails with "libsisci.so: cannot open
-        // shared object file", which says nothing about why).
-        let build = std::fs::canonicalize(build_dir()).expect("the build directory exists");
-        for dir in build.ancestors() {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = std::fs::metadata(dir).map(|m| m.permissions().mode()).unwrap_or(0);
+        // The users run copies of the built programs from the temp dir,
+        // and reach the daemons' sockets there: that much must let others
+        // through and allow programs to run.
+        let stage = TempDir::new("users");
+        fs::set_permissions(&stage.path, fs::Permissions::from_mode(0o755)).unwrap();
+        let tmp = fs::canonicalize(&stage.path).expect("the staging directory exists");
+        for dir in tmp.ancestors() {
+            let mode = fs::metadata(dir).map(|m| m.permissions().mode()).unwrap_or(0);
             assert!(
                 mode & 0o001 != 0,
-                "{} (mode {:o}) does not let other users through, and this test runs the built programs as other users: \
-                 build in a directory every user can traverse (chmod o+x {})",
+                "{} (mode {:o}) does not let other users through, and this test runs programs as other users \
+                 from copies (and against sockets) under {}: set TMPDIR to a directory every user can traverse",
                 dir.display(),
                 mode & 0o7777,
-                dir.display()
+                std::env::temp_dir().display()
             );
         }
+        let c = std::ffi::CString::new(tmp.as_os_str().as_bytes()).unwrap();
+        // SAFETY: statvfs is plain data; all-zero is valid.
+        let mut sv: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: c is a valid C string and sv a writable statvfs.
+        if unsafe { libc::statvfs(c.as_ptr(), &mut sv) } == 0 {
+            assert!(
+                sv.f_flag & libc::ST_NOEXEC == 0,
+                "{} is on a noexec mount, and this test runs copies of the built programs from there as other users: \
+                 set TMPDIR to a directory on a filesystem that allows programs to run",
+                tmp.display()
+            );
+        }
+        copy_for_everyone(&built("lib/libsisci.so"), &stage.path.join("lib/libsisci.so"));
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let tag = format!("{}{}", std::process::id() % 100000, NEXT.fetch_add(1, Ordering::SeqCst));
-        let u = Users { group: format!("vscig{tag}"), gid: 0, member: format!("vscim{tag}"), outsider: format!("vscio{tag}") };
+        let u = Users {
+            group: format!("vscig{tag}"),
+            gid: 0,
+            member: format!("vscim{tag}"),
+            outsider: format!("vscio{tag}"),
+            stage,
+        };
         u.remove(); // left over from a run that was killed
         assert!(tool(&["groupadd", &u.group]), "groupadd {}", u.group);
         let mut u = u;
@@ -821,10 +873,43 @@ impl Users {
         let _ = tool(&["groupdel", &self.group]);
     }
 
-    /// `program args` as `user`, with its groups, against `d`'s socket.
+    /// A copy of `program` that the users can run: a file of the build
+    /// directory (as `built` names it) is copied to the same place under
+    /// the staging directory, once; anything else is returned as it is.
+    pub fn stage(&self, program: &Path) -> PathBuf {
+        let build = build_dir();
+        let rel = program
+            .strip_prefix(&build)
+            .ok()
+            .map(Path::to_path_buf)
+            .or_else(|| {
+                let (p, b) = (fs::canonicalize(program).ok()?, fs::canonicalize(&build).ok()?);
+                p.strip_prefix(b).ok().map(Path::to_path_buf)
+            });
+        let Some(rel) = rel else { return program.to_path_buf() };
+        let to = self.stage.path.join(rel);
+        copy_for_everyone(program, &to);
+        to
+    }
+
+    /// `LD_LIBRARY_PATH` for the users' programs: the copied libsisci.so
+    /// first (their rpath names the build directory).
+    pub fn library_path(&self) -> std::ffi::OsString {
+        let mut v = self.stage.path.join("lib").into_os_string();
+        if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|o| !o.is_empty()) {
+            v.push(":");
+            v.push(old);
+        }
+        v
+    }
+
+    /// `program args` as `user`, with its groups, against `d`'s socket
+    /// (a copy of `program` the user can reach; see [`Users::stage`]).
     pub fn as_user(&self, user: &str, d: &Daemon, program: &std::path::Path, args: &[&str]) -> Output {
+        let staged = self.stage(program);
         let mut c = d.client(std::path::Path::new("setpriv"));
-        c.args(["--reuid", user, "--regid", "nogroup", "--init-groups", "--"]).arg(program).args(args);
+        c.env("LD_LIBRARY_PATH", self.library_path());
+        c.args(["--reuid", user, "--regid", "nogroup", "--init-groups", "--"]).arg(&staged).args(args);
         run(&format!("{} as {user}", program.display()), &mut c, Duration::from_secs(60))
     }
 }
