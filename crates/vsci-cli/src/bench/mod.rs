@@ -15,6 +15,7 @@ mod local;
 mod netns;
 mod peers;
 mod plot;
+mod reflective;
 mod remote;
 mod report;
 
@@ -60,7 +61,7 @@ pub struct PathSpec {
 
 /// Every path, in the order they run. The guest paths start their guest
 /// ends through `vsci vm run`.
-pub const PATHS: &[PathSpec] = &[local::PATH, remote::PATH, guest::GUEST, guest::GUEST_HOST, guest::GUEST_GUEST, guest::GUEST_REMOTE];
+pub const PATHS: &[PathSpec] = &[local::PATH, remote::PATH, reflective::PATH, guest::GUEST, guest::GUEST_HOST, guest::GUEST_GUEST, guest::GUEST_REMOTE];
 
 /// What every runner gets.
 pub struct Ctx {

@@ -163,17 +163,18 @@ fn random_key() -> Result<String> {
 /// The link port of both nodes (each has its own address).
 pub const LINK_PORT: u16 = 7100;
 
-/// Two namespaces, a veth pair between them, a cluster file, and (after
-/// [`Pair::start_nodes`]) a `vscid` in each.
+/// Network namespaces joined by veth (two: one pair; more: each to a
+/// bridge in a namespace of its own), a cluster file, and (after
+/// [`Pair::start_nodes`]) a `vscid` in each. Node `i + 1` lives in `ns[i]`.
 pub struct Pair {
     /// Namespace names, node 1 first.
-    pub ns: [String; 2],
-    /// Each namespace's address on the veth.
-    pub ip: [String; 2],
+    pub ns: Vec<String>,
+    /// Each namespace's address on its veth.
+    pub ip: Vec<String>,
     /// Temporary directory: key, cluster file, sockets, logs.
     pub dir: PathBuf,
-    pub sockets: [PathBuf; 2],
-    pub logs: [PathBuf; 2],
+    pub sockets: Vec<PathBuf>,
+    pub logs: Vec<PathBuf>,
     created: Vec<String>,
     daemons: Vec<Child>,
     /// Other processes started in the namespaces (benchmarks, peers).
@@ -181,12 +182,18 @@ pub struct Pair {
 }
 
 impl Pair {
-    /// Create the namespaces, the veth pair and the cluster files. Needs
-    /// root (CAP_SYS_ADMIN and CAP_NET_ADMIN).
+    /// Two nodes: see [`Pair::create_n`].
     pub fn create() -> Result<Pair> {
+        Pair::create_n(2)
+    }
+
+    /// Create `n` namespaces, their links and the cluster files. Needs root
+    /// (CAP_SYS_ADMIN and CAP_NET_ADMIN).
+    pub fn create_n(n: usize) -> Result<Pair> {
         if !nix::unistd::geteuid().is_root() {
-            bail!("the remote benchmark creates network namespaces (ip netns) and needs root; run it as root or use --paths local");
+            bail!("the multi-node benchmarks create network namespaces (ip netns) and need root; run as root or use --paths local");
         }
+        assert!((2..=9).contains(&n), "2 to 9 nodes");
         sweep_stale();
         let pid = std::process::id();
         let tag = format!("{NS_PREFIX}{pid}");
@@ -195,33 +202,51 @@ impl Pair {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let mut p = Pair {
-            ns: [format!("{tag}-n1"), format!("{tag}-n2")],
-            ip: [format!("10.214.{subnet}.1"), format!("10.214.{subnet}.2")],
-            sockets: [dir.join("node1.sock"), dir.join("node2.sock")],
-            logs: [dir.join("node1.log"), dir.join("node2.log")],
+            ns: (1..=n).map(|i| format!("{tag}-n{i}")).collect(),
+            ip: (1..=n).map(|i| format!("10.214.{subnet}.{i}")).collect(),
+            sockets: (1..=n).map(|i| dir.join(format!("node{i}.sock"))).collect(),
+            logs: (1..=n).map(|i| dir.join(format!("node{i}.log"))).collect(),
             dir,
             created: Vec::new(),
             daemons: Vec::new(),
             helpers: Vec::new(),
         };
+        if n > 2 {
+            let hub = format!("{tag}-hub");
+            ip(&["netns", "add", &hub])?;
+            p.created.push(hub.clone());
+            ip(&["-n", &hub, "link", "add", "br0", "type", "bridge"])?;
+            ip(&["-n", &hub, "link", "set", "br0", "up"])?;
+        }
         for ns in p.ns.clone() {
             check_interrupted()?;
             ip(&["netns", "add", &ns])?;
             p.created.push(ns);
         }
-        let (a, b) = (&p.ns[0], &p.ns[1]);
-        ip(&["link", "add", "vb1", "netns", a, "type", "veth", "peer", "name", "vb2", "netns", b])?;
-        for (i, (ns, dev)) in [(a, "vb1"), (b, "vb2")].into_iter().enumerate() {
+        if n == 2 {
+            let (a, b) = (&p.ns[0], &p.ns[1]);
+            ip(&["link", "add", "vb1", "netns", a, "type", "veth", "peer", "name", "vb2", "netns", b])?;
+        } else {
+            let hub = format!("{tag}-hub");
+            for (i, ns) in p.ns.iter().enumerate() {
+                let (dev, port) = (format!("vb{}", i + 1), format!("vh{}", i + 1));
+                ip(&["link", "add", &dev, "netns", ns, "type", "veth", "peer", "name", &port, "netns", &hub])?;
+                ip(&["-n", &hub, "link", "set", &port, "master", "br0"])?;
+                ip(&["-n", &hub, "link", "set", &port, "up"])?;
+            }
+        }
+        for (i, ns) in p.ns.iter().enumerate() {
             check_interrupted()?;
+            let dev = format!("vb{}", i + 1);
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
-            ip(&["-n", ns, "addr", "add", &format!("{}/24", p.ip[i]), "dev", dev])?;
-            ip(&["-n", ns, "link", "set", dev, "up"])?;
+            ip(&["-n", ns, "addr", "add", &format!("{}/24", p.ip[i]), "dev", &dev])?;
+            ip(&["-n", ns, "link", "set", &dev, "up"])?;
         }
 
         let key = p.dir.join("cluster.key");
         fs::write(&key, random_key()?)?;
         fs::set_permissions(&key, fs::Permissions::from_mode(0o600))?;
-        let mut toml = String::from("# written by `vsci bench --paths remote`\nkey_file = \"cluster.key\"\n");
+        let mut toml = String::from("# written by `vsci bench`\nkey_file = \"cluster.key\"\n");
         for (i, addr) in p.ip.iter().enumerate() {
             toml += &format!("\n[[node]]\nid = {}\naddress = \"{addr}:{LINK_PORT}\"\n", i + 1);
         }
@@ -253,11 +278,12 @@ impl Pair {
         &mut self.helpers[h]
     }
 
-    /// Start `vscid` in both namespaces and wait until each reports the
+    /// Start `vscid` in every namespace and wait until each reports every
     /// other "up".
     pub fn start_nodes(&mut self, vscid: &Path, timeout: Duration) -> Result<()> {
         let config = self.dir.join("cluster.toml");
-        for i in 0..2 {
+        let n = self.ns.len();
+        for i in 0..n {
             let log = fs::File::create(&self.logs[i])?;
             let mut c = self.command(i, vscid);
             c.arg("--config")
@@ -273,8 +299,7 @@ impl Pair {
             self.daemons.push(c.spawn().context("starting vscid (is it built? run `make`)")?);
         }
         let t0 = Instant::now();
-        for i in 0..2 {
-            let peer = (2 - i) as u32; // node 1 waits for node 2 and back
+        for (i, peer) in (0..n).flat_map(|i| (1..=n as u32).filter(move |p| *p != i as u32 + 1).map(move |p| (i, p))) {
             loop {
                 check_interrupted()?;
                 self.check_daemons()?;
@@ -284,13 +309,13 @@ impl Pair {
                     }
                 }
                 if t0.elapsed() > timeout {
+                    let logs: Vec<String> = (0..n).map(|j| format!("--- node {} log ---\n{}", j + 1, self.log(j))).collect();
                     bail!(
-                        "node {} does not see node {peer} up after {} s (state {:?})\n--- node 1 log ---\n{}\n--- node 2 log ---\n{}",
+                        "node {} does not see node {peer} up after {} s (state {:?})\n{}",
                         i + 1,
                         timeout.as_secs(),
                         self.peer_state(i, peer),
-                        self.log(0),
-                        self.log(1)
+                        logs.join("\n")
                     );
                 }
                 std::thread::sleep(Duration::from_millis(50));

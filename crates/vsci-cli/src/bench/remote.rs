@@ -24,7 +24,12 @@ pub const PATH: PathSpec = PathSpec {
     run,
 };
 
-fn unavailable(_: &Ctx) -> Option<String> {
+fn unavailable(ctx: &Ctx) -> Option<String> {
+    needs_root_and_ip(ctx)
+}
+
+/// Paths that make network namespaces need root and `ip`.
+pub fn needs_root_and_ip(_: &Ctx) -> Option<String> {
     if !nix::unistd::geteuid().is_root() {
         return Some("needs root to create network namespaces (ip netns); run as root".into());
     }
