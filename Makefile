@@ -79,7 +79,7 @@ bench: all
 # Regenerates docs/benchmarks.md, docs/bench/results.{json,txt} and the
 # plots (the remote path needs root for its network namespaces).
 bench-report: all
-	$(BUILD)/bin/vsci bench --paths local,remote,guest,guest-host,guest-guest,guest-remote --report docs
+	$(BUILD)/bin/vsci bench --paths local,remote,reflective,guest,guest-host,guest-guest,guest-remote --report docs
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/dis

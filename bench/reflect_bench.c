@@ -22,11 +22,16 @@
  *         and SCIFlush-ed, until every member acked: NPIO timed blocks;
  *       - DMA: SCIStartDmaTransfer of the block (SCI_FLAG_DMA_GLOBAL |
  *         SCI_FLAG_BROADCAST | SCI_FLAG_DMA_WAIT), the flag as above: NDMA;
+ *       - store + SCIFlush of one 8-byte word, SAMPLES times, one every
+ *         PACE_US: SCIFlush returns once the word is at every member;
  *       - store-to-visibility: SAMPLES plain 8-byte stores of the clock into
  *         the stamp word, one every PACE_US, no call at all.
- *       Prints "RESULT pio_us=.. pio_MBps=.. dma_us=.. dma_MBps=..": per
- *       block, the time until every member had checked it, and the bytes
- *       per second each member received and checked.
+ *       Prints "RESULT pio_us=.. pio_MBps=.. dma_us=.. dma_MBps=..
+ *       pio_call_us=.. dma_call_us=.. flush_p50_us=.. flush_p99_us=..": per block, the time until every
+ *       member had checked it, the bytes per second each member received and
+ *       checked, and the time in the writing calls alone (the copy and
+ *       SCIFlush, the DMA transfer: the data is at every member when they
+ *       return), and the store + SCIFlush percentiles.
  *   Every wait has a deadline (60 s); a failure exits 1 with a message.
  */
 #include <signal.h>
@@ -44,6 +49,7 @@
 #define CTL 4096u
 #define FLAG_AT 0u
 #define STAMP_AT 64u
+#define POKE_AT 128u
 #define ACK_STRIDE 64u
 #define MAX_MEMBERS 8u
 #define WARM 3u
@@ -247,6 +253,7 @@ static int writer(unsigned segid, unsigned ackid, const char *members, size_t bl
 
     uint32_t i = 0;
     double us[2] = { 0, 0 };
+    uint64_t call_ns[2] = { 0, 0 };
     for (int phase = 0; phase < 2; phase++) {
         unsigned timed = phase ? ndma : npio;
         uint64_t t0 = 0;
@@ -254,6 +261,7 @@ static int writer(unsigned segid, unsigned ackid, const char *members, size_t bl
             if (b == WARM)
                 t0 = now_ns();
             i++;
+            uint64_t c0 = now_ns();
             if (phase == 0) {
                 memcpy((void *)g, pat[i & 1], block);
                 SCIFlush(NULL, 0);
@@ -261,6 +269,8 @@ static int writer(unsigned segid, unsigned ackid, const char *members, size_t bl
                 TRY(SCIStartDmaTransfer(q, src, rs, (i & 1) ? block : 0, block, 0, NULL, NULL,
                                         dma_flags, error));
             }
+            if (b >= WARM)
+                call_ns[phase] += now_ns() - c0;
             *flag = i;
             SCIFlush(NULL, 0);
             for (unsigned m = 0; m < nk; m++)
@@ -268,6 +278,21 @@ static int writer(unsigned segid, unsigned ackid, const char *members, size_t bl
         }
         us[phase] = timed ? (double)(now_ns() - t0) / 1e3 / timed : 0;
     }
+
+    /* Store + SCIFlush of one word: SCIFlush returns once the word is in
+     * every member's memory (delivery complete), whatever the members'
+     * programs are doing. */
+    volatile uint64_t *poke = (volatile uint64_t *)(g + block + POKE_AT);
+    uint64_t *fl = malloc((samples ? samples : 1) * sizeof *fl);
+    for (unsigned n = 0; n < samples; n++) {
+        uint64_t t = now_ns();
+        *poke = n + 1;
+        SCIFlush(NULL, 0);
+        fl[n] = now_ns() - t;
+        while (now_ns() < t + 1000ull * pace_us)
+            __asm__ __volatile__("" ::: "memory");
+    }
+    qsort(fl, samples, sizeof *fl, cmp_u64);
 
     volatile uint64_t *stamp = (volatile uint64_t *)(g + block + STAMP_AT);
     for (unsigned n = 0; n < samples; n++) {
@@ -280,8 +305,12 @@ static int writer(unsigned segid, unsigned ackid, const char *members, size_t bl
     SCIFlush(NULL, 0);
     for (unsigned m = 0; m < nk; m++)
         SPIN(acks[ks[m] * ACK_STRIDE / 4] == DONE, "the members' end");
-    printf("RESULT pio_us=%.1f pio_MBps=%.1f dma_us=%.1f dma_MBps=%.1f members=%u block=%zu\n",
-           us[0], us[0] > 0 ? block / us[0] : 0, us[1], us[1] > 0 ? block / us[1] : 0, nk, block);
+    printf("RESULT pio_us=%.1f pio_MBps=%.1f dma_us=%.1f dma_MBps=%.1f pio_call_us=%.1f "
+           "dma_call_us=%.1f flush_p50_us=%.1f flush_p99_us=%.1f members=%u block=%zu\n",
+           us[0], us[0] > 0 ? block / us[0] : 0, us[1], us[1] > 0 ? block / us[1] : 0,
+           npio ? call_ns[0] / 1e3 / npio : 0, ndma ? call_ns[1] / 1e3 / ndma : 0,
+           samples ? fl[samples / 2] / 1e3 : 0,
+           samples ? fl[(size_t)(0.99 * (samples - 1))] / 1e3 : 0, nk, block);
     TRY(SCIRemoveDMAQueue(q, 0, error));
     TRY(SCIUnmapSegment(srcmap, 0, error));
     TRY(SCIRemoveSegment(src, 0, error));

@@ -638,8 +638,8 @@ impl Shared {
         }
     }
 
-    /// A reflective-memory group: a write goes to every member at once (a
-    /// thread per member, each running the unicast transfer), a read comes
+    /// A reflective-memory group: a write goes to every member at once (one
+    /// RMA transfer posted to all remote members), a read comes
     /// from one member (this node's if it is one). A member lost on the way
     /// is left out, as the group's maps leave it out; the transfer fails
     /// only if a member still there failed, or none is left.
@@ -658,10 +658,17 @@ impl Shared {
             // at the host side: one member at a time.
             members.iter().map(|m| self.execute(&one(m))).collect()
         } else {
-            std::thread::scope(|sc| {
-                let runs: Vec<_> = members.iter().map(|m| sc.spawn(move || self.execute(&one(m)))).collect();
-                runs.into_iter().map(|h| h.join().unwrap_or(SciError::System)).collect()
-            })
+            // Members on other nodes get one transfer posted to all of
+            // them; one on this node is a copy.
+            let rma: Vec<usize> = (0..members.len()).filter(|&i| members[i].target.is_some()).collect();
+            let mut st: Vec<SciError> = members.iter().map(|m| if m.target.is_some() { SciError::Ok } else { self.execute(&one(m)) }).collect();
+            if !rma.is_empty() {
+                let to: Vec<_> = rma.iter().map(|&i| (&**members[i].target.as_ref().expect("filtered"), &members[i])).collect();
+                for (&i, s) in rma.iter().zip(self.execute_rma_to(t, &to)) {
+                    st[i] = s;
+                }
+            }
+            st
         };
         let mut delivered = false;
         for (m, st) in members.iter().zip(statuses) {
@@ -821,15 +828,29 @@ impl Shared {
     /// Segment of another node: RMA straight between the local pages and
     /// the owner's registered region.
     fn execute_rma(&self, t: &Transfer, target: &crate::remote::RemoteTarget) -> SciError {
+        self.execute_rma_to(t, &[(target, &t.remote)])[0]
+    }
+
+    /// RMA between the local side and each of `members` (target and
+    /// connection): a read from the first, a write to all of them at once
+    /// (every member's writes of a batch are posted before any is waited
+    /// for). One status per member; a member that fails or is lost is left
+    /// out of the rest of the transfer.
+    fn execute_rma_to(&self, t: &Transfer, members: &[(&crate::remote::RemoteTarget, &Arc<RemoteSegment>)]) -> Vec<SciError> {
+        let mut status = vec![SciError::Ok; members.len()];
         // The program's earlier stores to remote maps go first, so a DMA
         // never overtakes them (and a DMA read sees them).
-        if crate::remote::flush_all().is_err() && t.remote.is_lost() {
-            return SciError::TransferFailed;
+        if crate::remote::flush_all().is_err() {
+            for (i, (_, m)) in members.iter().enumerate() {
+                if m.is_lost() {
+                    status[i] = SciError::TransferFailed;
+                }
+            }
         }
         let local = match &t.local {
             DmaLocal::Segment(s) => match seg_mem_local(s) {
                 Ok(m) => Some(m),
-                Err(e) => return e,
+                Err(e) => return vec![e; members.len()],
             },
             DmaLocal::Mem { .. } => None,
         };
@@ -841,6 +862,7 @@ impl Shared {
                 std::mem::forget(m.clone());
             }
         };
+        let going = |status: &[SciError]| status.iter().any(|s| *s == SciError::Ok);
         for e in &t.entries {
             let n = e.size as usize;
             let l_ptr = match (&local, &t.local) {
@@ -850,15 +872,18 @@ impl Shared {
                 (None, DmaLocal::Segment(_)) => unreachable!("segment mapped above"),
             };
             let mut off = 0usize;
-            while off < n {
+            while off < n && going(&status) {
                 if self.aborted() {
-                    return SciError::Cancelled;
+                    return vec![SciError::Cancelled; members.len()];
                 }
-                if t.remote.is_lost() {
-                    return SciError::TransferFailed;
+                for (i, (_, m)) in members.iter().enumerate() {
+                    if m.is_lost() {
+                        status[i] = SciError::TransferFailed;
+                    }
                 }
                 let roff = e.remote_offset + off as u64;
-                let (r, moved) = if t.read {
+                if t.read {
+                    let (target, _) = members[0];
                     let len = CHUNK.min(n - off);
                     // SAFETY: `len` bytes at l_ptr + off lie in the range
                     // validate() checked: the engine's mapping of the local
@@ -874,30 +899,42 @@ impl Shared {
                         // buffer of its own.
                         target.read(dst, roff).map_err(|_| ())
                     };
-                    (r, len)
-                } else {
-                    let batch = (CHUNK * WRITE_BATCH).min(n - off);
-                    let mut runs: Vec<(&[u8], u64)> = Vec::with_capacity(WRITE_BATCH);
-                    let mut b = 0;
-                    while b < batch {
-                        let len = CHUNK.min(batch - b);
-                        // SAFETY: inside the checked range of the local side;
-                        // the provider only reads it.
-                        let src = unsafe { std::slice::from_raw_parts(l_ptr.add(off + b), len) };
-                        runs.push((src, roff + b as u64));
-                        b += len;
+                    if r.is_err() {
+                        status[0] = SciError::TransferFailed;
                     }
-                    let r = target.write_direct(&runs);
-                    keep_mapping(&r);
-                    (r.inspect_err(|e| log::warn!("vsci: DMA write failed: {e}")).map_err(|_| ()), batch)
-                };
-                if r.is_err() {
-                    return SciError::TransferFailed;
+                    off += len;
+                    continue;
                 }
-                off += moved;
+                let batch = (CHUNK * WRITE_BATCH).min(n - off);
+                let mut runs: Vec<(&[u8], u64)> = Vec::with_capacity(WRITE_BATCH);
+                let mut b = 0;
+                while b < batch {
+                    let len = CHUNK.min(batch - b);
+                    // SAFETY: inside the checked range of the local side;
+                    // the provider only reads it.
+                    let src = unsafe { std::slice::from_raw_parts(l_ptr.add(off + b), len) };
+                    runs.push((src, roff + b as u64));
+                    b += len;
+                }
+                let live: Vec<usize> = (0..members.len()).filter(|&i| status[i] == SciError::Ok).collect();
+                let results = if let [only] = live[..] {
+                    vec![members[only].0.write_direct(&runs)]
+                } else {
+                    let fabric = &members[live[0]].0.ep.rma.fabric;
+                    let targets: Vec<_> = live.iter().map(|&i| (&*members[i].0.ep.peer, &members[i].0.region)).collect();
+                    fabric.write_many_ordered_multi(&targets, &runs, &[])
+                };
+                for (&i, r) in live.iter().zip(&results) {
+                    keep_mapping(r);
+                    if let Err(e) = r {
+                        log::warn!("vsci: DMA write to node {} failed: {e}", members[i].1.node_id);
+                        status[i] = SciError::TransferFailed;
+                    }
+                }
+                off += batch;
             }
         }
-        SciError::Ok
+        status
     }
 }
 

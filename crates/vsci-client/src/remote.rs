@@ -34,7 +34,7 @@ mod trapped;
 
 /// The process's RMA endpoint, opened on first use.
 pub(crate) struct Rma {
-    fabric: Fabric,
+    pub(crate) fabric: Fabric,
     peers: Mutex<HashMap<Vec<u8>, Arc<Peer>>>,
     _progress: ProgressThread,
 }

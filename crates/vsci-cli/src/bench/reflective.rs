@@ -160,6 +160,9 @@ fn one(nodes: &mut Pair, prog: &Path, c: &Config, segid: u32, npio: u32, ndma: u
         "pio_MBps": field("pio_MBps"),
         "dma_us": field("dma_us"),
         "dma_MBps": field("dma_MBps"),
+        "pio_call_us": field("pio_call_us"),
+        "dma_call_us": field("dma_call_us"),
+        "flush": {"median_us": field("flush_p50_us"), "p99_us": field("flush_p99_us")},
         "visibility_all": {"n": all.len(), "sent": samples, "median_us": pct(0.5), "p99_us": pct(0.99), "max_us": pct(1.0)},
     }))
 }
@@ -167,19 +170,21 @@ fn one(nodes: &mut Pair, prog: &Path, c: &Config, segid: u32, npio: u32, ndma: u
 fn print_table(rows: &[Value]) {
     say("\n== reflective memory: writer on node 1, members on nodes 2-4 (1 MiB blocks, each checked whole at every member) ==");
     say(&format!(
-        "{:<18} {:>14} {:>14} {:>14} {:>14} {:>26} {:>10}",
-        "to", "stores µs/blk", "stores MB/s", "DMA µs/blk", "DMA MB/s", "visible at all p50/p99 µs", "seen"
+        "{:<18} {:>14} {:>14} {:>14} {:>14} {:>14} {:>22} {:>26} {:>10}",
+        "to", "stores µs/blk", "stores MB/s", "DMA µs/blk", "DMA MB/s", "DMA call µs", "8 B+flush p50/p99 µs", "visible at all p50/p99 µs", "seen"
     ));
     let f = |v: &Value| v.as_f64().map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into());
     for r in rows {
         let vis = &r["visibility_all"];
         say(&format!(
-            "{:<18} {:>14} {:>14} {:>14} {:>14} {:>26} {:>10}",
+            "{:<18} {:>14} {:>14} {:>14} {:>14} {:>14} {:>22} {:>26} {:>10}",
             r["config"].as_str().unwrap_or("?"),
             f(&r["pio_us"]),
             f(&r["pio_MBps"]),
             f(&r["dma_us"]),
             f(&r["dma_MBps"]),
+            f(&r["dma_call_us"]),
+            format!("{} / {}", f(&r["flush"]["median_us"]), f(&r["flush"]["p99_us"])),
             format!("{} / {}", f(&vis["median_us"]), f(&vis["p99_us"])),
             format!("{}/{}", vis["n"], vis["sent"]),
         ));

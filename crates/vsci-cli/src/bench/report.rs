@@ -182,6 +182,9 @@ pub fn markdown(out: &Value, plots: &[String]) -> String {
     if let Some(r) = paths.get("remote") {
         remote(&mut d, r);
     }
+    if let Some(r) = paths.get("reflective") {
+        reflective(&mut d, r);
+    }
     if out.get("guest_vs_host").is_some_and(|v| !v.is_null()) {
         guest_vs_host(&mut d, &out["guest_vs_host"]);
     }
@@ -749,6 +752,75 @@ fn remote(d: &mut Doc, r: &Value) {
 // ---------------------------------------------------------------------------
 // Guest paths
 
+/// Reflective memory (issue 18): unicast and groups of 1-3 members, the
+/// group-of-k figures against the group of 1 of the same run.
+fn reflective(d: &mut Doc, r: &Value) {
+    d.line("## Reflective memory: one writer, groups of 1, 2 and 3 member nodes");
+    d.line("");
+    d.line(&format!(
+        "Four `vscid` nodes in network namespaces joined by one bridge (libfabric over TCP); a writer on \
+         node 1, members on nodes 2, 3 and 4 (`bench/reflect_bench.c`). Each row is one configuration of \
+         the same run: a plain segment of node 2 by unicast, then a broadcast group of 1, 2 and 3 members. \
+         Blocks of {} are written {} times by stores (`memcpy` into the map + `SCIFlush`, then a flag) and \
+         {} times by DMA (`SCIStartDmaTransfer` with `SCI_FLAG_DMA_GLOBAL | SCI_FLAG_BROADCAST`, then the \
+         flag); every member checks every byte of every block before it acks, and a block counts when all \
+         members acked it. *DMA call* is the transfer call alone (it returns once the block is in every \
+         member's memory). *8 B + flush*: one word stored and `SCIFlush`-ed, which returns once the word is \
+         at every member. *Visible at all*: a plain store of the clock with no call, one every {} µs, until \
+         the last member saw it ({} samples; a sample some member missed because the next store overwrote it \
+         first is left out). The members and the writer spin in plain loops, as reflective-memory programs \
+         do: with three members that is four spinning programs on this machine's two cores, beside four \
+         nodes' RMA progress threads.",
+        size_name(r["block"].as_u64().unwrap_or(0)),
+        r["blocks_pio"],
+        r["blocks_dma"],
+        r["pace_us"],
+        r["samples"],
+    ));
+    d.line("");
+    let rows = rows(r, &[]);
+    let base = rows.iter().find(|x| x["unicast"] == false && x["members"] == 1).copied();
+    let f = |v: &Value| sig(v.as_f64());
+    let vs = |row: &Value, key: &[&str]| -> String {
+        let get = |x: &Value| key.iter().fold(x.clone(), |v, k| v[*k].clone()).as_f64();
+        fr(base.and_then(|b| ratio(get(row), get(b))))
+    };
+    let mut body = Vec::new();
+    for row in &rows {
+        let vis = &row["visibility_all"];
+        body.push(vec![
+            row["config"].as_str().unwrap_or("?").to_string(),
+            format!("{} ({})", f(&row["pio_MBps"]), f(&row["pio_us"])),
+            format!("{} ({})", f(&row["dma_MBps"]), f(&row["dma_us"])),
+            f(&row["dma_call_us"]),
+            format!("{} / {}", f(&row["flush"]["median_us"]), f(&row["flush"]["p99_us"])),
+            format!("{} / {}", f(&vis["median_us"]), f(&vis["p99_us"])),
+            format!("{} of {}", vis["n"], vis["sent"]),
+            format!("{} / {} / {}", vs(row, &["dma_call_us"]), vs(row, &["flush", "median_us"]), vs(row, &["visibility_all", "median_us"])),
+        ]);
+    }
+    d.table(
+        &[
+            "to",
+            "stores MB/s (µs per block)",
+            "DMA MB/s (µs per block)",
+            "DMA call µs",
+            "8 B + flush p50 / p99 µs",
+            "visible at all p50 / p99 µs",
+            "samples seen",
+            "vs group of 1: DMA call / flush / visible",
+        ],
+        &body,
+    );
+    d.line(
+        "A software fabric has no multicast: the writer's node sends one copy per member, posted to all of \
+         them before any is waited for, so a small store reaches three members in about the time of one \
+         while a block's bytes leave the writer's node once per member (here its CPU is the link). Where the \
+         group of 3 is slower than that, it is the machine: two cores for four spinning programs.",
+    );
+    d.line("");
+}
+
 fn guest_vs_host(d: &mut Doc, g: &Value) {
     let accel = g["accelerator"].as_str().unwrap_or("unknown");
     let kind = if g["kvm"].as_bool() == Some(true) { "KVM" } else { "TCG" };
@@ -1055,6 +1127,20 @@ mod tests {
         assert!(md.contains("| 1 KiB | 50.0 | 100 | 0.50 | 25.0 | 2.00 | 95279 |"), "{md}");
         assert!(md.contains("local write 1 KiB vs UCX shm put"), "{md}");
         assert!(md.contains("![bandwidth.png](bench/bandwidth.png)"), "{md}");
+    }
+
+    #[test]
+    fn reflective_rows_stand_against_the_group_of_one() {
+        let row = |config: &str, members: u64, unicast: bool, call: f64| {
+            json!({"config": config, "members": members, "unicast": unicast, "pio_MBps": 100.0, "pio_us": 10.0,
+                "dma_MBps": 900.0, "dma_us": 1.0, "dma_call_us": call, "flush": {"median_us": 200.0, "p99_us": 300.0},
+                "visibility_all": {"n": 10, "sent": 10, "median_us": 100.0, "p99_us": 200.0}})
+        };
+        let out = json!({"paths": {"reflective": {"block": 1048576, "blocks_pio": 4, "blocks_dma": 4, "pace_us": 1000, "samples": 10,
+            "rows": [row("unicast, 1 node", 1, true, 500.0), row("group of 1", 1, false, 500.0), row("group of 3", 3, false, 1500.0)]}}});
+        let md = markdown(&out, &[]);
+        assert!(md.contains("## Reflective memory"), "{md}");
+        assert!(md.contains("| group of 3 | 100 (10.0) | 900 (1.00) | 1500 | 200 / 300 | 100 / 200 | 10 of 10 | 3.00 / 1.00 / 1.00 |"), "{md}");
     }
 
     #[test]
