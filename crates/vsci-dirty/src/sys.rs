@@ -121,3 +121,20 @@ pub const UFFDIO_CONTINUE: u64 = ioc(IOC_READ | IOC_WRITE, 0xAA, 0x07, size_of::
 const _: () = assert!(UFFDIO_API == 0xC018_AA3F);
 const _: () = assert!(UFFDIO_REGISTER == 0xC020_AA00);
 const _: () = assert!(UFFDIO_WRITEPROTECT == 0xC018_AA06);
+
+/// Copy up to `buf.len()` bytes of this process's memory at `addr` into
+/// `buf` without ever faulting: unmapped or unreadable bytes end the copy.
+/// Returns how many bytes were copied.
+pub fn read_own(addr: usize, buf: &mut [u8]) -> usize {
+    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
+    // SAFETY: process_vm_readv on our own pid reads through the kernel,
+    // which reports an unreadable address as an error (or a short read)
+    // instead of a fault; `local` is `buf`, writable for its length.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if n < 0 {
+        0
+    } else {
+        n as usize
+    }
+}

@@ -42,6 +42,48 @@ pub struct Fault {
     /// Whether the page was mapped (so this is a write-protect fault);
     /// `None` where the architecture does not say.
     pub present: Option<bool>,
+    /// The faulting address.
+    pub addr: usize,
+    /// The interrupted thread's `ucontext_t`.
+    ctx: *mut libc::c_void,
+}
+
+impl Fault {
+    /// The store that faulted, if it is one [`crate::emulate`] understands
+    /// exactly (x86-64 only).
+    pub fn decode_store(&self, page: usize) -> Option<crate::emulate::Store> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use crate::emulate::Registers;
+            let uc = crate::emulate::Ucontext(self.ctx);
+            // The instruction is at most 15 bytes; those past it may not be
+            // mapped, so they are read without faulting (a short read only
+            // ever cuts bytes the decoder does not need).
+            let mut code = [0u8; 15];
+            let n = crate::sys::read_own(uc.rip() as usize, &mut code);
+            crate::emulate::decode_store(&code[..n], &uc, self.addr, page)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = page;
+            None
+        }
+    }
+
+    /// Resume the thread after the store instead of retrying it.
+    ///
+    /// # Safety
+    /// Only inside the handler call that got this fault, with `len` the
+    /// length [`Fault::decode_store`] gave, once the store's effect is made.
+    pub unsafe fn skip_store(&self, len: usize) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller's contract.
+        unsafe {
+            crate::emulate::Ucontext(self.ctx).skip(len)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = len;
+    }
 }
 
 /// What a trapped range does on a fault. Called inside a `SIGBUS` handler
@@ -330,7 +372,7 @@ fn dispatch(addr: usize, ctx: *mut libc::c_void) -> bool {
         if let Some(e) = entry.filter(|_| hit) {
             let page = (addr - e.trap.base) & !(e.trap.page - 1);
             let (write, present) = fault_kind(ctx);
-            e.handler.on_fault(&e.trap, Fault { page, write, present });
+            e.handler.on_fault(&e.trap, Fault { page, write, present, addr, ctx });
         }
         s.busy.fetch_sub(1, Ordering::SeqCst);
         if hit {
