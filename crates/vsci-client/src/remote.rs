@@ -305,13 +305,16 @@ impl RemoteMap {
     /// Ship every store made so far; returns after they are visible at
     /// the owner, with whether there was anything to ship.
     pub(crate) fn flush(&self) -> Result<bool> {
-        self.trapped.ship()
+        let shipped = self.trapped.ship();
+        drain_emulated()?;
+        shipped
     }
 
     /// Write `data` at `off` (bytes from the start of the mapping) and make
     /// it visible at the owner before returning — `SCIMemCpy`'s write.
     /// Earlier stores go first.
     pub(crate) fn write_through(&self, off: usize, data: &[u8]) -> Result<()> {
+        drain_emulated()?;
         self.trapped.write_through(off, data)
     }
 
@@ -395,7 +398,79 @@ pub(crate) fn flush_all() -> Result<()> {
     if !any_remote_maps() {
         return Ok(());
     }
-    flusher().flush_all()
+    let shipped = flusher().flush_all();
+    drain_emulated().and(shipped)
+}
+
+/// A store emulated by a trapped map's fault handler (see
+/// `trapped::Shadow::emulate`), posted and not yet known to be at its owner.
+struct Emulated {
+    target: Arc<RemoteTarget>,
+    offset: u64,
+    write: vsci_fabric::PendingWrite,
+}
+
+/// Emulated stores in the order they were posted.
+static EMULATED: Mutex<std::collections::VecDeque<Emulated>> = Mutex::new(std::collections::VecDeque::new());
+
+/// Record an emulated store the fault handler just posted.
+pub(crate) fn emulated_posted(target: &Arc<RemoteTarget>, offset: u64, write: vsci_fabric::PendingWrite) {
+    let mut q = EMULATED.lock().unwrap_or_else(|e| e.into_inner());
+    // Completed ones go first, so the queue stays short without a waiter.
+    while q.front().is_some_and(|e| e.target.ep.rma.fabric.write_done(&e.write)) {
+        let e = q.pop_front().expect("front");
+        if settle(e).is_err() {
+            log::warn!("vsci: an emulated store could not be delivered: its node stopped answering");
+        }
+    }
+    q.push_back(Emulated { target: target.clone(), offset, write });
+}
+
+/// Wait until every emulated store is in its owner's memory. One that
+/// failed on a broken connection is written again (in order, before later
+/// ones are looked at); one to a node declared down is given up. Emulated
+/// stores stay queued until they are done, so every thread that drains
+/// waits for all of them, its own and others'.
+pub(crate) fn drain_emulated() -> Result<()> {
+    let mut result = Ok(());
+    let mut spins = 0u32;
+    loop {
+        let mut q = EMULATED.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(front) = q.front() else { return result };
+        let fabric = front.target.ep.rma.fabric.clone();
+        if fabric.write_done(&front.write) || fabric.write_abandoned(&front.write) {
+            let e = q.pop_front().expect("front");
+            drop(q);
+            if settle(e).is_err() {
+                result = Err(SciError::TransferFailed);
+            }
+            continue;
+        }
+        drop(q);
+        // Completions come from the process's progress thread; help it.
+        if fabric.progress() == 0 {
+            spins += 1;
+            if spins > 256 {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// The end of an emulated store whose write completed (or was abandoned).
+fn settle(e: Emulated) -> Result<()> {
+    let fabric = &e.target.ep.rma.fabric;
+    let data: Vec<u8> = e.write.data().to_vec();
+    match fabric.write_finish(e.write) {
+        Ok(()) => Ok(()),
+        Err(vsci_fabric::Error::Abandoned) => Err(SciError::TransferFailed),
+        Err(err) => {
+            // A connection that broke under the write: the blocking write
+            // retries while the provider reconnects.
+            log::debug!("vsci: emulated store failed ({err}); writing it again");
+            e.target.ep.rma.fabric.write(&e.target.ep.peer, &data, &e.target.region, e.offset).map_err(|_| SciError::TransferFailed)
+        }
+    }
 }
 
 impl Flusher {

@@ -213,6 +213,39 @@ impl OpSlot {
     }
 }
 
+/// A write posted by [`Fabric::write_start`] and not yet waited for.
+pub struct PendingWrite {
+    posted: Option<Posted>,
+    data: Option<Box<[u8]>>,
+    fi_addr: u64,
+}
+
+// SAFETY: the registrations (LocalMr) are libfabric objects of an endpoint
+// opened FI_THREAD_SAFE, which may be closed from any thread; the rest is
+// owned data and an Arc'd slot of atomics.
+unsafe impl Send for PendingWrite {}
+
+impl Drop for PendingWrite {
+    /// Dropped without [`Fabric::write_finish`] while still in flight: the
+    /// provider may still read the buffer and use the registrations, so
+    /// both are kept for good.
+    fn drop(&mut self) {
+        if let Some(p) = self.posted.take() {
+            if p.slot.pending.load(Ordering::Acquire) != 0 {
+                std::mem::forget(p);
+                std::mem::forget(self.data.take());
+            }
+        }
+    }
+}
+
+impl PendingWrite {
+    /// The bytes being written.
+    pub fn data(&self) -> &[u8] {
+        self.data.as_deref().unwrap_or(&[])
+    }
+}
+
 /// Writes posted by one call and not yet waited for: the slot counting them,
 /// the local registrations and the probe read's buffer they may still use.
 struct Posted {
@@ -711,6 +744,51 @@ impl Fabric {
             }
         }
         results
+    }
+
+    /// Post a write of `data` to `remote` at `offset` and return at once;
+    /// [`write_finish`](Self::write_finish) waits for it (the bytes are
+    /// then in the target's memory), [`write_done`](Self::write_done) says
+    /// whether it would wait. Writes posted to one peer are placed in the
+    /// order they were posted when the provider grants WAW ordering
+    /// ([`Info::ordered_writes`]).
+    pub fn write_start(&self, peer: &Peer, data: Box<[u8]>, remote: &RemoteRegion, offset: u64) -> Result<PendingWrite> {
+        self.check_peer(peer)?;
+        self.check_up(peer)?;
+        let posted = self.post_groups(peer, &[&[(&data[..], offset)]], remote);
+        if posted.result.is_err() {
+            let r = self.finish(posted);
+            if matches!(r, Err(Error::Abandoned)) {
+                std::mem::forget(data);
+            }
+            return Err(r.err().unwrap_or(Error::Abandoned));
+        }
+        // The provider holds pointers into `data`'s heap buffer, which the
+        // PendingWrite keeps (moving the Box does not move the bytes).
+        Ok(PendingWrite { posted: Some(posted), data: Some(data), fi_addr: peer.fi_addr })
+    }
+
+    /// Has the write completed (successfully or not)?
+    pub fn write_done(&self, w: &PendingWrite) -> bool {
+        w.posted.as_ref().is_none_or(|p| p.slot.pending.load(Ordering::Acquire) == 0)
+    }
+
+    /// Would waiting for `w` never end (its peer was declared down)?
+    pub fn write_abandoned(&self, w: &PendingWrite) -> bool {
+        self.inner.is_down(w.fi_addr)
+    }
+
+    /// Wait for a write posted with [`write_start`](Self::write_start).
+    /// After `Err(Abandoned)` its buffer is kept for good (the provider may
+    /// still read it).
+    pub fn write_finish(&self, mut w: PendingWrite) -> Result<()> {
+        let data = w.data.take();
+        let Some(posted) = w.posted.take() else { return Ok(()) };
+        let r = self.finish(posted);
+        if matches!(r, Err(Error::Abandoned)) {
+            std::mem::forget(data);
+        }
+        r
     }
 
     /// Posts the groups' writes in order (each group's operations after the

@@ -56,6 +56,11 @@ struct Pages {
     /// after a single page). A store fault there continues the stream even
     /// if a shipment has cleaned the run meanwhile.
     stream_edges: [Option<(usize, bool)>; 2],
+    /// Stores emulated per page since the last background round (see
+    /// `emulate`); past `EMULATE_MAX` the page takes the twin's way.
+    emulated: Vec<u8>,
+    /// This map's dirty pages are counted in `DIRTY_MAPS`.
+    counted_dirty: bool,
 }
 
 impl Pages {
@@ -66,6 +71,27 @@ impl Pages {
         if e.is_abandoned() {
             if let Ok(fresh) = Anon::new(self.twin.len) {
                 std::mem::forget(std::mem::replace(&mut self.twin, fresh));
+            }
+        }
+    }
+}
+
+/// Maps of this process with stores not shipped yet. A store is emulated
+/// only when there are none: an emulated store is posted at once, so a
+/// dirty page waiting for its shipment would arrive after a store made
+/// later (a payload in a dirty page, then a flag emulated).
+static DIRTY_MAPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl Pages {
+    /// Keep `DIRTY_MAPS` in step after the dirty set changed.
+    fn count_dirty(&mut self) {
+        let dirty = !self.dirty_list.is_empty();
+        if dirty != self.counted_dirty {
+            self.counted_dirty = dirty;
+            if dirty {
+                DIRTY_MAPS.fetch_add(1, Ordering::SeqCst);
+            } else {
+                DIRTY_MAPS.fetch_sub(1, Ordering::SeqCst);
             }
         }
     }
@@ -221,6 +247,62 @@ impl Shadow {
         self.valid.saturating_sub(p * self.page).min(self.page)
     }
 
+    /// A store to a clean or absent page, done without making the page
+    /// writable: the faulting instruction is decoded, its bytes written to
+    /// the shadow and posted to the owner as an RMA write at once, and the
+    /// thread resumes after it. A program that stores a flag, a counter or
+    /// a mailbox word so gets it on its way with no fetch, no shipment and
+    /// no other thread woken (the twin's way costs a read round trip and a
+    /// wake-up of the flusher before the write). Only for maps reached over
+    /// this process's RMA endpoint, only plain stores `vsci_dirty::emulate`
+    /// decodes exactly, only while no map has unshipped stores (they would
+    /// arrive after this one), and at most `EMULATE_MAX` per page per
+    /// background round: a page stored to many times is a page being
+    /// filled, which the twin's way ships in one write.
+    fn emulate(&self, trap: &Trap, g: &mut Pages, f: &Fault, p: usize) -> bool {
+        let Owner::Rma(target) = &self.owner else { return false };
+        if self.failed.load(Ordering::Relaxed) || g.emulated[p] >= EMULATE_MAX || DIRTY_MAPS.load(Ordering::SeqCst) != 0 {
+            return false;
+        }
+        let Some(st) = f.decode_store(self.page) else { return false };
+        let off = p * self.page + (st.addr & (self.page - 1));
+        if off + st.len > self.valid {
+            return false;
+        }
+        if f.present != Some(true) {
+            // Absent: fetch it (loads must see the owner's bytes) and map
+            // it write-protected; the store itself is emulated below.
+            let _ = super::drain_emulated();
+            if !self.fetch(g, p, 1) {
+                return false;
+            }
+            if trap.map_in(p * self.page, self.page, true).is_err() {
+                return false;
+            }
+            let Pages { present, present_list, .. } = &mut *g;
+            set(present, present_list, p);
+        }
+        let data: Box<[u8]> = st.bytes[..st.len].into();
+        let offset = self.seg_off + off as u64;
+        match target.ep.rma.fabric.write_start(&target.ep.peer, data, &target.region, offset) {
+            Ok(w) => super::emulated_posted(target, offset, w),
+            Err(e) => {
+                log::debug!("vsci: emulated store not posted ({e}); taking the twin's way");
+                return false;
+            }
+        }
+        // SAFETY: `off + len` lies in page `p` of the fill mapping (decode
+        // checked one page, and `valid` the end); the program's mapping of
+        // the same memfd page is write-protected, so only we write it here.
+        unsafe { std::ptr::copy_nonoverlapping(st.bytes.as_ptr(), (self.fill + off) as *mut u8, st.len) };
+        g.emulated[p] = g.emulated[p].saturating_add(1);
+        self.stored.store(true, Ordering::Release);
+        // SAFETY: the store's effect is made (shadow and owner); the thread
+        // resumes after it.
+        unsafe { f.skip_store(st.insn_len) };
+        true
+    }
+
     /// Fetch pages `p..p + count` from the owner into their twin and the
     /// shadow, in one read. On a failure the map is marked failed and the
     /// pages left as they are.
@@ -324,6 +406,14 @@ impl TrapHandler for Shadow {
         let mut g = self.lock();
         let p = f.page / self.page;
         let dirty = bit(&g.dirty, p);
+        if f.write && !dirty && self.emulate(trap, &mut g, &f, p) {
+            return;
+        }
+        // Whatever this process posted as emulated stores must be in the
+        // owner's memory before bytes are fetched from it.
+        if !dirty {
+            let _ = super::drain_emulated();
+        }
         let (first, run) = if f.write && !dirty { self.stream_run(&mut g, p) } else { (p, 1) };
         // Never fetch over a dirty page: it may hold stores not yet shipped.
         if !dirty && !self.failed.load(Ordering::Relaxed) {
@@ -368,6 +458,7 @@ impl TrapHandler for Shadow {
             // fault (see `ship_due`).
             self.last_write_fault.store(now_ns(), Ordering::Release);
         }
+        g.count_dirty();
         drop(g);
         if f.write {
             super::wake_flusher();
@@ -396,6 +487,8 @@ impl Trapped {
             twin: Anon::new(len)?,
             ahead: 1,
             stream_edges: [None, None],
+            emulated: vec![0; npages],
+            counted_dirty: false,
         };
         let owner_kind = match &owner {
             Owner::Rma(_) => OwnerKind::Rma,
@@ -528,6 +621,7 @@ impl Trapped {
         }
         let Pages { dirty, dirty_list, .. } = g;
         clear_all(dirty, dirty_list);
+        g.count_dirty();
         if runs.is_empty() {
             return Ok(false);
         }
@@ -591,8 +685,12 @@ impl Trapped {
     pub(crate) fn refresh(&self) -> usize {
         let trap = self.trap.lock().unwrap().clone();
         let Some(trap) = trap else { return 0 };
+        // A page dropped now is fetched again at its next access: stores
+        // emulated into it must be at the owner by then.
+        let _ = super::drain_emulated();
         let s = &*self.shadow;
         let mut g = s.lock();
+        g.emulated.iter_mut().for_each(|n| *n = 0);
         if g.present_list.is_empty() {
             return 0;
         }
@@ -616,6 +714,7 @@ impl Trapped {
 
     /// Stop trapping (before the mapping goes away).
     pub(crate) fn close(&self) {
+        let _ = super::drain_emulated();
         if let Some(t) = self.trap.lock().unwrap().take() {
             trap::unregister(&t);
         }
@@ -627,6 +726,11 @@ impl Trapped {
 /// control round trips to its host side (ms under emulation).
 const STREAM_CAP_RMA: u64 = 1_000_000;
 const STREAM_CAP_AGENT: u64 = 50_000_000;
+
+/// Most stores emulated per page between two background rounds (1 ms while
+/// the program is busy): more is a page being filled, shipped cheaper as one
+/// write of its changed bytes.
+const EMULATE_MAX: u8 = 16;
 
 /// Most pages one store fault of a sequential stream fetches (128 KiB with
 /// 4 KiB pages): past that the read's own transfer time dominates its
