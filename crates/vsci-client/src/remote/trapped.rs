@@ -261,7 +261,7 @@ impl Shadow {
     /// filled, which the twin's way ships in one write.
     fn emulate(&self, trap: &Trap, g: &mut Pages, f: &Fault, p: usize) -> bool {
         let Owner::Rma(target) = &self.owner else { return false };
-        if self.failed.load(Ordering::Relaxed) || g.emulated[p] >= EMULATE_MAX || DIRTY_MAPS.load(Ordering::SeqCst) != 0 {
+        if !emulation_on() || self.failed.load(Ordering::Relaxed) || g.emulated[p] >= EMULATE_MAX || DIRTY_MAPS.load(Ordering::SeqCst) != 0 {
             return false;
         }
         let Some(st) = f.decode_store(self.page) else { return false };
@@ -272,7 +272,6 @@ impl Shadow {
         if f.present != Some(true) {
             // Absent: fetch it (loads must see the owner's bytes) and map
             // it write-protected; the store itself is emulated below.
-            let _ = super::drain_emulated();
             if !self.fetch(g, p, 1) {
                 return false;
             }
@@ -285,7 +284,13 @@ impl Shadow {
         let data: Box<[u8]> = st.bytes[..st.len].into();
         let offset = self.seg_off + off as u64;
         match target.ep.rma.fabric.write_start(&target.ep.peer, data, &target.region, offset) {
-            Ok(w) => super::emulated_posted(target, offset, w),
+            Ok(w) => {
+                super::emulated_posted(target, offset, w);
+                // The provider's progress is manual: drive it once so the
+                // write leaves now rather than at the progress thread's next
+                // wake-up.
+                target.ep.rma.fabric.progress();
+            }
             Err(e) => {
                 log::debug!("vsci: emulated store not posted ({e}); taking the twin's way");
                 return false;
@@ -406,13 +411,11 @@ impl TrapHandler for Shadow {
         let mut g = self.lock();
         let p = f.page / self.page;
         let dirty = bit(&g.dirty, p);
+        // Emulated stores still on their way need no wait before the fetch
+        // below: the owner serves a read after every write this process
+        // posted to it before (FI_ORDER_RAW).
         if f.write && !dirty && self.emulate(trap, &mut g, &f, p) {
             return;
-        }
-        // Whatever this process posted as emulated stores must be in the
-        // owner's memory before bytes are fetched from it.
-        if !dirty {
-            let _ = super::drain_emulated();
         }
         let (first, run) = if f.write && !dirty { self.stream_run(&mut g, p) } else { (p, 1) };
         // Never fetch over a dirty page: it may hold stores not yet shipped.
@@ -685,9 +688,10 @@ impl Trapped {
     pub(crate) fn refresh(&self) -> usize {
         let trap = self.trap.lock().unwrap().clone();
         let Some(trap) = trap else { return 0 };
-        // A page dropped now is fetched again at its next access: stores
-        // emulated into it must be at the owner by then.
-        let _ = super::drain_emulated();
+        // A page dropped now is fetched again at its next access, with a
+        // read that the owner serves after every write this process posted
+        // to it before (FI_ORDER_RAW): stores emulated into the page and
+        // still on their way are in what that read returns.
         let s = &*self.shadow;
         let mut g = s.lock();
         g.emulated.iter_mut().for_each(|n| *n = 0);
@@ -726,6 +730,12 @@ impl Trapped {
 /// control round trips to its host side (ms under emulation).
 const STREAM_CAP_RMA: u64 = 1_000_000;
 const STREAM_CAP_AGENT: u64 = 50_000_000;
+
+/// Emulated stores are on unless `VSCI_EMULATE=0` (read once).
+fn emulation_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("VSCI_EMULATE").map_or(true, |v| v != "0"))
+}
 
 /// Most stores emulated per page between two background rounds (1 ms while
 /// the program is busy): more is a page being filled, shipped cheaper as one
