@@ -862,7 +862,7 @@ impl Shared {
                 std::mem::forget(m.clone());
             }
         };
-        let going = |status: &[SciError]| status.iter().any(|s| *s == SciError::Ok);
+        let going = |status: &[SciError]| status.contains(&SciError::Ok);
         for e in &t.entries {
             let n = e.size as usize;
             let l_ptr = match (&local, &t.local) {
