@@ -408,13 +408,16 @@ struct Emulated {
     target: Arc<RemoteTarget>,
     offset: u64,
     write: vsci_fabric::PendingWrite,
+    /// To a member of a reflective-memory group: a member that failed is
+    /// dropped from the group, not an error of the store.
+    member: bool,
 }
 
 /// Emulated stores in the order they were posted.
 static EMULATED: Mutex<std::collections::VecDeque<Emulated>> = Mutex::new(std::collections::VecDeque::new());
 
 /// Record an emulated store the fault handler just posted.
-pub(crate) fn emulated_posted(target: &Arc<RemoteTarget>, offset: u64, write: vsci_fabric::PendingWrite) {
+pub(crate) fn emulated_posted(target: &Arc<RemoteTarget>, offset: u64, write: vsci_fabric::PendingWrite, member: bool) {
     let mut q = EMULATED.lock().unwrap_or_else(|e| e.into_inner());
     // Completed ones go first, so the queue stays short without a waiter.
     while q.front().is_some_and(|e| e.target.ep.rma.fabric.write_done(&e.write)) {
@@ -423,7 +426,7 @@ pub(crate) fn emulated_posted(target: &Arc<RemoteTarget>, offset: u64, write: vs
             log::warn!("vsci: an emulated store could not be delivered: its node stopped answering");
         }
     }
-    q.push_back(Emulated { target: target.clone(), offset, write });
+    q.push_back(Emulated { target: target.clone(), offset, write, member });
 }
 
 /// Wait until every emulated store is in its owner's memory. One that
@@ -461,7 +464,7 @@ pub(crate) fn drain_emulated() -> Result<()> {
 fn settle(e: Emulated) -> Result<()> {
     let fabric = &e.target.ep.rma.fabric;
     let data: Vec<u8> = e.write.data().to_vec();
-    match fabric.write_finish(e.write) {
+    let r = match fabric.write_finish(e.write) {
         Ok(()) => Ok(()),
         Err(vsci_fabric::Error::Abandoned) => Err(SciError::TransferFailed),
         Err(err) => {
@@ -470,7 +473,12 @@ fn settle(e: Emulated) -> Result<()> {
             log::debug!("vsci: emulated store failed ({err}); writing it again");
             e.target.ep.rma.fabric.write(&e.target.ep.peer, &data, &e.target.region, e.offset).map_err(|_| SciError::TransferFailed)
         }
+    };
+    if r.is_err() && e.member {
+        log::debug!("vsci: an emulated store did not reach a reflective-memory member (it failed; the group drops it)");
+        return Ok(());
     }
+    r
 }
 
 impl Flusher {

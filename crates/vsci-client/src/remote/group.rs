@@ -163,7 +163,25 @@ impl Group {
         st.members.iter().enumerate().filter(|(_, m)| !m.dropped && !m.seg.is_lost()).map(|(i, m)| (i, m.seg.clone())).collect()
     }
 
-    fn drop_member(&self, i: usize, why: &dyn std::fmt::Display) {
+    /// Where an emulated store goes (see `trapped::Shadow::emulate`): the
+    /// remote members' RMA targets with their index, and this node's
+    /// member's memory if `loopback`. `None` when a member is reached some
+    /// other way (through a guest's host side).
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn emulation_targets(&self, loopback: bool) -> Option<(Vec<(usize, Arc<super::RemoteTarget>)>, Vec<Arc<crate::dma::SegMem>>)> {
+        let (mut rma, mut here) = (Vec::new(), Vec::new());
+        for (i, m) in self.live() {
+            match (&m.target, &m.agent) {
+                (Some(t), _) => rma.push((i, t.clone())),
+                (None, Some(_)) => return None,
+                (None, None) if loopback => here.push(crate::dma::seg_mem_remote(&m).ok()?),
+                (None, None) => {}
+            }
+        }
+        Some((rma, here))
+    }
+
+    pub(crate) fn drop_member(&self, i: usize, why: &dyn std::fmt::Display) {
         let mut st = self.state.lock().unwrap();
         if !st.members[i].dropped {
             st.members[i].dropped = true;

@@ -254,13 +254,26 @@ impl Shadow {
     /// a mailbox word so gets it on its way with no fetch, no shipment and
     /// no other thread woken (the twin's way costs a read round trip and a
     /// wake-up of the flusher before the write). Only for maps reached over
-    /// this process's RMA endpoint, only plain stores `vsci_dirty::emulate`
+    /// this process's RMA endpoint (a group's: every member gets the write
+    /// posted, this node's a copy), only plain stores `vsci_dirty::emulate`
     /// decodes exactly, only while no map has unshipped stores (they would
     /// arrive after this one), and at most `EMULATE_MAX` per page per
     /// background round: a page stored to many times is a page being
     /// filled, which the twin's way ships in one write.
     fn emulate(&self, trap: &Trap, g: &mut Pages, f: &Fault, p: usize) -> bool {
-        let Owner::Rma(target) = &self.owner else { return false };
+        // Where the store goes: the owner, or every member of a group (its
+        // remote members by RMA, this node's by copy).
+        let (targets, here) = match &self.owner {
+            Owner::Rma(t) => (vec![(usize::MAX, t.clone())], Vec::new()),
+            Owner::Group(grp, loopback) => match grp.emulation_targets(*loopback) {
+                Some(v) => v,
+                None => return false,
+            },
+            Owner::Agent(_) => return false,
+        };
+        if targets.is_empty() && here.is_empty() {
+            return false;
+        }
         if !emulation_on() || self.failed.load(Ordering::Relaxed) || g.emulated[p] >= EMULATE_MAX || DIRTY_MAPS.load(Ordering::SeqCst) != 0 {
             return false;
         }
@@ -281,20 +294,40 @@ impl Shadow {
             let Pages { present, present_list, .. } = &mut *g;
             set(present, present_list, p);
         }
-        let data: Box<[u8]> = st.bytes[..st.len].into();
         let offset = self.seg_off + off as u64;
-        match target.ep.rma.fabric.write_start(&target.ep.peer, data, &target.region, offset) {
-            Ok(w) => {
-                super::emulated_posted(target, offset, w);
-                // The provider's progress is manual: drive it once so the
-                // write leaves now rather than at the progress thread's next
-                // wake-up.
-                target.ep.rma.fabric.progress();
+        let mut posted = 0;
+        for (member, target) in &targets {
+            let data: Box<[u8]> = st.bytes[..st.len].into();
+            match target.ep.rma.fabric.write_start(&target.ep.peer, data, &target.region, offset) {
+                Ok(w) => {
+                    super::emulated_posted(target, offset, w, *member != usize::MAX);
+                    posted += 1;
+                }
+                // A group member that cannot take it is dropped, as a
+                // failed shipment drops it; the others still get the store.
+                Err(e) => match (&self.owner, *member) {
+                    (Owner::Group(grp, _), i) if i != usize::MAX => grp.drop_member(i, &e),
+                    _ => {
+                        log::debug!("vsci: emulated store not posted ({e}); taking the twin's way");
+                        return false;
+                    }
+                },
             }
-            Err(e) => {
-                log::debug!("vsci: emulated store not posted ({e}); taking the twin's way");
-                return false;
-            }
+        }
+        if posted == 0 && here.is_empty() {
+            return false;
+        }
+        if let Some((_, t)) = targets.first() {
+            // The provider's progress is manual: drive it once so the
+            // writes leave now rather than at the progress thread's next
+            // wake-up.
+            t.ep.rma.fabric.progress();
+        }
+        for mem in &here {
+            // SAFETY: `off + len` lies inside the group's size, which no
+            // member is smaller than; the mapping covers the member's whole
+            // segment.
+            unsafe { std::ptr::copy_nonoverlapping(st.bytes.as_ptr(), mem.ptr().add(offset as usize), st.len) };
         }
         // SAFETY: `off + len` lies in page `p` of the fill mapping (decode
         // checked one page, and `valid` the end); the program's mapping of
