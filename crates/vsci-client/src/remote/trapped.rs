@@ -82,6 +82,16 @@ impl Pages {
 /// later (a payload in a dirty page, then a flag emulated).
 static DIRTY_MAPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+impl Drop for Pages {
+    /// A map that goes with stores it never shipped (its node died) no
+    /// longer holds emulation off for the rest of the process.
+    fn drop(&mut self) {
+        if self.counted_dirty {
+            DIRTY_MAPS.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
 impl Pages {
     /// Keep `DIRTY_MAPS` in step after the dirty set changed.
     fn count_dirty(&mut self) {
