@@ -47,6 +47,7 @@
 #include <signal.h>
 
 #include "common/proc.h"
+#include "common/roles.h"
 
 #define PAYLOAD 8192u
 #define FLAG_OFF PAYLOAD
@@ -55,66 +56,9 @@
 /* A late member's first word in its ack slot. */
 #define HELLO 0xFFFFFFFFu
 
-static uint64_t wait_ms = 120000;
-
-static inline void compiler_barrier(void)
-{
-    __asm__ __volatile__("" ::: "memory");
-}
-
-/* Spin in a plain loop until `cond` holds or `deadline` passes. */
-#define SPIN_UNTIL(cond, deadline)                                             \
-    ({                                                                         \
-        int ok_ = 1;                                                           \
-        unsigned sp_ = 0;                                                      \
-        while (!(cond)) {                                                      \
-            compiler_barrier();                                                \
-            if (++sp_ == 16384u) {                                             \
-                sp_ = 0;                                                       \
-                if (now_ms() > (deadline)) {                                   \
-                    ok_ = (cond);                                              \
-                    break;                                                     \
-                }                                                              \
-            }                                                                  \
-        }                                                                      \
-        ok_;                                                                   \
-    })
-
 static inline uint32_t payload_word(uint32_t r, uint32_t i)
 {
     return (r * 0x9E3779B1u) ^ (i * 0x85EBCA77u) ^ 0x5A5A0000u;
-}
-
-static void parse_target(const char *s, unsigned *node, unsigned *segid)
-{
-    char *end;
-    *node = (unsigned)strtoul(s, &end, 0);
-    if (*end != ':') {
-        fprintf(stderr, "t_reflect: target \"%s\" is not NODE:SEG\n", s);
-        exit(2);
-    }
-    *segid = (unsigned)strtoul(end + 1, NULL, 0);
-}
-
-static const char *arg(int argc, char **argv, int i)
-{
-    if (i >= argc) {
-        fprintf(stderr, "t_reflect %s: missing argument %d\n", argc > 1 ? argv[1] : "", i);
-        exit(2);
-    }
-    return argv[i];
-}
-
-static unsigned long argu(int argc, char **argv, int i)
-{
-    const char *s = arg(argc, argv, i);
-    char *end;
-    unsigned long v = strtoul(s, &end, 0);
-    if (*end == 'k')
-        v <<= 10;
-    else if (*end == 'm')
-        v <<= 20;
-    return v;
 }
 
 static int member(unsigned k, uint32_t rounds, unsigned group, size_t size, const char *writer,
@@ -364,11 +308,7 @@ static int writer(uint32_t rounds, unsigned group, unsigned ackid, const char *n
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    while (argc > 2 && strcmp(argv[1], "-wait") == 0) {
-        wait_ms = 1000u * strtoull(argv[2], NULL, 0);
-        argv += 2;
-        argc -= 2;
-    }
+    roles_init(&argc, &argv, "t_reflect");
     if (argc < 2) {
         fprintf(stderr, "usage: t_reflect [-wait S] ROLE ...\n"
                         "  member K ROUNDS GROUP SIZE WRITERNODE:ACKSEG [die-at R | hold S | join]\n"

@@ -89,47 +89,9 @@
 #include <sys/resource.h>
 
 #include "common/proc.h"
+#include "common/roles.h"
 
 #define PAGE 4096u
-
-/* Deadline of every wait, in ms (-wait S). */
-static uint64_t wait_ms = 120000;
-
-static inline void compiler_barrier(void)
-{
-    __asm__ __volatile__("" ::: "memory");
-}
-
-/* Spin in a plain loop until `cond` holds or `deadline` (now_ms) passes;
- * yields the final value of `cond`.  The clock is read (vDSO, no system
- * call) every 16384 spins only. */
-#define SPIN_UNTIL(cond, deadline)                                             \
-    ({                                                                         \
-        int ok_ = 1;                                                           \
-        unsigned sp_ = 0;                                                      \
-        while (!(cond)) {                                                      \
-            compiler_barrier();                                                \
-            if (++sp_ == 16384u) {                                             \
-                sp_ = 0;                                                       \
-                if (now_ms() > (deadline)) {                                   \
-                    ok_ = (cond);                                              \
-                    break;                                                     \
-                }                                                              \
-            }                                                                  \
-        }                                                                      \
-        ok_;                                                                   \
-    })
-
-static void parse_target(const char *s, unsigned *node, unsigned *segid)
-{
-    char *end;
-    *node = (unsigned)strtoul(s, &end, 0);
-    if (*end != ':') {
-        fprintf(stderr, "t_store: target \"%s\" is not NODE:SEG\n", s);
-        exit(2);
-    }
-    *segid = (unsigned)strtoul(end + 1, NULL, 0);
-}
 
 /* ---- segments ---------------------------------------------------------------- */
 
@@ -796,39 +758,10 @@ static int lost_map(const char *target)
 
 /* ---- main --------------------------------------------------------------------------- */
 
-static const char *arg(int argc, char **argv, int i)
-{
-    if (i >= argc) {
-        fprintf(stderr, "t_store %s: missing argument %d (run without arguments for usage)\n",
-                argv[1], i - 1);
-        exit(2);
-    }
-    return argv[i];
-}
-
-static unsigned long argu(int argc, char **argv, int i)
-{
-    const char *s = arg(argc, argv, i);
-    char *end;
-    unsigned long v = strtoul(s, &end, 0);
-    if (*end == 'k' || *end == 'K')
-        v <<= 10;
-    else if (*end == 'm' || *end == 'M')
-        v <<= 20;
-    else if (*end == 'g' || *end == 'G')
-        v <<= 30;
-    return v;
-}
-
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    /* Options before the role: -wait S (deadline of every wait). */
-    while (argc > 2 && strcmp(argv[1], "-wait") == 0) {
-        wait_ms = 1000u * strtoull(argv[2], NULL, 0);
-        argv += 2;
-        argc -= 2;
-    }
+    roles_init(&argc, &argv, "t_store");
     if (argc < 2) {
         fprintf(stderr,
                 "usage: t_store [-wait S] ROLE ...\n"
