@@ -155,17 +155,26 @@ impl RemoteTarget {
     /// the node dies mid-read the engine may still write into it later, so
     /// it must never be the caller's memory.
     pub(crate) fn read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        let mut bounce = vec![0u8; buf.len()];
-        match self.read_direct(&mut bounce, offset) {
-            Ok(()) => {
-                buf.copy_from_slice(&bounce);
-                Ok(())
+        bounced(buf, |b| Ok(self.read_direct(b, offset)?))
+    }
+}
+
+/// Fill `buf` by `read`, which reads into a buffer of ours: bytes land in
+/// `buf` only when all of them arrived, and a read the engine abandoned
+/// (it may still write later) keeps its buffer for good, never the caller's.
+fn bounced(buf: &mut [u8], read: impl FnOnce(&mut [u8]) -> std::result::Result<(), OwnerError>) -> Result<()> {
+    let mut bounce = vec![0u8; buf.len()];
+    match read(&mut bounce) {
+        Ok(()) => {
+            buf.copy_from_slice(&bounce);
+            Ok(())
+        }
+        Err(e) => {
+            log::debug!("vsci: read from the owner failed: {e}");
+            if e.is_abandoned() {
+                std::mem::forget(bounce);
             }
-            Err(e) => {
-                log::debug!("vsci: RMA read failed: {e}");
-                abandoned(&e, bounce);
-                Err(SciError::TransferFailed)
-            }
+            Err(SciError::TransferFailed)
         }
     }
 }
@@ -242,23 +251,8 @@ impl Owner {
     /// Fresh bytes, landing in `buf` only when all of them arrived.
     pub(crate) fn read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         match self {
-            Owner::Rma(t) => t.read(buf, offset),
             Owner::Agent(a) => a.read(buf, offset),
-            Owner::Group(g, loopback) => {
-                let mut bounce = vec![0u8; buf.len()];
-                match g.read_direct(*loopback, &mut bounce, offset) {
-                    Ok(()) => {
-                        buf.copy_from_slice(&bounce);
-                        Ok(())
-                    }
-                    Err(e) => {
-                        if e.is_abandoned() {
-                            std::mem::forget(bounce);
-                        }
-                        Err(SciError::TransferFailed)
-                    }
-                }
-            }
+            Owner::Rma(_) | Owner::Group(..) => bounced(buf, |b| self.read_direct(b, offset)),
         }
     }
 

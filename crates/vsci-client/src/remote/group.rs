@@ -171,11 +171,11 @@ impl Group {
     pub(crate) fn emulation_targets(&self, loopback: bool) -> Option<(Vec<(usize, Arc<super::RemoteTarget>)>, Vec<Arc<crate::dma::SegMem>>)> {
         let (mut rma, mut here) = (Vec::new(), Vec::new());
         for (i, m) in self.live() {
-            match (&m.target, &m.agent) {
-                (Some(t), _) => rma.push((i, t.clone())),
-                (None, Some(_)) => return None,
-                (None, None) if loopback => here.push(crate::dma::seg_mem_remote(&m).ok()?),
-                (None, None) => {}
+            match Self::reach(&m).ok()? {
+                Reach::Remote(Owner::Rma(t)) => rma.push((i, t)),
+                Reach::Here(mem) if loopback => here.push(mem),
+                Reach::Here(_) => {}
+                Reach::Remote(_) => return None,
             }
         }
         Some((rma, here))

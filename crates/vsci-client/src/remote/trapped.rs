@@ -271,20 +271,21 @@ impl Shadow {
     /// background round: a page stored to many times is a page being
     /// filled, which the twin's way ships in one write.
     fn emulate(&self, trap: &Trap, g: &mut Pages, f: &Fault, p: usize) -> bool {
+        // The cheap reasons not to first: this runs at every store fault.
+        if !emulation_on() || self.failed.load(Ordering::Relaxed) || g.emulated[p] >= EMULATE_MAX || DIRTY_MAPS.load(Ordering::SeqCst) != 0 {
+            return false;
+        }
         // Where the store goes: the owner, or every member of a group (its
         // remote members by RMA, this node's by copy).
         let (targets, here) = match &self.owner {
-            Owner::Rma(t) => (vec![(usize::MAX, t.clone())], Vec::new()),
+            Owner::Rma(t) => (vec![(None, t.clone())], Vec::new()),
             Owner::Group(grp, loopback) => match grp.emulation_targets(*loopback) {
-                Some(v) => v,
+                Some((rma, here)) => (rma.into_iter().map(|(i, t)| (Some(i), t)).collect(), here),
                 None => return false,
             },
             Owner::Agent(_) => return false,
         };
         if targets.is_empty() && here.is_empty() {
-            return false;
-        }
-        if !emulation_on() || self.failed.load(Ordering::Relaxed) || g.emulated[p] >= EMULATE_MAX || DIRTY_MAPS.load(Ordering::SeqCst) != 0 {
             return false;
         }
         let Some(st) = f.decode_store(self.page) else { return false };
@@ -310,13 +311,13 @@ impl Shadow {
             let data: Box<[u8]> = st.bytes[..st.len].into();
             match target.ep.rma.fabric.write_start(&target.ep.peer, data, &target.region, offset) {
                 Ok(w) => {
-                    super::emulated_posted(target, offset, w, *member != usize::MAX);
+                    super::emulated_posted(target, offset, w, member.is_some());
                     posted += 1;
                 }
                 // A group member that cannot take it is dropped, as a
                 // failed shipment drops it; the others still get the store.
                 Err(e) => match (&self.owner, *member) {
-                    (Owner::Group(grp, _), i) if i != usize::MAX => grp.drop_member(i, &e),
+                    (Owner::Group(grp, _), Some(i)) => grp.drop_member(i, &e),
                     _ => {
                         log::debug!("vsci: emulated store not posted ({e}); taking the twin's way");
                         return false;
