@@ -46,7 +46,11 @@ pub fn store_fence() {
     std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
 }
 
+#[inline]
 pub fn flush_remote_stores() -> Result<()> {
+    if !remote::any_remote_maps() {
+        return Ok(());
+    }
     remote::flush_all()
 }
 

@@ -367,14 +367,18 @@ fn split_last_word(runs: &[vsci_dirty::Run]) -> (Vec<vsci_dirty::Run>, vsci_dirt
 /// Ships stores of every remote map of the process in the background.
 pub(crate) struct Flusher {
     maps: Mutex<Vec<Weak<RemoteMap>>>,
-    count: AtomicUsize,
 }
+
+/// How many remote maps the process holds, kept beside the flusher's list
+/// so that a flush point of a program with none (every local-only program)
+/// costs one load: `SCIFlush` after a 64-byte copy is on the hot path.
+pub(crate) static REMOTE_MAPS: AtomicUsize = AtomicUsize::new(0);
 
 static FLUSHER: OnceLock<Arc<Flusher>> = OnceLock::new();
 
 pub(crate) fn flusher() -> &'static Arc<Flusher> {
     FLUSHER.get_or_init(|| {
-        let f = Arc::new(Flusher { maps: Mutex::new(Vec::new()), count: AtomicUsize::new(0) });
+        let f = Arc::new(Flusher { maps: Mutex::new(Vec::new()) });
         let g = f.clone();
         let h = std::thread::Builder::new().name("vsci-flusher".into()).spawn(move || g.run()).expect("spawn flusher");
         let _ = FLUSHER_THREAD.set(h.thread().clone());
@@ -383,8 +387,9 @@ pub(crate) fn flusher() -> &'static Arc<Flusher> {
 }
 
 /// Are there remote maps at all? (Lets local-only programs skip flushing.)
+#[inline]
 pub(crate) fn any_remote_maps() -> bool {
-    FLUSHER.get().is_some_and(|f| f.count.load(Ordering::Relaxed) > 0)
+    REMOTE_MAPS.load(Ordering::Relaxed) > 0
 }
 
 /// Make every store to every remote map visible at its owner.
@@ -480,13 +485,13 @@ impl Flusher {
         let mut v = self.maps.lock().unwrap();
         v.retain(|w| w.strong_count() > 0);
         v.push(Arc::downgrade(m));
-        self.count.store(v.len(), Ordering::Relaxed);
+        REMOTE_MAPS.store(v.len(), Ordering::Relaxed);
     }
 
     pub(crate) fn remove(&self, m: &Arc<RemoteMap>) {
         let mut v = self.maps.lock().unwrap();
         v.retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), Arc::as_ptr(m)));
-        self.count.store(v.len(), Ordering::Relaxed);
+        REMOTE_MAPS.store(v.len(), Ordering::Relaxed);
     }
 
     fn live(&self) -> Vec<Arc<RemoteMap>> {
