@@ -47,7 +47,10 @@ pub(crate) fn rma(provider: &str) -> Result<Arc<Rma>> {
             log::error!("vsci: cannot open the RMA engine ({provider}): {e}");
             SciError::NoRemoteLinkAccess
         })?;
-        let progress = fabric.spawn_progress_thread();
+        // This process initiates and never serves RMA (its node's engine owns
+        // the memory): see ProgressMode::Initiator for why it does not block
+        // on the provider's fd while writes are in flight.
+        let progress = fabric.spawn_progress_thread_with(vsci_fabric::ProgressMode::Initiator);
         Ok(Arc::new(Rma { fabric, peers: Mutex::new(HashMap::new()), _progress: progress }))
     })
     .clone()
