@@ -36,12 +36,14 @@
  *       wrong value that stays, ends in the deadline's failure, whose
  *       message shows the words and any odd value seen while waiting.
  *
- *   t_store pingpong ping|pong ROUNDS SIZE MYSEG PEERNODE:PEERSEG
+ *   t_store pingpong ping|pong ROUNDS SIZE MYSEG PEERNODE:PEERSEG [MSG]
  *       Both sides create MYSEG of SIZE bytes and map the peer's whole
  *       segment.  ping stores i into the counter word (in the last page) of
  *       the peer's segment and spins on its own counter word until it reads
  *       i; pong spins until it reads i and stores i back.  No call in the
- *       loop.
+ *       loop.  With MSG, each side first memcpy()s an MSG-byte message right
+ *       below the counter word (vector stores) and checks the whole message
+ *       it receives when the counter shows; pong echoes it.
  *
  *   t_store order-recv ROUNDS SIZE MYSEG SENDERNODE:SENDERSEG
  *   t_store order-send ROUNDS MYSEG RECVNODE:RECVSEG [noflush-down]
@@ -503,10 +505,15 @@ static int halves_writer(uint32_t rounds, unsigned k, const char *owner, unsigne
 
 /* ---- spinning ping-pong ---------------------------------------------------------- */
 
-static int pingpong(int ping, uint32_t rounds, size_t size, unsigned myseg, const char *peer)
+/* Byte i of round r's message. */
+static inline uint8_t pp_byte(uint32_t r, size_t i) { return (uint8_t)(r * 131u + i * 7u + 1u); }
+
+static int pingpong(int ping, uint32_t rounds, size_t size, unsigned myseg, const char *peer,
+                    size_t msg)
 {
     unsigned node;
     CHECK_MSG(size >= PAGE && size % PAGE == 0, "SIZE %zu is not a multiple of a page", size);
+    CHECK_MSG(msg <= 2048, "MSG %zu: at most 2048 bytes", msg);
     sci_desc_t sd = open_sd(&node);
     struct lseg own;
     lseg_create(sd, &own, myseg, size, 1);
@@ -514,13 +521,23 @@ static int pingpong(int ping, uint32_t rounds, size_t size, unsigned myseg, cons
     rseg_connect(sd, &other, peer, 0, size);
     size_t off = size - 64; /* the counter word, in the last page */
     volatile uint32_t *mine = word_at(own.p, off), *theirs = word_at(other.p, off);
+    /* The message lies right below the counter and is copied with memcpy
+     * (vector stores) before the counter is stored: when the counter shows,
+     * the whole message must be there. */
+    uint8_t *msg_theirs = (uint8_t *)other.p + off - msg;
+    const uint8_t *msg_mine = (const uint8_t *)own.p + off - msg;
+    uint8_t out[2048];
     const char *who = ping ? "ping" : "pong";
-    printf("PINGPONG %s READY node=%u peer=%u size=%zu rounds=%u\n", who, node, other.node, size,
-           rounds);
+    printf("PINGPONG %s READY node=%u peer=%u size=%zu rounds=%u msg=%zu\n", who, node,
+           other.node, size, rounds, msg);
     uint64_t t0 = now_ms();
     for (uint32_t i = 1; i <= rounds; i++) {
-        if (ping)
+        if (ping) {
+            for (size_t b = 0; b < msg; b++)
+                out[b] = pp_byte(i, b);
+            memcpy(msg_theirs, out, msg);
             *theirs = i;
+        }
         uint32_t v;
         uint64_t deadline = now_ms() + wait_ms;
         int ok = SPIN_UNTIL((v = *mine) == i, deadline);
@@ -529,8 +546,15 @@ static int pingpong(int ping, uint32_t rounds, size_t size, unsigned myseg, cons
             FAILF("%s: round trip %u of %u: no counter %u within %" PRIu64
                   " ms (own counter word holds %u)",
                   who, i, rounds, i, wait_ms, v);
-        if (!ping)
+        for (size_t b = 0; b < msg; b++)
+            if (msg_mine[b] != pp_byte(i, b))
+                FAILF("%s: round trip %u: message byte %zu of %zu is %u, not %u, when the "
+                      "counter showed", who, i, b, msg, msg_mine[b], pp_byte(i, b));
+        if (!ping) {
+            memcpy(out, msg_mine, msg);
+            memcpy(msg_theirs, out, msg);
             *theirs = i;
+        }
     }
     uint64_t ms = now_ms() - t0;
     printf("PINGPONG %s DONE round_trips=%u ms=%" PRIu64 " (%.1f us per round trip)\n", who,
@@ -767,7 +791,7 @@ int main(int argc, char **argv)
                 "usage: t_store [-wait S] ROLE ...\n"
                 "  mbox-owner calls|nocalls ROUNDS SEG W1NODE:W1SEG W2NODE:W2SEG\n"
                 "  mbox-writer calls|nocalls ROUNDS K OWNERNODE:OWNERSEG MYSEG\n"
-                "  pingpong ping|pong ROUNDS SIZE MYSEG PEERNODE:PEERSEG\n"
+                "  pingpong ping|pong ROUNDS SIZE MYSEG PEERNODE:PEERSEG [MSG]\n"
                 "  order-recv ROUNDS SIZE MYSEG SENDERNODE:SENDERSEG\n"
                 "  order-send ROUNDS MYSEG RECVNODE:RECVSEG [noflush-down]\n"
                 "  halves-owner ROUNDS SEG W1NODE:W1SEG W2NODE:W2SEG\n"
@@ -796,7 +820,7 @@ int main(int argc, char **argv)
         }
         return pingpong(strcmp(side, "ping") == 0, (uint32_t)argu(argc, argv, 3),
                         (size_t)argu(argc, argv, 4), (unsigned)argu(argc, argv, 5),
-                        arg(argc, argv, 6));
+                        arg(argc, argv, 6), argc > 7 ? (size_t)argu(argc, argv, 7) : 0);
     }
     if (strcmp(role, "order-recv") == 0)
         return order_recv((uint32_t)argu(argc, argv, 2), (size_t)argu(argc, argv, 3),

@@ -4,12 +4,18 @@
 //! would have stored, and skips it. The caller puts the bytes where they
 //! belong (the shadow, and the owner).
 //!
-//! Only plain `MOV` of a general register or an immediate to memory (1, 2, 4
-//! or 8 bytes, no segment override) is emulated: that is how programs store
-//! flags, counters, sequence numbers and mailbox words. Anything else — SSE
-//! and AVX stores (`memcpy`), string instructions, atomics, stores that
-//! straddle a page — is left to the caller's other path, so a wrong guess is
-//! never possible: what is not understood exactly is not emulated.
+//! Emulated: plain `MOV` of a general register or an immediate to memory
+//! (1, 2, 4 or 8 bytes) and `MOVNTI` — how programs store flags, counters,
+//! sequence numbers and mailbox words — and the unmasked SSE, AVX and
+//! AVX-512 moves of a whole vector register or its low 4 or 8 bytes to
+//! memory (`MOVUPS`/`MOVDQU`/`VMOVDQU64` and kin, non-temporal ones too,
+//! `MOVQ`/`MOVD`/`MOVSS`/`MOVSD`/`MOVLPS`), which is what `memcpy` stores a
+//! small message with. Vector registers are read from the XSAVE image the
+//! kernel put in the signal frame. Anything else — masked, scattered or
+//! compressing stores, stores of a register's upper half, string
+//! instructions, atomics, segment overrides, stores that straddle a page —
+//! is left to the caller's other path, so a wrong guess is never possible:
+//! what is not understood exactly is not emulated.
 
 use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind, Register};
 
@@ -18,19 +24,38 @@ use iced_x86::{Decoder, DecoderOptions, Mnemonic, OpKind, Register};
 pub struct Store {
     /// First byte stored.
     pub addr: usize,
-    /// The bytes, `len` of them.
-    pub bytes: [u8; 8],
+    /// The bytes, `len` of them (at most 64: one AVX-512 register).
+    pub bytes: [u8; 64],
     pub len: usize,
     /// Length of the instruction, to skip it.
     pub insn_len: usize,
 }
 
 /// The registers the decoder needs: general registers by their 64-bit
-/// name, and the instruction pointer.
+/// name, vector registers by number, and the instruction pointer.
 pub trait Registers {
     fn gpr(&self, full: Register) -> Option<u64>;
+    /// The low `len` bytes (16, 32 or 64) of vector register `n` (xmm/ymm/
+    /// zmm `n`, 0-31), or `None` if the saved state does not hold them.
+    fn vector(&self, n: usize, len: usize) -> Option<[u8; 64]>;
     fn rip(&self) -> u64;
 }
+
+/// Stores of a general register that are plain moves.
+const GPR_STORES: [Mnemonic; 2] = [Mnemonic::Mov, Mnemonic::Movnti];
+
+/// Moves of a vector register (or its low 4 or 8 bytes) to memory with no
+/// other effect. `MOVHPS`/`MOVHPD` (upper half), masked, scatter and
+/// compress stores and lane extracts are deliberately not here.
+const VECTOR_STORES: [Mnemonic; 36] = [
+    Mnemonic::Movups, Mnemonic::Movaps, Mnemonic::Movupd, Mnemonic::Movapd, Mnemonic::Movdqu, Mnemonic::Movdqa,
+    Mnemonic::Movntdq, Mnemonic::Movntps, Mnemonic::Movntpd, Mnemonic::Movq, Mnemonic::Movd, Mnemonic::Movss,
+    Mnemonic::Movsd, Mnemonic::Movlps, Mnemonic::Movlpd, Mnemonic::Vmovups, Mnemonic::Vmovaps, Mnemonic::Vmovupd,
+    Mnemonic::Vmovapd, Mnemonic::Vmovdqu, Mnemonic::Vmovdqa, Mnemonic::Vmovdqu8, Mnemonic::Vmovdqu16,
+    Mnemonic::Vmovdqu32, Mnemonic::Vmovdqu64, Mnemonic::Vmovdqa32, Mnemonic::Vmovdqa64, Mnemonic::Vmovntdq,
+    Mnemonic::Vmovntps, Mnemonic::Vmovntpd, Mnemonic::Vmovq, Mnemonic::Vmovd, Mnemonic::Vmovss, Mnemonic::Vmovsd,
+    Mnemonic::Vmovlps, Mnemonic::Vmovlpd,
+];
 
 /// Decode the store at the instruction pointer that faulted on `fault_addr`
 /// with the bytes `code` (at least the instruction; 15 bytes read at `rip`
@@ -39,14 +64,18 @@ pub trait Registers {
 pub fn decode_store(code: &[u8], regs: &dyn Registers, fault_addr: usize, page: usize) -> Option<Store> {
     let mut d = Decoder::with_ip(64, code, regs.rip(), DecoderOptions::NONE);
     let insn = d.decode();
-    if insn.is_invalid() || insn.mnemonic() != Mnemonic::Mov || insn.op0_kind() != OpKind::Memory {
+    if insn.is_invalid() || insn.op0_kind() != OpKind::Memory || insn.op_count() != 2 {
         return None;
     }
-    if insn.segment_prefix() != Register::None {
+    let gpr = GPR_STORES.contains(&insn.mnemonic());
+    if !gpr && !VECTOR_STORES.contains(&insn.mnemonic()) {
+        return None;
+    }
+    if insn.segment_prefix() != Register::None || insn.op_mask() != Register::None {
         return None;
     }
     let len = insn.memory_size().size();
-    if !matches!(len, 1 | 2 | 4 | 8) {
+    if !matches!(len, 1 | 2 | 4 | 8 | 16 | 32 | 64) {
         return None;
     }
     // Effective address: base + index * scale + displacement (RIP-relative
@@ -63,14 +92,34 @@ pub fn decode_store(code: &[u8], regs: &dyn Registers, fault_addr: usize, page: 
     if fault_addr < ea || fault_addr >= end || ea / page != (end - 1) / page {
         return None;
     }
-    let value = match insn.op1_kind() {
-        OpKind::Register => reg_value(regs, insn.op1_register())?,
-        OpKind::Immediate8 | OpKind::Immediate16 | OpKind::Immediate32 | OpKind::Immediate8to64 | OpKind::Immediate32to64 => {
-            insn.immediate(1)
+    let mut bytes = [0u8; 64];
+    match insn.op1_kind() {
+        OpKind::Register if gpr && len <= 8 => bytes[..8].copy_from_slice(&reg_value(regs, insn.op1_register())?.to_le_bytes()),
+        OpKind::Immediate8 | OpKind::Immediate16 | OpKind::Immediate32 | OpKind::Immediate8to64 | OpKind::Immediate32to64
+            if insn.mnemonic() == Mnemonic::Mov =>
+        {
+            bytes[..8].copy_from_slice(&insn.immediate(1).to_le_bytes())
+        }
+        OpKind::Register if !gpr => {
+            let r = insn.op1_register();
+            let width = if r.is_xmm() {
+                16
+            } else if r.is_ymm() {
+                32
+            } else if r.is_zmm() {
+                64
+            } else {
+                return None; // MMX and the like
+            };
+            // The whole register, or its low 4 or 8 bytes (MOVQ, MOVSS...).
+            if len > width {
+                return None;
+            }
+            bytes = regs.vector(r.number(), width)?;
         }
         _ => return None,
-    };
-    Some(Store { addr: ea, bytes: value.to_le_bytes(), len, insn_len: insn.len() })
+    }
+    Some(Store { addr: ea, bytes, len, insn_len: insn.len() })
 }
 
 /// The value of a general register of any size, as the instruction sees it.
@@ -141,9 +190,103 @@ impl Registers for Ucontext {
         Some(self.gregs()[i as usize] as u64)
     }
 
+    fn vector(&self, n: usize, len: usize) -> Option<[u8; 64]> {
+        // SAFETY: as in `gregs`; `fpregs` points into the same signal frame
+        // (or is null when the thread had no FPU state saved).
+        let fx = unsafe { (*(self.0 as *const libc::ucontext_t)).uc_mcontext.fpregs } as *const u8;
+        if fx.is_null() {
+            return None;
+        }
+        // SAFETY: the legacy FXSAVE area (512 bytes) is always there when
+        // fpregs is set; the XSAVE part is read only after its marker says
+        // the kernel wrote one (and only within the size it gives).
+        unsafe { xsave_vector(fx, n, len) }
+    }
+
     fn rip(&self) -> u64 {
         self.gregs()[libc::REG_RIP as usize] as u64
     }
+}
+
+/// Marker of an XSAVE image in a signal frame (`FP_XSTATE_MAGIC1`, at
+/// byte 464 of the FXSAVE area: `struct _fpx_sw_bytes`).
+#[cfg(target_arch = "x86_64")]
+const FP_XSTATE_MAGIC1: u32 = 0x4650_5853;
+
+/// Where XSAVE state component `c` lies in a standard-format image (the
+/// format of signal frames): CPUID leaf 0xD, sub-leaf `c`, EAX = size,
+/// EBX = offset.
+#[cfg(target_arch = "x86_64")]
+fn xsave_component(c: u32) -> (usize, usize) {
+    // SAFETY: CPUID leaf 0xD exists on every CPU with XSAVE, the only
+    // case this is called in (the frame's marker says XSAVE was used).
+    // (`__cpuid_count` became a safe function in newer Rust.)
+    #[allow(unused_unsafe)]
+    let r = unsafe { std::arch::x86_64::__cpuid_count(0xd, c) };
+    (r.ebx as usize, r.eax as usize)
+}
+
+/// Bytes `0..len` of vector register `n` from the FPU image at `fx`.
+/// Components the image marks as in their initial state are zero.
+///
+/// # Safety
+/// `fx` must point to the FPU state of a signal frame (512 bytes of
+/// FXSAVE, then an XSAVE header and components when the marker is set).
+#[cfg(target_arch = "x86_64")]
+unsafe fn xsave_vector(fx: *const u8, n: usize, len: usize) -> Option<[u8; 64]> {
+    let rd = |off: usize, buf: &mut [u8]| {
+        // SAFETY: the caller's contract, and every `off` below was checked
+        // against the image's size.
+        unsafe { std::ptr::copy_nonoverlapping(fx.add(off), buf.as_mut_ptr(), buf.len()) }
+    };
+    let mut sw = [0u8; 16];
+    rd(464, &mut sw);
+    let xsave = u32::from_le_bytes(sw[0..4].try_into().ok()?) == FP_XSTATE_MAGIC1;
+    let xfeatures = u64::from_le_bytes(sw[8..16].try_into().ok()?);
+    let xstate_size = u32::from_le_bytes(sw[4..8].try_into().ok()?) as usize;
+    let mut out = [0u8; 64];
+    if !xsave {
+        // Plain FXSAVE: xmm0-15 only.
+        if n >= 16 || len > 16 {
+            return None;
+        }
+        rd(160 + 16 * n, &mut out[..16]);
+        return Some(out);
+    }
+    let mut hdr = [0u8; 8];
+    rd(512, &mut hdr);
+    let xstate_bv = u64::from_le_bytes(hdr);
+    // Copy `buf.len()` bytes of component `c` at `at` into `buf`: zero if
+    // the component is in its initial state, None if the image lacks it.
+    let part = |c: u32, at: usize, buf: &mut [u8]| -> Option<()> {
+        if xfeatures & (1 << c) == 0 {
+            return None;
+        }
+        if xstate_bv & (1 << c) == 0 {
+            buf.fill(0);
+            return Some(());
+        }
+        let off = if c == 1 { 160 } else { xsave_component(c).0 };
+        if off == 0 || off + at + buf.len() > xstate_size {
+            return None;
+        }
+        rd(off + at, buf);
+        Some(())
+    };
+    if n < 16 {
+        part(1, 16 * n, &mut out[..16])?; // SSE: xmm0-15
+        if len > 16 {
+            part(2, 16 * n, &mut out[16..32])?; // AVX: ymm0-15 bits 128-255
+        }
+        if len > 32 {
+            part(6, 32 * n, &mut out[32..64])?; // ZMM_Hi256: zmm0-15 bits 256-511
+        }
+    } else if n < 32 {
+        part(7, 64 * (n - 16), &mut out[..len])?; // Hi16_ZMM: zmm16-31 whole
+    } else {
+        return None;
+    }
+    Some(out)
 }
 
 #[cfg(test)]
@@ -160,6 +303,14 @@ mod tests {
             ];
             order.iter().position(|r| *r == full).map(|i| self.0[i])
         }
+        fn vector(&self, n: usize, len: usize) -> Option<[u8; 64]> {
+            // Register n holds bytes n, n+1, ... (its low `len` of them).
+            let mut v = [0u8; 64];
+            for (i, b) in v.iter_mut().enumerate().take(len) {
+                *b = (n + i) as u8;
+            }
+            Some(v)
+        }
         fn rip(&self) -> u64 {
             self.1
         }
@@ -174,17 +325,23 @@ mod tests {
         Regs(r, 0x40_0000)
     }
 
+    fn wide(v: u64) -> [u8; 64] {
+        let mut b = [0u8; 64];
+        b[..8].copy_from_slice(&v.to_le_bytes());
+        b
+    }
+
     #[test]
     fn plain_stores_are_decoded() {
         let r = regs();
         // mov [rbx], eax
         assert_eq!(
             decode_store(&[0x89, 0x03], &r, 0x1_0000, 4096),
-            Some(Store { addr: 0x1_0000, bytes: 0x5566_7788u64.to_le_bytes(), len: 4, insn_len: 2 })
+            Some(Store { addr: 0x1_0000, bytes: wide(0x5566_7788), len: 4, insn_len: 2 })
         );
         // mov [rbx+rcx*8+0x10], r8
         let s = decode_store(&[0x4c, 0x89, 0x44, 0xcb, 0x10], &r, 0x1_0028, 4096).unwrap();
-        assert_eq!((s.addr, s.len, s.insn_len, u64::from_le_bytes(s.bytes)), (0x1_0028, 8, 5, 0xdead_beef_cafe_f00d));
+        assert_eq!((s.addr, s.len, s.insn_len, u64::from_le_bytes(s.bytes[..8].try_into().unwrap())), (0x1_0028, 8, 5, 0xdead_beef_cafe_f00d));
         // mov byte [rbx+1], ah
         let s = decode_store(&[0x88, 0x63, 0x01], &r, 0x1_0001, 4096).unwrap();
         assert_eq!((s.len, s.bytes[0]), (1, 0x77));
@@ -196,13 +353,46 @@ mod tests {
         assert_eq!((s.len, s.bytes[..2].to_vec()), (2, vec![0x34, 0x12]));
     }
 
+    /// The fake registers hold bytes n, n+1, ... in vector register n.
+    fn vec_bytes(n: usize, len: usize) -> Vec<u8> {
+        (0..len).map(|i| (n + i) as u8).collect()
+    }
+
+    #[test]
+    fn vector_stores_are_decoded() {
+        let r = regs();
+        let cases: [(&[u8], usize, usize, usize, usize); 8] = [
+            // (code, address, register, bytes, instruction length)
+            (&[0x0f, 0x11, 0x03], 0x1_0000, 0, 16, 3),                         // movups [rbx], xmm0
+            (&[0xc5, 0xfe, 0x7f, 0x0b], 0x1_0000, 1, 32, 4),                   // vmovdqu [rbx], ymm1
+            (&[0x62, 0xe1, 0xfe, 0x48, 0x7f, 0x0b], 0x1_0000, 17, 64, 6),      // vmovdqu64 [rbx], zmm17
+            (&[0x62, 0xe1, 0xfe, 0x28, 0x7f, 0x43, 0x01], 0x1_0020, 16, 32, 7), // vmovdqu64 [rbx+0x20], ymm16
+            (&[0x66, 0x0f, 0xd6, 0x13], 0x1_0000, 2, 8, 4),                    // movq [rbx], xmm2
+            (&[0xc5, 0xfd, 0xe7, 0x2b], 0x1_0000, 5, 32, 4),                   // vmovntdq [rbx], ymm5
+            (&[0xc5, 0xfa, 0x11, 0x23], 0x1_0000, 4, 4, 4),                    // vmovss [rbx], xmm4
+            (&[0x48, 0x0f, 0xc3, 0x03], 0x1_0000, usize::MAX, 8, 4),           // movnti [rbx], rax
+        ];
+        for (code, addr, reg, len, insn_len) in cases {
+            let s = decode_store(code, &r, addr + len - 1, 4096).unwrap_or_else(|| panic!("{code:02x?} not decoded"));
+            assert_eq!((s.addr, s.len, s.insn_len), (addr, len, insn_len), "{code:02x?}");
+            let want = if reg == usize::MAX { 0x1122_3344_5566_7788u64.to_le_bytes().to_vec() } else { vec_bytes(reg, len) };
+            assert_eq!(s.bytes[..len].to_vec(), want, "{code:02x?}");
+        }
+    }
+
     #[test]
     fn anything_else_is_left_alone() {
         let r = regs();
         // A load: mov eax, [rbx]
         assert_eq!(decode_store(&[0x8b, 0x03], &r, 0x1_0000, 4096), None);
-        // movups [rbx], xmm0 (memcpy's kind of store)
-        assert_eq!(decode_store(&[0x0f, 0x11, 0x03], &r, 0x1_0000, 4096), None);
+        // movhps [rbx], xmm3 (the register's upper half)
+        assert_eq!(decode_store(&[0x0f, 0x17, 0x1b], &r, 0x1_0000, 4096), None);
+        // vmovdqu64 [rbx]{k1}, zmm2 (masked: only some lanes are stored)
+        assert_eq!(decode_store(&[0x62, 0xf1, 0xfe, 0x49, 0x7f, 0x13], &r, 0x1_0000, 4096), None);
+        // movq [rbx], mm0 (MMX)
+        assert_eq!(decode_store(&[0x0f, 0x7f, 0x03], &r, 0x1_0000, 4096), None);
+        // A 64-byte store that straddles two pages.
+        assert_eq!(decode_store(&[0x62, 0xe1, 0xfe, 0x48, 0x7f, 0x0b], &Regs([0, 0, 0, 0xffe0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 0), 0xfff0, 4096), None);
         // xchg [rbx], eax (reads as well)
         assert_eq!(decode_store(&[0x87, 0x03], &r, 0x1_0000, 4096), None);
         // rep movsb

@@ -216,11 +216,68 @@ fn stores_are_emulated_in_place() {
         assert_eq!(unsafe { *(m.fill as *const u64).add(i as usize * 3) }, i * 0x0101_0101_0101_0101 + 7);
         assert_eq!(read(m.base.wrapping_add(8 * 200 + i as usize)), i as u8);
     }
-    // A 16-byte SSE store is not emulated: the page becomes writable.
-    let v = [0x5au8; 16];
-    // SAFETY: inside the mapping; an unaligned 16-byte store.
-    unsafe { std::arch::x86_64::_mm_storeu_si128(m.base.wrapping_add(page + 16).cast(), std::arch::x86_64::_mm_loadu_si128(v.as_ptr().cast())) };
+    // A store of a register's upper half (MOVHPS) is not emulated: the
+    // page becomes writable.
+    let v: [f32; 4] = [1.0, 2.0, 3.0, 4.0];
+    // SAFETY: reads 16 bytes of v, stores 8 inside the mapping.
+    unsafe { std::arch::asm!("movups xmm3, [{s}]", "movhps [{d}], xmm3", s = in(reg) v.as_ptr(), d = in(reg) m.base.wrapping_add(page + 16), out("xmm3") _) };
     assert_eq!(em.other.load(Ordering::SeqCst), 1);
-    assert_eq!(read(m.base.wrapping_add(page + 31)), 0x5a);
+    // SAFETY: reading inside the mapping.
+    assert_eq!(unsafe { std::ptr::read_volatile(m.base.wrapping_add(page + 16).cast::<[f32; 2]>()) }, [3.0, 4.0]);
     trap::unregister(&t);
+}
+
+/// Vector stores (what `memcpy` stores a small message with) are emulated
+/// with the register's bytes from the signal frame's XSAVE image: SSE,
+/// AVX (ymm0-15, whose upper halves are in their own XSAVE component) and
+/// AVX-512 (zmm16-31, in another), where the CPU has them.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn vector_stores_are_emulated_in_place() {
+    let page = vsci_dirty::page_size();
+    let m = map(PAGES * page);
+    let em = Arc::new(Emulator { fill: m.fill as usize, base: m.base as usize, page, emulated: AtomicUsize::new(0), other: AtomicUsize::new(0) });
+    // SAFETY: the mapping outlives the trap (unregistered below).
+    let t = unsafe { Trap::new(m.base, m.len, TrapOptions { writes: true }, em.clone()) }.unwrap();
+    let src: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37).wrapping_add(11)).collect();
+    let fill_at = |off: usize, len: usize| {
+        // SAFETY: reading the fill mapping of the same memfd.
+        unsafe { std::slice::from_raw_parts((m.fill as *const u8).add(off), len) }.to_vec()
+    };
+    let mut expect = 0;
+    // SAFETY: inside the mapping; a 16-byte unaligned store.
+    unsafe { std::arch::x86_64::_mm_storeu_si128(m.base.wrapping_add(16).cast(), std::arch::x86_64::_mm_loadu_si128(src.as_ptr().cast())) };
+    expect += 1;
+    assert_eq!(fill_at(16, 16), src[..16]);
+    if std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: the CPU has AVX; the store lies inside the mapping.
+        unsafe { store_ymm3(m.base.wrapping_add(page + 100), src.as_ptr()) };
+        expect += 1;
+        assert_eq!(fill_at(page + 100, 32), src[..32]);
+    }
+    if std::arch::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU has AVX-512; the store lies inside the mapping.
+        unsafe { store_zmm20(m.base.wrapping_add(2 * page + 64), src.as_ptr()) };
+        expect += 1;
+        assert_eq!(fill_at(2 * page + 64, 64), src[..]);
+    }
+    assert_eq!(em.emulated.load(Ordering::SeqCst), expect, "{} not emulated", em.other.load(Ordering::SeqCst));
+    assert_eq!(em.other.load(Ordering::SeqCst), 0);
+    trap::unregister(&t);
+}
+
+/// Loads ymm3 from `src` and stores it at `dst` (the store may trap).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn store_ymm3(dst: *mut u8, src: *const u8) {
+    // SAFETY: the caller passes 32 readable bytes at src, 32 writable at dst.
+    unsafe { std::arch::asm!("vmovdqu ymm3, [{s}]", "vmovdqu [{d}], ymm3", s = in(reg) src, d = in(reg) dst, out("ymm3") _) };
+}
+
+/// Loads zmm20 from `src` and stores it at `dst` (the store may trap).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn store_zmm20(dst: *mut u8, src: *const u8) {
+    // SAFETY: the caller passes 64 readable bytes at src, 64 writable at dst.
+    unsafe { std::arch::asm!("vmovdqu64 zmm20, [{s}]", "vmovdqu64 [{d}], zmm20", s = in(reg) src, d = in(reg) dst, out("zmm20") _) };
 }

@@ -207,17 +207,21 @@ fn two_streaming_writers_share_every_page() {
 // ---- spinning ping-pong --------------------------------------------------------------
 
 fn pingpong(size: &str, seg_ping: &str, seg_pong: &str) {
+    pingpong_msg(size, seg_ping, seg_pong, "0");
+}
+
+fn pingpong_msg(size: &str, seg_ping: &str, seg_pong: &str, msg: &str) {
     let _g = serial();
     let Some(c) = Cluster::start(&[1, 2]) else { return };
     let to_pong = format!("2:{seg_pong}");
     let to_ping = format!("1:{seg_ping}");
-    let pong = spawn(&c, 2, &["pingpong", "pong", ROUNDS, size, seg_pong, &to_ping]);
-    let ping = spawn(&c, 1, &["pingpong", "ping", ROUNDS, size, seg_ping, &to_pong]);
+    let pong = spawn(&c, 2, &["pingpong", "pong", ROUNDS, size, seg_pong, &to_ping, msg]);
+    let ping = spawn(&c, 1, &["pingpong", "ping", ROUNDS, size, seg_ping, &to_pong, msg]);
     let outs = run_together(vec![ping, pong], RUN);
     outs[0].assert_contains(&format!("PINGPONG ping DONE round_trips={ROUNDS}"));
     outs[1].assert_contains(&format!("PINGPONG pong DONE round_trips={ROUNDS}"));
     let line = outs[0].stdout.lines().find(|l| l.contains("PINGPONG ping DONE")).unwrap_or_default();
-    eprintln!("spinning ping-pong, {size}-byte maps: {line}");
+    eprintln!("spinning ping-pong, {size}-byte maps, {msg}-byte messages: {line}");
     c.wait_clean(1, "after the ping-pong");
     c.wait_clean(2, "after the ping-pong");
 }
@@ -234,6 +238,16 @@ fn spinning_pingpong_4k_maps() {
 #[test]
 fn spinning_pingpong_16m_maps() {
     pingpong("16m", "0x5722", "0x5723");
+}
+
+/// The same with a 60-byte message copied by `memcpy` before each counter
+/// (vector stores, emulated one by one) and one of 1,000 bytes (a copy long
+/// enough to take the page's twin instead): each side finds the whole
+/// message whenever the counter shows.
+#[test]
+fn spinning_pingpong_with_messages() {
+    pingpong_msg("4k", "0x5724", "0x5725", "60");
+    pingpong_msg("16m", "0x5726", "0x5727", "1000");
 }
 
 // ---- flag after payload -----------------------------------------------------------------

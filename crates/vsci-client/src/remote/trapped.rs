@@ -59,6 +59,12 @@ struct Pages {
     /// Stores emulated per page since the last background round (see
     /// `emulate`); past `EMULATE_MAX` the page takes the twin's way.
     emulated: Vec<u8>,
+    /// The store burst being emulated: its page, how many stores so far,
+    /// and when the last emulation ended (see `EMULATE_BURST`).
+    burst: (usize, u8, u64),
+    /// A page whose last copy was longer than a burst, and until when its
+    /// vector stores are not emulated.
+    long_copies: (usize, u64),
     /// This map's dirty pages are counted in `DIRTY_MAPS`.
     counted_dirty: bool,
 }
@@ -288,7 +294,25 @@ impl Shadow {
         if targets.is_empty() && here.is_empty() {
             return false;
         }
+        // Stores that trap back to back into one page are one copy (a
+        // message being written): the first few are emulated, a longer
+        // one takes the twin's way, where every store after the fetch is free.
+        // "Back to back" counts from the end of the last emulation: posting
+        // a write can hand this core to the owner's engine for a while (on
+        // a host whose nodes share cores), which is not the program's gap.
+        let (bp, count, last_end) = g.burst;
+        let count = if bp == p && now_ns().saturating_sub(last_end) < EMULATE_BURST_GAP_NS { count.saturating_add(1) } else { 1 };
+        g.burst = (p, count, 0);
+        if count > EMULATE_BURST {
+            // Copies into this page are longer than a burst: take the
+            // twin's way at once for the next ones (see `EMULATE_LONG_NS`).
+            g.long_copies = (p, now_ns() + EMULATE_LONG_NS);
+            return false;
+        }
         let Some(st) = f.decode_store(self.page) else { return false };
+        if st.len > 8 && g.long_copies.0 == p && now_ns() < g.long_copies.1 {
+            return false;
+        }
         let off = p * self.page + (st.addr & (self.page - 1));
         if off + st.len > self.valid {
             return false;
@@ -345,6 +369,7 @@ impl Shadow {
         // the same memfd page is write-protected, so only we write it here.
         unsafe { std::ptr::copy_nonoverlapping(st.bytes.as_ptr(), (self.fill + off) as *mut u8, st.len) };
         g.emulated[p] = g.emulated[p].saturating_add(1);
+        g.burst.2 = now_ns();
         self.stored.store(true, Ordering::Release);
         // SAFETY: the store's effect is made (shadow and owner); the thread
         // resumes after it.
@@ -535,6 +560,8 @@ impl Trapped {
             ahead: 1,
             stream_edges: [None, None],
             emulated: vec![0; npages],
+            burst: (usize::MAX, 0, 0),
+            long_copies: (usize::MAX, 0),
             counted_dirty: false,
         };
         let owner_kind = match &owner {
@@ -783,8 +810,25 @@ fn emulation_on() -> bool {
 
 /// Most stores emulated per page between two background rounds (1 ms while
 /// the program is busy): more is a page being filled, shipped cheaper as one
-/// write of its changed bytes.
-const EMULATE_MAX: u8 = 16;
+/// write of its changed bytes. (A ping-pong of small messages makes about
+/// ten rounds per millisecond, each a store or two of payload and a flag.)
+const EMULATE_MAX: u8 = 64;
+
+/// Most stores of one burst emulated: stores into one page, each trapping
+/// less than `EMULATE_BURST_GAP_NS` after the one before. Each costs a trap
+/// and a posted write, and the owner's engine one wake-up per write (about
+/// 50 µs of a round trip each when the nodes share cores, as in the tests
+/// here); the twin's way costs one trap and a read round trip, after which
+/// the rest of the copy is free. Three covers a message of up to 64 bytes
+/// (`memcpy` stores it with one or two vector stores) and its flag.
+const EMULATE_BURST: u8 = 3;
+/// After a copy longer than a burst, a page's vector stores take the twin's
+/// way for this long: a program sending messages of one size does not pay
+/// the burst's emulated stores before each one.
+const EMULATE_LONG_NS: u64 = 10_000_000;
+/// Stores further apart than this (from the end of one emulation to the
+/// next fault) are not one copy.
+const EMULATE_BURST_GAP_NS: u64 = 20_000;
 
 /// Most pages one store fault of a sequential stream fetches (128 KiB with
 /// 4 KiB pages): past that the read's own transfer time dominates its
