@@ -24,9 +24,22 @@
  *      polls its local inbox and records arrival time - store time (both
  *      nodes share the host's clock); p50/p99/max, at two paces;
  *   d) remote interrupt (SCITriggerInterrupt / SCIWaitForInterrupt) and data
- *      interrupt (4 B, 1 KiB) ping-pong latency, RTT/2.
+ *      interrupt (4 B, 1 KiB) ping-pong latency, RTT/2;
+ *   e) spinning ping-pong, a 4-byte counter, with maps of 4 KiB, 16 MiB and
+ *      1 GiB: each side stores the counter into the last 4 bytes of the
+ *      peer's segment (plain store, no call) and spins on its own segment in
+ *      a plain loop (no pause, no yield).  RTT/2 per map size;
+ *   f) store + SCIFlush: 1 B, and a 4 KiB memcpy of new data, into the
+ *      server's segment, then SCIFlush(NULL, 0); time per store + flush;
+ *   g) an idle 1 GiB map: one byte stored and flushed, then 10 s of sleep:
+ *      the client's CPU and the bytes on its namespace's links during the
+ *      sleep, against the same sleep with no such map (the nodes' heartbeats);
+ *   h) mailbox: payload word (the same value two rounds running), SCIFlush,
+ *      flag (always the same value), SCIFlush, spin for the ack; the server
+ *      checks the payload and clears both in its own memory before it acks.
+ *      Rounds per second, wrong payloads.
  *
- * Usage: remote_bench -server|-client -rn NODE [-quick] [-json FILE] [-s abcd]
+ * Usage: remote_bench -server|-client -rn NODE [-quick] [-json FILE] [-s abcdefgh]
  *                     [-id SEGID] [-timeout S] [-yield N] [-h]
  * See bench/README.md ("remote_bench").
  */
@@ -42,6 +55,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -66,13 +80,28 @@
 #define DEFAULT_SEGID 0x52420000u     /* server inbox; client +1, bw +2      */
 #define WAIT_TIMEOUT_MS 10000u        /* each SCIWaitFor*Interrupt           */
 #define VIS_MAGIC     0x5649534942454e43ull
+#define FL_OFF        32768u          /* f: 4 KiB store target (own page)    */
+#define FL1_OFF       45056u          /* f: 1 B store target (own page)      */
+#define MB_OFF        49152u          /* h: payload, flag at +8; ack (client) */
+#define SPIN_SIZES    3               /* e: map sizes                        */
+#define SPIN_SEGID    0x10u           /* e: segid + 0x10 + 2k (+1 client)    */
+#define IDLE_SEGID    0x20u           /* g: segid + 0x20 (server)            */
+#define IDLE_SIZE     (1ull << 30)    /* g: the idle map                     */
+#define MB_FLAG       1ull            /* h: the flag's only value            */
+#define MB_A          0x1111111111111111ull   /* h: the two payload values   */
+#define MB_B          0x2222222222222222ull
+#define ALL_SECTIONS  "abcdefgh"
+
+static const size_t spin_sizes[SPIN_SIZES] = { 4096, 16u << 20, 1u << 30 };
+static const size_t fl_sizes[2] = { 1, 4096 };
 
 static const unsigned di_sizes[2] = { 4, 1024 };
 
 /* Commands from the client to the server (high byte of a control value). */
 enum {
     CMD_HELLO = 1, CMD_PP, CMD_BW_CHECK, CMD_VIS, CMD_INTR_SETUP, CMD_INTR_LOOP,
-    CMD_INTR_END, CMD_DONE
+    CMD_INTR_END, CMD_DONE, CMD_SPIN_SETUP, CMD_SPIN_LOOP, CMD_SPIN_END, CMD_FLUSH_CHECK,
+    CMD_IDLE_SETUP, CMD_IDLE_CHECK, CMD_IDLE_END, CMD_MBOX
 };
 #define CMD(c, arg) (((uint64_t)(c) << 56) | (uint64_t)(arg))
 #define HELLO_MAGIC 0x524246u         /* "RBF" */
@@ -80,10 +109,12 @@ enum {
 enum { K_INTR, K_DINTR };
 
 /* Sections (and the phases the JSON reports) */
-enum { PH_SETUP, PH_PP, PH_BW, PH_VIS, PH_INTR, PH_TEARDOWN, NPHASES };
+enum { PH_SETUP, PH_PP, PH_BW, PH_VIS, PH_INTR, PH_SPIN, PH_FLUSH, PH_IDLE, PH_MBOX,
+       PH_TEARDOWN, NPHASES };
 static const char *const phase_names[NPHASES] = {
     "setup", "a: remote ping-pong", "b: remote write bandwidth",
-    "c: store-to-visibility", "d: remote interrupts", "teardown"
+    "c: store-to-visibility", "d: remote interrupts", "e: spinning ping-pong",
+    "f: store + SCIFlush", "g: idle 1 GiB map", "h: mailbox", "teardown"
 };
 
 /* ------------------------------------------------------------------------ */
@@ -100,6 +131,13 @@ typedef struct {
 
 #include "common/stats.h"
 
+/* g: what one sleep cost the client */
+typedef struct {
+    double   wall_s, cpu_s;     /* elapsed, and user + system CPU of the process */
+    uint64_t rx, tx;            /* bytes on the namespace's non-loopback links */
+    int      ok;                /* measured (/proc/net/dev readable)          */
+} idle_t;
+
 static struct {
     int      pp_n;
     size_t   pp_size[MAX_PP_SIZES];
@@ -115,6 +153,22 @@ static struct {
     lat_t    vis[NPACES];                  /* one-way, not halved            */
     lat_t    intr;
     lat_t    dint[2];
+    int      spin_n;
+    size_t   spin_size[SPIN_SIZES];
+    lat_t    spin[SPIN_SIZES];                 /* bad = values neither old nor new */
+    int      fl_n;
+    lat_t    fl[2];                            /* per store + flush, not halved */
+    int      fl_check[2];                      /* 1 ok, -1 mismatch             */
+    int      idle_ran;
+    double   idle_secs;
+    idle_t   idle[2];                          /* 0: no map, 1: the 1 GiB map   */
+    int      idle_check;                       /* 1 ok, -1 the byte is not there */
+    int      mb_ran;
+    lat_t    mb;                               /* per round, not halved         */
+    uint32_t mb_rounds_total;                  /* warm-up + timed               */
+    uint32_t mb_wrong;                         /* payloads the server saw wrong */
+    uint32_t mb_ack_wrong;                     /* acks with an unexpected value */
+    double   mb_elapsed_s;                     /* the timed rounds              */
     int      ran[NPHASES], ok[NPHASES];
     char     err[NPHASES][400];
 } R;
@@ -128,7 +182,7 @@ static struct {
     unsigned    rn;             /* the other node                            */
     int         quick;
     const char *json;
-    char        sections[8];
+    char        sections[16];
     uint32_t    segid;
     double      timeout;        /* seconds a control wait may take           */
     unsigned    yield_every;    /* spins between sched_yield in busy-waits   */
@@ -147,6 +201,9 @@ static struct {
     unsigned    vis_count[NPACES];
     int         in_warm, in_min, in_max;
     double      in_budget;
+    double      idle_secs;
+    int         mb_warm, mb_min, mb_max;
+    double      mb_budget;
 } opt;
 
 /* ------------------------------------------------------------------------ */
@@ -894,6 +951,425 @@ static void server_intr_loop(uint64_t arg)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Segments made for one section on both sides                             */
+/* ------------------------------------------------------------------------ */
+
+/* Remove a segment of ours that the peer was connected to: its disconnect
+ * may still be on its way, so SCI_ERR_BUSY is retried for up to 5 s. */
+static void remove_own_segment(sci_local_segment_t seg, sci_map_t map, const char *what)
+{
+    sci_error_t e;
+    uint64_t t0 = now_ns();
+    SCIUnmapSegment(map, 0, &e);
+    sci_check("SCIUnmapSegment (local)", e);
+    for (;;) {
+        SCISetSegmentUnavailable(seg, 0, 0, &e);
+        if (e == SCI_ERR_OK || now_ns() - t0 > 5000000000ull)
+            break;
+        usleep(20000);
+    }
+    for (;;) {
+        SCIRemoveSegment(seg, 0, &e);
+        if (e != SCI_ERR_BUSY || now_ns() - t0 > 5000000000ull)
+            break;
+        usleep(20000);
+    }
+    sci_check(what, e);
+}
+
+/* e: a segment of each side, each mapped by the other. */
+typedef struct {
+    size_t                  size;
+    sci_local_segment_t     seg;
+    sci_map_t               lmap, rmap;
+    sci_remote_segment_t    rseg;
+    volatile unsigned char *local, *remote;
+} xseg_t;
+
+static void xseg_open(xseg_t *x, uint32_t base, size_t size)
+{
+    sci_error_t e;
+    uint32_t mine = base + (opt.server ? 0 : 1), theirs = base + (opt.server ? 1 : 0);
+    x->size = size;
+    x->seg = make_segment(mine, size, &x->lmap, &x->local);
+    connect_peer(theirs, size, &x->rseg);
+    x->remote = SCIMapRemoteSegment(x->rseg, &x->rmap, 0, size, NULL, 0, &e);
+    sci_check("SCIMapRemoteSegment (spinning ping-pong)", e);
+    ctl_send(0x5e);                          /* both mapped */
+    ctl_expect(0x5e, "spinning ping-pong setup");
+}
+
+static void xseg_close(xseg_t *x)
+{
+    sci_error_t e;
+    SCIUnmapSegment(x->rmap, 0, &e);
+    sci_check("SCIUnmapSegment (spinning ping-pong)", e);
+    SCIDisconnectSegment(x->rseg, 0, &e);
+    sci_check("SCIDisconnectSegment (spinning ping-pong)", e);
+    ctl_send(0x5f);                          /* both disconnected */
+    ctl_expect(0x5f, "spinning ping-pong teardown");
+    remove_own_segment(x->seg, x->lmap, "SCIRemoveSegment (spinning ping-pong)");
+}
+
+/* The deadline of a plain spin: read the clock only every 16 Mi spins
+ * (about 10 ms here); opt.timeout after the first reading. */
+static inline int spin_late(uint64_t *n, uint64_t *deadline)
+{
+    if ((++*n & 0xffffff) != 0)
+        return 0;
+    uint64_t t = now_ns();
+    if (*deadline == 0)
+        *deadline = t + (uint64_t)(opt.timeout * 1e9);
+    return t > *deadline;
+}
+
+/* A plain loop on a word of the own segment until it holds `want`: no
+ * pause, no yield, no call.  A value that is neither the previous one
+ * (want - 1) nor `want` is counted, once per distinct value seen. */
+static inline uint32_t spin_until(const volatile uint32_t *w, uint32_t want, const char *what)
+{
+    uint32_t prev = want - 1, bad = 0, v;
+    uint64_t n = 0, deadline = 0;
+    while ((v = *w) != want) {
+        if (v != prev) {
+            bad++;
+            prev = v;
+        }
+        if (spin_late(&n, &deadline))
+            fail("%s: %u did not arrive within %.0f s (the word holds %u)", what, want,
+                 opt.timeout, v);
+    }
+    return bad;
+}
+
+/* ------------------------------------------------------------------------ */
+/* e) spinning ping-pong, no yields, by map size                            */
+/* ------------------------------------------------------------------------ */
+
+static xseg_t g_x;                       /* the server's, between commands */
+static uint32_t g_spin_seq;              /* restarts with every map size    */
+
+/* `count` round trips of the counter through the last 4 bytes of each
+ * side's segment.  Returns the values that were neither old nor new. */
+static uint64_t spin_loop(xseg_t *x, uint32_t count, uint64_t *samples)
+{
+    volatile uint32_t *out = (volatile uint32_t *)(x->remote + x->size - 4);
+    const volatile uint32_t *in = (const volatile uint32_t *)(x->local + x->size - 4);
+    uint64_t bad = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        uint32_t s = ++g_spin_seq;
+        if (!opt.server) {
+            uint64_t a = now_ns();
+            *out = s;
+            bad += spin_until(in, s, "spinning ping-pong: the echo");
+            uint64_t b = now_ns();
+            if (samples)
+                samples[i] = b - a;
+        } else {
+            bad += spin_until(in, s, "spinning ping-pong: the counter");
+            *out = s;
+        }
+    }
+    return bad;
+}
+
+static uint64_t spin_remote_loop(xseg_t *x, uint32_t count, uint64_t *samples)
+{
+    ctl_send(CMD(CMD_SPIN_LOOP, count));
+    uint64_t bad = spin_loop(x, count, samples);
+    return bad + ctl_recv();
+}
+
+static void section_spin(void)
+{
+    phase_begin(PH_SPIN);
+    uint64_t *samples = xalloc(sizeof(uint64_t) * (size_t)opt.pp_max);
+    for (int k = 0; k < SPIN_SIZES; k++) {
+        xseg_t x;
+        ctl_send(CMD(CMD_SPIN_SETUP, (uint64_t)k));
+        g_spin_seq = 0;
+        xseg_open(&x, opt.segid + SPIN_SEGID + 2u * (uint32_t)k, spin_sizes[k]);
+        uint64_t t0 = now_ns();
+        uint64_t bad = spin_remote_loop(&x, (uint32_t)opt.pp_warm, NULL);
+        uint64_t warm_ns = now_ns() - t0;
+        uint32_t n = pick_iters(warm_ns, opt.pp_warm, opt.pp_min, opt.pp_max, opt.pp_budget);
+        bad += spin_remote_loop(&x, n, samples);
+        R.spin_size[k] = spin_sizes[k];
+        make_stats(&R.spin[k], samples, n, (uint32_t)bad, 2.0);
+        R.spin_n = k + 1;
+        ctl_send(CMD(CMD_SPIN_END, 0));
+        xseg_close(&x);
+    }
+    munmap(samples, sizeof(uint64_t) * (size_t)opt.pp_max);
+    phase_end(PH_SPIN);
+}
+
+/* ------------------------------------------------------------------------ */
+/* f) store + SCIFlush                                                      */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t g_fl_seq;
+
+/* `count` times: 1 B (a new value each time) or a memcpy of `size` bytes
+ * (the sequence number in the first 8, then a pattern that differs in every
+ * byte from the previous copy's) into the server's inbox, then SCIFlush. */
+static void flush_loop(size_t size, uint32_t count, uint64_t *samples, unsigned char *src[2])
+{
+    volatile unsigned char *dst = g_out + (size == 1 ? FL1_OFF : FL_OFF);
+    for (uint32_t i = 0; i < count; i++) {
+        uint64_t s = ++g_fl_seq;
+        unsigned char *p = src[s & 1];
+        if (size > 1)
+            memcpy(p, &s, 8);
+        uint64_t a = now_ns();
+        if (size == 1)
+            *dst = (unsigned char)s;
+        else
+            memcpy((void *)dst, p, size);
+        SCIFlush(NULL, 0);
+        uint64_t b = now_ns();
+        if (samples)
+            samples[i] = b - a;
+    }
+}
+
+static void section_flush(void)
+{
+    phase_begin(PH_FLUSH);
+    unsigned char *src[2] = { xalloc(4096), xalloc(4096) };
+    memset(src[0], 0x5a, 4096);
+    memset(src[1], 0xa5, 4096);
+    uint64_t *samples = xalloc(sizeof(uint64_t) * (size_t)opt.pp_max);
+    for (int d = 0; d < 2; d++) {
+        size_t size = fl_sizes[d];
+        uint64_t t0 = now_ns();
+        flush_loop(size, (uint32_t)opt.pp_warm, NULL, src);
+        uint64_t warm_ns = now_ns() - t0;
+        uint32_t n = pick_iters(warm_ns, opt.pp_warm, opt.pp_min, opt.pp_max, opt.pp_budget);
+        flush_loop(size, n, samples, src);
+        /* The server's memory holds the last store (each one was flushed). */
+        ctl_send(CMD(CMD_FLUSH_CHECK, size));
+        ctl_send(size == 1 ? (uint64_t)(unsigned char)g_fl_seq
+                           : hash_buf(src[g_fl_seq & 1], size));
+        int ok = ctl_recv() == 1;
+        make_stats(&R.fl[d], samples, n, ok ? 0 : n, 1.0);
+        R.fl_check[d] = ok ? 1 : -1;
+        R.fl_n = d + 1;
+    }
+    munmap(samples, sizeof(uint64_t) * (size_t)opt.pp_max);
+    munmap(src[0], 4096);
+    munmap(src[1], 4096);
+    phase_end(PH_FLUSH);
+}
+
+static void server_flush_check(size_t size)
+{
+    uint64_t want = ctl_recv();
+    int ok;
+    if (size == 1)
+        ok = g_in[FL1_OFF] == (unsigned char)want;
+    else if (size == 4096)
+        ok = hash_buf(g_in + FL_OFF, size) == want;
+    else
+        fail("flush check with a bad size %zu", size);
+    ctl_send((uint64_t)ok);
+}
+
+/* ------------------------------------------------------------------------ */
+/* g) an idle 1 GiB map                                                     */
+/* ------------------------------------------------------------------------ */
+
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/* Bytes received and sent on every interface but lo, from /proc/net/dev
+ * (which shows the network namespace of the process that reads it). */
+static int net_bytes(uint64_t *rx, uint64_t *tx)
+{
+    FILE *f = fopen("/proc/net/dev", "r");
+    if (!f)
+        return 0;
+    char line[512];
+    *rx = *tx = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *c = strchr(line, ':');
+        if (!c)
+            continue;
+        *c = 0;
+        char *name = line;
+        while (*name == ' ')
+            name++;
+        if (!strcmp(name, "lo"))
+            continue;
+        unsigned long long v[9];
+        if (sscanf(c + 1, "%llu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2],
+                   &v[3], &v[4], &v[5], &v[6], &v[7], &v[8]) == 9) {
+            *rx += v[0];
+            *tx += v[8];
+        }
+    }
+    fclose(f);
+    return 1;
+}
+
+/* Sleep opt.idle_secs; what the process used meanwhile. */
+static void idle_measure(idle_t *m)
+{
+    uint64_t rx0 = 0, tx0 = 0, rx1 = 0, tx1 = 0;
+    double c0 = cpu_seconds();
+    int ok = net_bytes(&rx0, &tx0);
+    uint64_t t0 = now_ns(), due = t0 + (uint64_t)(opt.idle_secs * 1e9);
+    struct timespec ts = { (time_t)(due / 1000000000ull), (long)(due % 1000000000ull) };
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+    uint64_t t1 = now_ns();
+    double c1 = cpu_seconds();
+    ok = net_bytes(&rx1, &tx1) && ok;
+    m->wall_s = (double)(t1 - t0) / 1e9;
+    m->cpu_s = c1 - c0;
+    m->rx = rx1 - rx0;
+    m->tx = tx1 - tx0;
+    m->ok = ok;
+}
+
+static void section_idle(void)
+{
+    sci_error_t e;
+    sci_remote_segment_t rseg;
+    sci_map_t rmap;
+    phase_begin(PH_IDLE);
+    R.idle_secs = opt.idle_secs;
+    /* Let the previous section's threads go quiet, then the baseline: the
+     * same sleep with no map but the two control inboxes (idle too). */
+    usleep(500000);
+    idle_measure(&R.idle[0]);
+    ctl_send(CMD(CMD_IDLE_SETUP, 0));
+    ctl_expect(CMD(CMD_IDLE_SETUP, 1), "idle map setup");
+    connect_peer(opt.segid + IDLE_SEGID, IDLE_SIZE, &rseg);
+    volatile unsigned char *p = SCIMapRemoteSegment(rseg, &rmap, 0, IDLE_SIZE, NULL, 0, &e);
+    sci_check("SCIMapRemoteSegment (1 GiB)", e);
+    unsigned char v = (unsigned char)(0x80 | (now_ns() & 0x7f));
+    p[IDLE_SIZE / 2] = v;
+    SCIFlush(NULL, 0);
+    idle_measure(&R.idle[1]);
+    ctl_send(CMD(CMD_IDLE_CHECK, v));
+    R.idle_check = ctl_recv() == 1 ? 1 : -1;
+    SCIUnmapSegment(rmap, 0, &e);
+    sci_check("SCIUnmapSegment (1 GiB)", e);
+    SCIDisconnectSegment(rseg, 0, &e);
+    sci_check("SCIDisconnectSegment (1 GiB)", e);
+    ctl_send(CMD(CMD_IDLE_END, 0));
+    ctl_expect(CMD(CMD_IDLE_END, 1), "idle map teardown");
+    R.idle_ran = 1;
+    phase_end(PH_IDLE);
+}
+
+static sci_local_segment_t g_idle_seg;
+static sci_map_t g_idle_lmap;
+static volatile unsigned char *g_idle_local;
+
+static void server_idle(int cmd, uint64_t arg)
+{
+    if (cmd == CMD_IDLE_SETUP) {
+        g_idle_seg = make_segment(opt.segid + IDLE_SEGID, IDLE_SIZE, &g_idle_lmap, &g_idle_local);
+        ctl_send(CMD(CMD_IDLE_SETUP, 1));
+    } else if (cmd == CMD_IDLE_CHECK) {
+        ctl_send(g_idle_local[IDLE_SIZE / 2] == (unsigned char)arg ? 1 : 0);
+    } else {
+        remove_own_segment(g_idle_seg, g_idle_lmap, "SCIRemoveSegment (1 GiB)");
+        ctl_send(CMD(CMD_IDLE_END, 1));
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* h) mailbox                                                               */
+/* ------------------------------------------------------------------------ */
+
+static uint32_t g_mb_round;
+
+/* Round r's payload: the same value two rounds running, so every other
+ * round stores again the value the server has just cleared. */
+static inline uint64_t mb_value(uint32_t r)
+{
+    return (r >> 1) & 1 ? MB_A : MB_B;
+}
+
+/* `count` rounds.  Client: payload, SCIFlush, flag, SCIFlush into the
+ * server's inbox, then a plain spin on the own inbox for the ack; returns
+ * the acks with an unexpected value.  Server: a plain spin on the flag,
+ * check the payload, clear both in its own memory, ack; returns the wrong
+ * payloads. */
+static uint32_t mb_loop(uint32_t count, uint64_t *samples, uint64_t *elapsed)
+{
+    uint32_t bad = 0;
+    uint64_t start = now_ns();
+    if (!opt.server) {
+        volatile uint64_t *pl = (volatile uint64_t *)(g_out + MB_OFF), *fl = pl + 1;
+        const volatile uint32_t *ack = (const volatile uint32_t *)(g_in + MB_OFF);
+        for (uint32_t i = 0; i < count; i++) {
+            uint32_t r = ++g_mb_round;
+            uint64_t a = now_ns();
+            *pl = mb_value(r);
+            SCIFlush(NULL, 0);
+            *fl = MB_FLAG;
+            SCIFlush(NULL, 0);
+            bad += spin_until(ack, r, "mailbox: the ack");
+            uint64_t b = now_ns();
+            if (samples)
+                samples[i] = b - a;
+        }
+    } else {
+        volatile uint64_t *pl = (volatile uint64_t *)(g_in + MB_OFF), *fl = pl + 1;
+        volatile uint32_t *ack = (volatile uint32_t *)(g_out + MB_OFF);
+        for (uint32_t i = 0; i < count; i++) {
+            uint32_t r = ++g_mb_round;
+            uint64_t n = 0, deadline = 0;
+            while (*fl != MB_FLAG)
+                if (spin_late(&n, &deadline))
+                    fail("mailbox: the flag of round %u did not arrive within %.0f s", r,
+                         opt.timeout);
+            uint64_t got = *pl;
+            if (got != mb_value(r) && ++bad <= 5)
+                fprintf(stderr, "remote_bench server: mailbox round %u: payload 0x%llx, "
+                        "expected 0x%llx\n", r, (unsigned long long)got,
+                        (unsigned long long)mb_value(r));
+            *fl = 0;
+            *pl = 0;
+            __atomic_thread_fence(__ATOMIC_SEQ_CST);
+            *ack = r;
+        }
+    }
+    if (elapsed)
+        *elapsed = now_ns() - start;
+    return bad;
+}
+
+static void section_mbox(void)
+{
+    phase_begin(PH_MBOX);
+    uint64_t *samples = xalloc(sizeof(uint64_t) * (size_t)opt.mb_max);
+    uint64_t warm_ns, el;
+    ctl_send(CMD(CMD_MBOX, (uint64_t)opt.mb_warm));
+    R.mb_ack_wrong = mb_loop((uint32_t)opt.mb_warm, NULL, &warm_ns);
+    R.mb_wrong = (uint32_t)ctl_recv();
+    uint32_t n = pick_iters(warm_ns, opt.mb_warm, opt.mb_min, opt.mb_max, opt.mb_budget);
+    ctl_send(CMD(CMD_MBOX, n));
+    R.mb_ack_wrong += mb_loop(n, samples, &el);
+    R.mb_wrong += (uint32_t)ctl_recv();
+    R.mb_rounds_total = (uint32_t)opt.mb_warm + n;
+    R.mb_elapsed_s = (double)el / 1e9;
+    make_stats(&R.mb, samples, n, R.mb_wrong, 1.0);
+    R.mb_ran = 1;
+    munmap(samples, sizeof(uint64_t) * (size_t)opt.mb_max);
+    phase_end(PH_MBOX);
+}
+
+/* ------------------------------------------------------------------------ */
 /* The server: a command loop                                               */
 /* ------------------------------------------------------------------------ */
 
@@ -933,6 +1409,34 @@ static void run_server(void)
             break;
         case CMD_INTR_END:
             intr_end();
+            break;
+        case CMD_SPIN_SETUP:
+            g_phase = PH_SPIN;
+            if (arg >= SPIN_SIZES)
+                fail("spinning ping-pong command with a bad size index %llu",
+                     (unsigned long long)arg);
+            g_spin_seq = 0;
+            xseg_open(&g_x, opt.segid + SPIN_SEGID + 2u * (uint32_t)arg, spin_sizes[arg]);
+            break;
+        case CMD_SPIN_LOOP:
+            ctl_send(spin_loop(&g_x, (uint32_t)arg, NULL));
+            break;
+        case CMD_SPIN_END:
+            xseg_close(&g_x);
+            break;
+        case CMD_FLUSH_CHECK:
+            g_phase = PH_FLUSH;
+            server_flush_check((size_t)arg);
+            break;
+        case CMD_IDLE_SETUP:
+        case CMD_IDLE_CHECK:
+        case CMD_IDLE_END:
+            g_phase = PH_IDLE;
+            server_idle((int)(c >> 56), arg);
+            break;
+        case CMD_MBOX:
+            g_phase = PH_MBOX;
+            ctl_send(mb_loop((uint32_t)arg, NULL, NULL));
             break;
         case CMD_DONE:
             teardown();
@@ -1056,6 +1560,76 @@ static void print_results(void)
             printf("\n");
         }
     }
+    if (want('e') && R.ran[PH_SPIN]) {
+        printf("\n[e] spinning ping-pong, no yields: each side has a segment of the map size\n"
+               "    and maps the other's whole segment; a 4-byte counter is stored into the\n"
+               "    last 4 bytes of the peer's segment (plain store, no SISCI call) and each\n"
+               "    side spins on its own segment in a plain loop (no pause, no sched_yield).\n"
+               "    RTT/2 in microseconds.  \"wrong\": a value that was neither the previous\n"
+               "    counter nor the expected one.\n");
+        printf("  %9s %9s %9s %9s %9s %8s\n", "map", "median", "p99", "mean", "max", "n");
+        for (int k = 0; k < R.spin_n; k++) {
+            printf("  %9s", fmt_size(R.spin_size[k], b1, sizeof b1));
+            lat_cells(&R.spin[k]);
+            printf(" %8u", R.spin[k].n);
+            if (R.spin[k].bad)
+                printf("   !! %u wrong values", R.spin[k].bad);
+            printf("\n");
+        }
+    }
+    if (want('f') && R.ran[PH_FLUSH]) {
+        printf("\n[f] store + SCIFlush: 1 B (a new value each time), or a memcpy of 4 KiB of new\n"
+               "    data, into the server's segment through the remote map, then\n"
+               "    SCIFlush(NULL, 0).  Microseconds per store + flush (not halved).\n");
+        printf("  %9s %9s %9s %9s %9s %8s  %s\n", "size", "median", "p99", "mean", "max", "n",
+               "check");
+        for (int d = 0; d < R.fl_n; d++) {
+            printf("  %9s", fmt_size(fl_sizes[d], b1, sizeof b1));
+            lat_cells(&R.fl[d]);
+            printf(" %8u  %s\n", R.fl[d].n, R.fl_check[d] > 0
+                   ? "the server holds the last store"
+                   : "!! the server does NOT hold the last store");
+        }
+    }
+    if (want('g') && R.ran[PH_IDLE] && R.idle_ran) {
+        printf("\n[g] idle map: the client maps the server's 1 GiB segment, stores one byte,\n"
+               "    SCIFlush, then sleeps %.0f s.  CPU of the client process during the sleep\n"
+               "    (getrusage, user + system) and bytes on its namespace's non-loopback\n"
+               "    links (/proc/net/dev, received + sent), against the same sleep with no\n"
+               "    such map (the nodes' heartbeats).\n", R.idle_secs);
+        printf("  %-22s %8s %10s %8s %12s %12s %10s\n", "", "sleep s", "CPU ms", "CPU %",
+               "rx bytes", "tx bytes", "B/s");
+        static const char *const names[2] = { "no map (heartbeats)", "1 GiB map" };
+        for (int i = 0; i < 2; i++) {
+            const idle_t *m = &R.idle[i];
+            printf("  %-22s %8.2f %10.2f %8.3f", names[i], m->wall_s, m->cpu_s * 1e3,
+                   m->wall_s > 0 ? 100.0 * m->cpu_s / m->wall_s : 0.0);
+            if (m->ok)
+                printf(" %12llu %12llu %10.1f\n", (unsigned long long)m->rx,
+                       (unsigned long long)m->tx,
+                       m->wall_s > 0 ? (double)(m->rx + m->tx) / m->wall_s : 0.0);
+            else
+                printf(" %12s %12s %10s\n", "-", "-", "-");
+        }
+        printf("  data check: %s\n", R.idle_check > 0
+               ? "the server holds the byte stored before the sleep"
+               : "!! the server does NOT hold the byte stored before the sleep");
+    }
+    if (want('h') && R.ran[PH_MBOX] && R.mb_ran) {
+        printf("\n[h] mailbox: payload word (the same value two rounds running), SCIFlush, flag\n"
+               "    (always 1), SCIFlush into the server's segment, then a plain spin on the own\n"
+               "    segment for the ack; the server spins on the flag, checks the payload,\n"
+               "    clears flag and payload in its own memory and acks through its map.\n");
+        printf("  rounds %u timed (%u in all) in %.3f s: %.0f rounds/s, %.2f us per round;\n"
+               "  per round median %.2f us, p99 %.2f us, max %.2f us\n",
+               R.mb.n, R.mb_rounds_total, R.mb_elapsed_s,
+               R.mb_elapsed_s > 0 ? R.mb.n / R.mb_elapsed_s : 0.0,
+               R.mb.n ? R.mb_elapsed_s * 1e6 / R.mb.n : 0.0, R.mb.med, R.mb.p99, R.mb.max);
+        printf("  wrong payloads: %u%s", R.mb_wrong, R.mb_wrong ? "   !! (must be 0)" : "");
+        if (R.mb_ack_wrong)
+            printf("   !! %u acks with an unexpected value", R.mb_ack_wrong);
+        printf("\n");
+    }
 }
 
 static int write_json(const char *path)
@@ -1129,7 +1703,78 @@ static int write_json(const char *path)
         json_lat(f, &R.dint[d]);
         fputs("}", f);
     }
-    fputs("\n  ]}\n}\n", f);
+    fputs("\n  ]},\n", f);
+
+    fputs("  \"spin_pingpong\": {\"vsci\": \"4-byte counter stored into the last 4 bytes of the "
+          "peer's segment (map of its whole segment), no SISCI call; plain spin on the own "
+          "segment, no pause, no yield; RTT/2; bad = values neither old nor new\", \"rows\": [", f);
+    for (int k = 0; k < R.spin_n; k++) {
+        fprintf(f, "%s\n    {\"map_size\": %zu, \"vsci\": ", k ? "," : "", R.spin_size[k]);
+        json_lat(f, &R.spin[k]);
+        fputs("}", f);
+    }
+    fputs("\n  ]},\n", f);
+
+    fputs("  \"store_flush\": {\"vsci\": \"1 B store (new value) or memcpy of 4 KiB of new data "
+          "into the server's segment through the remote map, then SCIFlush(NULL, 0); time per "
+          "store + flush, not halved\", \"rows\": [", f);
+    for (int d = 0; d < R.fl_n; d++) {
+        fprintf(f, "%s\n    {\"size\": %zu, \"data_check\": \"%s\", \"vsci\": ", d ? "," : "",
+                fl_sizes[d], R.fl_check[d] > 0 ? "ok" : "mismatch");
+        json_lat(f, &R.fl[d]);
+        fputs("}", f);
+    }
+    fputs("\n  ]},\n", f);
+
+    fputs("  \"idle_map\": ", f);
+    if (R.idle_ran) {
+        fprintf(f, "{\"vsci\": \"map of the server's 1 GiB segment, one byte stored + SCIFlush, "
+                   "then a sleep: CPU of the client process (getrusage RUSAGE_SELF) and bytes on "
+                   "its namespace's non-loopback links (/proc/net/dev) during the sleep; no_map: "
+                   "the same sleep without that map (the nodes' heartbeats)\", \"map_size\": "
+                   "%llu, \"seconds\": ", (unsigned long long)IDLE_SIZE);
+        json_num(f, R.idle_secs);
+        fprintf(f, ", \"data_check\": \"%s\"", R.idle_check > 0 ? "ok" : "mismatch");
+        static const char *const keys[2] = { "no_map", "map" };
+        for (int i = 0; i < 2; i++) {
+            const idle_t *m = &R.idle[i];
+            fprintf(f, ", \"%s\": {\"wall_s\": ", keys[i]);
+            json_num(f, m->wall_s);
+            fputs(", \"cpu_s\": ", f);
+            json_num(f, m->cpu_s);
+            fputs(", \"cpu_pct\": ", f);
+            json_num(f, m->wall_s > 0 ? 100.0 * m->cpu_s / m->wall_s : NAN);
+            if (m->ok)
+                fprintf(f, ", \"rx_bytes\": %llu, \"tx_bytes\": %llu, \"link_bytes\": %llu}",
+                        (unsigned long long)m->rx, (unsigned long long)m->tx,
+                        (unsigned long long)(m->rx + m->tx));
+            else
+                fputs(", \"rx_bytes\": null, \"tx_bytes\": null, \"link_bytes\": null}", f);
+        }
+        fputs("},\n", f);
+    } else {
+        fputs("null,\n", f);
+    }
+
+    fputs("  \"mailbox\": ", f);
+    if (R.mb_ran) {
+        fprintf(f, "{\"vsci\": \"payload word (same value two rounds running) + SCIFlush, flag "
+                   "(always 1) + SCIFlush into the server's segment, plain spin for the ack; the "
+                   "server checks the payload and clears flag and payload in its own memory, "
+                   "then acks through its map\", \"rounds\": %u, \"rounds_total\": %u, "
+                   "\"wrong_payloads\": %u, \"wrong_acks\": %u, \"seconds\": ",
+                R.mb.n, R.mb_rounds_total, R.mb_wrong, R.mb_ack_wrong);
+        json_num(f, R.mb_elapsed_s);
+        fputs(", \"rounds_per_s\": ", f);
+        json_num(f, R.mb_elapsed_s > 0 ? R.mb.n / R.mb_elapsed_s : NAN);
+        fputs(", \"us_per_round\": ", f);
+        json_num(f, R.mb.n ? R.mb_elapsed_s * 1e6 / R.mb.n : NAN);
+        fputs(", \"round\": ", f);
+        json_lat(f, &R.mb);
+        fputs("}\n}\n", f);
+    } else {
+        fputs("null\n}\n", f);
+    }
     return json_close("remote_bench", f, path);
 }
 
@@ -1144,12 +1789,15 @@ static void usage(FILE *f)
         "       remote_bench -client -rn SERVER_NODE [options]   (on another node)\n"
         "  -quick        few iterations and a subset of sizes (a few seconds)\n"
         "  -json FILE    client: also write the results as JSON to FILE\n"
-        "  -s SECTIONS   client: run only these sections (default abcd): a ping-pong,\n"
-        "                b write bandwidth, c store-to-visibility, d interrupts\n"
+        "  -s SECTIONS   client: run only these sections (default abcdefgh): a ping-pong,\n"
+        "                b write bandwidth, c store-to-visibility, d interrupts,\n"
+        "                e spinning ping-pong (no yields) by map size, f store + SCIFlush,\n"
+        "                g idle 1 GiB map, h mailbox\n"
         "  -id SEGID     segment id base (default 0x%x; the server uses SEGID and\n"
-        "                SEGID+2, the client SEGID+1)\n"
+        "                SEGID+2, the client SEGID+1; e and g use SEGID+0x10..0x20)\n"
         "  -timeout S    longest wait for the other side (default 60 s)\n"
-        "  -yield N      sched_yield() after every N busy-wait spins (default 64; 0 = never)\n"
+        "  -yield N      sched_yield() after every N busy-wait spins (default 64; 0 = never;\n"
+        "                sections e and h spin in plain loops whatever it says)\n"
         "  -same-node    the other side is on this node too (a guest of it, or a host\n"
         "                process next to a guest): -rn may name this node\n"
         "  -bw-from B    bandwidth from B bytes (power of two >= 4; default 65536)\n"
@@ -1177,6 +1825,8 @@ static void setup_options(void)
         opt.vis_interval_us[0] = 100;   opt.vis_count[0] = 1000;
         opt.vis_interval_us[1] = 10000; opt.vis_count[1] = 30;
         opt.in_warm = 20;  opt.in_min = 100; opt.in_max = 1000; opt.in_budget = 0.1;
+        opt.idle_secs = 5;
+        opt.mb_warm = 20;  opt.mb_min = 100; opt.mb_max = 1000; opt.mb_budget = 0.2;
     } else {
         for (size_t s = 4; s <= PP_MAX; s *= 2)
             opt.pp_sizes[opt.n_pp++] = s;
@@ -1191,13 +1841,15 @@ static void setup_options(void)
         opt.vis_interval_us[0] = 100;   opt.vis_count[0] = 2000;
         opt.vis_interval_us[1] = 10000; opt.vis_count[1] = 200;
         opt.in_warm = 100; opt.in_min = 500; opt.in_max = 10000; opt.in_budget = 0.8;
+        opt.idle_secs = 10;
+        opt.mb_warm = 200; opt.mb_min = 1000; opt.mb_max = 50000; opt.mb_budget = 2.0;
     }
 }
 
 int main(int argc, char **argv)
 {
     int role = -1, have_rn = 0;
-    snprintf(opt.sections, sizeof opt.sections, "abcd");
+    snprintf(opt.sections, sizeof opt.sections, ALL_SECTIONS);
     opt.segid = DEFAULT_SEGID;
     opt.timeout = 60;
     opt.yield_every = 64;
@@ -1219,7 +1871,7 @@ int main(int argc, char **argv)
             opt.json = argv[++i];
         } else if (!strcmp(a, "-s") && i + 1 < argc) {
             const char *s = argv[++i];
-            if (!parse_sections(s, opt.sections, sizeof opt.sections)) {
+            if (!parse_sections_of(s, ALL_SECTIONS, opt.sections, sizeof opt.sections)) {
                 usage(stderr);
                 return 2;
             }
@@ -1277,6 +1929,14 @@ int main(int argc, char **argv)
         section_vis();
     if (want('d'))
         section_intr();
+    if (want('e'))
+        section_spin();
+    if (want('f'))
+        section_flush();
+    if (want('g'))
+        section_idle();
+    if (want('h'))
+        section_mbox();
     teardown();
     g_elapsed = (double)(now_ns() - t0) / 1e9;
 
@@ -1288,6 +1948,12 @@ int main(int argc, char **argv)
         wrong |= R.pp[i].bad != 0;
     for (int d = 0; d < 2; d++)
         wrong |= R.dint[d].bad != 0;
+    for (int k = 0; k < R.spin_n; k++)
+        wrong |= R.spin[k].bad != 0;
+    for (int d = 0; d < R.fl_n; d++)
+        wrong |= R.fl_check[d] < 0;
+    wrong |= R.idle_ran && R.idle_check < 0;
+    wrong |= R.mb_ran && (R.mb_wrong || R.mb_ack_wrong);
     printf("\ntotal time %.1f s%s\n", g_elapsed, wrong ? "   (!! WRONG PAYLOADS, see above)" : "");
     fflush(stdout);
     if (opt.json && !write_json(opt.json))

@@ -147,7 +147,9 @@ static inline uint64_t hash_buf(const volatile void *p, size_t len)
 
 static inline const char *fmt_size(size_t s, char *buf, size_t n)
 {
-    if (s >= (1u << 20) && s % (1u << 20) == 0)
+    if (s >= (1u << 30) && s % (1u << 30) == 0)
+        snprintf(buf, n, "%zu GiB", s >> 30);
+    else if (s >= (1u << 20) && s % (1u << 20) == 0)
         snprintf(buf, n, "%zu MiB", s >> 20);
     else if (s >= 1024 && s % 1024 == 0)
         snprintf(buf, n, "%zu KiB", s >> 10);
@@ -312,13 +314,22 @@ static inline int json_close(const char *bench, FILE *f, const char *path)
 /* Options                                                                  */
 /* ------------------------------------------------------------------------ */
 
-/* -s SECTIONS: 1..4 letters of "abcd" into sections[8]; 0 when invalid. */
-static inline int parse_sections(const char *s, char *sections, size_t n)
+/* -s SECTIONS: 1 or more letters of `allowed` (at most n - 1) into
+ * sections[n]; 0 when invalid. */
+static inline int parse_sections_of(const char *s, const char *allowed, char *sections, size_t n)
 {
-    if (strspn(s, "abcd") != strlen(s) || !*s || strlen(s) > 4)
+    if (strspn(s, allowed) != strlen(s) || !*s || strlen(s) >= n)
         return 0;
     snprintf(sections, n, "%s", s);
     return 1;
+}
+
+/* -s SECTIONS: 1..4 letters of "abcd" into sections[8]; 0 when invalid. */
+static inline int parse_sections(const char *s, char *sections, size_t n)
+{
+    if (strlen(s) > 4)
+        return 0;
+    return parse_sections_of(s, "abcd", sections, n);
 }
 
 #endif /* VSCI_BENCH_STATS_H */
