@@ -37,12 +37,17 @@ C_COMMON := $(wildcard tests/c/common/*.h examples/common/*.h bench/common/*.h) 
 
 all: c
 
+# fabric_write_lat (crates/vsci-fabric/src/bin) is a benchmark peer: one
+# delivered libfabric RMA write, run by `vsci bench --paths remote`; it is
+# staged next to the C benchmarks in $(BUILD)/bench.
 rust:
 	$(CARGO) build --release -p vscid -p vsci-cli -p sisci
+	$(CARGO) build --release -p vsci-fabric --bin fabric_write_lat
 
 stage: rust
-	@mkdir -p $(BUILD)/bin $(BUILD)/lib $(BUILD)/include/dis
+	@mkdir -p $(BUILD)/bin $(BUILD)/lib $(BUILD)/include/dis $(BUILD)/bench
 	install -m 0755 target/release/vscid target/release/vsci $(BUILD)/bin/
+	install -m 0755 target/release/fabric_write_lat $(BUILD)/bench/
 	install -m 0755 target/release/libsisci.so $(BUILD)/lib/libsisci.so
 	install -m 0644 target/release/libsisci.a $(BUILD)/lib/libsisci.a
 	install -m 0644 $(HEADERS) $(BUILD)/include/
