@@ -410,6 +410,77 @@ fn ucx_run(sites: &dyn Sites, prog: &Path, tls: &str, test: &str, size: u64, ite
 }
 
 // ---------------------------------------------------------------------------
+// One delivered libfabric RMA write (fabric_write_lat, built with vsci)
+
+/// `fabric_write_lat`: a target at end 1 registers a region and serves it
+/// with a blocking real-time progress thread, as a node's engine serves a
+/// segment; the initiator at end 0 times `Fabric::write` (which returns once
+/// the bytes are in the target's memory) per size, back to back, and reads
+/// the bytes back to check them. `prog` is the binary (staged in the bench
+/// directory by `make`). A failure is kept as its error text.
+pub fn fabric_write(sites: &dyn Sites, prog: &Path, sizes: &[u64], quick: bool) -> Value {
+    match fabric_write_run(sites, prog, sizes, quick) {
+        Ok(v) => v,
+        Err(e) => {
+            say(&format!("!! fabric_write_lat failed: {e:#}"));
+            json!({"available": true, "error": format!("{e:#}")})
+        }
+    }
+}
+
+fn fabric_write_run(sites: &dyn Sites, prog: &Path, sizes: &[u64], quick: bool) -> Result<Value> {
+    let mut c = sites.command(1, prog);
+    c.args(["target", &sites.addr(1)]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = c.spawn().context("starting fabric_write_lat target")?;
+    let fwd = Forward::start(&mut child, false);
+    let mut target = Guard(child);
+    let t0 = Instant::now();
+    let line = loop {
+        let found = fwd.text.lock().ok().and_then(|t| t.lines().find_map(|l| l.strip_prefix("fabric-target ").map(str::to_string)));
+        if let Some(l) = found {
+            break l;
+        }
+        if let Some(st) = target.0.try_wait()? {
+            bail!("fabric_write_lat target exited ({st}): {}", fwd.finish());
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            bail!("fabric_write_lat target printed no address within 30 s");
+        }
+        netns::sleep(Duration::from_millis(20))?;
+    };
+    let list: Vec<String> = sizes.iter().map(u64::to_string).collect();
+    let mut c = sites.command(0, prog);
+    c.args(["initiator", &sites.addr(0), "--to", &line, "--sizes", &list.join(",")]);
+    if quick {
+        c.arg("--quick");
+    }
+    let run = run_forwarded(c, "fabric_write_lat initiator", Duration::from_secs(120), false);
+    // End of file on its stdin ends the target.
+    drop(target.0.stdin.take());
+    let _ = netns::wait_child(&mut target.0, Duration::from_secs(5), "fabric_write_lat target");
+    let ttext = fwd.finish();
+    let (st, out) = run?;
+    if !st.success() {
+        bail!("fabric_write_lat initiator failed ({st}):\n{}target: {}", super::tail(&out, 10), super::tail(&ttext, 5));
+    }
+    let j = out.lines().find_map(|l| l.strip_prefix("@@json ")).context("fabric_write_lat printed no @@json line")?;
+    let mut v: Value = serde_json::from_str(j).context("fabric_write_lat's @@json line")?;
+    for l in out.lines().filter(|l| l.starts_with("delivered RMA write")) {
+        say(&format!("fabric_write_lat: {l}"));
+    }
+    v["available"] = json!(true);
+    v["command"] = json!(format!(
+        "fabric_write_lat target {} (end 1); fabric_write_lat initiator {} --to \"ADDR BASE KEY LEN\" --sizes {}{} (end 0)",
+        sites.addr(1),
+        sites.addr(0),
+        list.join(","),
+        if quick { " --quick" } else { "" }
+    ));
+    v["what"] = json!("one libfabric RMA write that returns once the bytes are in the target's memory (delivery complete), timed per call, back to back; the target serves a registered region with a blocking real-time progress thread, as vscid's engine does");
+    Ok(v)
+}
+
+// ---------------------------------------------------------------------------
 // Seed 001: 4 KB / 2 MB / 1 GB through a window smaller than the data
 
 /// The seed's own figures (kvmtool, guest to guest, ns).

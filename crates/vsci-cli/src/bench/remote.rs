@@ -2,7 +2,8 @@
 //! pair (needs root). remote_bench runs as a server on node 2 and a client
 //! on node 1; then the seed-001 transfers, seed 003's DMA measurements
 //! (dma_bench against a segment of node 2), and the peers between the same
-//! namespaces: sockperf (TCP ping-pong), iperf3 and ucx_perftest over TCP.
+//! namespaces: sockperf (TCP ping-pong), iperf3, ucx_perftest over TCP and
+//! fabric_write_lat (one delivered libfabric RMA write, our own build).
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -69,7 +70,7 @@ fn run(ctx: &Ctx) -> Result<Value> {
     pair.start_nodes(&vscid, Duration::from_secs(30))?;
     say("vscid up on both nodes; each reports the other \"up\"");
 
-    step("remote: remote_bench (ping-pong, bandwidth, visibility, interrupts)");
+    step("remote: remote_bench (ping-pong, bandwidth, visibility, interrupts, spinning ping-pong, store + flush, idle map, mailbox)");
     let quick_arg: &[&str] = if ctx.quick { &["-quick"] } else { &[] };
     let server_log = pair.dir.join("remote_bench-server.log");
     let mut server = pair.command(1, &prog);
@@ -118,16 +119,25 @@ fn run(ctx: &Ctx) -> Result<Value> {
     pair.check_daemons()?;
 
     // The peers, on the same namespaces, now that vsci is idle.
-    step("remote: peers (sockperf, iperf3, ucx_perftest over TCP)");
+    step("remote: peers (sockperf, iperf3, ucx_perftest over TCP, fabric_write_lat)");
     let secs = if ctx.quick { 1 } else { 5 };
     let sockperf = peers::sockperf(&pair, &ctx.tools, &[64, 1024, 8192], secs);
     let iperf = peers::iperf3(&pair, &ctx.tools, if ctx.quick { 2 } else { 5 });
+    // 4 B put_lat is the peer of the spinning ping-pong and the mailbox.
     let (lat, bw): (&[u64], &[u64]) =
-        if ctx.quick { (&[64, 8192], &[65536, 8 << 20]) } else { (&[4, 64, 1024, 8192], &[65536, 1 << 20, 8 << 20]) };
+        if ctx.quick { (&[4, 64, 8192], &[65536, 8 << 20]) } else { (&[4, 64, 1024, 8192], &[65536, 1 << 20, 8 << 20]) };
     let ucx = peers::ucx(&pair, &ctx.tools, "tcp", lat, bw, true, ctx.quick);
+    // One delivered RMA write: the peer of store + SCIFlush.
+    let fabric = match ctx.program(&ctx.bench_dir, "fabric_write_lat") {
+        Ok(p) => peers::fabric_write(&pair, &p, &[1, 4096], ctx.quick),
+        Err(e) => {
+            say(&format!("fabric_write_lat: NOT AVAILABLE ({e:#}), its figures show \"-\""));
+            json!({"available": false, "error": format!("{e:#}")})
+        }
+    };
     pair.check_daemons()?;
 
-    let table = print_table(&pair, &vsci, &sockperf, &iperf);
+    let table = print_table(&pair, &vsci, &sockperf, &iperf, &ucx, &fabric);
     Ok(json!({
         "path": "remote",
         "what": PATH.what,
@@ -139,12 +149,34 @@ fn run(ctx: &Ctx) -> Result<Value> {
         "remote_bench": vsci,
         "transfers": transfers,
         "dma": dma,
-        "peers": {"sockperf": sockperf, "iperf3": iperf, "ucx_perftest": ucx},
+        "peers": {"sockperf": sockperf, "iperf3": iperf, "ucx_perftest": ucx, "fabric_write": fabric},
         "table": table,
     }))
 }
 
 // The text table (the transcript; the report has its own)
+
+/// What a row compares: latency (medians, lower is better), bandwidth
+/// (MB/s, higher is better), a rate (per second, higher is better) or a
+/// cost (CPU, bytes: lower is better).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Latency,
+    Bandwidth,
+    Rate,
+    Cost,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Latency => "latency",
+            Kind::Bandwidth => "bandwidth",
+            Kind::Rate => "rate",
+            Kind::Cost => "cost",
+        }
+    }
+}
 
 struct Row {
     what: String,
@@ -152,8 +184,7 @@ struct Row {
     vsci: (Option<f64>, Option<f64>),
     peer_name: String,
     peer: (Option<f64>, Option<f64>),
-    /// Latency rows compare medians (lower is better); bandwidth rows MB/s.
-    latency: bool,
+    kind: Kind,
 }
 
 impl Row {
@@ -183,7 +214,7 @@ fn sockperf_row(sp: &Value, size: u64) -> (Option<f64>, Option<f64>) {
         .unwrap_or((None, None))
 }
 
-fn print_table(pair: &Pair, vsci: &Value, sp: &Value, ip: &Value) -> Vec<Value> {
+fn print_table(pair: &Pair, vsci: &Value, sp: &Value, ip: &Value, ucx: &Value, fw: &Value) -> Vec<Value> {
     let mut rows: Vec<Row> = Vec::new();
     let sp_name = |s: u64| {
         if sp.get("available").and_then(Value::as_bool) == Some(true) {
@@ -208,7 +239,7 @@ fn print_table(pair: &Pair, vsci: &Value, sp: &Value, ip: &Value) -> Vec<Value> 
             vsci: lat_of(&r["vsci"]),
             peer_name: sp_name(size),
             peer,
-            latency: true,
+            kind: Kind::Latency,
         });
     }
     // Interrupts.
@@ -219,7 +250,7 @@ fn print_table(pair: &Pair, vsci: &Value, sp: &Value, ip: &Value) -> Vec<Value> 
             vsci: lat_of(i),
             peer_name: sp_name(64),
             peer: sockperf_row(sp, 64),
-            latency: true,
+            kind: Kind::Latency,
         });
     }
     for r in rows_of(vsci, "data_interrupt") {
@@ -231,7 +262,7 @@ fn print_table(pair: &Pair, vsci: &Value, sp: &Value, ip: &Value) -> Vec<Value> 
             vsci: lat_of(&r["vsci"]),
             peer_name: sp_name(ps),
             peer: sockperf_row(sp, ps),
-            latency: true,
+            kind: Kind::Latency,
         });
     }
     // Store-to-visibility: one way, against sockperf's one-way (RTT/2) 64 B.
@@ -244,7 +275,7 @@ fn print_table(pair: &Pair, vsci: &Value, sp: &Value, ip: &Value) -> Vec<Value> 
             vsci: lat_of(&r["delay"]),
             peer_name: format!("{} (RTT/2)", sp_name(64)),
             peer: sockperf_row(sp, 64),
-            latency: true,
+            kind: Kind::Latency,
         });
     }
     // Bandwidth against iperf3.
@@ -262,7 +293,7 @@ fn print_table(pair: &Pair, vsci: &Value, sp: &Value, ip: &Value) -> Vec<Value> 
             vsci: (r.get("flush_MBps").and_then(Value::as_f64), None),
             peer_name: ip_name.clone(),
             peer: (ip_mbps, None),
-            latency: false,
+            kind: Kind::Bandwidth,
         });
     }
     if let Some(r) = bw.iter().find(|r| r.get("size").and_then(Value::as_u64) == Some(8 << 20)) {
@@ -272,43 +303,48 @@ fn print_table(pair: &Pair, vsci: &Value, sp: &Value, ip: &Value) -> Vec<Value> 
             vsci: (r.get("memcpy_MBps").and_then(Value::as_f64), None),
             peer_name: ip_name.clone(),
             peer: (ip_mbps, None),
-            latency: false,
+            kind: Kind::Bandwidth,
         });
     }
+
+    issue17_rows(&mut rows, vsci, ucx, fw);
 
     say(&format!(
         "\n== remote: vsci node 1 ({}) <-> node 2 ({}), two network namespaces over veth ==",
         pair.ip[0], pair.ip[1]
     ));
-    say(&format!("   latency: median / p99 in us, RTT/2 (store-to-visibility: one way); bandwidth: MB/s = 1e6 B/s"));
-    say(&format!("   ratio = vsci / peer (medians; for latency lower is better, for bandwidth higher is better)\n"));
+    say(&format!("   latency: median / p99 in us, RTT/2 (store-to-visibility: one way; store + SCIFlush and the libfabric write: per call); bandwidth: MB/s = 1e6 B/s"));
+    say(&format!("   ratio = vsci / peer (medians; for latency and costs lower is better, for bandwidth and rates higher is better)\n"));
     let cell = |v: (Option<f64>, Option<f64>), unit: &str| -> String {
         match (v.0, v.1) {
             (Some(a), Some(b)) => format!("{a:.2} / {b:.2} {unit}"),
+            (Some(a), None) if unit == "%" => format!("{a:.3} {unit}"),
+            (Some(a), None) if unit == "B" || unit == "/s" => format!("{a:.0} {unit}"),
             (Some(a), None) => format!("{a:.1} {unit}"),
             _ => "-".into(),
         }
     };
-    say(&format!("{:<42} {:>24}   {:<42} {:>22} {:>9}", "what", "vsci", "peer", "peer value", "ratio"));
-    say(&format!("{}", "-".repeat(42 + 1 + 24 + 3 + 42 + 1 + 22 + 1 + 9)));
+    say(&format!("{:<48} {:>24}   {:<48} {:>22} {:>9}", "what", "vsci", "peer", "peer value", "ratio"));
+    say(&format!("{}", "-".repeat(48 + 1 + 24 + 3 + 48 + 1 + 22 + 1 + 9)));
     let mut out = Vec::new();
     for r in &rows {
         let ratio = r.ratio();
         say(&format!(
-            "{:<42} {:>24}   {:<42} {:>22} {:>9}",
+            "{:<48} {:>24}   {:<48} {:>22} {:>9}",
             r.what,
             cell(r.vsci, r.unit),
             r.peer_name,
             cell(r.peer, r.unit),
             ratio.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into())
         ));
+        let lat = r.kind == Kind::Latency;
         out.push(json!({
             "what": r.what,
             "unit": r.unit,
-            "kind": if r.latency { "latency" } else { "bandwidth" },
-            "vsci": if r.latency { json!({"median": r.vsci.0, "p99": r.vsci.1}) } else { json!(r.vsci.0) },
+            "kind": r.kind.name(),
+            "vsci": if lat { json!({"median": r.vsci.0, "p99": r.vsci.1}) } else { json!(r.vsci.0) },
             "peer": r.peer_name,
-            "peer_value": if r.latency { json!({"median": r.peer.0, "p99": r.peer.1}) } else { json!(r.peer.0) },
+            "peer_value": if lat { json!({"median": r.peer.0, "p99": r.peer.1}) } else { json!(r.peer.0) },
             "ratio": ratio,
         }));
     }
@@ -339,11 +375,146 @@ fn print_table(pair: &Pair, vsci: &Value, sp: &Value, ip: &Value) -> Vec<Value> 
             ));
         }
     }
+    for l in issue17_notes(vsci) {
+        say(&l);
+    }
     if !vis.is_empty() {
         say(&format!("\nstore-to-visibility delay (a store to a remote map with no call, until the owner sees it):"));
         for v in vis {
             say(&format!("  {v}"));
         }
+    }
+    out
+}
+
+/// UCX put_lat RTT/2 of `size` bytes (median, µs) from this run.
+fn ucx_lat(ucx: &Value, size: u64) -> Option<f64> {
+    ucx.get("lat")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|r| r.get("size").and_then(Value::as_u64) == Some(size))
+        .and_then(|r| r.get("median_us").and_then(Value::as_f64))
+}
+
+/// The rows issue 17 asks for: spinning ping-pong by map size (and the
+/// yielding 4 B ping-pong of section a) against UCX put_lat 4 B, store +
+/// SCIFlush against one delivered RMA write, the idle 1 GiB map against the
+/// heartbeats alone, the mailbox against UCX put/flag round trips.
+fn issue17_rows(rows: &mut Vec<Row>, vsci: &Value, ucx: &Value, fw: &Value) {
+    let u4 = ucx_lat(ucx, 4);
+    let ucx_name = if u4.is_some() { "UCX tcp put_lat 4 B (RTT/2)".to_string() } else { "UCX tcp put_lat 4 B (not measured)".to_string() };
+    if let Some(r) = rows_of(vsci, "pingpong").find(|r| r.get("size").and_then(Value::as_u64) == Some(4)) {
+        let y = vsci.get("yield_every").and_then(Value::as_u64).unwrap_or(0);
+        rows.push(Row {
+            what: format!("ping-pong 4 B, yielding every {y} spins (a)"),
+            unit: "us",
+            vsci: lat_of(&r["vsci"]),
+            peer_name: ucx_name.clone(),
+            peer: (u4, None),
+            kind: Kind::Latency,
+        });
+    }
+    for r in rows_of(vsci, "spin_pingpong") {
+        let Some(m) = r.get("map_size").and_then(Value::as_u64) else { continue };
+        rows.push(Row {
+            what: format!("spinning ping-pong 4 B, no yields, {} maps", size_name(m)),
+            unit: "us",
+            vsci: lat_of(&r["vsci"]),
+            peer_name: ucx_name.clone(),
+            peer: (u4, None),
+            kind: Kind::Latency,
+        });
+    }
+    let fw_rows: Vec<&Value> = fw.get("rows").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default();
+    for r in rows_of(vsci, "store_flush") {
+        let Some(size) = r.get("size").and_then(Value::as_u64) else { continue };
+        let p = fw_rows.iter().find(|x| x.get("size").and_then(Value::as_u64) == Some(size));
+        let what = if size == 1 { "store 1 B + SCIFlush".to_string() } else { format!("memcpy {} + SCIFlush", size_name(size)) };
+        rows.push(Row {
+            what,
+            unit: "us",
+            vsci: lat_of(&r["vsci"]),
+            peer_name: if p.is_some() { format!("libfabric delivered write {}", size_name(size)) } else { "libfabric write (not measured)".into() },
+            peer: p.map(|x| lat_of(x)).unwrap_or((None, None)),
+            kind: Kind::Latency,
+        });
+    }
+    let idle = &vsci["idle_map"];
+    if idle.is_object() {
+        let secs = idle.get("seconds").and_then(Value::as_f64).unwrap_or(0.0);
+        let f = |k: &str, x: &str| idle.get(k).and_then(|v| v.get(x)).and_then(Value::as_f64);
+        rows.push(Row {
+            what: format!("idle 1 GiB map {secs:.0} s: client CPU"),
+            unit: "%",
+            vsci: (f("map", "cpu_pct"), None),
+            peer_name: "the same sleep, no map".into(),
+            peer: (f("no_map", "cpu_pct"), None),
+            kind: Kind::Cost,
+        });
+        rows.push(Row {
+            what: format!("idle 1 GiB map {secs:.0} s: link bytes"),
+            unit: "B",
+            vsci: (f("map", "link_bytes"), None),
+            peer_name: "no map: the nodes' heartbeats".into(),
+            peer: (f("no_map", "link_bytes"), None),
+            kind: Kind::Cost,
+        });
+    }
+    let mb = &vsci["mailbox"];
+    if mb.is_object() {
+        rows.push(Row {
+            what: "mailbox: payload, flush, flag, flush, ack".into(),
+            unit: "/s",
+            vsci: (mb.get("rounds_per_s").and_then(Value::as_f64), None),
+            peer_name: "UCX put/flag round trips (1e6 / 2 put_lat 4 B)".into(),
+            peer: (u4.filter(|&x| x > 0.0).map(|x| 1e6 / (2.0 * x)), None),
+            kind: Kind::Rate,
+        });
+    }
+}
+
+/// What the issue-17 sections found wrong, and the idle figures in words.
+fn issue17_notes(vsci: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in rows_of(vsci, "spin_pingpong") {
+        let bad = r["vsci"].get("bad").and_then(Value::as_u64).unwrap_or(0);
+        if bad > 0 {
+            out.push(format!("!! spinning ping-pong, {} maps: {bad} counter values that were neither the old nor the new one", size_name(r["map_size"].as_u64().unwrap_or(0))));
+        }
+    }
+    for r in rows_of(vsci, "store_flush") {
+        if r.get("data_check").and_then(Value::as_str) != Some("ok") {
+            out.push(format!("!! store + SCIFlush {}: the server does not hold the last store", size_name(r["size"].as_u64().unwrap_or(0))));
+        }
+    }
+    let idle = &vsci["idle_map"];
+    if idle.is_object() {
+        let g = |k: &str, x: &str| idle.get(k).and_then(|v| v.get(x)).and_then(Value::as_f64);
+        out.push(format!(
+            "\nidle 1 GiB map, {} s of sleep after one store + SCIFlush: client CPU {} % ({} ms), link {} B received + {} B sent; with no map: CPU {} %, link {} B + {} B (heartbeats){}",
+            fmt_opt(idle.get("seconds").and_then(Value::as_f64), 0),
+            fmt_opt(g("map", "cpu_pct"), 3),
+            fmt_opt(g("map", "cpu_s").map(|x| x * 1e3), 1),
+            fmt_opt(g("map", "rx_bytes"), 0),
+            fmt_opt(g("map", "tx_bytes"), 0),
+            fmt_opt(g("no_map", "cpu_pct"), 3),
+            fmt_opt(g("no_map", "rx_bytes"), 0),
+            fmt_opt(g("no_map", "tx_bytes"), 0),
+            if idle.get("data_check").and_then(Value::as_str) == Some("ok") { "" } else { "; !! the stored byte is NOT at the server" }
+        ));
+    }
+    let mb = &vsci["mailbox"];
+    if mb.is_object() {
+        let wrong = mb.get("wrong_payloads").and_then(Value::as_u64).unwrap_or(0);
+        out.push(format!(
+            "mailbox: {} rounds ({} with warm-up), {} rounds/s, {} us per round, {wrong} wrong payloads{}",
+            mb.get("rounds").and_then(Value::as_u64).unwrap_or(0),
+            mb.get("rounds_total").and_then(Value::as_u64).unwrap_or(0),
+            fmt_opt(mb.get("rounds_per_s").and_then(Value::as_f64), 0),
+            fmt_opt(mb.get("us_per_round").and_then(Value::as_f64), 1),
+            if wrong > 0 { " !!" } else { "" }
+        ));
     }
     out
 }

@@ -655,6 +655,8 @@ fn remote(d: &mut Doc, r: &Value) {
     }
     d.table(&["size", "vsci", "sockperf TCP", "vsci/sockperf", "UCX tcp put_lat", "vsci/UCX", "vsci/limit", "thesis 5.6 native", "thesis 5.6 guest"], &body);
 
+    issue17(d, rb, &ucx_lat, &r["peers"]["fabric_write"]);
+
     d.line("### Write bandwidth to a remote segment (thesis tables 5.4, 5.5)");
     d.line("");
     d.line("`memcpy` into the remote map + `SCIFlush` per copy (the thesis's method), and `SCIMemCpy` per copy.");
@@ -747,6 +749,147 @@ fn remote(d: &mut Doc, r: &Value) {
     hist_table(d, "Remote interrupt latency histogram (RTT/2, 10 µs buckets)", &cols);
 
     transfers(d, &r["transfers"], ipm, "the data crossing the link once at this run's iperf3 rate between the namespaces", 1.0, "remote");
+}
+
+/// Issue 17's rows: the spinning ping-pong by map size, store + SCIFlush,
+/// an idle 1 GiB map and the mailbox, each beside its peer of the same run.
+fn issue17(d: &mut Doc, rb: &Value, ucx_lat: &[&Value], fw: &Value) {
+    let u4 = row_for(ucx_lat, "size", 4).and_then(|x| x["median_us"].as_f64());
+    let spin = rows(rb, &["spin_pingpong"]);
+    if !spin.is_empty() {
+        d.line("### Spinning ping-pong with no yields, a 4-byte counter, by map size (issue 17)");
+        d.line("");
+        d.line("Each side creates a segment of the map size and maps the other's whole segment; the counter is");
+        d.line("stored into the last 4 bytes of the peer's segment with a plain store and no SISCI call, and each");
+        d.line("side spins on its own segment in a plain loop (no `pause`, no `sched_yield`) until the echo shows.");
+        d.line("A value that is neither the previous counter nor the expected one counts as wrong. The last row is");
+        d.line("the 4 B ping-pong of the table above (section a), whose busy-waits yield the core every few spins.");
+        d.line("Peer: UCX `ucp_put_lat` 4 B over TCP (busy polling), same run. RTT/2, median / p99 µs; the goal in");
+        d.line("issue 17 is one way ≤ 1.5× UCX.");
+        d.line("");
+        let mut body = Vec::new();
+        for r in &spin {
+            let Some(m) = r["map_size"].as_u64() else { continue };
+            let v = med(r.get("vsci"));
+            let ru = d.peer(format!("remote spinning ping-pong 4 B, {} maps, vs UCX tcp put_lat 4 B", size_name(m)), ratio(v, u4), true);
+            let bad = r["vsci"]["bad"].as_u64().unwrap_or(0);
+            body.push(vec![format!("spinning, no yields, {} maps", size_name(m)), lat2(r.get("vsci")), format!("{bad}"), us(u4), fr(ru)]);
+        }
+        if let Some(r) = rows(rb, &["pingpong"]).into_iter().find(|r| r["size"].as_u64() == Some(4)) {
+            let v = med(r.get("vsci"));
+            let y = rb["yield_every"].as_u64().unwrap_or(0);
+            body.push(vec![
+                format!("yielding every {y} spins, 4 B message in a 64 KiB inbox (section a)"),
+                lat2(r.get("vsci")),
+                format!("{}", r["vsci"]["bad"].as_u64().unwrap_or(0)),
+                us(u4),
+                fr(ratio(v, u4)),
+            ]);
+        }
+        d.table(&["variant", "vsci", "wrong values", "UCX tcp put_lat 4 B", "vsci/UCX"], &body);
+    }
+
+    let fl = rows(rb, &["store_flush"]);
+    if !fl.is_empty() {
+        d.line("### Store + `SCIFlush`: 1 B and 4 KiB into the server's segment (issue 17)");
+        d.line("");
+        d.line("The client stores 1 B (a new value each time), or `memcpy`s 4 KiB of new data, into the server's");
+        d.line("segment through its remote map and calls `SCIFlush(NULL, 0)`; time per store + flush, back to back.");
+        d.line("After the timed loop the server checks that its memory holds the last store. Peer: one libfabric");
+        d.line("RMA write of the same size that returns once the bytes are in the target's memory (delivery");
+        d.line("complete), between the same two namespaces in the same run (`fabric_write_lat`: the target serves");
+        d.line("a registered region with a blocking real-time progress thread, as vscid's engine does; the");
+        d.line("initiator reads the bytes back afterwards). Median / p99 µs per call.");
+        d.line("");
+        if let Some(e) = fw.get("error").and_then(Value::as_str) {
+            d.line(&format!("**fabric_write_lat failed or was not there:** {} — its column shows \"-\".", e.lines().next().unwrap_or("")));
+            d.line("");
+        }
+        let fw_rows: Vec<&Value> = fw.get("rows").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default();
+        let mut body = Vec::new();
+        for r in &fl {
+            let Some(size) = r["size"].as_u64() else { continue };
+            let p = row_for(&fw_rows, "size", size);
+            let v = med(r.get("vsci"));
+            let rp = d.peer(format!("remote store {} + SCIFlush vs libfabric delivered write", size_name(size)), ratio(v, med(p.as_ref())), true);
+            body.push(vec![
+                if size == 1 { "store 1 B + `SCIFlush`".into() } else { format!("`memcpy` {} + `SCIFlush`", size_name(size)) },
+                lat2(r.get("vsci")),
+                r["data_check"].as_str().unwrap_or("-").to_string(),
+                lat2(p.as_ref()),
+                p.as_ref().and_then(|x| x["data_check"].as_str()).unwrap_or("-").to_string(),
+                fr(rp),
+            ]);
+        }
+        d.table(&["what", "vsci", "vsci data check", "libfabric delivered write", "its data check", "vsci/peer"], &body);
+    }
+
+    let idle = &rb["idle_map"];
+    if idle.is_object() {
+        let secs = idle["seconds"].as_f64().unwrap_or(0.0);
+        d.line(&format!("### An idle 1 GiB map: {secs:.0} s after one store + `SCIFlush` (issue 17)"));
+        d.line("");
+        d.line("The client maps the server's 1 GiB segment, stores one byte, calls `SCIFlush` and sleeps. Measured");
+        d.line("during the sleep: the CPU the client process used (`getrusage(RUSAGE_SELF)`, user + system, as % of");
+        d.line("one CPU) and the bytes received + sent on the non-loopback links of its network namespace");
+        d.line("(`/proc/net/dev`). Beside it, the same sleep with no such map (the two 64 KiB control inboxes stay");
+        d.line("mapped in both): what the nodes' heartbeats move. Goal in issue 17: ≤ 1 % of a CPU, link traffic at");
+        d.line("heartbeat level.");
+        d.line("");
+        let g = |k: &str, x: &str| idle[k][x].as_f64();
+        let mut body = Vec::new();
+        for (k, what) in [("map", "1 GiB map, one byte stored"), ("no_map", "no map (heartbeats)")] {
+            let w = g(k, "wall_s");
+            let b = g(k, "link_bytes");
+            body.push(vec![
+                what.to_string(),
+                fmt_opt(w, 2),
+                fmt_opt(g(k, "cpu_s").map(|x| x * 1e3), 2),
+                fmt_opt(g(k, "cpu_pct"), 3),
+                fmt_opt(g(k, "rx_bytes"), 0),
+                fmt_opt(g(k, "tx_bytes"), 0),
+                match (b, w) {
+                    (Some(b), Some(w)) if w > 0.0 => format!("{:.0}", b / w),
+                    _ => "-".into(),
+                },
+            ]);
+        }
+        d.table(&["", "sleep s", "client CPU ms", "CPU % of one core", "bytes received", "bytes sent", "link B/s"], &body);
+        d.line(&format!(
+            "Link bytes with the map / without: {}. The stored byte {} at the server after the sleep.",
+            fr(ratio(g("map", "link_bytes"), g("no_map", "link_bytes"))),
+            if idle["data_check"].as_str() == Some("ok") { "was" } else { "was **not**" }
+        ));
+        d.line("");
+    }
+
+    let mb = &rb["mailbox"];
+    if mb.is_object() {
+        d.line("### Mailbox messages per second: the store-loss pattern (issue 17)");
+        d.line("");
+        d.line("Each round the client stores a payload word into the server's segment (the same value two rounds");
+        d.line("running, so every other round stores again the value the server has just cleared), `SCIFlush`,");
+        d.line("a flag (always 1), `SCIFlush`, then spins in a plain loop on its own segment for the ack. The server");
+        d.line("spins on the flag, checks the payload, clears flag and payload in its own memory and acks by a store");
+        d.line("through its map of the client's segment. A payload that is not the one stored is a lost store.");
+        d.line("Peer: UCX put/flag round trips per second, 1e6 / (2 × `ucp_put_lat` 4 B RTT/2), same run.");
+        d.line("");
+        let rps = mb["rounds_per_s"].as_f64();
+        let peer = u4.filter(|&x| x > 0.0).map(|x| 1e6 / (2.0 * x));
+        let rp = d.peer("remote mailbox rounds/s vs UCX put/flag round trips/s".into(), ratio(rps, peer), false);
+        d.table(
+            &["rounds timed (all)", "vsci rounds/s", "µs per round", "per round median / p99 µs", "wrong payloads", "UCX put/flag round trips/s", "vsci/UCX"],
+            &[vec![
+                format!("{} ({})", mb["rounds"].as_u64().unwrap_or(0), mb["rounds_total"].as_u64().unwrap_or(0)),
+                fmt_opt(rps, 0),
+                us(mb["us_per_round"].as_f64()),
+                lat2(mb.get("round")),
+                format!("{}", mb["wrong_payloads"].as_u64().unwrap_or(0)),
+                fmt_opt(peer, 0),
+                fr(rp),
+            ]],
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -1127,6 +1270,36 @@ mod tests {
         assert!(md.contains("| 1 KiB | 50.0 | 100 | 0.50 | 25.0 | 2.00 | 95279 |"), "{md}");
         assert!(md.contains("local write 1 KiB vs UCX shm put"), "{md}");
         assert!(md.contains("![bandwidth.png](bench/bandwidth.png)"), "{md}");
+    }
+
+    #[test]
+    fn issue17_rows_stand_beside_their_peers() {
+        let lat = |m: f64, bad: u64| json!({"n": 100, "bad": bad, "median_us": m, "p99_us": 2.0 * m});
+        let out = json!({"paths": {"remote": {
+            "remote_bench": {
+                "yield_every": 64,
+                "pingpong": {"rows": [{"size": 4, "vsci": lat(60.0, 0)}]},
+                "spin_pingpong": {"rows": [{"map_size": 4096, "vsci": lat(30.0, 0)}, {"map_size": 1073741824, "vsci": lat(45.0, 1)}]},
+                "store_flush": {"rows": [{"size": 1, "data_check": "ok", "vsci": lat(40.0, 0)}]},
+                "idle_map": {"seconds": 10.0, "data_check": "ok",
+                    "map": {"wall_s": 10.0, "cpu_s": 0.05, "cpu_pct": 0.5, "rx_bytes": 600, "tx_bytes": 400, "link_bytes": 1000},
+                    "no_map": {"wall_s": 10.0, "cpu_s": 0.0, "cpu_pct": 0.0, "rx_bytes": 300, "tx_bytes": 200, "link_bytes": 500}},
+                "mailbox": {"rounds": 1000, "rounds_total": 1200, "rounds_per_s": 5000.0, "us_per_round": 200.0, "wrong_payloads": 0, "round": lat(190.0, 0)}
+            },
+            "peers": {
+                "ucx_perftest": {"available": true, "tls": "tcp", "lat": [{"size": 4, "median_us": 20.0}], "bw": [], "am_bw": [], "errors": []},
+                "fabric_write": {"available": true, "rows": [{"size": 1, "median_us": 20.0, "p99_us": 30.0, "data_check": "ok"}]}
+            },
+            "transfers": {"rows": []}
+        }}});
+        let md = markdown(&out, &[]);
+        assert!(md.contains("| spinning, no yields, 4 KiB maps | 30.00 / 60.00 | 0 | 20.00 | 1.50 |"), "{md}");
+        assert!(md.contains("| spinning, no yields, 1 GiB maps | 45.00 / 90.00 | 1 | 20.00 | 2.25 |"), "{md}");
+        assert!(md.contains("| yielding every 64 spins, 4 B message in a 64 KiB inbox (section a) | 60.00 / 120 | 0 | 20.00 | 3.00 |"), "{md}");
+        assert!(md.contains("| store 1 B + `SCIFlush` | 40.00 / 80.00 | ok | 20.00 / 30.00 | ok | 2.00 |"), "{md}");
+        assert!(md.contains("| 1 GiB map, one byte stored | 10.00 | 50.00 | 0.500 | 600 | 400 | 100 |"), "{md}");
+        assert!(md.contains("Link bytes with the map / without: 2.00."), "{md}");
+        assert!(md.contains("| 1000 (1200) | 5000 | 200 | 190 / 380 | 0 | 25000 | 0.20 |"), "{md}");
     }
 
     #[test]
