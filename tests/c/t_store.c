@@ -76,6 +76,10 @@
  *       writer that shipped its stale view of the other's half, or lost a
  *       store equal to what it stored two rounds ago, shows as a wrong byte.
  *
+ *   t_store stream NODE:SEG SIZE ITERS
+ *       memcpy SIZE bytes of new data into the map of NODE:SEG and SCIFlush,
+ *       ITERS times; then the segment must read back as the last copy.
+ *
  *   t_store big-owner SEG SIZE
  *       Creates segment SEG of SIZE bytes (1 GiB in the test; memfd pages
  *       are allocated only when touched), prints "BIG READY" and waits for
@@ -742,6 +746,48 @@ static int idle_map(const char *target, unsigned seconds)
     return 0;
 }
 
+/* ---- streaming copies ---------------------------------------------------------------- */
+
+/* ITERS times: memcpy SIZE bytes of new data into the start of NODE:SEG's
+ * map and SCIFlush (the thesis's bandwidth method). Then read the segment
+ * back with SCI_FLAG_BLOCK_READ: it must hold the last copy. */
+static int stream_copies(const char *target, size_t size, unsigned iters)
+{
+    sci_error_t err;
+    unsigned node;
+    sci_desc_t sd = open_sd(&node);
+    struct rseg r;
+    rseg_connect(sd, &r, target, 0, 0);
+    CHECK_MSG(size > 0 && size <= r.size, "SIZE %zu does not fit the %zu-byte segment", size, r.size);
+    uint8_t *buf = malloc(size), *back = malloc(size);
+    CHECK_MSG(buf && back, "out of memory");
+    uint64_t t0 = now_us(), copy_us = 0, flush_us = 0;
+    for (unsigned i = 1; i <= iters; i++) {
+        /* New data each time, every word of it. */
+        for (size_t w = 0; w + 8 <= size; w += 8) {
+            uint64_t v = (i * 0x0101010101010101ull) ^ (w * 0x9e3779b97f4a7c15ull);
+            memcpy(buf + w, &v, 8);
+        }
+        uint64_t c0 = now_us();
+        memcpy(r.p, buf, size);
+        uint64_t c1 = now_us();
+        SCIFlush(NULL, NO_FLAGS);
+        copy_us += c1 - c0;
+        flush_us += now_us() - c1;
+    }
+    uint64_t us = now_us() - t0;
+    EXPECT(SCI_ERR_OK, SCIMemCpy(NULL, back, r.map, 0, size, SCI_FLAG_BLOCK_READ, &err));
+    CHECK_MSG(memcmp(buf, back, size) == 0, "the segment does not hold the last copy");
+    printf("STREAM DONE size=%zu iters=%u %.1f MB/s (per copy: memcpy %.1f us, SCIFlush %.1f us)\n",
+           size, iters, us ? (double)size * iters / (double)us : 0.0,
+           (double)copy_us / iters, (double)flush_us / iters);
+    free(buf);
+    free(back);
+    rseg_release(&r);
+    close_sd(sd);
+    return 0;
+}
+
 /* ---- a map whose segment is lost ------------------------------------------------------ */
 
 /* Map all of NODE:SEG without touching it, wait until the segment is lost
@@ -798,6 +844,7 @@ int main(int argc, char **argv)
                 "  halves-writer ROUNDS K OWNERNODE:OWNERSEG MYSEG\n"
                 "  big-owner SEG SIZE\n"
                 "  idle-map NODE:SEG SECONDS\n"
+                "  stream NODE:SEG SIZE ITERS\n"
                 "  lost-map NODE:SEG\n");
         return 2;
     }
@@ -837,6 +884,9 @@ int main(int argc, char **argv)
                              arg(argc, argv, 4), (unsigned)argu(argc, argv, 5));
     if (strcmp(role, "big-owner") == 0)
         return big_owner((unsigned)argu(argc, argv, 2), (size_t)argu(argc, argv, 3));
+    if (strcmp(role, "stream") == 0)
+        return stream_copies(arg(argc, argv, 2), (size_t)argu(argc, argv, 3),
+                             (unsigned)argu(argc, argv, 4));
     if (strcmp(role, "idle-map") == 0)
         return idle_map(arg(argc, argv, 2), (unsigned)argu(argc, argv, 3));
     if (strcmp(role, "lost-map") == 0)

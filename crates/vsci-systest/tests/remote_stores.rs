@@ -312,6 +312,28 @@ fn stores_into_a_lost_map_complete() {
     c.wait_clean(2, "after the lost map");
 }
 
+/// memcpy + SCIFlush of 1 MiB of new data, 100 times, then 8 KiB 200 times
+/// (the thesis's bandwidth method, as `vsci bench` runs it): the segment
+/// holds the last copy.
+#[test]
+fn streaming_copies_arrive() {
+    let _g = serial();
+    let Some(c) = Cluster::start(&[1, 2]) else { return };
+    let mut owner = spawn(&c, 2, &["big-owner", "0x5760", "4m"]);
+    owner.wait_line("BIG READY", LINE_TIMEOUT);
+    for (size, iters) in [("1m", "100"), ("8k", "200")] {
+        let out = spawn(&c, 1, &["stream", "2:0x5760", size, iters]).wait(RUN);
+        show(&out);
+        out.assert_success().assert_contains("STREAM DONE");
+        let line = out.stdout.lines().find(|l| l.contains("STREAM DONE")).unwrap_or_default();
+        eprintln!("streaming copies: {line}");
+    }
+    owner.signal(libc::SIGTERM);
+    let _ = owner.wait(RUN);
+    c.wait_clean(1, "after the streaming copies");
+    c.wait_clean(2, "after the streaming copies");
+}
+
 /// A program maps a whole 1 GiB segment of another node, stores one byte,
 /// SCIFlush-es and sleeps: over 5 s of that sleep its node's link (eth0 in
 /// its namespace, received plus sent) moves less than 1 MiB.

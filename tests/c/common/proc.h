@@ -139,6 +139,13 @@ static inline uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+static inline uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
 /* Spin-sleep until *flag reaches at least `want`, or fail after `ms`. */
 #define WAIT_UNTIL(cond, ms) do {                                              \
         uint64_t dl_ = now_ms() + (ms);                                        \

@@ -452,25 +452,40 @@ impl Shadow {
         (first, n)
     }
 
-    /// Make page `q` (fetched ahead of a stream, not dirty) writable in the
-    /// program's mapping and dirty.
-    fn open_ahead(&self, trap: &Trap, g: &mut Pages, q: usize) {
-        let off = q * self.page;
-        if bit(&g.present, q) {
-            let _ = trap.unprotect(off, self.page);
-        } else {
-            if let Err(e) = trap.map_in(off, self.page, false) {
-                // The fetch wrote the page through the fill mapping, so it
-                // exists in the memfd; leave it absent (its first access
-                // traps and handles it) rather than dirty and unmapped.
-                log::debug!("vsci: page ahead of a stream not mapped ({e})");
-                return;
+    /// Make pages `from..to` (fetched ahead of a stream, not dirty)
+    /// writable in the program's mapping and dirty: one call per run of
+    /// pages alike (mapped already, or not), not one per page (a 32-page
+    /// run took about 60 µs page by page).
+    fn open_ahead(&self, trap: &Trap, g: &mut Pages, from: usize, to: usize) {
+        let mut q = from;
+        while q < to {
+            let present = bit(&g.present, q);
+            let mut end = q + 1;
+            while end < to && bit(&g.present, end) == present {
+                end += 1;
             }
-            let Pages { present, present_list, .. } = &mut *g;
-            set(present, present_list, q);
+            let (off, len) = (q * self.page, (end - q) * self.page);
+            if present {
+                let _ = trap.unprotect(off, len);
+            } else if let Err(e) = trap.map_in(off, len, false) {
+                // The fetch wrote the pages through the fill mapping, so
+                // they exist in the memfd; leave them absent (their first
+                // access traps and handles them) rather than dirty and
+                // unmapped.
+                log::debug!("vsci: pages ahead of a stream not mapped ({e})");
+                q = end;
+                continue;
+            }
+            for r in q..end {
+                if !present {
+                    let Pages { present, present_list, .. } = &mut *g;
+                    set(present, present_list, r);
+                }
+                let Pages { dirty, dirty_list, .. } = &mut *g;
+                set(dirty, dirty_list, r);
+            }
+            q = end;
         }
-        let Pages { dirty, dirty_list, .. } = &mut *g;
-        set(dirty, dirty_list, q);
     }
 }
 
@@ -520,9 +535,8 @@ impl TrapHandler for Shadow {
             set(dirty, dirty_list, p);
             self.stored.store(true, Ordering::Release);
             if !self.failed.load(Ordering::Relaxed) {
-                for q in (first..first + run).filter(|&q| q != p) {
-                    self.open_ahead(trap, &mut g, q);
-                }
+                self.open_ahead(trap, &mut g, first, p);
+                self.open_ahead(trap, &mut g, p + 1, first + run);
             }
         }
         if f.write {
