@@ -78,7 +78,8 @@
  *
  *   t_store stream NODE:SEG SIZE ITERS
  *       memcpy SIZE bytes of new data into the map of NODE:SEG and SCIFlush,
- *       ITERS times; then the segment must read back as the last copy.
+ *       ITERS times, then memset its middle half; the segment must read
+ *       back as that (SCI_FLAG_BLOCK_READ).
  *
  *   t_store big-owner SEG SIZE
  *       Creates segment SEG of SIZE bytes (1 GiB in the test; memfd pages
@@ -776,8 +777,12 @@ static int stream_copies(const char *target, size_t size, unsigned iters)
         flush_us += now_us() - c1;
     }
     uint64_t us = now_us() - t0;
+    /* And a memset (REP STOSB from 2 KiB on) over the middle half. */
+    memset(r.p + size / 4, 0x5a, size / 2);
+    memset(buf + size / 4, 0x5a, size / 2);
+    SCIFlush(NULL, NO_FLAGS);
     EXPECT(SCI_ERR_OK, SCIMemCpy(NULL, back, r.map, 0, size, SCI_FLAG_BLOCK_READ, &err));
-    CHECK_MSG(memcmp(buf, back, size) == 0, "the segment does not hold the last copy");
+    CHECK_MSG(memcmp(buf, back, size) == 0, "the segment does not hold the last copy and memset");
     printf("STREAM DONE size=%zu iters=%u %.1f MB/s (per copy: memcpy %.1f us, SCIFlush %.1f us)\n",
            size, iters, us ? (double)size * iters / (double)us : 0.0,
            (double)copy_us / iters, (double)flush_us / iters);

@@ -19,7 +19,7 @@
 //! owner.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -400,8 +400,17 @@ pub(crate) fn flush_all() -> Result<()> {
     if !any_remote_maps() {
         return Ok(());
     }
+    FLUSH_EPOCH.fetch_add(1, Ordering::Relaxed);
     let shipped = flusher().flush_all();
     drain_emulated().and(shipped)
+}
+
+/// Flush points so far: stores on either side of one are not one copy
+/// (see `trapped::Shadow::emulate`).
+static FLUSH_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+pub(crate) fn flush_epoch() -> u64 {
+    FLUSH_EPOCH.load(Ordering::Relaxed)
 }
 
 /// A store emulated by a trapped map's fault handler (see

@@ -11,9 +11,12 @@
 //! memory (`MOVUPS`/`MOVDQU`/`VMOVDQU64` and kin, non-temporal ones too,
 //! `MOVQ`/`MOVD`/`MOVSS`/`MOVSD`/`MOVLPS`), which is what `memcpy` stores a
 //! small message with. Vector registers are read from the XSAVE image the
-//! kernel put in the signal frame. Anything else — masked, scattered or
-//! compressing stores, stores of a register's upper half, string
-//! instructions, atomics, segment overrides, stores that straddle a page —
+//! kernel put in the signal frame. Forward `REP MOVSB` and `REP STOSB`
+//! (glibc's `memcpy` of 2 KiB to 1 MiB, `memset`) are decoded as what is
+//! left of the whole copy ([`decode_rep`]). Anything else — masked,
+//! scattered or compressing stores, stores of a register's upper half,
+//! other string instructions, atomics, segment overrides, single stores
+//! that straddle a page —
 //! is left to the caller's other path, so a wrong guess is never possible:
 //! what is not understood exactly is not emulated.
 
@@ -39,6 +42,54 @@ pub trait Registers {
     /// zmm `n`, 0-31), or `None` if the saved state does not hold them.
     fn vector(&self, n: usize, len: usize) -> Option<[u8; 64]>;
     fn rip(&self) -> u64;
+    fn eflags(&self) -> u64;
+}
+
+/// A `REP MOVSB` or `REP STOSB` (how glibc's `memcpy` and `memset` copy
+/// 2 KiB to 1 MiB) whose next store faulted: what is left of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RepString {
+    /// Where the next byte goes (RDI).
+    pub dst: usize,
+    /// Bytes left (RCX).
+    pub count: usize,
+    /// Where the next byte comes from (RSI) for `MOVSB`; `None` for
+    /// `STOSB`, which stores `value` (AL) every time.
+    pub src: Option<usize>,
+    pub value: u8,
+    /// Length of the instruction, to skip it once `count` is done.
+    pub insn_len: usize,
+}
+
+/// Decode a `REP MOVSB` / `REP STOSB` at the instruction pointer that
+/// faulted on `fault_addr` with its registers: forward (DF clear), 64-bit
+/// addressing, no segment override, `fault_addr` among the bytes left.
+pub fn decode_rep(code: &[u8], regs: &dyn Registers, fault_addr: usize) -> Option<RepString> {
+    let mut d = Decoder::with_ip(64, code, regs.rip(), DecoderOptions::NONE);
+    let insn = d.decode();
+    if insn.is_invalid() || !insn.has_rep_prefix() || insn.segment_prefix() != Register::None {
+        return None;
+    }
+    let movs = match insn.mnemonic() {
+        Mnemonic::Movsb => true,
+        Mnemonic::Stosb => false,
+        _ => return None,
+    };
+    // 0x67 (32-bit addresses) would use ECX/EDI/ESI.
+    if insn.op0_kind() != OpKind::MemoryESRDI || (movs && insn.op1_kind() != OpKind::MemorySegRSI) {
+        return None;
+    }
+    if regs.eflags() & (1 << 10) != 0 {
+        return None; // DF set: the copy runs downwards
+    }
+    let count = regs.gpr(Register::RCX)? as usize;
+    let dst = regs.gpr(Register::RDI)? as usize;
+    if count == 0 || fault_addr < dst || fault_addr - dst >= count || dst.checked_add(count).is_none() {
+        return None;
+    }
+    let src = if movs { Some(regs.gpr(Register::RSI)? as usize) } else { None };
+    let value = regs.gpr(Register::RAX)? as u8;
+    Some(RepString { dst, count, src, value, insn_len: insn.len() })
 }
 
 /// Stores of a general register that are plain moves.
@@ -206,6 +257,37 @@ impl Registers for Ucontext {
     fn rip(&self) -> u64 {
         self.gregs()[libc::REG_RIP as usize] as u64
     }
+
+    fn eflags(&self) -> u64 {
+        self.gregs()[libc::REG_EFL as usize] as u64
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Ucontext {
+    /// Account `done` bytes of `r` as executed: RDI (and RSI for `MOVSB`)
+    /// move on, RCX counts down, and once nothing is left the thread
+    /// resumes after the instruction (otherwise it goes on with the rest).
+    ///
+    /// # Safety
+    /// Only inside the signal handler this context belongs to, after those
+    /// bytes' effect has been made in their place.
+    pub unsafe fn advance_rep(&self, r: &RepString, done: usize) {
+        // SAFETY: the caller's contract; the kernel restores the registers
+        // from here.
+        unsafe {
+            let g = &mut (*(self.0 as *mut libc::ucontext_t)).uc_mcontext.gregs;
+            let done = done.min(r.count);
+            g[libc::REG_RDI as usize] = (r.dst + done) as i64;
+            if let Some(src) = r.src {
+                g[libc::REG_RSI as usize] = (src + done) as i64;
+            }
+            g[libc::REG_RCX as usize] = (r.count - done) as i64;
+            if done == r.count {
+                g[libc::REG_RIP as usize] = g[libc::REG_RIP as usize].wrapping_add(r.insn_len as i64);
+            }
+        }
+    }
 }
 
 /// Marker of an XSAVE image in a signal frame (`FP_XSTATE_MAGIC1`, at
@@ -314,6 +396,9 @@ mod tests {
         fn rip(&self) -> u64 {
             self.1
         }
+        fn eflags(&self) -> u64 {
+            0x202
+        }
     }
 
     fn regs() -> Regs {
@@ -378,6 +463,28 @@ mod tests {
             let want = if reg == usize::MAX { 0x1122_3344_5566_7788u64.to_le_bytes().to_vec() } else { vec_bytes(reg, len) };
             assert_eq!(s.bytes[..len].to_vec(), want, "{code:02x?}");
         }
+    }
+
+    #[test]
+    fn rep_strings_are_decoded() {
+        let mut r = regs();
+        r.0[1] = 100; // rcx: bytes left
+        r.0[6] = 0x2_0000; // rsi
+        r.0[7] = 0x1_0010; // rdi
+        // rep movsb
+        let m = decode_rep(&[0xf3, 0xa4], &r, 0x1_0010).unwrap();
+        assert_eq!(m, RepString { dst: 0x1_0010, count: 100, src: Some(0x2_0000), value: 0x88, insn_len: 2 });
+        // rep stosb (al = 0x88)
+        let st = decode_rep(&[0xf3, 0xaa], &r, 0x1_0050).unwrap();
+        assert_eq!((st.src, st.value, st.count), (None, 0x88, 100));
+        // Not where the copy is, plain movsb, rep movsq, 32-bit addresses.
+        assert_eq!(decode_rep(&[0xf3, 0xa4], &r, 0x1_0000), None);
+        assert_eq!(decode_rep(&[0xf3, 0xa4], &r, 0x1_0010 + 100), None);
+        assert_eq!(decode_rep(&[0xa4], &r, 0x1_0010), None);
+        assert_eq!(decode_rep(&[0xf3, 0x48, 0xa5], &r, 0x1_0010), None);
+        assert_eq!(decode_rep(&[0x67, 0xf3, 0xa4], &r, 0x1_0010), None);
+        // And decode_store leaves them alone.
+        assert_eq!(decode_store(&[0xf3, 0xa4], &r, 0x1_0010, 4096), None);
     }
 
     #[test]

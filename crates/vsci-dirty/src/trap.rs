@@ -70,6 +70,37 @@ impl Fault {
         }
     }
 
+    /// The `REP MOVSB` / `REP STOSB` that faulted, if it is one
+    /// [`crate::emulate::decode_rep`] understands (x86-64 only).
+    pub fn decode_rep(&self) -> Option<crate::emulate::RepString> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use crate::emulate::Registers;
+            let uc = crate::emulate::Ucontext(self.ctx);
+            let mut code = [0u8; 15];
+            let n = crate::sys::read_own(uc.rip() as usize, &mut code);
+            crate::emulate::decode_rep(&code[..n], &uc, self.addr)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        None
+    }
+
+    /// Account `done` bytes of `r` as executed (see
+    /// [`crate::emulate::Ucontext::advance_rep`]).
+    ///
+    /// # Safety
+    /// Only inside the handler call that got this fault, with `r` from
+    /// [`Fault::decode_rep`], once those bytes' effect is made.
+    pub unsafe fn advance_rep(&self, r: &crate::emulate::RepString, done: usize) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the caller's contract.
+        unsafe {
+            crate::emulate::Ucontext(self.ctx).advance_rep(r, done)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (r, done);
+    }
+
     /// Resume the thread after the store instead of retrying it.
     ///
     /// # Safety

@@ -172,6 +172,22 @@ impl TrapHandler for Emulator {
             unsafe { std::ptr::write_volatile(p, std::ptr::read_volatile(p)) };
             trap.map_in(f.page, self.page, true).unwrap();
         }
+        if let Some(r) = f.decode_rep().filter(|_| f.write) {
+            // The whole rest of the string store, as vsci does it (all of it
+            // lies inside the test's mapping).
+            let mut data = vec![r.value; r.count];
+            if let Some(src) = r.src {
+                assert_eq!(vsci_dirty::sys::read_own(src, &mut data), r.count);
+            }
+            // SAFETY: inside the fill mapping of the same memfd; the bytes'
+            // effect is made before the registers move on.
+            unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), (self.fill + (r.dst - self.base)) as *mut u8, r.count);
+                f.advance_rep(&r, r.count);
+            }
+            self.emulated.fetch_add(1, Ordering::SeqCst);
+            return;
+        }
         match f.decode_store(self.page).filter(|_| f.write) {
             Some(s) => {
                 // SAFETY: the store lies inside one page of the test's
@@ -263,6 +279,40 @@ fn vector_stores_are_emulated_in_place() {
     }
     assert_eq!(em.emulated.load(Ordering::SeqCst), expect, "{} not emulated", em.other.load(Ordering::SeqCst));
     assert_eq!(em.other.load(Ordering::SeqCst), 0);
+    trap::unregister(&t);
+}
+
+/// `REP MOVSB` and `REP STOSB` into the trapped range (glibc's memcpy and
+/// memset of 2 KiB to 1 MiB) are done whole at their first fault: the
+/// bytes land, the registers end as the CPU leaves them (RDI and RSI past
+/// the copy, RCX zero), and the instruction is not run again.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn string_stores_are_emulated_whole() {
+    let page = vsci_dirty::page_size();
+    let m = map(PAGES * page);
+    let em = Arc::new(Emulator { fill: m.fill as usize, base: m.base as usize, page, emulated: AtomicUsize::new(0), other: AtomicUsize::new(0) });
+    // SAFETY: the mapping outlives the trap (unregistered below).
+    let t = unsafe { Trap::new(m.base, m.len, TrapOptions { writes: true }, em.clone()) }.unwrap();
+    let src: Vec<u8> = (0..3 * page).map(|i| (i % 251) as u8).collect();
+    let dst = m.base.wrapping_add(100);
+    let n = 2 * page + 300; // three pages, starting and ending inside one
+    let (mut rdi, mut rsi, mut rcx) = (dst as usize, src.as_ptr() as usize, n);
+    // SAFETY: copies n bytes from src (3 pages long) into the mapping.
+    unsafe { std::arch::asm!("cld", "rep movsb", inout("rdi") rdi, inout("rsi") rsi, inout("rcx") rcx) };
+    assert_eq!((rdi, rsi, rcx), (dst as usize + n, src.as_ptr() as usize + n, 0));
+    let fill = |off: usize, len: usize| {
+        // SAFETY: reading the fill mapping of the same memfd.
+        unsafe { std::slice::from_raw_parts((m.fill as *const u8).add(off), len) }.to_vec()
+    };
+    assert_eq!(fill(100, n), src[..n]);
+    let dst = m.base.wrapping_add(4 * page + 8);
+    let (mut rdi, mut rcx) = (dst as usize, page);
+    // SAFETY: stores one page of 0xa7 into the mapping.
+    unsafe { std::arch::asm!("cld", "rep stosb", inout("rdi") rdi, inout("rcx") rcx, in("al") 0xa7u8) };
+    assert_eq!((rdi, rcx), (dst as usize + page, 0));
+    assert!(fill(4 * page + 8, page).iter().all(|&b| b == 0xa7));
+    assert_eq!(em.emulated.load(Ordering::SeqCst), 2, "{} faults not emulated", em.other.load(Ordering::SeqCst));
     trap::unregister(&t);
 }
 

@@ -312,7 +312,7 @@ fn stores_into_a_lost_map_complete() {
     c.wait_clean(2, "after the lost map");
 }
 
-/// memcpy + SCIFlush of 1 MiB of new data, 100 times, then 8 KiB 200 times
+/// memcpy + SCIFlush of new data: 1 MiB 100 times, 256 KiB 200 times, 8 KiB 500 times
 /// (the thesis's bandwidth method, as `vsci bench` runs it): the segment
 /// holds the last copy.
 #[test]
@@ -321,7 +321,7 @@ fn streaming_copies_arrive() {
     let Some(c) = Cluster::start(&[1, 2]) else { return };
     let mut owner = spawn(&c, 2, &["big-owner", "0x5760", "4m"]);
     owner.wait_line("BIG READY", LINE_TIMEOUT);
-    for (size, iters) in [("1m", "100"), ("8k", "200")] {
+    for (size, iters) in [("1m", "100"), ("256k", "200"), ("8k", "500")] {
         let out = spawn(&c, 1, &["stream", "2:0x5760", size, iters]).wait(RUN);
         show(&out);
         out.assert_success().assert_contains("STREAM DONE");

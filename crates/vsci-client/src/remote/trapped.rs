@@ -60,8 +60,9 @@ struct Pages {
     /// `emulate`); past `EMULATE_MAX` the page takes the twin's way.
     emulated: Vec<u8>,
     /// The store burst being emulated: its page, how many stores so far,
-    /// and when the last emulation ended (see `EMULATE_BURST`).
-    burst: (usize, u8, u64),
+    /// when the last emulation ended, and the flush epoch it began in (see
+    /// `EMULATE_BURST`).
+    burst: (usize, u8, u64, u64),
     /// A page whose last copy was longer than a burst, and until when its
     /// vector stores are not emulated.
     long_copies: (usize, u64),
@@ -294,22 +295,31 @@ impl Shadow {
         if targets.is_empty() && here.is_empty() {
             return false;
         }
+        let Some(st) = f.decode_store(self.page) else {
+            // A string store is a whole copy at one fault: no burst to count.
+            return match (&targets[..], here.is_empty()) {
+                ([(None, target)], true) => self.emulate_rep(trap, g, f, p, target),
+                _ => false,
+            };
+        };
         // Stores that trap back to back into one page are one copy (a
         // message being written): the first few are emulated, a longer
         // one takes the twin's way, where every store after the fetch is free.
         // "Back to back" counts from the end of the last emulation: posting
         // a write can hand this core to the owner's engine for a while (on
         // a host whose nodes share cores), which is not the program's gap.
-        let (bp, count, last_end) = g.burst;
-        let count = if bp == p && now_ns().saturating_sub(last_end) < EMULATE_BURST_GAP_NS { count.saturating_add(1) } else { 1 };
-        g.burst = (p, count, 0);
+        // A flush point in between ends the copy (the next message starts).
+        let (bp, count, last_end, epoch) = g.burst;
+        let now_epoch = super::flush_epoch();
+        let same = bp == p && epoch == now_epoch && now_ns().saturating_sub(last_end) < EMULATE_BURST_GAP_NS;
+        let count = if same { count.saturating_add(1) } else { 1 };
+        g.burst = (p, count, 0, now_epoch);
         if count > EMULATE_BURST {
             // Copies into this page are longer than a burst: take the
             // twin's way at once for the next ones (see `EMULATE_LONG_NS`).
             g.long_copies = (p, now_ns() + EMULATE_LONG_NS);
             return false;
         }
-        let Some(st) = f.decode_store(self.page) else { return false };
         if st.len > 8 && g.long_copies.0 == p && now_ns() < g.long_copies.1 {
             return false;
         }
@@ -374,6 +384,69 @@ impl Shadow {
         // SAFETY: the store's effect is made (shadow and owner); the thread
         // resumes after it.
         unsafe { f.skip_store(st.insn_len) };
+        true
+    }
+
+    /// A `REP MOVSB` / `REP STOSB` (glibc's `memcpy` and `memset` of 2 KiB
+    /// to 1 MiB) into this map, done in one go: the bytes it has left to
+    /// store inside the map go into the shadow and out to the owner as one
+    /// RMA write, and the thread resumes after the instruction (or goes on
+    /// with what lies past the map). One fault and one write for the whole
+    /// copy, where the twin's way costs a fault and a read round trip per
+    /// run of pages before the shipment. Pages only partly written and not
+    /// mapped yet are fetched first (the rest of their bytes must be the
+    /// owner's); pages wholly written are not fetched at all.
+    fn emulate_rep(&self, trap: &Trap, g: &mut Pages, f: &Fault, p: usize, target: &Arc<super::RemoteTarget>) -> bool {
+        let Some(r) = f.decode_rep() else { return false };
+        // The map's first byte in the program's address space.
+        let base = (f.addr & !(self.page - 1)) - f.page;
+        let Some(start) = r.dst.checked_sub(base) else { return false };
+        if start >= self.valid {
+            return false;
+        }
+        let n = r.count.min(self.valid - start).min(REP_MAX);
+        let mut data = vec![0u8; n];
+        match r.src {
+            // A source that cannot be read without a fault (another remote
+            // map's page not fetched yet, say) is left to the CPU.
+            Some(src) => {
+                if vsci_dirty::sys::read_own(src, &mut data) != n {
+                    return false;
+                }
+            }
+            None => data.fill(r.value),
+        }
+        // Edge pages only partly written must hold the owner's other bytes.
+        let (first, last) = (start / self.page, (start + n - 1) / self.page);
+        for q in [first, last] {
+            let partial = (q == first && start % self.page != 0) || (q == last && (start + n) % self.page != 0 && start + n < self.valid);
+            if partial && !bit(&g.present, q) {
+                if !self.fetch(g, q, 1) || trap.map_in(q * self.page, self.page, true).is_err() {
+                    return false;
+                }
+                let Pages { present, present_list, .. } = &mut *g;
+                set(present, present_list, q);
+            }
+        }
+        let offset = self.seg_off + start as u64;
+        let data = data.into_boxed_slice();
+        match target.ep.rma.fabric.write_start(&target.ep.peer, data.clone(), &target.region, offset) {
+            Ok(w) => super::emulated_posted(target, offset, w, false),
+            Err(e) => {
+                log::debug!("vsci: string store not posted ({e}); taking the twin's way");
+                return false;
+            }
+        }
+        target.ep.rma.fabric.progress();
+        // SAFETY: `start + n` lies inside the map's valid bytes, all in the
+        // fill mapping; the program's pages of it are write-protected or
+        // absent, so only we write them here.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (self.fill + start) as *mut u8, n) };
+        g.emulated[p] = g.emulated[p].saturating_add(1);
+        g.burst.2 = now_ns();
+        self.stored.store(true, Ordering::Release);
+        // SAFETY: those `n` bytes are stored (shadow and owner).
+        unsafe { f.advance_rep(&r, n) };
         true
     }
 
@@ -574,7 +647,7 @@ impl Trapped {
             ahead: 1,
             stream_edges: [None, None],
             emulated: vec![0; npages],
-            burst: (usize::MAX, 0, 0),
+            burst: (usize::MAX, 0, 0, 0),
             long_copies: (usize::MAX, 0),
             counted_dirty: false,
         };
@@ -840,6 +913,9 @@ const EMULATE_BURST: u8 = 3;
 /// way for this long: a program sending messages of one size does not pay
 /// the burst's emulated stores before each one.
 const EMULATE_LONG_NS: u64 = 10_000_000;
+/// Most bytes of one string store done at one fault (the rest traps again).
+const REP_MAX: usize = 16 << 20;
+
 /// Stores further apart than this (from the end of one emulation to the
 /// next fault) are not one copy.
 const EMULATE_BURST_GAP_NS: u64 = 20_000;
