@@ -172,6 +172,8 @@ fn claim_socket(socket: &Path, group: Option<nix::unistd::Gid>, mode: u32) -> Re
 }
 
 fn main() {
+    // Before any thread and any libfabric call (see its doc).
+    vsci_fabric::prepare_rma_target_process();
     let args = Args::parse();
     let level = match args.verbose {
         0 => "info",
