@@ -9,6 +9,8 @@
 //!   owner's segment (mailbox flags: writer sets, owner clears, writer sets
 //!   the same value again), 10,000 rounds, with SCIFlush after each store and
 //!   with no call at all; and the same with one writer in a QEMU guest;
+//!   and 3,000 rounds with a hardware watchpoint on the owner's flag words
+//!   in its vscid, which widens any gap between two stores of one write;
 //! - a spinning ping-pong of 10,000 round trips with 4 KiB and 16 MiB maps;
 //! - flag after payload (SCIFlush between) through one 64 MiB map;
 //! - an idle 1 GiB remote map moves less than 1 MiB over the link in 5 s.
@@ -111,6 +113,10 @@ fn link_bytes(c: &Cluster, id: u32) -> u64 {
 /// or "nocalls" (plain stores only; the owner then waits for flags and
 /// payloads alike).
 fn mailbox(mode: &str, guest_writer: bool) {
+    mailbox_with(mode, guest_writer, None)
+}
+
+fn mailbox_with(mode: &str, guest_writer: bool, watched_rounds: Option<&str>) {
     let _g = serial();
     if guest_writer && !netns::guests_possible() {
         return;
@@ -123,6 +129,7 @@ fn mailbox(mode: &str, guest_writer: bool) {
         (_, true) => ("0x5741", "0x5742", "0x5743"),
     };
     let rounds = if guest_writer && !vsci_vm::run::choose_accel(vsci_vm::Accel::Auto).kvm { GUEST_TCG_ROUNDS } else { ROUNDS };
+    let rounds = watched_rounds.unwrap_or(rounds);
     let w1_target = format!("2:{seg_1}");
     let w2_target = format!("3:{seg_2}");
     let owner_target = format!("1:{seg_o}");
@@ -136,7 +143,19 @@ fn mailbox(mode: &str, guest_writer: bool) {
     } else {
         spawn_wait(&c, 3, WRITER_WAIT_S, &["mbox-writer", mode, rounds, "2", &owner_target, seg_2])
     };
+    // The owner's engine maps the segment when the first writer connects.
+    let watch = watched_rounds.map(|_| {
+        let segid = u32::from_str_radix(seg_o.trim_start_matches("0x"), 16).expect("hex segment id");
+        Watchpoint::on_segment_word(c.node(1).pid().expect("node 1 runs"), segid, MBOX_FLAGS_OFF)
+    });
     let outs = run_together(vec![owner, w1, w2], RUN);
+    if let Some(Some(w)) = &watch {
+        // Two flag stores a round, each counted at least once (a copy may
+        // count once per byte); the first rounds may go before the watch.
+        let hits = w.hits();
+        eprintln!("mailbox under a watchpoint: {hits} writes by node 1's vscid to the flag words");
+        assert!(hits >= rounds.parse::<u64>().unwrap(), "the watchpoint saw {hits} writes to the flags of {rounds} rounds");
+    }
     outs[0].assert_contains(&format!("MBOX OWNER DONE rounds={rounds}"));
     outs[1].assert_contains(&format!("MBOX WRITER 1 DONE rounds={rounds}"));
     outs[2].assert_contains(&format!("MBOX WRITER 2 DONE rounds={rounds}"));
@@ -161,6 +180,94 @@ fn mailbox_three_nodes_with_flushes() {
 
 /// The same with no call at all in the loops: plain stores must still
 /// arrive, every one of them.
+/// The mailbox with a hardware watchpoint on the owner's two flag words in
+/// its vscid (the RMA target that places the writers' stores). Each write
+/// into them traps for a few microseconds, which widens any gap between two
+/// stores of the same bytes by the provider: a flag placed with two stores
+/// (libfabric's tcp prefetch buffer copied out with `memcpy`, whose 4-byte
+/// copy stores the same 4 bytes twice) had the owner's clear undone by the
+/// second store within a few hundred rounds here, where unwatched it took
+/// about 200,000. Where the kernel refuses the watchpoint (no debug
+/// registers in the VM, perf events not allowed) the mailbox still runs and
+/// the test says so.
+#[test]
+fn mailbox_with_the_owner_engine_watched() {
+    mailbox_with("calls", false, Some(WATCHED_ROUNDS));
+}
+
+/// Rounds of the watched mailbox (each flag store traps in the owner's
+/// engine, so a round takes several times as long).
+const WATCHED_ROUNDS: &str = "3000";
+
+/// Offset of writer 1's flag in the owner's segment (t_store.c:
+/// `MBOX_BASE + 8`); writer 2's follows it, so 8 bytes cover both.
+const MBOX_FLAGS_OFF: u64 = 0x108;
+
+/// A hardware write watchpoint on 8 bytes of a segment, in every thread of
+/// one vscid (perf_event_open, PERF_TYPE_BREAKPOINT), counting the stores.
+struct Watchpoint {
+    fds: Vec<std::os::fd::OwnedFd>,
+}
+
+impl Watchpoint {
+    /// Watch `off..off + 8` of segment `segid` as vscid `pid` maps it;
+    /// `None` (with a note) where the kernel refuses. Waits up to 20 s for
+    /// the segment to appear (its owner creates it as it starts).
+    fn on_segment_word(pid: u32, segid: u32, off: u64) -> Option<Watchpoint> {
+        let name = format!("/memfd:vsci-seg-{segid} ");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let base = loop {
+            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+            if let Some(line) = maps.lines().find(|l| l.contains(&name)) {
+                let start = line.split('-').next().expect("a range");
+                break u64::from_str_radix(start, 16).expect("hex address");
+            }
+            assert!(Instant::now() < deadline, "vscid {pid} did not map segment {segid:#x} ({name}) within 20 s; its memfd maps:\n{}", maps.lines().filter(|l| l.contains("memfd")).collect::<Vec<_>>().join("\n"));
+            thread::sleep(Duration::from_millis(20));
+        };
+        let addr = base + off;
+        let mut fds = Vec::new();
+        for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("list vscid's threads") {
+            let tid: i32 = task.expect("a thread").file_name().to_string_lossy().parse().expect("a thread id");
+            // struct perf_event_attr (PERF_ATTR_SIZE_VER5, 112 bytes):
+            // type u32 @0, size u32 @4, bp_type u32 @52, bp_addr u64 @56,
+            // bp_len u64 @64; all else zero (counting, user and kernel).
+            let mut attr = [0u8; 112];
+            attr[0..4].copy_from_slice(&5u32.to_ne_bytes()); // PERF_TYPE_BREAKPOINT
+            attr[4..8].copy_from_slice(&112u32.to_ne_bytes());
+            attr[52..56].copy_from_slice(&2u32.to_ne_bytes()); // HW_BREAKPOINT_W
+            attr[56..64].copy_from_slice(&addr.to_ne_bytes());
+            attr[64..72].copy_from_slice(&8u64.to_ne_bytes());
+            // SAFETY: perf_event_open reads `attr.size` (112) bytes of a
+            // buffer we own; the returned descriptor is ours to close.
+            let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, attr.as_ptr(), tid, -1i32, -1i32, 0u64) };
+            if fd < 0 {
+                eprintln!(
+                    "NOTE: no hardware watchpoint in thread {tid} of vscid ({}); the mailbox runs unwatched",
+                    std::io::Error::last_os_error()
+                );
+                return None;
+            }
+            // SAFETY: a fresh descriptor from the kernel, owned by nothing else.
+            fds.push(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) });
+        }
+        Some(Watchpoint { fds })
+    }
+
+    /// Stores counted so far, over every thread.
+    fn hits(&self) -> u64 {
+        use std::io::Read;
+        self.fds
+            .iter()
+            .map(|fd| {
+                let mut f = std::fs::File::from(fd.try_clone().expect("dup a perf fd"));
+                let mut b = [0u8; 8];
+                f.read_exact(&mut b).map(|()| u64::from_ne_bytes(b)).unwrap_or(0)
+            })
+            .sum()
+    }
+}
+
 #[test]
 fn mailbox_three_nodes_without_calls() {
     mailbox("nocalls", false);

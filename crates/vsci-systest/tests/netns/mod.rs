@@ -51,6 +51,11 @@ impl Node {
     pub fn log_text(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// The vscid's process id while it runs (`ip netns exec` execs it).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
 }
 
 /// A node that does not hold the cluster's key.
