@@ -429,19 +429,21 @@ impl Shadow {
             }
         }
         let offset = self.seg_off + start as u64;
-        let data = data.into_boxed_slice();
-        match target.ep.rma.fabric.write_start(&target.ep.peer, data.clone(), &target.region, offset) {
-            Ok(w) => super::emulated_posted(target, offset, w, false),
+        let w = match target.ep.rma.fabric.write_start(&target.ep.peer, data.into_boxed_slice(), &target.region, offset) {
+            Ok(w) => w,
             Err(e) => {
                 log::debug!("vsci: string store not posted ({e}); taking the twin's way");
                 return false;
             }
-        }
-        target.ep.rma.fabric.progress();
+        };
+        // The shadow takes the bytes from the write's own buffer (the
+        // provider only reads it): one copy of the data, not two.
         // SAFETY: `start + n` lies inside the map's valid bytes, all in the
         // fill mapping; the program's pages of it are write-protected or
         // absent, so only we write them here.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (self.fill + start) as *mut u8, n) };
+        unsafe { std::ptr::copy_nonoverlapping(w.data().as_ptr(), (self.fill + start) as *mut u8, n) };
+        super::emulated_posted(target, offset, w, false);
+        target.ep.rma.fabric.progress();
         g.emulated[p] = g.emulated[p].saturating_add(1);
         g.burst.2 = now_ns();
         self.stored.store(true, Ordering::Release);
