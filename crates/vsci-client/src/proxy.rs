@@ -82,12 +82,14 @@ impl ProxiedSegment {
         }
     }
 
-    fn window(&self, off: usize, len: usize) -> &mut [u8] {
-        assert!(off + len <= self.len);
-        // SAFETY: in bounds of the window mapping (asserted), which lives as
-        // long as self. The guest may write the same bytes at any time
-        // through its own mapping: what it gets then is its own race.
-        unsafe { std::slice::from_raw_parts_mut(self.base.as_ptr().cast::<u8>().add(off), len) }
+    /// The first of `len` bytes at `off` of the window mapping, which lives
+    /// as long as `self`. A pointer, not a slice: the guest may write the
+    /// same bytes at any time through its own mapping (what it gets then is
+    /// its own race), so each caller makes the slice it needs for one call.
+    fn window_ptr(&self, off: usize, len: usize) -> *mut u8 {
+        assert!(off.checked_add(len).is_some_and(|end| end <= self.len));
+        // SAFETY: in bounds of the window mapping (asserted).
+        unsafe { self.base.as_ptr().cast::<u8>().add(off) }
     }
 
     fn failed(&self, what: &str, e: &vsci_fabric::Error) -> SciError {
@@ -106,7 +108,10 @@ impl ProxiedSegment {
         let (off, len) = self.range(off, len)?;
         // Into a buffer of ours first: the guest's window is not written
         // until the bytes are all there.
-        self.target.read(self.window(off, len), off as u64)
+        // SAFETY: in bounds (window_ptr asserts it); this call holds the
+        // only slice of ours over these bytes while it lasts.
+        let buf = unsafe { std::slice::from_raw_parts_mut(self.window_ptr(off, len), len) };
+        self.target.read(buf, off as u64)
     }
 
     /// `ShipRemote`: write these runs of the window to the owner, the
@@ -126,7 +131,11 @@ impl ProxiedSegment {
             }
             checked.push(r);
         }
-        self.target.write_shipment(0, &checked, |(o, n)| &*self.window(o, n)).map_err(|e| self.failed("a shipment", &e))
+        self.target.write_shipment(0, &checked, |(o, n)| {
+                // SAFETY: in bounds (window_ptr asserts it); only read while
+                // the shipment is written.
+                unsafe { std::slice::from_raw_parts(self.window_ptr(o, n), n) }
+            }).map_err(|e| self.failed("a shipment", &e))
     }
 
     /// DMA on the guest's behalf: RMA-write `src` to the owner's memory at

@@ -102,25 +102,27 @@ fn wait_inner(
     };
     // Spin phase (none at all in block mode: it sleeps at once).
     let mut n: u32 = 0;
-    while policy.mode != WaitMode::Block {
-        if ready() {
-            return Waited::Ready;
+    if policy.mode != WaitMode::Block {
+        loop {
+            if ready() {
+                return Waited::Ready;
+            }
+            n = n.wrapping_add(1);
+            if n % 64 == 0 {
+                let now = Instant::now();
+                if deadline.is_some_and(|d| now >= d) {
+                    return Waited::TimedOut;
+                }
+                if spin_until.is_some_and(|s| now >= s) {
+                    break;
+                }
+                if policy.mode == WaitMode::Poll && n % (64 * 1024) == 0 {
+                    // Let the peer run if it shares our core.
+                    std::thread::yield_now();
+                }
+            }
+            std::hint::spin_loop();
         }
-        n = n.wrapping_add(1);
-        if n % 64 == 0 {
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                return Waited::TimedOut;
-            }
-            if spin_until.is_some_and(|s| now >= s) {
-                break;
-            }
-            if policy.mode == WaitMode::Poll && n % (64 * 1024) == 0 {
-                // Let the peer run if it shares our core.
-                std::thread::yield_now();
-            }
-        }
-        std::hint::spin_loop();
     }
     // Block phase.
     loop {
