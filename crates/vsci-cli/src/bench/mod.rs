@@ -42,6 +42,10 @@ pub struct Options {
     pub install: bool,
     /// Rebuild the report from this results.json instead of measuring.
     pub from_json: Option<PathBuf>,
+    /// Remote path: only these remote_bench sections (letters a-h).
+    pub sections: Option<String>,
+    /// Remote path: remote_bench runs in the same namespaces.
+    pub repeat: u32,
 }
 
 /// One data path. Adding a path (guest↔host, guest↔guest, remote guests)
@@ -66,6 +70,10 @@ pub const PATHS: &[PathSpec] = &[local::PATH, remote::PATH, reflective::PATH, gu
 /// What every runner gets.
 pub struct Ctx {
     pub quick: bool,
+    /// Remote path: only these remote_bench sections (checked: letters a-h).
+    pub sections: Option<String>,
+    /// Remote path: remote_bench runs in the same namespaces (at least 1).
+    pub repeat: u32,
     /// Directory of `sisci_bench` and `remote_bench`.
     pub bench_dir: PathBuf,
     /// Directory of the example programs (`sendrecv`).
@@ -146,7 +154,19 @@ pub fn run(opts: Options) -> Result<()> {
     netns::catch_signals();
     let started = Instant::now();
 
-    let mut ctx = Ctx { quick: opts.quick, bench_dir, examples_dir, tools: peers::Tools::default() };
+    if let Some(s) = &opts.sections {
+        if s.is_empty() || !s.chars().all(|c| ('a'..='h').contains(&c)) {
+            bail!("--sections takes remote_bench section letters a-h (e.g. `h` or `ef`), not {s:?}");
+        }
+    }
+    let mut ctx = Ctx {
+        quick: opts.quick,
+        sections: opts.sections.clone(),
+        repeat: opts.repeat.max(1),
+        bench_dir,
+        examples_dir,
+        tools: peers::Tools::default(),
+    };
     let mut runnable = Vec::new();
     let mut skipped = Vec::new();
     for p in &selected {

@@ -72,39 +72,56 @@ fn run(ctx: &Ctx) -> Result<Value> {
 
     step("remote: remote_bench (ping-pong, bandwidth, visibility, interrupts, spinning ping-pong, store + flush, idle map, mailbox)");
     let quick_arg: &[&str] = if ctx.quick { &["-quick"] } else { &[] };
-    let server_log = pair.dir.join("remote_bench-server.log");
-    let mut server = pair.command(1, &prog);
-    server.args(["-server", "-rn", "1"]).args(quick_arg);
-    let slog = std::fs::File::create(&server_log)?;
-    server.stdout(slog.try_clone()?).stderr(slog);
-    let sh = pair.spawn(server, "remote_bench -server")?;
-    let json_path = pair.dir.join("remote_bench.json");
-    let mut client = pair.command(0, &prog);
-    client.args(["-client", "-rn", "2"]).args(quick_arg).arg("-json").arg(&json_path).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let ch = pair.spawn(client, "remote_bench -client")?;
-    let fwd = Forward::start(pair.helper(ch), true);
-    let limit = Duration::from_secs(if ctx.quick { 180 } else { 900 });
-    let st = netns::wait_child(pair.helper(ch), limit, "remote_bench -client");
-    let server_st = match &st {
-        Ok(_) => netns::wait_child(pair.helper(sh), Duration::from_secs(15), "remote_bench -server").ok(),
-        Err(_) => None,
-    };
-    fwd.finish();
-    let st = st?;
-    pair.check_daemons()?;
-    let vsci: Value =
-        std::fs::read_to_string(&json_path).ok().and_then(|s| serde_json::from_str(&s).ok()).unwrap_or(Value::Null);
-    if !st.success() || !server_st.is_some_and(|s| s.success()) {
-        bail!(
-            "remote_bench failed (client: {st}, server: {})\n--- server output ---\n{}--- vscid node 1 log ---\n{}--- vscid node 2 log ---\n{}",
-            server_st.map(|s| s.to_string()).unwrap_or_else(|| "did not finish".into()),
-            std::fs::read_to_string(&server_log).unwrap_or_default(),
-            tail(&pair.log(0), 40),
-            tail(&pair.log(1), 40)
-        );
+    let section_args: Vec<&str> = ctx.sections.as_deref().map(|s| vec!["-s", s]).unwrap_or_default();
+    let mut vsci = Value::Null;
+    for run in 1..=ctx.repeat {
+        if ctx.repeat > 1 {
+            say(&format!("remote_bench run {run} of {}", ctx.repeat));
+        }
+        let server_log = pair.dir.join("remote_bench-server.log");
+        let mut server = pair.command(1, &prog);
+        server.args(["-server", "-rn", "1"]).args(quick_arg).args(&section_args);
+        let slog = std::fs::File::create(&server_log)?;
+        server.stdout(slog.try_clone()?).stderr(slog);
+        let sh = pair.spawn(server, "remote_bench -server")?;
+        let json_path = pair.dir.join("remote_bench.json");
+        let mut client = pair.command(0, &prog);
+        client.args(["-client", "-rn", "2"]).args(quick_arg).args(&section_args).arg("-json").arg(&json_path).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let ch = pair.spawn(client, "remote_bench -client")?;
+        let fwd = Forward::start(pair.helper(ch), true);
+        let limit = Duration::from_secs(if ctx.quick { 180 } else { 900 });
+        let st = netns::wait_child(pair.helper(ch), limit, "remote_bench -client");
+        let server_st = match &st {
+            Ok(_) => netns::wait_child(pair.helper(sh), Duration::from_secs(15), "remote_bench -server").ok(),
+            Err(_) => None,
+        };
+        fwd.finish();
+        let st = st?;
+        pair.check_daemons()?;
+        vsci =
+            std::fs::read_to_string(&json_path).ok().and_then(|s| serde_json::from_str(&s).ok()).unwrap_or(Value::Null);
+        if !st.success() || !server_st.is_some_and(|s| s.success()) {
+            bail!(
+                "remote_bench failed (client: {st}, server: {})\n--- server output ---\n{}--- vscid node 1 log ---\n{}--- vscid node 2 log ---\n{}",
+                server_st.map(|s| s.to_string()).unwrap_or_else(|| "did not finish".into()),
+                std::fs::read_to_string(&server_log).unwrap_or_default(),
+                tail(&pair.log(0), 40),
+                tail(&pair.log(1), 40)
+            );
+        }
+        if vsci.is_null() {
+            bail!("remote_bench wrote no JSON to {}", json_path.display());
+        }
     }
-    if vsci.is_null() {
-        bail!("remote_bench wrote no JSON to {}", json_path.display());
+    if ctx.sections.is_some() {
+        // A look at a few rows: no transfers, DMA or peers.
+        return Ok(json!({
+            "path": "remote",
+            "what": PATH.what,
+            "sections": ctx.sections,
+            "runs": ctx.repeat,
+            "remote_bench": vsci,
+        }));
     }
 
     step("remote: seed 001 transfers (sendrecv, 4 KB / 2 MB / 1 GB)");
