@@ -178,8 +178,6 @@ fn mailbox_three_nodes_with_flushes() {
     mailbox("calls", false);
 }
 
-/// The same with no call at all in the loops: plain stores must still
-/// arrive, every one of them.
 /// The mailbox with a hardware watchpoint on the owner's two flag words in
 /// its vscid (the RMA target that places the writers' stores). Each write
 /// into them traps for a few microseconds, which widens any gap between two
@@ -268,6 +266,8 @@ impl Watchpoint {
     }
 }
 
+/// The same with no call at all in the loops: plain stores must still
+/// arrive, every one of them.
 #[test]
 fn mailbox_three_nodes_without_calls() {
     mailbox("nocalls", false);

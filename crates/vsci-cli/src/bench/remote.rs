@@ -73,23 +73,23 @@ fn run(ctx: &Ctx) -> Result<Value> {
     step("remote: remote_bench (ping-pong, bandwidth, visibility, interrupts, spinning ping-pong, store + flush, idle map, mailbox)");
     let quick_arg: &[&str] = if ctx.quick { &["-quick"] } else { &[] };
     let section_args: Vec<&str> = ctx.sections.as_deref().map(|s| vec!["-s", s]).unwrap_or_default();
+    let server_log = pair.dir.join("remote_bench-server.log");
+    let json_path = pair.dir.join("remote_bench.json");
+    let limit = Duration::from_secs(if ctx.quick { 180 } else { 900 });
     let mut vsci = Value::Null;
     for run in 1..=ctx.repeat {
         if ctx.repeat > 1 {
             say(&format!("remote_bench run {run} of {}", ctx.repeat));
         }
-        let server_log = pair.dir.join("remote_bench-server.log");
         let mut server = pair.command(1, &prog);
         server.args(["-server", "-rn", "1"]).args(quick_arg).args(&section_args);
         let slog = std::fs::File::create(&server_log)?;
         server.stdout(slog.try_clone()?).stderr(slog);
         let sh = pair.spawn(server, "remote_bench -server")?;
-        let json_path = pair.dir.join("remote_bench.json");
         let mut client = pair.command(0, &prog);
         client.args(["-client", "-rn", "2"]).args(quick_arg).args(&section_args).arg("-json").arg(&json_path).stdout(Stdio::piped()).stderr(Stdio::piped());
         let ch = pair.spawn(client, "remote_bench -client")?;
         let fwd = Forward::start(pair.helper(ch), true);
-        let limit = Duration::from_secs(if ctx.quick { 180 } else { 900 });
         let st = netns::wait_child(pair.helper(ch), limit, "remote_bench -client");
         let server_st = match &st {
             Ok(_) => netns::wait_child(pair.helper(sh), Duration::from_secs(15), "remote_bench -server").ok(),
