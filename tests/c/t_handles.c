@@ -310,6 +310,23 @@ static void handles_after_close(struct peer *p)
     check_and_free_objs(&live);
 }
 
+/* SCIClose returns once the node has released what the descriptor held:
+ * the same segment id and fixed interrupt numbers can be taken again at
+ * once, from a new descriptor, every time. */
+static void ids_free_after_close(struct peer *p)
+{
+    (void)p;
+    sci_error_t err;
+    for (int round = 0; round < 200; round++) {
+        struct objs o;
+        make_objs(&o, 0x2008);
+        sci_local_interrupt_t li;
+        unsigned int intno = 77;
+        EXPECT(SCI_ERR_OK, SCICreateInterrupt(o.sd, &li, 0, &intno, NULL, NULL, SCI_FLAG_FIXED_INTNO, &err));
+        EXPECT(SCI_ERR_OK, SCIClose(o.sd, NO_FLAGS, &err));
+    }
+}
+
 /* Garbage values: pointers to nowhere, to random memory, to freed memory. */
 static void garbage_handles(struct peer *p)
 {
@@ -381,6 +398,7 @@ static const struct test_case cases[] = {
     { "wrong_kind_handles", wrong_kind_handles, NULL, 0 },
     { "stale_handles", stale_handles, NULL, 0 },
     { "handles_after_close", handles_after_close, NULL, 0 },
+    { "ids_free_after_close", ids_free_after_close, NULL, 0 },
     { "garbage_handles", garbage_handles, NULL, 0 },
     { "other_process_handles", other_process_a, other_process_b, 0 },
     { NULL, NULL, NULL, 0 },

@@ -119,6 +119,9 @@ impl Transport {
     }
 }
 
+/// How long [`Client::close`] waits for the node to release a connection.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
+
 pub(crate) struct Inner {
     transport: Arc<Transport>,
     next_tag: AtomicU64,
@@ -245,9 +248,33 @@ impl Client {
 
     /// Close the connection: the daemon releases everything it holds for
     /// us and tells our peers.
+    ///
+    /// Over a socket this waits (up to [`CLOSE_WAIT`]) until the node has
+    /// done so: we only half-close, the node reads our end of file,
+    /// releases the connection's segments, interrupts and queues, and then
+    /// hangs up, which ends our reader. Without the wait, a program that
+    /// closes its descriptor and at once opens another and creates a
+    /// segment with the same id could find the id still in use.
     pub fn close(&self) {
         self.inner.dead.store(true, Ordering::SeqCst);
-        self.inner.transport.shutdown();
+        match &*self.inner.transport {
+            Transport::Socket(sock) => {
+                let _ = nix::sys::socket::shutdown(sock.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+                let mut fds = [nix::poll::PollFd::new(self.inner.gone.as_fd(), nix::poll::PollFlags::POLLIN)];
+                let deadline = Instant::now() + CLOSE_WAIT;
+                loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+                    match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)) {
+                        Err(nix::Error::EINTR) if !left.is_zero() => continue,
+                        _ => break,
+                    }
+                }
+                // Whatever the node did, our end is finished now.
+                self.inner.transport.shutdown();
+            }
+            Transport::Guest(_) => self.inner.transport.shutdown(),
+        }
     }
 
     /// Send a request and wait for its reply and descriptors.
