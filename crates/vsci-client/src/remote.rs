@@ -440,6 +440,46 @@ pub(crate) fn emulated_posted(target: &Arc<RemoteTarget>, offset: u64, write: vs
     q.push_back(Emulated { target: target.clone(), offset, write, member });
 }
 
+/// Buffers of finished string-store writes (`emulate_rep`), kept for the
+/// next ones: a fresh buffer of a megabyte is a page fault per page when it
+/// is filled, and glibc gives such buffers back to the kernel when they are
+/// freed (measured: page faults were a fifth of a `memcpy` of 64 KiB-8 MiB
+/// into a remote map).
+static SPARE_BUFFERS: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
+/// Smallest buffer worth keeping, and how many are kept.
+const SPARE_MIN: usize = 64 << 10;
+const SPARE_KEEP: usize = 2;
+
+/// A buffer of `n` bytes (their values unspecified) for an emulated write.
+/// Called from the fault handler; the lock is never held around a store
+/// to a remote map, so the faulting thread cannot hold it already.
+pub(crate) fn spare_buffer(n: usize) -> Vec<u8> {
+    let mut spare = SPARE_BUFFERS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut b = match spare.iter().position(|b| b.capacity() >= n) {
+        Some(i) => spare.swap_remove(i),
+        None => Vec::with_capacity(n),
+    };
+    drop(spare);
+    b.resize(n, 0);
+    b
+}
+
+/// Keep `b` for a later [`spare_buffer`] if it is large (the largest
+/// `SPARE_KEEP` are kept).
+pub(crate) fn keep_buffer(b: Vec<u8>) {
+    if b.capacity() < SPARE_MIN {
+        return;
+    }
+    let mut spare = SPARE_BUFFERS.lock().unwrap_or_else(|e| e.into_inner());
+    if spare.len() < SPARE_KEEP {
+        spare.push(b);
+    } else if let Some(i) = (0..spare.len()).min_by_key(|&i| spare[i].capacity()).filter(|&i| spare[i].capacity() < b.capacity()) {
+        let old = std::mem::replace(&mut spare[i], b);
+        drop(spare);
+        drop(old);
+    }
+}
+
 /// Wait until every emulated store is in its owner's memory. One that
 /// failed on a broken connection is written again (in order, before later
 /// ones are looked at); one to a node declared down is given up. Emulated
@@ -474,16 +514,21 @@ pub(crate) fn drain_emulated() -> Result<()> {
 /// The end of an emulated store whose write completed (or was abandoned).
 fn settle(e: Emulated) -> Result<()> {
     let fabric = &e.target.ep.rma.fabric;
-    let data: Vec<u8> = e.write.data().to_vec();
-    let r = match fabric.write_finish(e.write) {
-        Ok(()) => Ok(()),
-        Err(vsci_fabric::Error::Abandoned) => Err(SciError::TransferFailed),
-        Err(err) => {
+    let (r, data) = fabric.write_finish_keep(e.write);
+    let r = match (r, data) {
+        (Ok(()), data) => {
+            if let Some(d) = data {
+                keep_buffer(d);
+            }
+            Ok(())
+        }
+        (Err(err), Some(data)) if !matches!(err, vsci_fabric::Error::Abandoned) => {
             // A connection that broke under the write: the blocking write
             // retries while the provider reconnects.
             log::debug!("vsci: emulated store failed ({err}); writing it again");
             e.target.ep.rma.fabric.write(&e.target.ep.peer, &data, &e.target.region, e.offset).map_err(|_| SciError::TransferFailed)
         }
+        _ => Err(SciError::TransferFailed),
     };
     if r.is_err() && e.member {
         log::debug!("vsci: an emulated store did not reach a reflective-memory member (it failed; the group drops it)");

@@ -216,7 +216,7 @@ impl OpSlot {
 /// A write posted by [`Fabric::write_start`] and not yet waited for.
 pub struct PendingWrite {
     posted: Option<Posted>,
-    data: Option<Box<[u8]>>,
+    data: Option<Vec<u8>>,
     fi_addr: u64,
 }
 
@@ -755,7 +755,7 @@ impl Fabric {
     /// whether it would wait. Writes posted to one peer are placed in the
     /// order they were posted when the provider grants WAW ordering
     /// ([`Info::ordered_writes`]).
-    pub fn write_start(&self, peer: &Peer, data: Box<[u8]>, remote: &RemoteRegion, offset: u64) -> Result<PendingWrite> {
+    pub fn write_start(&self, peer: &Peer, data: Vec<u8>, remote: &RemoteRegion, offset: u64) -> Result<PendingWrite> {
         self.check_peer(peer)?;
         self.check_up(peer)?;
         let posted = self.post_groups(peer, &[&[(&data[..], offset)]], remote);
@@ -767,7 +767,7 @@ impl Fabric {
             return Err(r.err().unwrap_or(Error::Abandoned));
         }
         // The provider holds pointers into `data`'s heap buffer, which the
-        // PendingWrite keeps (moving the Box does not move the bytes).
+        // PendingWrite keeps (moving the Vec does not move the bytes).
         Ok(PendingWrite { posted: Some(posted), data: Some(data), fi_addr: peer.fi_addr })
     }
 
@@ -784,14 +784,22 @@ impl Fabric {
     /// Wait for a write posted with [`write_start`](Self::write_start).
     /// After `Err(Abandoned)` its buffer is kept for good (the provider may
     /// still read it).
-    pub fn write_finish(&self, mut w: PendingWrite) -> Result<()> {
+    pub fn write_finish(&self, w: PendingWrite) -> Result<()> {
+        self.write_finish_keep(w).0
+    }
+
+    /// [`write_finish`](Self::write_finish), handing back the written
+    /// buffer (to write again after a failure, or to reuse) unless the
+    /// write was abandoned.
+    pub fn write_finish_keep(&self, mut w: PendingWrite) -> (Result<()>, Option<Vec<u8>>) {
         let data = w.data.take();
-        let Some(posted) = w.posted.take() else { return Ok(()) };
+        let Some(posted) = w.posted.take() else { return (Ok(()), data) };
         let r = self.finish(posted);
         if matches!(r, Err(Error::Abandoned)) {
             std::mem::forget(data);
+            return (r, None);
         }
-        r
+        (r, data)
     }
 
     /// Posts the groups' writes in order (each group's operations after the

@@ -342,7 +342,7 @@ impl Shadow {
         let offset = self.seg_off + off as u64;
         let mut posted = 0;
         for (member, target) in &targets {
-            let data: Box<[u8]> = st.bytes[..st.len].into();
+            let data = st.bytes[..st.len].to_vec();
             match target.ep.rma.fabric.write_start(&target.ep.peer, data, &target.region, offset) {
                 Ok(w) => {
                     super::emulated_posted(target, offset, w, member.is_some());
@@ -405,12 +405,13 @@ impl Shadow {
             return false;
         }
         let n = r.count.min(self.valid - start).min(REP_MAX);
-        let mut data = vec![0u8; n];
+        let mut data = super::spare_buffer(n);
         match r.src {
             // A source that cannot be read without a fault (another remote
             // map's page not fetched yet, say) is left to the CPU.
             Some(src) => {
                 if vsci_dirty::sys::read_own(src, &mut data) != n {
+                    super::keep_buffer(data);
                     return false;
                 }
             }
@@ -422,6 +423,7 @@ impl Shadow {
             let partial = (q == first && start % self.page != 0) || (q == last && (start + n) % self.page != 0 && start + n < self.valid);
             if partial && !bit(&g.present, q) {
                 if !self.fetch(g, q, 1) || trap.map_in(q * self.page, self.page, true).is_err() {
+                    super::keep_buffer(data);
                     return false;
                 }
                 let Pages { present, present_list, .. } = &mut *g;
@@ -429,7 +431,7 @@ impl Shadow {
             }
         }
         let offset = self.seg_off + start as u64;
-        let w = match target.ep.rma.fabric.write_start(&target.ep.peer, data.into_boxed_slice(), &target.region, offset) {
+        let w = match target.ep.rma.fabric.write_start(&target.ep.peer, data, &target.region, offset) {
             Ok(w) => w,
             Err(e) => {
                 log::debug!("vsci: string store not posted ({e}); taking the twin's way");
