@@ -13,6 +13,8 @@ mod dma;
 pub(crate) use dma::*;
 mod dolphin_abi;
 mod handles;
+#[cfg(target_arch = "x86_64")]
+mod interpose;
 mod memcpy;
 
 use std::ffi::{c_char, c_int, c_uint, c_void};

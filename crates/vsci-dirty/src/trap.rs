@@ -287,6 +287,33 @@ pub fn unregister(trap: &Arc<Trap>) {
         drop(unsafe { Box::from_raw(p) });
     }
     slot.owner.store(0, Ordering::SeqCst);
+    recompute_bounds();
+}
+
+/// Narrow LOWEST and HIGHEST to the ranges still trapped (after one went).
+/// A range registered meanwhile widens them again itself; one racing with
+/// this may be left out until the next unregister, which only makes
+/// `may_be_trapped` answer false for it: callers use it to choose a faster
+/// way, never for correctness.
+fn recompute_bounds() {
+    let (mut lo, mut hi) = (usize::MAX, 0);
+    for s in SLOTS.iter() {
+        let (a, b) = (s.start.load(Ordering::SeqCst), s.end.load(Ordering::SeqCst));
+        if b > a {
+            lo = lo.min(a);
+            hi = hi.max(b);
+        }
+    }
+    LOWEST.store(lo, Ordering::SeqCst);
+    HIGHEST.store(hi, Ordering::SeqCst);
+    // A range inserted between the scan and the stores: widen again.
+    for s in SLOTS.iter() {
+        let (a, b) = (s.start.load(Ordering::SeqCst), s.end.load(Ordering::SeqCst));
+        if b > a {
+            LOWEST.fetch_min(a, Ordering::SeqCst);
+            HIGHEST.fetch_max(b, Ordering::SeqCst);
+        }
+    }
 }
 
 fn os_err(op: &'static str) -> Error {
@@ -338,11 +365,26 @@ const EMPTY: Slot = Slot {
 };
 static SLOTS: [Slot; MAX_TRAPS] = [EMPTY; MAX_TRAPS];
 
+/// The lowest start and highest end of the ranges trapped now (`usize::MAX`
+/// and 0 when there are none): a cheap test of whether a copy may reach a
+/// trapped range.
+static LOWEST: AtomicUsize = AtomicUsize::new(usize::MAX);
+static HIGHEST: AtomicUsize = AtomicUsize::new(0);
+
+/// May `addr..addr + len` overlap a trapped range? False only when it
+/// certainly does not (two loads; for callers on hot paths such as `memcpy`).
+#[inline]
+pub fn may_be_trapped(addr: usize, len: usize) -> bool {
+    addr < HIGHEST.load(Ordering::Relaxed) && addr.saturating_add(len) > LOWEST.load(Ordering::Relaxed)
+}
+
 fn registry_insert(base: usize, len: usize) -> Result<usize> {
     for (i, s) in SLOTS.iter().enumerate() {
         if s.owner.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
             s.start.store(base, Ordering::SeqCst);
             s.end.store(base + len, Ordering::SeqCst);
+            LOWEST.fetch_min(base, Ordering::SeqCst);
+            HIGHEST.fetch_max(base + len, Ordering::SeqCst);
             return Ok(i);
         }
     }

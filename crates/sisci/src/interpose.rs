@@ -1,0 +1,141 @@
+//! The library's `memcpy`, in front of the C library's for the whole
+//! program (libsisci comes before libc in the program's symbol search order).
+//!
+//! A copy into a map of another node's segment costs a fault per run of
+//! pages the CPU's stores reach, plus an owner read for each run (the twin's
+//! way, docs/design.md "Remote nodes"), unless the copy is one string store
+//! (`REP MOVSB`): that faults once, and the fault handler writes the whole
+//! copy to the owner as one RMA write (`emulate_rep`). glibc copies with
+//! `REP MOVSB` only between a CPU-dependent lower and upper size (on the
+//! AMD hosts here 2 KiB to 1 MiB, the L2 size) and with vector loops
+//! elsewhere, so a `memcpy` of a megabyte or more into a remote map ran at
+//! 0.12x iperf3 (docs/benchmarks.md). This `memcpy` copies with `REP MOVSB`
+//! when the destination may lie in a remote map and the copy is at least
+//! `STRING_MIN` bytes, and is the C library's `memcpy` otherwise: two
+//! loads, a compare and a jump in front of it. `VSCI_MEMCPY=0` in the
+//! environment makes it the C library's always.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+
+/// Smallest copy into a remote map done as one string store. Below it
+/// glibc's vector stores are few and `emulate` posts them as they are.
+const STRING_MIN: usize = 2048;
+
+/// The C library's `memcpy`, found at load (null until then).
+static NEXT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+/// 1 when `VSCI_MEMCPY=0`: never take the string-store way.
+static OFF: AtomicU8 = AtomicU8::new(0);
+/// Whether `find_next` ran: UNKNOWN, LOOKING (a copy made by dlsym itself
+/// must not look again) or DONE (`NEXT` may still be null: no dynamic
+/// C library, every copy takes the string way).
+static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
+const UNKNOWN: u8 = 0;
+const LOOKING: u8 = 1;
+const DONE: u8 = 2;
+
+type MemcpyFn = unsafe extern "C" fn(*mut c_void, *const c_void, usize) -> *mut c_void;
+
+/// Copy with one string store. Correct for any non-overlapping buffers
+/// (what `memcpy` requires): also the fallback before `NEXT` is known.
+///
+/// # Safety
+/// `src` readable and `dst` writable for `n` bytes, not overlapping.
+#[inline(always)]
+unsafe fn rep_movsb(dst: *mut c_void, src: *const c_void, n: usize) {
+    // SAFETY: the caller's contract; REP MOVSB with DF clear (the ABI
+    // guarantees DF is clear on function entry) copies exactly `n` bytes
+    // upwards and touches no other memory or register than RDI, RSI, RCX.
+    unsafe {
+        std::arch::asm!("rep movsb", inout("rdi") dst => _, inout("rsi") src => _, inout("rcx") n => _, options(nostack, preserves_flags));
+    }
+}
+
+/// `memcpy(3)`.
+///
+/// # Safety
+/// As `memcpy`: `src` readable and `dst` writable for `n` bytes, not
+/// overlapping. Nothing here may call `memcpy` (Rust code compiled into
+/// this library calls this very function for its copies): only atomics,
+/// inline assembly and the C library's function pointer.
+#[no_mangle]
+pub unsafe extern "C" fn memcpy(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
+    let next = NEXT.load(Ordering::Relaxed);
+    if !next.is_null() && (n < STRING_MIN || OFF.load(Ordering::Relaxed) != 0 || !vsci_client::may_reach_remote_map(dst as usize, n)) {
+        // SAFETY: `next` is the C library's memcpy (set once by
+        // `find_next`), called with the caller's arguments under the same
+        // contract.
+        return unsafe { std::mem::transmute::<*mut c_void, MemcpyFn>(next)(dst, src, n) };
+    }
+    // SAFETY: the caller's contract.
+    unsafe { string_or_lookup(dst, src, n) }
+}
+
+/// The rest of `memcpy`, out of its way: a copy that may reach a remote
+/// map, or one made before the C library's was found.
+///
+/// # Safety
+/// As `memcpy`.
+#[cold]
+#[inline(never)]
+unsafe fn string_or_lookup(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
+    if NEXT.load(Ordering::Relaxed).is_null() && STATE.load(Ordering::Relaxed) == UNKNOWN {
+        // Not found at load (a static link that left the constructor out):
+        // look now. A copy made meanwhile (dlsym's own) takes the string way.
+        find_next();
+        let next = NEXT.load(Ordering::Relaxed);
+        if !next.is_null() {
+            // SAFETY: as in `memcpy`.
+            return unsafe { memcpy(dst, src, n) };
+        }
+    }
+    let next = NEXT.load(Ordering::Relaxed);
+    let (d, s) = (dst as usize, src as usize);
+    if !next.is_null() && d < s.saturating_add(n) && s < d.saturating_add(n) {
+        // Overlapping: not a memcpy, but glibc's copes (it is memmove),
+        // and programs have come to rely on that.
+        // SAFETY: as in `memcpy`.
+        return unsafe { std::mem::transmute::<*mut c_void, MemcpyFn>(next)(dst, src, n) };
+    }
+    // SAFETY: the caller's contract (the buffers do not overlap, or the C
+    // library's memcpy is unknown and they must not).
+    unsafe { rep_movsb(dst, src, n) };
+    dst
+}
+
+extern "C" {
+    fn dlsym(handle: *mut c_void, symbol: *const std::ffi::c_char) -> *mut c_void;
+    fn getenv(name: *const std::ffi::c_char) -> *mut std::ffi::c_char;
+}
+
+/// `RTLD_NEXT` (glibc: `((void *) -1l)`).
+const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
+
+/// Find the C library's `memcpy` when the library is loaded, before the
+/// program's `main` (an ELF constructor), or at the first copy.
+extern "C" fn find_next() {
+    if STATE.compare_exchange(UNKNOWN, LOOKING, Ordering::AcqRel, Ordering::Relaxed).is_err() {
+        return;
+    }
+    // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name; getenv with
+    // a NUL-terminated name, its result read at once as a C string (the
+    // environment is not changed while a library loads; later, vsci itself
+    // never changes it and programs that do so from another thread while
+    // reading it break getenv itself).
+    unsafe {
+        let off = getenv(c"VSCI_MEMCPY".as_ptr());
+        if !off.is_null() && std::ffi::CStr::from_ptr(off).to_bytes() == b"0" {
+            OFF.store(1, Ordering::Relaxed);
+        }
+        let next = dlsym(RTLD_NEXT, c"memcpy".as_ptr());
+        // Never ourselves (a program that loaded us twice): that would loop.
+        if !next.is_null() && next != memcpy as *mut c_void {
+            NEXT.store(next, Ordering::Relaxed);
+        }
+    }
+    STATE.store(DONE, Ordering::Release);
+}
+
+#[used]
+#[link_section = ".init_array"]
+static FIND_NEXT: extern "C" fn() = find_next;
