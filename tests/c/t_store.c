@@ -76,10 +76,11 @@
  *       writer that shipped its stale view of the other's half, or lost a
  *       store equal to what it stored two rounds ago, shows as a wrong byte.
  *
- *   t_store stream NODE:SEG SIZE ITERS
- *       memcpy SIZE bytes of new data into the map of NODE:SEG and SCIFlush,
- *       ITERS times, then memset its middle half; the segment must read
- *       back as that (SCI_FLAG_BLOCK_READ).
+ *   t_store stream NODE:SEG SIZE ITERS [OFFSET]
+ *       memcpy SIZE bytes of new data into the map of NODE:SEG at OFFSET
+ *       (default 0) and SCIFlush, ITERS times, then memset its middle half;
+ *       the segment must read back as that (SCI_FLAG_BLOCK_READ), and its
+ *       bytes around the copy as they were before.
  *
  *   t_store big-owner SEG SIZE
  *       Creates segment SEG of SIZE bytes (1 GiB in the test; memfd pages
@@ -749,19 +750,26 @@ static int idle_map(const char *target, unsigned seconds)
 
 /* ---- streaming copies ---------------------------------------------------------------- */
 
-/* ITERS times: memcpy SIZE bytes of new data into the start of NODE:SEG's
- * map and SCIFlush (the thesis's bandwidth method). Then read the segment
- * back with SCI_FLAG_BLOCK_READ: it must hold the last copy. */
-static int stream_copies(const char *target, size_t size, unsigned iters)
+/* ITERS times: memcpy SIZE bytes of new data into NODE:SEG's map at OFF
+ * and SCIFlush (the thesis's bandwidth method). Then read the segment back
+ * with SCI_FLAG_BLOCK_READ: it must hold the last copy, and the bytes of
+ * the pages around it that no copy covered must be what they were. */
+static int stream_copies(const char *target, size_t size, unsigned iters, size_t off)
 {
     sci_error_t err;
     unsigned node;
     sci_desc_t sd = open_sd(&node);
     struct rseg r;
     rseg_connect(sd, &r, target, 0, 0);
-    CHECK_MSG(size > 0 && size <= r.size, "SIZE %zu does not fit the %zu-byte segment", size, r.size);
-    uint8_t *buf = malloc(size), *back = malloc(size);
-    CHECK_MSG(buf && back, "out of memory");
+    CHECK_MSG(size > 0 && off <= r.size && size <= r.size - off, "SIZE %zu at %zu does not fit the %zu-byte segment",
+              size, off, r.size);
+    /* Whole pages around the copy: what the owner holds there first. */
+    size_t lo = off & ~(size_t)4095, hi = (off + size + 4095) & ~(size_t)4095;
+    if (hi > r.size)
+        hi = r.size;
+    uint8_t *buf = malloc(size), *back = malloc(hi - lo), *before = malloc(hi - lo);
+    CHECK_MSG(buf && back && before, "out of memory");
+    EXPECT(SCI_ERR_OK, SCIMemCpy(NULL, before, r.map, (unsigned)lo, (unsigned)(hi - lo), SCI_FLAG_BLOCK_READ, &err));
     uint64_t t0 = now_us(), copy_us = 0, flush_us = 0;
     for (unsigned i = 1; i <= iters; i++) {
         /* New data each time, every word of it. */
@@ -770,7 +778,7 @@ static int stream_copies(const char *target, size_t size, unsigned iters)
             memcpy(buf + w, &v, 8);
         }
         uint64_t c0 = now_us();
-        memcpy(r.p, buf, size);
+        memcpy((void *)(r.p + off), buf, size);
         uint64_t c1 = now_us();
         SCIFlush(NULL, NO_FLAGS);
         copy_us += c1 - c0;
@@ -778,16 +786,20 @@ static int stream_copies(const char *target, size_t size, unsigned iters)
     }
     uint64_t us = now_us() - t0;
     /* And a memset (REP STOSB from 2 KiB on) over the middle half. */
-    memset(r.p + size / 4, 0x5a, size / 2);
+    memset((void *)(r.p + off + size / 4), 0x5a, size / 2);
     memset(buf + size / 4, 0x5a, size / 2);
     SCIFlush(NULL, NO_FLAGS);
-    EXPECT(SCI_ERR_OK, SCIMemCpy(NULL, back, r.map, 0, size, SCI_FLAG_BLOCK_READ, &err));
-    CHECK_MSG(memcmp(buf, back, size) == 0, "the segment does not hold the last copy and memset");
+    EXPECT(SCI_ERR_OK, SCIMemCpy(NULL, back, r.map, (unsigned)lo, (unsigned)(hi - lo), SCI_FLAG_BLOCK_READ, &err));
+    CHECK_MSG(memcmp(buf, back + (off - lo), size) == 0, "the segment does not hold the last copy and memset");
+    CHECK_MSG(memcmp(before, back, off - lo) == 0, "bytes in front of the copy changed");
+    CHECK_MSG(memcmp(before + (off + size - lo), back + (off + size - lo), hi - (off + size)) == 0,
+              "bytes after the copy changed");
     printf("STREAM DONE size=%zu iters=%u %.1f MB/s (per copy: memcpy %.1f us, SCIFlush %.1f us)\n",
            size, iters, us ? (double)size * iters / (double)us : 0.0,
            (double)copy_us / iters, (double)flush_us / iters);
     free(buf);
     free(back);
+    free(before);
     rseg_release(&r);
     close_sd(sd);
     return 0;
@@ -849,7 +861,7 @@ int main(int argc, char **argv)
                 "  halves-writer ROUNDS K OWNERNODE:OWNERSEG MYSEG\n"
                 "  big-owner SEG SIZE\n"
                 "  idle-map NODE:SEG SECONDS\n"
-                "  stream NODE:SEG SIZE ITERS\n"
+                "  stream NODE:SEG SIZE ITERS [OFFSET]\n"
                 "  lost-map NODE:SEG\n");
         return 2;
     }
@@ -891,7 +903,7 @@ int main(int argc, char **argv)
         return big_owner((unsigned)argu(argc, argv, 2), (size_t)argu(argc, argv, 3));
     if (strcmp(role, "stream") == 0)
         return stream_copies(arg(argc, argv, 2), (size_t)argu(argc, argv, 3),
-                             (unsigned)argu(argc, argv, 4));
+                             (unsigned)argu(argc, argv, 4), argc > 5 ? (size_t)argu(argc, argv, 5) : 0);
     if (strcmp(role, "idle-map") == 0)
         return idle_map(arg(argc, argv, 2), (unsigned)argu(argc, argv, 3));
     if (strcmp(role, "lost-map") == 0)
