@@ -320,6 +320,8 @@ fn local(d: &mut Doc, l: &Value) {
     d.line("### Write bandwidth: `memcpy` into the mapped segment + `SCIFlush` per copy (thesis tables 5.1–5.3)");
     d.line("");
     d.line("Limit: `memcpy` of the same size into private memory (segment memory *is* memory).");
+    d.line("Floor of any flush: `memcpy` + a call of a shared-library function that does nothing (`getpagesize`),");
+    d.line("same run: what `SCIFlush` would cost if it did nothing at all, the best a library call can do.");
     d.line("Thesis columns: 5.1 `memcpy_bench`, 5.2 host process native and guest→host, 5.3 guest→co-located guest, MB/s.");
     d.line("");
     let ucx_bw: Vec<&Value> = ucx.get("bw").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default();
@@ -328,6 +330,7 @@ fn local(d: &mut Doc, l: &Value) {
         let Some(size) = r["size"].as_u64() else { continue };
         let v = r["vsci_MBps"].as_f64();
         let lim = r["peer_MBps"].as_f64();
+        let call = r["memcpy_call_MBps"].as_f64();
         let u = row_for(&ucx_bw, "size", size).and_then(|x| x["MBps"].as_f64());
         let ru = d.peer(format!("local write {} vs UCX shm put", size_name(size)), ratio(v, u), false);
         body.push(vec![
@@ -335,6 +338,8 @@ fn local(d: &mut Doc, l: &Value) {
             mbps(v),
             mbps(lim),
             fr(ratio(v, lim)),
+            mbps(call),
+            fr(ratio(v, call)),
             mbps(u),
             fr(ru),
             mbps(t5(&T51, size)),
@@ -344,7 +349,7 @@ fn local(d: &mut Doc, l: &Value) {
         ]);
     }
     d.table(
-        &["size", "vsci MB/s", "memcpy (limit)", "vsci/limit", "UCX shm put_bw", "vsci/UCX", "thesis 5.1 memcpy", "thesis 5.2 native", "thesis 5.2 guest→host", "thesis 5.3 guest→guest"],
+        &["size", "vsci MB/s", "memcpy (limit)", "vsci/limit", "memcpy + empty call (floor)", "vsci/floor", "UCX shm put_bw", "vsci/UCX", "thesis 5.1 memcpy", "thesis 5.2 native", "thesis 5.2 guest→host", "thesis 5.3 guest→guest"],
         &body,
     );
 
