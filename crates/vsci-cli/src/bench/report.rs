@@ -1208,8 +1208,9 @@ const NOTES: &str = "\
 
 **Local path.** Segment memory is the memory: bandwidth should match `memcpy` from a few KiB up
 and ping-pong should match the raw `memfd` ping-pong (vsci/limit ≈ 1). Small writes lose because
-every iteration also calls `SCIFlush` (a library call and a full fence) on top of a copy of a few
-bytes; the thesis saw the same effect (table 5.2 against 5.1 at 1 KB). An *adaptive* interrupt
+every iteration also calls `SCIFlush` (a library call and a store fence) on top of a copy of a few
+bytes; the “memcpy + empty call” column is that call with nothing in it, the floor. The thesis saw
+the same effect (table 5.2 against 5.1 at 1 KB). An *adaptive* interrupt
 (the default: spin, then block) costs a little more than the raw polled flag and is far faster
 than a blocking `eventfd` wake-up; `block` pays that wake-up plus a second system call. UCX's
 `ucp_put_lat` runs UCX's own polling loop between two processes; compare it with the raw `memfd`
