@@ -1268,12 +1268,12 @@ mod tests {
     #[test]
     fn ratios_and_peer_rows_come_from_the_json() {
         let out = json!({"paths": {"local": {
-            "sisci_bench": {"write_bandwidth": {"rows": [{"size": 1024, "vsci_MBps": 50.0, "peer_MBps": 100.0}]}},
+            "sisci_bench": {"write_bandwidth": {"rows": [{"size": 1024, "vsci_MBps": 50.0, "peer_MBps": 100.0, "memcpy_call_MBps": 62.5}]}},
             "peers": {"ucx_perftest": {"available": true, "tls": "posix,self", "bw": [{"size": 1024, "MBps": 25.0}], "lat": [], "errors": []}},
             "transfers": {"rows": [{"size": 4096, "chunks": 1, "median_ms": 0.5, "runs_ms": [0.5], "seed001_ms": 1.0}]}
         }}});
         let md = markdown(&out, &["bandwidth.png".into()]);
-        assert!(md.contains("| 1 KiB | 50.0 | 100 | 0.50 | 25.0 | 2.00 | 95279 |"), "{md}");
+        assert!(md.contains("| 1 KiB | 50.0 | 100 | 0.50 | 62.5 | 0.80 | 25.0 | 2.00 | 95279 |"), "{md}");
         assert!(md.contains("local write 1 KiB vs UCX shm put"), "{md}");
         assert!(md.contains("![bandwidth.png](bench/bandwidth.png)"), "{md}");
     }
