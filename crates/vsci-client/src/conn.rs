@@ -247,34 +247,16 @@ impl Client {
     }
 
     /// Close the connection: the daemon releases everything it holds for
-    /// us and tells our peers.
-    ///
-    /// Over a socket this waits (up to [`CLOSE_WAIT`]) until the node has
-    /// done so: we only half-close, the node reads our end of file,
-    /// releases the connection's segments, interrupts and queues, and then
-    /// hangs up, which ends our reader. Without the wait, a program that
-    /// closes its descriptor and at once opens another and creates a
-    /// segment with the same id could find the id still in use.
+    /// us and tells our peers, and answers once it has (`Request::Close`),
+    /// so a program that closes its descriptor and at once opens another
+    /// and creates a segment with the same id finds the id free. Through a
+    /// guest's host side the same request goes to the node. If the node
+    /// does not answer within [`CLOSE_WAIT`], the connection ends anyway
+    /// (the node releases when it sees it end).
     pub fn close(&self) {
+        let _ = self.inner.call_timeout(Request::Close, Some(CLOSE_WAIT));
         self.inner.dead.store(true, Ordering::SeqCst);
-        match &*self.inner.transport {
-            Transport::Socket(sock) => {
-                let _ = nix::sys::socket::shutdown(sock.as_raw_fd(), nix::sys::socket::Shutdown::Write);
-                let mut fds = [nix::poll::PollFd::new(self.inner.gone.as_fd(), nix::poll::PollFlags::POLLIN)];
-                let deadline = Instant::now() + CLOSE_WAIT;
-                loop {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
-                    match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)) {
-                        Err(nix::Error::EINTR) if !left.is_zero() => continue,
-                        _ => break,
-                    }
-                }
-                // Whatever the node did, our end is finished now.
-                self.inner.transport.shutdown();
-            }
-            Transport::Guest(_) => self.inner.transport.shutdown(),
-        }
+        self.inner.transport.shutdown();
     }
 
     /// Send a request and wait for its reply and descriptors.
@@ -349,6 +331,12 @@ pub fn connect_error(path: &std::path::Path, e: nix::Error) -> SciError {
 
 impl Inner {
     fn call(&self, req: Request) -> Result<(Reply, Vec<OwnedFd>)> {
+        self.call_timeout(req, None)
+    }
+
+    /// `call`, giving up after `timeout` (the reply, if it comes later, is
+    /// dropped by the reader).
+    fn call_timeout(&self, req: Request, timeout: Option<Duration>) -> Result<(Reply, Vec<OwnedFd>)> {
         if self.dead.load(Ordering::SeqCst) {
             return Err(SciError::NoLinkAccess);
         }
@@ -365,7 +353,13 @@ impl Inner {
             self.pending.lock().unwrap().slots.remove(&tag);
             return Err(SciError::NoLinkAccess);
         }
-        rx.recv().unwrap_or(Err(SciError::NoLinkAccess))
+        match timeout {
+            None => rx.recv().unwrap_or(Err(SciError::NoLinkAccess)),
+            Some(t) => rx.recv_timeout(t).unwrap_or_else(|_| {
+                self.pending.lock().unwrap().slots.remove(&tag);
+                Err(SciError::Timeout)
+            }),
+        }
     }
 }
 

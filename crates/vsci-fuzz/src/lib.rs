@@ -57,6 +57,7 @@ fn requests() -> Vec<Request> {
         Request::DmaAbort { queue: 1 },
         Request::ShareSegment { seg: 2 },
         Request::AttachSegment { segment_id: 5 },
+        Request::Close,
     ]
 }
 
@@ -83,6 +84,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         on(0, msg(7, Request::SetUnavailable { seg: 2, notify: true, force_disconnect: false })),
         on(0, msg(8, Request::RemoveSegment { seg: 2 })),
         on(1, msg(5, Request::DisconnectInterrupt { conn: 6 })),
+        on(2, msg(3, Request::Close)),
     ];
     for policy in 0..3 {
         out.push(("client_request", format!("life-policy{policy}"), session(policy, life.clone())));

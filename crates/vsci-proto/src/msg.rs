@@ -119,6 +119,11 @@ pub enum Request {
     /// (SCIAttachLocalSegment). Reply `Segment`, carrying the segment memfd;
     /// `RemoveSegment` on the new handle detaches.
     AttachSegment { segment_id: u32 },
+    /// SCIClose: release everything this connection holds, reply `Done`
+    /// once that is done, then end the connection. A program that closes a
+    /// descriptor and at once opens another finds the segment ids and
+    /// interrupt numbers it held free again.
+    Close,
 }
 
 /// Daemon → client.

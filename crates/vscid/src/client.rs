@@ -418,6 +418,19 @@ impl Server {
             }
         };
         debug!("client {id}: {req:?}");
+        if matches!(req, Request::Close) {
+            // Release first, then answer: the client's SCIClose returns on
+            // the answer, and ids it held must be free by then. Answered
+            // directly (the connection's queued output is dropped as it
+            // ends), and `close` then finds no client left to remove.
+            let phase = std::mem::replace(&mut conn.st.lock().unwrap().phase, Phase::Handshake);
+            if let Phase::Client { id, .. } = phase {
+                self.node.lock().remove_client(&self.node.cfg, id);
+                self.node.changed.notify_all();
+            }
+            let _ = send_now(&conn.sock, &Outgoing::reply(tag, Ok(Reply::Done)));
+            return false;
+        }
         match self.node.handle_with(id, tag, req, wake) {
             Handled::Reply(out) => {
                 let reg = self.node.lock();

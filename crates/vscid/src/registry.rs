@@ -979,7 +979,9 @@ impl Node {
         let cfg = &self.cfg;
         let mut reg = self.lock();
         let result: Result<Outgoing, SciError> = match req {
-            R::Hello { .. } | R::FetchRemote { .. } | R::ShipRemote { .. } | R::DmaStart { .. } | R::DmaAbort { .. } => {
+            // Close ends the connection, which the connection's server does
+            // (`client::Server::request`); it never reaches the registry.
+            R::Hello { .. } | R::FetchRemote { .. } | R::ShipRemote { .. } | R::DmaStart { .. } | R::DmaAbort { .. } | R::Close => {
                 Err(SciError::IllegalOperation)
             }
             R::CreateSegment { segment_id, auto_id, size, events: _, broadcast } => {
