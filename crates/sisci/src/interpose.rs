@@ -1,5 +1,6 @@
-//! The library's `memcpy`, in front of the C library's for the whole
-//! program (libsisci comes before libc in the program's symbol search order).
+//! The library's `memcpy` and `memmove`, in front of the C library's for
+//! the whole program (libsisci comes before libc in the program's symbol
+//! search order).
 //!
 //! A copy into a map of another node's segment costs a fault per run of
 //! pages the CPU's stores reach, plus an owner read for each run (the twin's
@@ -12,8 +13,10 @@
 //! 0.12x iperf3 (docs/benchmarks.md). This `memcpy` copies with `REP MOVSB`
 //! when the destination may lie in a remote map and the copy is at least
 //! `STRING_MIN` bytes, and is the C library's `memcpy` otherwise: two
-//! loads, a compare and a jump in front of it. `VSCI_MEMCPY=0` in the
-//! environment makes it the C library's always.
+//! loads, a compare and a jump in front of it. `memmove` does the same when
+//! the two buffers do not overlap (C++'s `std::copy` of plain data is a
+//! `memmove`). `VSCI_MEMCPY=0` in the environment makes both the C
+//! library's always.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
@@ -22,8 +25,9 @@ use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 /// glibc's vector stores are few and `emulate` posts them as they are.
 const STRING_MIN: usize = 2048;
 
-/// The C library's `memcpy`, found at load (null until then).
+/// The C library's `memcpy` and `memmove`, found at load (null until then).
 static NEXT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+static NEXT_MOVE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 /// 1 when `VSCI_MEMCPY=0`: never take the string-store way.
 static OFF: AtomicU8 = AtomicU8::new(0);
 /// Whether `find_next` ran: UNKNOWN, LOOKING (a copy made by dlsym itself
@@ -49,6 +53,37 @@ unsafe fn rep_movsb(dst: *mut c_void, src: *const c_void, n: usize) {
     unsafe {
         std::arch::asm!("rep movsb", inout("rdi") dst => _, inout("rsi") src => _, inout("rcx") n => _, options(nostack, preserves_flags));
     }
+}
+
+/// Copy downwards (from the last byte), for an overlapping `memmove` to a
+/// higher address when the C library's is unknown.
+///
+/// # Safety
+/// `src` readable and `dst` writable for `n` bytes.
+unsafe fn rep_movsb_down(dst: *mut c_void, src: *const c_void, n: usize) {
+    if n == 0 {
+        return;
+    }
+    // SAFETY: the caller's contract; with DF set REP MOVSB copies `n`
+    // bytes from the given last bytes downwards, which is correct for
+    // overlapping buffers with dst above src; DF is cleared again before
+    // anything else runs, as the ABI requires.
+    unsafe {
+        std::arch::asm!(
+            "std",
+            "rep movsb",
+            "cld",
+            inout("rdi") (dst as usize + n - 1) => _,
+            inout("rsi") (src as usize + n - 1) => _,
+            inout("rcx") n => _,
+            options(nostack),
+        );
+    }
+}
+
+fn overlap(dst: *mut c_void, src: *const c_void, n: usize) -> bool {
+    let (d, s) = (dst as usize, src as usize);
+    d < s.saturating_add(n) && s < d.saturating_add(n)
 }
 
 /// `memcpy(3)`.
@@ -90,8 +125,7 @@ unsafe fn string_or_lookup(dst: *mut c_void, src: *const c_void, n: usize) -> *m
         }
     }
     let next = NEXT.load(Ordering::Relaxed);
-    let (d, s) = (dst as usize, src as usize);
-    if !next.is_null() && d < s.saturating_add(n) && s < d.saturating_add(n) {
+    if !next.is_null() && overlap(dst, src, n) {
         // Overlapping: not a memcpy, but glibc's copes (it is memmove),
         // and programs have come to rely on that.
         // SAFETY: as in `memcpy`.
@@ -103,6 +137,56 @@ unsafe fn string_or_lookup(dst: *mut c_void, src: *const c_void, n: usize) -> *m
     dst
 }
 
+/// `memmove(3)`.
+///
+/// # Safety
+/// As `memmove`: `src` readable and `dst` writable for `n` bytes. As in
+/// `memcpy`, nothing here may call `memmove` or `memcpy` other than
+/// through the C library's function pointers.
+#[no_mangle]
+pub unsafe extern "C" fn memmove(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
+    let next = NEXT_MOVE.load(Ordering::Relaxed);
+    if !next.is_null() && (n < STRING_MIN || OFF.load(Ordering::Relaxed) != 0 || !vsci_client::may_reach_remote_map(dst as usize, n)) {
+        // SAFETY: `next` is the C library's memmove, called with the
+        // caller's arguments under the same contract.
+        return unsafe { std::mem::transmute::<*mut c_void, MemcpyFn>(next)(dst, src, n) };
+    }
+    // SAFETY: the caller's contract.
+    unsafe { move_string_or_lookup(dst, src, n) }
+}
+
+/// The rest of `memmove`, as `string_or_lookup` is `memcpy`'s.
+///
+/// # Safety
+/// As `memmove`.
+#[cold]
+#[inline(never)]
+unsafe fn move_string_or_lookup(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
+    if NEXT_MOVE.load(Ordering::Relaxed).is_null() && STATE.load(Ordering::Relaxed) == UNKNOWN {
+        find_next();
+        if !NEXT_MOVE.load(Ordering::Relaxed).is_null() {
+            // SAFETY: as in `memmove`.
+            return unsafe { memmove(dst, src, n) };
+        }
+    }
+    let next = NEXT_MOVE.load(Ordering::Relaxed);
+    if !overlap(dst, src, n) {
+        // SAFETY: the caller's contract; the buffers do not overlap.
+        unsafe { rep_movsb(dst, src, n) };
+    } else if !next.is_null() {
+        // SAFETY: as in `memmove`.
+        return unsafe { std::mem::transmute::<*mut c_void, MemcpyFn>(next)(dst, src, n) };
+    } else if (dst as usize) <= (src as usize) {
+        // SAFETY: the caller's contract; an upward byte copy reads every
+        // byte before it is overwritten when dst lies below src.
+        unsafe { rep_movsb(dst, src, n) };
+    } else {
+        // SAFETY: the caller's contract (see rep_movsb_down).
+        unsafe { rep_movsb_down(dst, src, n) };
+    }
+    dst
+}
+
 extern "C" {
     fn dlsym(handle: *mut c_void, symbol: *const std::ffi::c_char) -> *mut c_void;
     fn getenv(name: *const std::ffi::c_char) -> *mut std::ffi::c_char;
@@ -111,7 +195,7 @@ extern "C" {
 /// `RTLD_NEXT` (glibc: `((void *) -1l)`).
 const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
 
-/// Find the C library's `memcpy` when the library is loaded, before the
+/// Find the C library's `memcpy` and `memmove` when the library is loaded, before the
 /// program's `main` (an ELF constructor), or at the first copy.
 extern "C" fn find_next() {
     if STATE.compare_exchange(UNKNOWN, LOOKING, Ordering::AcqRel, Ordering::Relaxed).is_err() {
@@ -131,6 +215,10 @@ extern "C" fn find_next() {
         // Never ourselves (a program that loaded us twice): that would loop.
         if !next.is_null() && next != memcpy as *mut c_void {
             NEXT.store(next, Ordering::Relaxed);
+        }
+        let next = dlsym(RTLD_NEXT, c"memmove".as_ptr());
+        if !next.is_null() && next != memmove as *mut c_void {
+            NEXT_MOVE.store(next, Ordering::Relaxed);
         }
     }
     STATE.store(DONE, Ordering::Release);
