@@ -454,13 +454,20 @@ const SPARE_KEEP: usize = 2;
 /// Called from the fault handler; the lock is never held around a store
 /// to a remote map, so the faulting thread cannot hold it already.
 pub(crate) fn spare_buffer(n: usize) -> Vec<u8> {
+    let mut b = spare_capacity(n);
+    b.resize(n, 0);
+    b
+}
+
+/// An empty buffer with room for `n` bytes (see [`spare_buffer`]).
+pub(crate) fn spare_capacity(n: usize) -> Vec<u8> {
     let mut spare = SPARE_BUFFERS.lock().unwrap_or_else(|e| e.into_inner());
     let mut b = match spare.iter().position(|b| b.capacity() >= n) {
         Some(i) => spare.swap_remove(i),
         None => Vec::with_capacity(n),
     };
     drop(spare);
-    b.resize(n, 0);
+    b.clear();
     b
 }
 

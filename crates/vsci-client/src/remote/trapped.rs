@@ -820,32 +820,40 @@ impl Trapped {
             return Err(SciError::OutOfRange);
         }
         // Copy first, outside the lock: `data` may itself lie in a trapped
-        // map (reading it can trap into a handler that needs the lock).
-        let data = data.to_vec();
+        // map (reading it can trap into a handler that needs the lock), and
+        // a write abandoned under a dead link may leave the engine holding
+        // the buffer, which must then stay ours for good. Into a kept
+        // buffer: a fresh one of megabytes faults in page by page.
+        let mut copy = super::spare_capacity(data.len());
+        copy.extend_from_slice(data);
+        let bytes: &[u8] = &copy;
         let trap = self.trap.lock().unwrap().clone();
         let Some(trap) = trap else { return Err(SciError::TransferFailed) };
         let mut g = s.lock();
         self.ship_locked(&trap, &mut g)?;
-        if let Err(e) = s.owner.write(&data, s.seg_off + off as u64) {
+        if let Err(e) = s.owner.write(bytes, s.seg_off + off as u64) {
             log::warn!("RMA write to node failed ({e}); stores to this map are no longer shipped");
             s.failed.store(true, Ordering::SeqCst);
             if e.is_abandoned() {
-                std::mem::forget(data);
+                std::mem::forget(copy);
             }
             return Err(SciError::TransferFailed);
         }
         // No page is dirty now (just shipped, and stores wait for the lock):
-        // the shadow and twin may take the owner's new bytes.
+        // the shadow takes the owner's new bytes. The twin need not: it is
+        // read only for dirty pages, and each page's first store after a
+        // shipment fetches it afresh.
         let mut done = 0;
-        while done < data.len() {
+        while done < bytes.len() {
             let at = off + done;
             let p = at / s.page;
             let within = at - p * s.page;
-            let n = (s.page - within).min(data.len() - done);
-            s.fill_page(p)[within..within + n].copy_from_slice(&data[done..done + n]);
-            g.twin.slice_mut(at, n).copy_from_slice(&data[done..done + n]);
+            let n = (s.page - within).min(bytes.len() - done);
+            s.fill_page(p)[within..within + n].copy_from_slice(&bytes[done..done + n]);
             done += n;
         }
+        drop(g);
+        super::keep_buffer(copy);
         Ok(())
     }
 
