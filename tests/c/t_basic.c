@@ -8,6 +8,8 @@
  * Environment: VSCI_SOCKET names the daemon.  VSCI_TEST_NODE_ID, when set,
  * is the node id the daemon was started with.
  */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 
@@ -349,6 +351,12 @@ static void copies_behave_as_the_c_library(struct peer *p)
 {
     (void)p;
     static const size_t sizes[] = { 0, 1, 7, 63, 64, 65, 2047, 2048, 2049, 4096, 70001, 1 << 20, (1 << 20) + 3 };
+    /* The program's memcpy and memmove are libsisci's. */
+    Dl_info info;
+    CHECK_MSG(dladdr((void *)copy_fn, &info) && info.dli_fname && strstr(info.dli_fname, "libsisci"),
+              "memcpy comes from %s, not libsisci", info.dli_fname ? info.dli_fname : "nowhere");
+    CHECK_MSG(dladdr((void *)move_fn, &info) && info.dli_fname && strstr(info.dli_fname, "libsisci"),
+              "memmove comes from %s, not libsisci", info.dli_fname ? info.dli_fname : "nowhere");
     size_t cap = (3u << 20);
     unsigned char *a = malloc(cap), *want = malloc(cap);
     CHECK_MSG(a && want, "out of memory");

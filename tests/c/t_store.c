@@ -78,7 +78,8 @@
  *
  *   t_store stream NODE:SEG SIZE ITERS [OFFSET]
  *       memcpy (or memmove, every other time) SIZE bytes of new data into the map of NODE:SEG at OFFSET
- *       (default 0) and SCIFlush, ITERS times, then memset its middle half;
+ *       (default 0) and SCIFlush, ITERS times, then memset its middle half
+ *       and memmove it all one byte up;
  *       the segment must read back as that (SCI_FLAG_BLOCK_READ), and its
  *       bytes around the copy as they were before.
  *
@@ -792,6 +793,9 @@ static int stream_copies(const char *target, size_t size, unsigned iters, size_t
     /* And a memset (REP STOSB from 2 KiB on) over the middle half. */
     memset((void *)(r.p + off + size / 4), 0x5a, size / 2);
     memset(buf + size / 4, 0x5a, size / 2);
+    /* And an overlapping memmove inside the map, one byte up. */
+    memmove((void *)(r.p + off + 1), (const void *)(r.p + off), size - 1);
+    memmove(buf + 1, buf, size - 1);
     SCIFlush(NULL, NO_FLAGS);
     EXPECT(SCI_ERR_OK, SCIMemCpy(NULL, back, r.map, (unsigned)lo, (unsigned)(hi - lo), SCI_FLAG_BLOCK_READ, &err));
     CHECK_MSG(memcmp(buf, back + (off - lo), size) == 0, "the segment does not hold the last copy and memset");

@@ -17,6 +17,13 @@
 //! the two buffers do not overlap (C++'s `std::copy` of plain data is a
 //! `memmove`). `VSCI_MEMCPY=0` in the environment makes both the C
 //! library's always.
+//!
+//! Linked statically (`libsisci.a`) into a program that uses the dynamic C
+//! library, the same holds: the program then defines these two functions
+//! itself and finds the C library's through `dlsym`. In a fully static
+//! program there is no C library to find, and every copy is a string store
+//! (correct, slower for small copies): link such programs with the shared
+//! libsisci.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
@@ -124,15 +131,18 @@ unsafe fn string_or_lookup(dst: *mut c_void, src: *const c_void, n: usize) -> *m
             return unsafe { memcpy(dst, src, n) };
         }
     }
-    let next = NEXT.load(Ordering::Relaxed);
-    if !next.is_null() && overlap(dst, src, n) {
+    if overlap(dst, src, n) {
         // Overlapping: not a memcpy, but glibc's copes (it is memmove),
         // and programs have come to rely on that.
+        let next = NEXT.load(Ordering::Relaxed);
+        if next.is_null() {
+            // SAFETY: as in `memcpy`; memmove takes overlapping buffers.
+            return unsafe { memmove(dst, src, n) };
+        }
         // SAFETY: as in `memcpy`.
         return unsafe { std::mem::transmute::<*mut c_void, MemcpyFn>(next)(dst, src, n) };
     }
-    // SAFETY: the caller's contract (the buffers do not overlap, or the C
-    // library's memcpy is unknown and they must not).
+    // SAFETY: the caller's contract; the buffers do not overlap.
     unsafe { rep_movsb(dst, src, n) };
     dst
 }

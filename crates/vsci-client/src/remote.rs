@@ -446,8 +446,11 @@ pub(crate) fn emulated_posted(target: &Arc<RemoteTarget>, offset: u64, write: vs
 /// freed (measured: page faults were a fifth of a `memcpy` of 64 KiB-8 MiB
 /// into a remote map).
 static SPARE_BUFFERS: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
-/// Smallest buffer worth keeping, and how many are kept.
+/// Smallest buffer worth keeping, largest kept (a string store's most:
+/// one `SCIMemCpy` of half a gigabyte must not hold that much for good),
+/// and how many are kept.
 const SPARE_MIN: usize = 64 << 10;
+const SPARE_MAX: usize = 16 << 20;
 const SPARE_KEEP: usize = 2;
 
 /// A buffer of `n` bytes (their values unspecified) for an emulated write.
@@ -461,8 +464,14 @@ pub(crate) fn spare_buffer(n: usize) -> Vec<u8> {
 
 /// An empty buffer with room for `n` bytes (see [`spare_buffer`]).
 pub(crate) fn spare_capacity(n: usize) -> Vec<u8> {
+    if n < SPARE_MIN {
+        return Vec::with_capacity(n);
+    }
     let mut spare = SPARE_BUFFERS.lock().unwrap_or_else(|e| e.into_inner());
-    let mut b = match spare.iter().position(|b| b.capacity() >= n) {
+    // The smallest that fits: a small copy must not take the large buffer
+    // a large one is about to want.
+    let fit = (0..spare.len()).filter(|&i| spare[i].capacity() >= n).min_by_key(|&i| spare[i].capacity());
+    let mut b = match fit {
         Some(i) => spare.swap_remove(i),
         None => Vec::with_capacity(n),
     };
@@ -471,10 +480,10 @@ pub(crate) fn spare_capacity(n: usize) -> Vec<u8> {
     b
 }
 
-/// Keep `b` for a later [`spare_buffer`] if it is large (the largest
-/// `SPARE_KEEP` are kept).
+/// Keep `b` for a later [`spare_buffer`] if it is large but not huge (the
+/// largest `SPARE_KEEP` are kept).
 pub(crate) fn keep_buffer(b: Vec<u8>) {
-    if b.capacity() < SPARE_MIN {
+    if b.capacity() < SPARE_MIN || b.capacity() > SPARE_MAX {
         return;
     }
     let mut spare = SPARE_BUFFERS.lock().unwrap_or_else(|e| e.into_inner());

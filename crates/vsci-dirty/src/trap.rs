@@ -291,10 +291,10 @@ pub fn unregister(trap: &Arc<Trap>) {
 }
 
 /// Narrow LOWEST and HIGHEST to the ranges still trapped (after one went).
-/// A range registered meanwhile widens them again itself; one racing with
-/// this may be left out until the next unregister, which only makes
-/// `may_be_trapped` answer false for it: callers use it to choose a faster
-/// way, never for correctness.
+/// A range registered meanwhile widens them itself, and the second pass
+/// below adds back one whose widening the first pass's stores undid.
+/// Callers use `may_be_trapped` to choose a faster way, never for
+/// correctness.
 fn recompute_bounds() {
     let (mut lo, mut hi) = (usize::MAX, 0);
     for s in SLOTS.iter() {

@@ -24,8 +24,8 @@ pub use msg::*;
 /// Bumped whenever a message changes shape, or the interrupt page's layout
 /// (`intr`), which the daemon and every client share: 4 moved the data ring
 /// behind the control words and made a zero-filled ring empty; 5 added
-/// reflective-memory (broadcast) segments.
-pub const PROTOCOL_VERSION: u32 = 5;
+/// reflective-memory (broadcast) segments; 6 added `Close`.
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Largest message either side accepts, in bytes.
 pub const MAX_MESSAGE: usize = 64 * 1024;

@@ -407,23 +407,19 @@ impl Shadow {
         let n = r.count.min(self.valid - start).min(REP_MAX);
         let mut data = super::spare_buffer(n);
         match r.src {
-            // A source that may lie in a trapped map is read through the
-            // kernel: a page of it not fetched yet would trap into a
-            // handler (maybe this map's, whose lock we hold); one that
-            // cannot be read so is left to the CPU. Any other source is
-            // read directly (two system calls fewer per copy): it is
-            // memory the instruction was reading anyway, and a source it
-            // could not read faults here as it would have there.
-            Some(src) if crate::may_reach_remote_map(src, n) => {
+            // The source is read through the kernel, never directly: this
+            // runs in the fault handler with the map's lock held, and a
+            // source page that faults (another remote map's page not
+            // fetched yet, a truncated file, a guard page some runtime
+            // handles itself) must come back as a short read, never as a
+            // nested fault here. A source that cannot be read so is left to
+            // the CPU, which faults at the program's own instruction.
+            Some(src) => {
                 if vsci_dirty::sys::read_own(src, &mut data) != n {
                     super::keep_buffer(data);
                     return false;
                 }
             }
-            // SAFETY: `src..src + n` is what the string instruction reads
-            // (decoded from its registers), in no trapped range; `data` holds
-            // `n` bytes and is our own buffer, so they do not overlap.
-            Some(src) => unsafe { std::ptr::copy_nonoverlapping(src as *const u8, data.as_mut_ptr(), n) },
             None => data.fill(r.value),
         }
         // Edge pages only partly written must hold the owner's other bytes.
