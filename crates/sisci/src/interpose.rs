@@ -93,6 +93,24 @@ fn overlap(dst: *mut c_void, src: *const c_void, n: usize) -> bool {
     d < s.saturating_add(n) && s < d.saturating_add(n)
 }
 
+/// Whether a copy of `n` bytes to `dst` is the C library's business: small,
+/// turned off, or certainly not into a remote map.
+#[inline(always)]
+fn not_ours(dst: *mut c_void, n: usize) -> bool {
+    n < STRING_MIN || OFF.load(Ordering::Relaxed) != 0 || !vsci_client::may_reach_remote_map(dst as usize, n)
+}
+
+/// Call the C library's `memcpy` or `memmove` (`next`, from `find_next`).
+///
+/// # Safety
+/// `next` non-null, from `NEXT` or `NEXT_MOVE`; the arguments under the
+/// contract of the function it is.
+#[inline(always)]
+unsafe fn call(next: *mut c_void, dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
+    // SAFETY: the caller's contract.
+    unsafe { std::mem::transmute::<*mut c_void, MemcpyFn>(next)(dst, src, n) }
+}
+
 /// `memcpy(3)`.
 ///
 /// # Safety
@@ -103,48 +121,12 @@ fn overlap(dst: *mut c_void, src: *const c_void, n: usize) -> bool {
 #[no_mangle]
 pub unsafe extern "C" fn memcpy(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
     let next = NEXT.load(Ordering::Relaxed);
-    if !next.is_null() && (n < STRING_MIN || OFF.load(Ordering::Relaxed) != 0 || !vsci_client::may_reach_remote_map(dst as usize, n)) {
-        // SAFETY: `next` is the C library's memcpy (set once by
-        // `find_next`), called with the caller's arguments under the same
-        // contract.
-        return unsafe { std::mem::transmute::<*mut c_void, MemcpyFn>(next)(dst, src, n) };
+    if !next.is_null() && not_ours(dst, n) {
+        // SAFETY: the C library's memcpy, with the caller's arguments.
+        return unsafe { call(next, dst, src, n) };
     }
     // SAFETY: the caller's contract.
-    unsafe { string_or_lookup(dst, src, n) }
-}
-
-/// The rest of `memcpy`, out of its way: a copy that may reach a remote
-/// map, or one made before the C library's was found.
-///
-/// # Safety
-/// As `memcpy`.
-#[cold]
-#[inline(never)]
-unsafe fn string_or_lookup(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
-    if NEXT.load(Ordering::Relaxed).is_null() && STATE.load(Ordering::Relaxed) == UNKNOWN {
-        // Not found at load (a static link that left the constructor out):
-        // look now. A copy made meanwhile (dlsym's own) takes the string way.
-        find_next();
-        let next = NEXT.load(Ordering::Relaxed);
-        if !next.is_null() {
-            // SAFETY: as in `memcpy`.
-            return unsafe { memcpy(dst, src, n) };
-        }
-    }
-    if overlap(dst, src, n) {
-        // Overlapping: not a memcpy, but glibc's copes (it is memmove),
-        // and programs have come to rely on that.
-        let next = NEXT.load(Ordering::Relaxed);
-        if next.is_null() {
-            // SAFETY: as in `memcpy`; memmove takes overlapping buffers.
-            return unsafe { memmove(dst, src, n) };
-        }
-        // SAFETY: as in `memcpy`.
-        return unsafe { std::mem::transmute::<*mut c_void, MemcpyFn>(next)(dst, src, n) };
-    }
-    // SAFETY: the caller's contract; the buffers do not overlap.
-    unsafe { rep_movsb(dst, src, n) };
-    dst
+    unsafe { string_or_lookup(dst, src, n, &NEXT) }
 }
 
 /// `memmove(3)`.
@@ -156,39 +138,41 @@ unsafe fn string_or_lookup(dst: *mut c_void, src: *const c_void, n: usize) -> *m
 #[no_mangle]
 pub unsafe extern "C" fn memmove(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
     let next = NEXT_MOVE.load(Ordering::Relaxed);
-    if !next.is_null() && (n < STRING_MIN || OFF.load(Ordering::Relaxed) != 0 || !vsci_client::may_reach_remote_map(dst as usize, n)) {
-        // SAFETY: `next` is the C library's memmove, called with the
-        // caller's arguments under the same contract.
-        return unsafe { std::mem::transmute::<*mut c_void, MemcpyFn>(next)(dst, src, n) };
+    if !next.is_null() && not_ours(dst, n) {
+        // SAFETY: the C library's memmove, with the caller's arguments.
+        return unsafe { call(next, dst, src, n) };
     }
     // SAFETY: the caller's contract.
-    unsafe { move_string_or_lookup(dst, src, n) }
+    unsafe { string_or_lookup(dst, src, n, &NEXT_MOVE) }
 }
 
-/// The rest of `memmove`, as `string_or_lookup` is `memcpy`'s.
+/// The rest of `memcpy` and `memmove` (`slot` says which C library
+/// function stands behind), out of their way: a copy that may reach a
+/// remote map, or one made before the C library's was found (looked up
+/// now if the constructor did not run: a static link that left it out; a
+/// copy made meanwhile, dlsym's own, takes the string way). Overlapping
+/// buffers go to the C library's function (glibc's `memcpy` copes too,
+/// and programs have come to rely on that), or without one, are copied in
+/// the direction that reads every byte before overwriting it.
 ///
 /// # Safety
 /// As `memmove`.
 #[cold]
 #[inline(never)]
-unsafe fn move_string_or_lookup(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
-    if NEXT_MOVE.load(Ordering::Relaxed).is_null() && STATE.load(Ordering::Relaxed) == UNKNOWN {
+unsafe fn string_or_lookup(dst: *mut c_void, src: *const c_void, n: usize, slot: &AtomicPtr<c_void>) -> *mut c_void {
+    if slot.load(Ordering::Relaxed).is_null() && STATE.load(Ordering::Relaxed) == UNKNOWN {
         find_next();
-        if !NEXT_MOVE.load(Ordering::Relaxed).is_null() {
-            // SAFETY: as in `memmove`.
-            return unsafe { memmove(dst, src, n) };
-        }
     }
-    let next = NEXT_MOVE.load(Ordering::Relaxed);
-    if !overlap(dst, src, n) {
-        // SAFETY: the caller's contract; the buffers do not overlap.
-        unsafe { rep_movsb(dst, src, n) };
-    } else if !next.is_null() {
-        // SAFETY: as in `memmove`.
-        return unsafe { std::mem::transmute::<*mut c_void, MemcpyFn>(next)(dst, src, n) };
-    } else if (dst as usize) <= (src as usize) {
+    let next = slot.load(Ordering::Relaxed);
+    let overlapping = overlap(dst, src, n);
+    if !next.is_null() && (overlapping || not_ours(dst, n)) {
+        // SAFETY: the C library's function, with the caller's arguments.
+        return unsafe { call(next, dst, src, n) };
+    }
+    if !overlapping || (dst as usize) <= (src as usize) {
         // SAFETY: the caller's contract; an upward byte copy reads every
-        // byte before it is overwritten when dst lies below src.
+        // byte before it is overwritten when the buffers do not overlap or
+        // dst lies below src.
         unsafe { rep_movsb(dst, src, n) };
     } else {
         // SAFETY: the caller's contract (see rep_movsb_down).

@@ -296,23 +296,17 @@ pub fn unregister(trap: &Arc<Trap>) {
 /// Callers use `may_be_trapped` to choose a faster way, never for
 /// correctness.
 fn recompute_bounds() {
-    let (mut lo, mut hi) = (usize::MAX, 0);
-    for s in SLOTS.iter() {
-        let (a, b) = (s.start.load(Ordering::SeqCst), s.end.load(Ordering::SeqCst));
-        if b > a {
-            lo = lo.min(a);
-            hi = hi.max(b);
-        }
-    }
+    let ranges = || {
+        SLOTS.iter().map(|s| (s.start.load(Ordering::SeqCst), s.end.load(Ordering::SeqCst))).filter(|&(a, b)| b > a)
+    };
+    let lo = ranges().map(|r| r.0).min().unwrap_or(usize::MAX);
+    let hi = ranges().map(|r| r.1).max().unwrap_or(0);
     LOWEST.store(lo, Ordering::SeqCst);
     HIGHEST.store(hi, Ordering::SeqCst);
     // A range inserted between the scan and the stores: widen again.
-    for s in SLOTS.iter() {
-        let (a, b) = (s.start.load(Ordering::SeqCst), s.end.load(Ordering::SeqCst));
-        if b > a {
-            LOWEST.fetch_min(a, Ordering::SeqCst);
-            HIGHEST.fetch_max(b, Ordering::SeqCst);
-        }
+    for (a, b) in ranges() {
+        LOWEST.fetch_min(a, Ordering::SeqCst);
+        HIGHEST.fetch_max(b, Ordering::SeqCst);
     }
 }
 

@@ -423,11 +423,7 @@ impl Server {
             // the answer, and ids it held must be free by then. Answered
             // directly (the connection's queued output is dropped as it
             // ends), and `close` then finds no client left to remove.
-            let phase = std::mem::replace(&mut conn.st.lock().unwrap().phase, Phase::Handshake);
-            if let Phase::Client { id, .. } = phase {
-                self.node.lock().remove_client(&self.node.cfg, id);
-                self.node.changed.notify_all();
-            }
+            self.release_client(conn);
             let _ = send_now(&conn.sock, &Outgoing::reply(tag, Ok(Reply::Done)));
             return false;
         }
@@ -446,18 +442,25 @@ impl Server {
         true
     }
 
-    /// Forget a finished connection and release what its client held.
-    fn close(&self, conn: &Arc<Conn>) {
-        let phase = {
-            let mut st = conn.st.lock().unwrap();
-            st.closed = true;
-            st.out.clear();
-            std::mem::replace(&mut st.phase, Phase::Handshake)
-        };
+    /// Release what the connection's client held, once: the connection
+    /// goes back to having no client (a `Close` request, then the end of
+    /// the connection, release only at the first).
+    fn release_client(&self, conn: &Conn) {
+        let phase = std::mem::replace(&mut conn.st.lock().unwrap().phase, Phase::Handshake);
         if let Phase::Client { id, .. } = phase {
             self.node.lock().remove_client(&self.node.cfg, id);
             self.node.changed.notify_all();
         }
+    }
+
+    /// Forget a finished connection and release what its client held.
+    fn close(&self, conn: &Arc<Conn>) {
+        {
+            let mut st = conn.st.lock().unwrap();
+            st.closed = true;
+            st.out.clear();
+        }
+        self.release_client(conn);
         let _ = self.epoll.delete(conn.sock.as_fd());
         conn.hang_up();
         self.conns.lock().unwrap().remove(&conn.token);
