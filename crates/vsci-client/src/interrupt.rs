@@ -6,12 +6,10 @@
 //! announced that it sleeps. Waiting follows the [`WaitPolicy`].
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use vsci_proto::intr::{self, DATA_MAX};
 use vsci_proto::{IntrKind, ObjId, Reply, Request, SciError};
 
@@ -19,71 +17,32 @@ use crate::conn::Client;
 use crate::wait::{self, WaitPolicy, Waited};
 use crate::Result;
 
-/// A mapping of an interrupt's shared page(s).
-struct Page {
-    ptr: NonNull<u8>,
-    /// Bytes mapped: `intr::size_for` the interrupt's kind.
-    len: usize,
-}
-
-// SAFETY: the page is a MAP_SHARED mapping owned by `Page`; everything in
-// `Shared` that is accessed concurrently is atomic.
-unsafe impl Send for Page {}
-// SAFETY: as above.
-unsafe impl Sync for Page {}
+/// A mapping of an interrupt's slot.
+struct Page(intr::SlotMap);
 
 impl Page {
-    fn map(fd: &OwnedFd, kind: IntrKind) -> Result<Page> {
-        let len = intr::size_for(kind);
+    /// Map the slot the node said is at `place` in `fd`, checking it holds
+    /// an interrupt of `kind` (a data slot starts with the control words a
+    /// plain interrupt uses, so it serves both: a guest's relay page is
+    /// one) and is still that use of the slot.
+    fn map(fd: &OwnedFd, kind: IntrKind, place: Option<intr::Place>) -> Result<Page> {
+        let place = place.filter(|p| p.kind == kind || p.kind == IntrKind::Data).ok_or(SciError::System)?;
         let size = crate::guest::mem_size(fd.as_fd()).ok_or(SciError::System)?;
-        if size < len as u64 {
-            return Err(SciError::System);
-        }
-        // SAFETY: mapping `len` bytes of a memfd (or a guest's window onto
-        // one) whose size we just checked and which the daemon sealed
-        // against shrinking.
-        let p = unsafe {
-            mmap(
-                None,
-                std::num::NonZeroUsize::new(len).expect("nonzero"),
-                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
-                MapFlags::MAP_SHARED,
-                fd.as_fd(),
-                0,
-            )
-        }
-        .map_err(|_| SciError::Nospc)?;
-        let page = Page { ptr: p.cast(), len };
-        if page.get().magic.load(Ordering::Acquire) != intr::MAGIC {
-            return Err(SciError::System);
-        }
-        Ok(page)
+        intr::SlotMap::new(fd.as_fd(), size, place).map(Page).map_err(|e| if e == nix::Error::EINVAL { SciError::System } else { SciError::Nospc })
     }
 
     fn view(&self) -> intr::View<'_> {
-        // SAFETY: the mapping is `len` >= PLAIN_SIZE bytes, page aligned,
-        // and lives as long as `self`; any bit pattern is a valid value for
-        // the atomics and byte arrays in it.
-        unsafe { intr::View::new(self.ptr.as_ptr(), self.len) }
+        self.0.view()
     }
 
     fn get(&self) -> &intr::Shared {
         self.view().shared
     }
 
-    /// The message ring: there for data interrupts, whose pages were
-    /// mapped with it (`map` checked the kind's size).
+    /// The message ring: there for data interrupts, whose slots were
+    /// mapped with it.
     fn ring(&self) -> Result<&intr::Ring> {
         self.view().ring.ok_or(SciError::System)
-    }
-}
-
-impl Drop for Page {
-    fn drop(&mut self) {
-        // SAFETY: ptr/len are those of the mapping made in `map`.
-        unsafe {
-            let _ = munmap(self.ptr.cast(), self.len);
-        }
     }
 }
 
@@ -136,14 +95,14 @@ fn two_fds(mut fds: Vec<OwnedFd>) -> Result<(OwnedFd, OwnedFd)> {
 impl Client {
     pub fn create_interrupt(&self, kind: IntrKind, hint: u32, fixed: bool) -> Result<Arc<LocalInterrupt>> {
         let (reply, fds) = self.call(Request::CreateInterrupt { kind, hint, fixed })?;
-        let Reply::Interrupt { intr, number } = reply else { return Err(SciError::System) };
+        let Reply::Interrupt { intr, number, place } = reply else { return Err(SciError::System) };
         let (memfd, eventfd) = two_fds(fds)?;
         let i = Arc::new(LocalInterrupt {
             client: self.clone(),
             id: intr,
             kind,
             number,
-            page: Page::map(&memfd, kind)?,
+            page: Page::map(&memfd, kind, Some(place))?,
             eventfd,
             consumed: AtomicU64::new(0),
             tail: Mutex::new(0),
@@ -155,7 +114,7 @@ impl Client {
 
     pub fn connect_interrupt(&self, kind: IntrKind, node_id: u32, number: u32, timeout_ms: u32) -> Result<Arc<RemoteInterrupt>> {
         let (reply, fds) = self.call(Request::ConnectInterrupt { kind, node_id, number, timeout_ms })?;
-        let Reply::InterruptConnected { conn, remote } = reply else { return Err(SciError::System) };
+        let Reply::InterruptConnected { conn, remote, place } = reply else { return Err(SciError::System) };
         let path = match remote {
             Some(t) => match crate::remote::Endpoint::new(&t.provider, &t.fabric_addr) {
                 Ok(ep) => Path::Rma { ep, token: t.token },
@@ -166,7 +125,7 @@ impl Client {
             },
             None => {
                 let (memfd, eventfd) = two_fds(fds)?;
-                Path::Local { page: Page::map(&memfd, kind)?, eventfd }
+                Path::Local { page: Page::map(&memfd, kind, place)?, eventfd }
             }
         };
         if let Path::Rma { ep, .. } = &path {
@@ -361,7 +320,7 @@ impl RemoteInterrupt {
             return Err(SciError::NotConnected);
         }
         if let Path::Local { page, .. } = &self.path {
-            if !page.get().is_live() {
+            if !page.0.is_live() {
                 return Err(SciError::NotConnected);
             }
         }
@@ -405,7 +364,7 @@ impl RemoteInterrupt {
         let give_up = Instant::now() + FULL_QUEUE_WAIT;
         loop {
             self.check_live()?;
-            match page.get().try_enqueue(page.ring()?, data) {
+            match page.get().try_enqueue(page.ring()?, page.0.generation(), data) {
                 Ok(wake) => {
                     if wake {
                         wait::kick(eventfd.as_fd());

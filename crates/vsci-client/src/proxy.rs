@@ -189,6 +189,10 @@ pub struct ProxiedTrigger {
 unsafe impl Send for ProxiedTrigger {}
 
 impl ProxiedTrigger {
+    /// Where the relay page's interrupt is, for the guest: a data slot at
+    /// its start (which serves plain interrupts too).
+    pub const RELAY_PLACE: intr::Place = intr::Place { kind: vsci_proto::IntrKind::Data, offset: 0, generation: 1 };
+
     /// `page`: a zero-filled memfd of at least `intr::DATA_SIZE` bytes
     /// (plain or data, the guest may send either), which becomes the relay
     /// page the guest triggers.
@@ -199,7 +203,7 @@ impl ProxiedTrigger {
         // SAFETY: the mapping is DATA_SIZE bytes, page aligned, and lives
         // as long as the struct that owns it.
         let shared = unsafe { intr::View::new(p.as_ptr(), len) }.shared;
-        shared.init();
+        shared.init(Self::RELAY_PLACE.generation);
         // A sleeper forever: every trigger the guest makes also rings us.
         shared.sleepers.store(1, Ordering::SeqCst);
         Ok(ProxiedTrigger { ep, token: trigger.token, page: p, len, seen: 0, tail: 0 })

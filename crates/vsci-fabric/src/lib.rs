@@ -1920,9 +1920,10 @@ impl Drop for ProgressThread {
 /// handler the program installed — is left alone.
 pub fn restore_default_signals() {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGQUIT, libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGABRT] {
-        // SAFETY: sigaction with a NULL new action only reads the current
-        // one into `cur`, which is a valid, zeroed sigaction.
+        // SAFETY: an all-zero sigaction is a valid value of the C struct.
         let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: sigaction with a NULL new action only reads the current
+        // one into `cur`, which is a valid sigaction.
         if unsafe { libc::sigaction(sig, std::ptr::null(), &mut cur) } != 0 {
             continue;
         }
@@ -1930,9 +1931,10 @@ pub fn restore_default_signals() {
         if h == libc::SIG_DFL || h == libc::SIG_IGN {
             continue;
         }
-        // SAFETY: dladdr only reads its first argument as an address and
-        // fills `info`, which is valid and zeroed.
+        // SAFETY: an all-zero Dl_info (null pointers) is a valid value.
         let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: dladdr only reads its first argument as an address and
+        // fills `info`, which is valid.
         if unsafe { libc::dladdr(h as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
             continue;
         }

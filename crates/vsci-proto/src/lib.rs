@@ -24,8 +24,9 @@ pub use msg::*;
 /// Bumped whenever a message changes shape, or the interrupt page's layout
 /// (`intr`), which the daemon and every client share: 4 moved the data ring
 /// behind the control words and made a zero-filled ring empty; 5 added
-/// reflective-memory (broadcast) segments; 6 added `Close`.
-pub const PROTOCOL_VERSION: u32 = 6;
+/// reflective-memory (broadcast) segments; 6 added `Close`; 7 packed
+/// interrupts into arena chunks (a slot's place and generation).
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// Largest message either side accepts, in bytes.
 pub const MAX_MESSAGE: usize = 64 * 1024;

@@ -144,9 +144,12 @@ pub enum Reply {
     /// reaches on the guest's behalf (the memory is then a staging window:
     /// `FetchRemote` fills it from the owner, `ShipRemote` sends from it).
     Connected { conn: ObjId, node_id: u32, segment_id: u32, size: u64, remote: Option<RemoteAccess>, proxied: bool },
-    Interrupt { intr: ObjId, number: u32 },
-    /// Local interrupts carry [page memfd, eventfd]; remote ones no fds.
-    InterruptConnected { conn: ObjId, remote: Option<RemoteTrigger> },
+    /// Carries [arena chunk memfd, eventfd]; `place` is the interrupt's
+    /// slot in the chunk.
+    Interrupt { intr: ObjId, number: u32, place: crate::intr::Place },
+    /// Local interrupts carry [arena chunk memfd, eventfd] and their slot's
+    /// `place`; remote ones no fds and no place.
+    InterruptConnected { conn: ObjId, remote: Option<RemoteTrigger>, place: Option<crate::intr::Place> },
     Probe { reachable: bool },
     Status(Box<NodeStatus>),
 }

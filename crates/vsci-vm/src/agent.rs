@@ -759,7 +759,7 @@ impl Worker {
                 let w = self.window(fds[0].as_fd()).map_err(|e| (e, Some(Request::RemoveInterrupt { intr })))?;
                 Ok(vec![w, Attachment::Vector(v)])
             }
-            Reply::InterruptConnected { conn, remote: None } => {
+            Reply::InterruptConnected { conn, remote: None, .. } => {
                 let conn = *conn;
                 let undo = Some(Request::DisconnectInterrupt { conn });
                 if fds.len() != 2 {
@@ -780,9 +780,11 @@ impl Worker {
                     }
                 }
             }
-            Reply::InterruptConnected { conn, remote: remote @ Some(_) } => {
+            Reply::InterruptConnected { conn, remote: remote @ Some(_), place } => {
                 let conn = *conn;
                 let trig = remote.take().expect("matched Some");
+                // The guest sees a local interrupt: the relay page.
+                *place = Some(vsci_client::proxy::ProxiedTrigger::RELAY_PLACE);
                 let undo = Some(Request::DisconnectInterrupt { conn });
                 let (relay, page) = Relay::new(&trig).map_err(|e| (e, undo.clone()))?;
                 let peer = self.add_vpeer(relay.bell.as_fd()).map_err(|e| (e, undo.clone()))?;

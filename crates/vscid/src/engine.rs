@@ -70,16 +70,8 @@ struct RegisteredSegment {
 }
 
 struct TriggerTarget {
-    page: Mapping,
+    slot: intr::SlotMap,
     eventfd: OwnedFd,
-}
-
-impl TriggerTarget {
-    fn view(&self) -> intr::View<'_> {
-        // SAFETY: the mapping is page-aligned, `page.len` >= PLAIN_SIZE
-        // bytes (checked in add_trigger_conn) and lives as long as self.
-        unsafe { intr::View::new(self.page.ptr.as_ptr().cast(), self.page.len) }
-    }
 }
 
 #[derive(Default)]
@@ -172,15 +164,12 @@ impl Engine {
         }
     }
 
-    pub fn add_trigger_conn(&self, conn: ObjId, page: OwnedFd, eventfd: OwnedFd) -> Result<u64, SciError> {
-        // The memfd's size says the kind: a data interrupt's holds a ring.
-        let size = nix::sys::stat::fstat(page.as_raw_fd()).map_err(|_| SciError::System)?.st_size as u64;
-        let len = if size >= intr::DATA_SIZE as u64 { intr::DATA_SIZE } else { intr::PLAIN_SIZE };
-        let page = Mapping::new(&page, len)?;
-        let target = Arc::new(TriggerTarget { page, eventfd });
-        if target.view().shared.magic.load(std::sync::atomic::Ordering::Acquire) != intr::MAGIC {
-            return Err(SciError::System);
-        }
+    /// Let other nodes trigger the interrupt whose slot is at `place` in
+    /// `chunk` (what the registry handed our pseudo-client for `conn`).
+    pub fn add_trigger_conn(&self, conn: ObjId, chunk: OwnedFd, place: intr::Place, eventfd: OwnedFd) -> Result<u64, SciError> {
+        let size = nix::sys::stat::fstat(chunk.as_raw_fd()).map_err(|_| SciError::System)?.st_size as u64;
+        let slot = intr::SlotMap::new(chunk.as_fd(), size, place).map_err(|_| SciError::System)?;
+        let target = Arc::new(TriggerTarget { slot, eventfd });
         let mut token = [0u8; 8];
         getrandom::getrandom(&mut token).map_err(|_| SciError::System)?;
         let token = u64::from_ne_bytes(token);
@@ -235,10 +224,10 @@ impl Engine {
                 }
                 continue;
             };
-            let view = target.view();
+            let view = target.slot.view();
             let shared = view.shared;
             let wake = match (&msg.data, view.ring) {
-                (None, _) => shared.is_live() && shared.trigger(),
+                (None, _) => target.slot.is_live() && shared.trigger(),
                 (Some(_), None) => {
                     debug!("remote data trigger for a plain interrupt dropped");
                     false
@@ -246,7 +235,7 @@ impl Engine {
                 (Some(data), Some(ring)) => {
                     let give_up = Instant::now() + FULL_QUEUE_WAIT;
                     loop {
-                        match shared.try_enqueue(ring, data) {
+                        match shared.try_enqueue(ring, target.slot.generation(), data) {
                             Ok(w) => break w,
                             Err(EnqueueError::Full) if Instant::now() < give_up => {
                                 let _ = nix::unistd::write(target.eventfd.as_fd(), &1u64.to_ne_bytes());

@@ -402,10 +402,10 @@ impl Peers {
                 }
                 ServerMsg::Reply { tag, result } => {
                     let result = result.and_then(|r| match r {
-                        Reply::InterruptConnected { conn, .. } => {
+                        Reply::InterruptConnected { conn, place: Some(place), .. } => {
                             let mut fds = out.fds.into_iter();
-                            let (Some(page), Some(efd)) = (fds.next(), fds.next()) else { return Err(SciError::System) };
-                            let token = self.engine.add_trigger_conn(conn, page, efd)?;
+                            let (Some(chunk), Some(efd)) = (fds.next(), fds.next()) else { return Err(SciError::System) };
+                            let token = self.engine.add_trigger_conn(conn, chunk, place, efd)?;
                             Ok(RemoteInterruptGrant { conn, token })
                         }
                         _ => Err(SciError::System),

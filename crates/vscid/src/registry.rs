@@ -20,7 +20,7 @@ use vsci_proto::{
     SciError, SegmentEvent, SegmentInfo, ServerMsg, WaitMode,
 };
 
-use crate::memory::{self, IntrObjects};
+use crate::memory::{self, Arena, IntrObjects};
 
 pub type ClientId = u64;
 
@@ -243,6 +243,8 @@ pub struct Registry {
     intrs: HashMap<ObjId, Intr>,
     intr_by_num: HashMap<(IntrKind, u32), ObjId>,
     intr_conns: HashMap<ObjId, IntrConn>,
+    /// Each creator's interrupt slots, by kind.
+    arenas: HashMap<(ClientId, IntrKind), Arena>,
     remote_segs: HashMap<ObjId, RemoteSeg>,
     remote_intrs: HashMap<ObjId, RemoteIntr>,
     /// The cluster runtime, when this node is part of a cluster.
@@ -250,6 +252,14 @@ pub struct Registry {
     uids: HashMap<u32, UidUsage>,
     /// Limit hits since start, by limit (for logs, status and metrics).
     pub limit_hits: HashMap<&'static str, u64>,
+}
+
+/// What travels with an interrupt reply: its chunk's memfd and its eventfd.
+fn intr_fds(objects: &IntrObjects) -> Result<Vec<OwnedFd>, SciError> {
+    Ok(vec![
+        memory::dup(objects.memfd()).map_err(|_| SciError::System)?,
+        memory::dup(objects.eventfd.as_fd()).map_err(|_| SciError::System)?,
+    ])
 }
 
 impl Registry {
@@ -609,32 +619,54 @@ impl Registry {
         } else {
             (0..u32::MAX).find(|n| !self.intr_by_num.contains_key(&(kind, *n))).ok_or(SciError::Nospc)?
         };
-        let objects = IntrObjects::new(&format!("vsci-intr-{number}"), kind, wake).map_err(|e| {
-            warn!("cannot create interrupt objects: {e}");
-            SciError::Nospc
-        })?;
-        let fds = vec![
-            memory::dup(objects.memfd.as_fd()).map_err(|_| SciError::System)?,
-            memory::dup(objects.eventfd.as_fd()).map_err(|_| SciError::System)?,
-        ];
         self.charge(cfg, client)?;
+        let arena = self.arenas.entry((client, kind)).or_insert_with(|| Arena::new(kind, format!("vsci-intr-{client}-{kind:?}")));
+        let objects = match arena.alloc(wake) {
+            Ok(o) => o,
+            Err(e) => {
+                warn!("cannot create interrupt objects: {e}");
+                self.release_slot_owner(client, kind, None);
+                return Err(SciError::Nospc);
+            }
+        };
+        let fds = match intr_fds(&objects) {
+            Ok(f) => f,
+            Err(e) => {
+                self.release_slot_owner(client, kind, Some(objects));
+                return Err(e);
+            }
+        };
+        let place = objects.place;
         let intr = self.new_id();
         self.intrs.insert(intr, Intr { owner: client, kind, number, objects, conns: HashSet::new() });
         self.intr_by_num.insert((kind, number), intr);
-        Ok(Outgoing { msg: reply_ok(0, Reply::Interrupt { intr, number }), fds })
+        Ok(Outgoing { msg: reply_ok(0, Reply::Interrupt { intr, number, place }), fds })
+    }
+
+    /// Give a slot back to its creator's arena (if any) and undo the
+    /// charge of one object; the arena goes when it holds nothing.
+    fn release_slot_owner(&mut self, client: ClientId, kind: IntrKind, objects: Option<IntrObjects>) {
+        if let Some(arena) = self.arenas.get_mut(&(client, kind)) {
+            if let Some(o) = objects {
+                arena.release(o);
+            }
+            if arena.is_empty() {
+                self.arenas.remove(&(client, kind));
+            }
+        }
+        self.uncharge(client);
     }
 
     fn remove_interrupt(&mut self, intr: ObjId) {
         let Some(i) = self.intrs.remove(&intr) else { return };
         self.intr_by_num.remove(&(i.kind, i.number));
-        i.objects.mark_removed();
         for conn in &i.conns {
             if let Some(c) = self.intr_conns.remove(conn) {
                 self.uncharge(c.client);
                 self.send(c.client, Outgoing::event(Event::InterruptGone { conn: *conn, status: SciError::Ok }));
             }
         }
-        self.uncharge(i.owner);
+        self.release_slot_owner(i.owner, i.kind, Some(i.objects));
     }
 
     fn connect_interrupt(
@@ -648,15 +680,13 @@ impl Registry {
         let i = &self.intrs[&intr];
         let (uid, gid) = self.clients.get(&i.owner).map_or((u32::MAX, u32::MAX), |c| (c.info.uid, c.info.gid));
         self.may_connect(cfg, client, uid, gid)?;
-        let fds = vec![
-            memory::dup(i.objects.memfd.as_fd()).map_err(|_| SciError::System)?,
-            memory::dup(i.objects.eventfd.as_fd()).map_err(|_| SciError::System)?,
-        ];
+        let fds = intr_fds(&i.objects)?;
+        let place = i.objects.place;
         self.charge(cfg, client)?;
         let conn = self.new_id();
         self.intr_conns.insert(conn, IntrConn { client, intr });
         self.intrs.get_mut(&intr).expect("checked").conns.insert(conn);
-        Ok(Outgoing { msg: reply_ok(0, Reply::InterruptConnected { conn, remote: None }), fds })
+        Ok(Outgoing { msg: reply_ok(0, Reply::InterruptConnected { conn, remote: None, place: Some(place) }), fds })
     }
 
     fn disconnect_interrupt(&mut self, conn: ObjId) {
@@ -707,7 +737,7 @@ impl Registry {
         self.charge(cfg, client)?;
         let conn = self.new_id();
         self.remote_intrs.insert(conn, RemoteIntr { client, peer, remote_conn });
-        Ok(Outgoing { msg: reply_ok(0, Reply::InterruptConnected { conn, remote: Some(trig) }), fds: Vec::new() })
+        Ok(Outgoing { msg: reply_ok(0, Reply::InterruptConnected { conn, remote: Some(trig), place: None }), fds: Vec::new() })
     }
 
     /// The owner node reports an event on one of our clients' connections.
@@ -842,6 +872,7 @@ impl Registry {
             && self.intrs.is_empty()
             && self.intr_by_num.is_empty()
             && self.intr_conns.is_empty()
+            && self.arenas.is_empty()
             && self.remote_segs.is_empty()
             && self.remote_intrs.is_empty()
             && self.uids.is_empty()
