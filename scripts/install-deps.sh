@@ -12,7 +12,11 @@ PKGS=(build-essential pkg-config make gcc libc6-dev curl ca-certificates iproute
       fonts-dejavu-core
       # vsci vm: QEMU 7.2, busybox for the guest image; dpkg-deb, tar and
       # apt-get download fetch and unpack the pinned guest kernel (guest/kernel-version)
-      qemu-system-x86 busybox-static dpkg tar apt)
+      qemu-system-x86 busybox-static dpkg tar apt
+      # lent memory: vsci's block device is an NBD export; the tests read
+      # and write it with QEMU's NBD client (qemu-io, qemu-img) and libnbd's
+      # tools, and the benchmarks compare it with nbdkit / nbd-server under fio
+      qemu-utils libnbd-bin nbdkit nbd-server fio)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

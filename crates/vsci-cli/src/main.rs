@@ -1,13 +1,16 @@
 //! `vsci`: the command-line tool of vsci.
 //!
 //! - `vsci status`: what a node holds (clients, segments, connections,
-//!   interrupts), as a table or JSON;
+//!   interrupts, memory lent and borrowed), as a table or JSON;
 //! - `vsci demo`: starts a node on embedded defaults and two processes that
 //!   move data and interrupts through it, printing what happened;
 //! - `vsci bench`: runs the benchmark suite against a fresh node;
-//! - `vsci vm run`: runs a command in a QEMU guest attached to a node.
+//! - `vsci vm run`: runs a command in a QEMU guest attached to a node;
+//! - `vsci blockdev`: serves a block device of other nodes' lent memory
+//!   over NBD.
 
 mod bench;
+mod blockdev;
 mod demo;
 mod node;
 mod vm;
@@ -82,6 +85,11 @@ enum Cmd {
         #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
         repeat: u32,
     },
+    /// Serve a block device made of memory other nodes lend (`vscid --lend`)
+    /// as an NBD export: QEMU (`-drive file=nbd+unix:///vsci?socket=PATH`),
+    /// the kernel's nbd-client and libnbd's tools use it; `mkswap` it for
+    /// remote swap.
+    Blockdev(blockdev::BlockdevArgs),
     /// QEMU guests: `vsci vm run --socket PATH --name NAME [--add HOST:GUEST]... -- CMD`.
     #[command(subcommand)]
     Vm(vm::VmCmd),
@@ -110,6 +118,7 @@ fn main() -> Result<()> {
             bench::run(bench::Options { quick, json, report, bench_dir, paths, install: !no_install, from_json, sections, repeat })
         }
         Cmd::Vm(cmd) => vm::run(cmd),
+        Cmd::Blockdev(a) => blockdev::run(a),
     }
 }
 
@@ -159,6 +168,18 @@ fn status(socket: Option<PathBuf>, json: bool) -> Result<()> {
     println!("\ninterrupts ({}{})", st.totals.interrupts, more(st.interrupts.len(), st.totals.interrupts));
     for i in &st.interrupts {
         println!("  {} {:<6} owner #{:<5} connections {}", if i.data { "data " } else { "plain" }, i.number, i.owner, i.connections);
+    }
+    let l = &st.lending;
+    if l.pool > 0 || !l.lent.is_empty() || !l.borrowed.is_empty() {
+        let lent: u64 = l.lent.iter().map(|t| t.bytes).sum();
+        println!("
+lending: pool {} bytes, {} lent, {} free", l.pool, lent, l.pool.saturating_sub(lent));
+        for t in &l.lent {
+            println!("  lent to node {:<5} {:>14} bytes in {} loan(s)", t.node_id, t.bytes, t.loans);
+        }
+        for t in &l.borrowed {
+            println!("  borrowed from node {:<5} {:>14} bytes in {} loan(s)", t.node_id, t.bytes, t.loans);
+        }
     }
     Ok(())
 }

@@ -25,7 +25,8 @@ pub use msg::*;
 /// (`intr`), which the daemon and every client share: 4 moved the data ring
 /// behind the control words and made a zero-filled ring empty; 5 added
 /// reflective-memory (broadcast) segments; 6 added `Close`; 7 packed
-/// interrupts into arena chunks (a slot's place and generation).
+/// interrupts into arena chunks (a slot's place and generation) and
+/// added lending memory between nodes (`Borrow`, `Lend`, `ReturnLoan`).
 pub const PROTOCOL_VERSION: u32 = 7;
 
 /// Largest message either side accepts, in bytes.
@@ -46,4 +47,17 @@ pub fn socket_path() -> std::path::PathBuf {
         .filter(|v| !v.is_empty())
         .map(Into::into)
         .unwrap_or_else(|| DEFAULT_SOCKET.into())
+}
+
+/// A size in bytes with an optional K/M/G suffix (powers of 1024), as
+/// flags and the cluster file write them ("16G", "512M", "4096").
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<u64>().ok().and_then(|n| n.checked_mul(mult)).ok_or_else(|| format!("bad size {s:?}"))
 }

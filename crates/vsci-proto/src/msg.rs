@@ -119,6 +119,17 @@ pub enum Request {
     /// (SCIAttachLocalSegment). Reply `Segment`, carrying the segment memfd;
     /// `RemoveSegment` on the new handle detaches.
     AttachSegment { segment_id: u32 },
+    /// Borrow `size` bytes of the memory node `node_id` lends (its pool,
+    /// `vscid --lend`). Reply `Borrowed`: where to reach the loan over the
+    /// RMA engine. The loan is zero-filled and the borrower's alone.
+    Borrow { node_id: u32, size: u64 },
+    /// Give a loan back (`loan` from `Borrowed`, or, between nodes, from
+    /// `Lent`). Reply `Done`; its memory is freed on the lender.
+    ReturnLoan { loan: ObjId },
+    /// Another node's pseudo-client only: set aside `size` bytes of this
+    /// node's lending pool and register them with the RMA engine. Reply
+    /// `Lent`.
+    Lend { size: u64 },
     /// SCIClose: release everything this connection holds, reply `Done`
     /// once that is done, then end the connection. A program that closes a
     /// descriptor and at once opens another finds the segment ids and
@@ -152,6 +163,11 @@ pub enum Reply {
     InterruptConnected { conn: ObjId, remote: Option<RemoteTrigger>, place: Option<crate::intr::Place> },
     Probe { reachable: bool },
     Status(Box<NodeStatus>),
+    /// A loan of `size` bytes of node `node_id`'s memory.
+    Borrowed { loan: ObjId, node_id: u32, size: u64, access: RemoteAccess },
+    /// To a peer's pseudo-client: the loan set aside, and where the RMA
+    /// engine has it registered.
+    Lent { loan: ObjId, size: u64, region: crate::peer::RmaRegion },
 }
 
 /// How a process reaches a remote segment's memory over the RMA engine.
@@ -214,11 +230,32 @@ pub struct NodeStatus {
     /// Other nodes of the cluster (empty for a stand-alone node).
     #[serde(default)]
     pub peers: Vec<PeerInfo>,
+    /// Memory this node lends and borrows.
+    #[serde(default)]
+    pub lending: LendingStatus,
     /// How many of each the node holds. The lists above stop at
     /// [`STATUS_LIST_MAX`] entries each, so the reply fits one message
     /// however many clients and objects there are.
     #[serde(default)]
     pub totals: StatusTotals,
+}
+
+/// What a node lends to and borrows from other nodes.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LendingStatus {
+    /// Bytes this node offers to lend (`vscid --lend`).
+    pub pool: u64,
+    /// Loans to other nodes, per borrowing node.
+    pub lent: Vec<LoanTotal>,
+    /// Loans from other nodes to this node's programs, per lending node.
+    pub borrowed: Vec<LoanTotal>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LoanTotal {
+    pub node_id: u32,
+    pub loans: u32,
+    pub bytes: u64,
 }
 
 /// Most entries of each list a status reply carries.

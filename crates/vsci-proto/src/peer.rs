@@ -61,6 +61,12 @@ pub enum PeerMsg {
     ConnectInterruptReply { req: u64, result: Result<RemoteInterruptGrant, SciError> },
     DisconnectInterrupt { conn: ObjId },
     InterruptGone { conn: ObjId },
+    /// Borrower → lender: lend `size` bytes of your pool.
+    Borrow { req: u64, size: u64 },
+    /// The loan (`conn` names it) and where it is registered.
+    BorrowReply { req: u64, result: Result<RemoteSegmentGrant, SciError> },
+    /// Borrower → lender: the loan is given back.
+    ReturnLoan { loan: ObjId },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -41,6 +41,9 @@ struct File {
 struct NodeEntry {
     id: u32,
     address: String,
+    /// Memory the node lends to others ("1G"; as `vscid --lend`).
+    #[serde(default)]
+    lend: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -52,7 +55,10 @@ pub struct Cluster {
     /// Access to the control socket; `--socket-group` / `--socket-mode` override.
     pub socket_group: Option<String>,
     pub socket_mode: Option<u32>,
+    /// Bytes each node lends (nodes with a `lend` key).
+    pub lend: BTreeMap<u32, u64>,
 }
+
 
 /// Smallest accepted key, in bytes.
 const MIN_KEY: usize = 16;
@@ -69,7 +75,11 @@ impl Cluster {
     pub fn parse(text: &str, path: &Path, read_key: impl FnOnce(&Path) -> std::io::Result<Vec<u8>>) -> Result<Cluster> {
         let file: File = toml::from_str(text).with_context(|| format!("parsing cluster file {}", path.display()))?;
         let mut nodes = BTreeMap::new();
+        let mut lend = BTreeMap::new();
         for n in &file.node {
+            if let Some(l) = &n.lend {
+                lend.insert(n.id, vsci_proto::parse_size(l).map_err(anyhow::Error::msg).with_context(|| format!("node {}: lend", n.id))?);
+            }
             if n.id == 0 || n.id > 65535 {
                 bail!("node id {} out of range 1..=65535", n.id);
             }
@@ -97,6 +107,7 @@ impl Cluster {
             provider: file.fabric_provider.unwrap_or_else(|| "tcp;ofi_rxm".into()),
             node_timeout_ms: file.node_timeout_ms.unwrap_or(1500),
             socket_group: file.socket_group,
+            lend,
             socket_mode: match file.socket_mode.as_deref() {
                 Some(m) => Some(crate::access::parse_mode(m).map_err(anyhow::Error::msg).context("socket_mode")?),
                 None => None,

@@ -52,6 +52,7 @@ fn small_node(policy: u8) -> Arc<Node> {
             1 => ConnectPolicy::SameUid,
             _ => ConnectPolicy::SameGroup,
         },
+        lend_pool: 0,
     })
 }
 

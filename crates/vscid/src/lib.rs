@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod engine;
 pub mod fuzz_entry;
 pub mod link;
+pub mod loans;
 pub mod memory;
 pub mod metrics;
 pub mod peers;

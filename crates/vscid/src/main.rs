@@ -56,7 +56,7 @@ struct Args {
     spin_us: u32,
 
     /// Largest segment a client may create, in bytes (K/M/G suffixes).
-    #[arg(long, default_value = "16G", value_parser = parse_size)]
+    #[arg(long, default_value = "16G", value_parser = vsci_proto::parse_size)]
     max_segment_size: u64,
 
     /// Most segments + connections + interrupts one client may hold.
@@ -74,7 +74,7 @@ struct Args {
 
     /// Most segment memory the clients of one uid may hold together (K/M/G
     /// suffixes; 0 = no limit beyond --max-segment-size per segment).
-    #[arg(long, default_value = "0", value_parser = parse_size)]
+    #[arg(long, default_value = "0", value_parser = vsci_proto::parse_size)]
     max_memory_per_uid: u64,
 
     /// Most requests of one client that may wait at once (connects with a
@@ -94,6 +94,12 @@ struct Args {
     #[arg(long, default_value = "any")]
     connect_policy: registry::ConnectPolicy,
 
+    /// Memory this node lends to other nodes' programs, in bytes (K/M/G
+    /// suffixes) [default: the `lend` key of this node in the cluster file,
+    /// else 0: none]. Loans are taken from it as borrowers ask.
+    #[arg(long, value_parser = vsci_proto::parse_size)]
+    lend: Option<u64>,
+
     /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9477;
     /// port 0 picks a free one, logged at start).
     #[arg(long)]
@@ -112,17 +118,6 @@ struct Args {
     /// More log output (-v debug, -vv trace). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
-}
-
-fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let (num, mult) = match s.chars().last() {
-        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
-        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    num.parse::<u64>().ok().and_then(|n| n.checked_mul(mult)).ok_or_else(|| format!("bad size {s:?}"))
 }
 
 /// Holds the node's lock file: only one live vscid per socket path.
@@ -248,6 +243,7 @@ fn run(args: Args) -> Result<()> {
         fd_limit,
         fd_reserve,
         connect_policy: args.connect_policy,
+        lend_pool: args.lend.or_else(|| cluster.as_ref().and_then(|c| c.lend.get(&args.node_id).copied())).unwrap_or(0),
     };
     info!(
         "limits: {} objects and {} waiting requests per client; {} objects, {} clients and {} per uid; {fd_reserve} of {fd_limit} descriptors kept in reserve",
@@ -257,6 +253,9 @@ fn run(args: Args) -> Result<()> {
         cfg.max_clients_per_uid,
         if cfg.max_memory_per_uid == 0 { "unlimited memory".to_string() } else { format!("{} bytes of segments", cfg.max_memory_per_uid) }
     );
+    if cfg.lend_pool > 0 {
+        info!("lending up to {} bytes to other nodes", cfg.lend_pool);
+    }
     let node = Node::new(cfg);
     if let Some(cluster) = cluster {
         let Some(addr) = cluster.nodes.get(&args.node_id).copied() else {

@@ -60,7 +60,15 @@ type ReplySlot = SyncSender<Result<PeerReply, SciError>>;
 enum PeerReply {
     Segment(RemoteSegmentGrant),
     Interrupt(RemoteInterruptGrant),
+    Loan(RemoteSegmentGrant),
 }
+
+/// What a pseudo-client's reply answers, in the low bits of its tag (the
+/// peer's request number is above them; tag 0 is a disconnect's, unanswered).
+const TAG_SEGMENT: u64 = 0;
+const TAG_INTERRUPT: u64 = 1;
+const TAG_LOAN: u64 = 2;
+const TAG_BITS: u32 = 2;
 
 pub struct Peers {
     me: u32,
@@ -356,7 +364,12 @@ impl Peers {
             }
             // Requests for our objects: run them as the pseudo-client (a
             // disconnect first revokes the peer's RMA access).
-            PeerMsg::ConnectSegment { .. } | PeerMsg::ConnectInterrupt { .. } | PeerMsg::DisconnectSegment { .. } | PeerMsg::DisconnectInterrupt { .. } => {
+            PeerMsg::ConnectSegment { .. }
+            | PeerMsg::ConnectInterrupt { .. }
+            | PeerMsg::DisconnectSegment { .. }
+            | PeerMsg::DisconnectInterrupt { .. }
+            | PeerMsg::Borrow { .. }
+            | PeerMsg::ReturnLoan { .. } => {
                 match msg {
                     PeerMsg::DisconnectSegment { conn } => self.engine.release_segment_conn(conn),
                     PeerMsg::DisconnectInterrupt { conn } => self.engine.remove_trigger_conn(conn),
@@ -369,6 +382,7 @@ impl Peers {
             // Answers and events about our clients' imports.
             PeerMsg::ConnectSegmentReply { req, result } => self.complete(req, result.map(PeerReply::Segment)),
             PeerMsg::ConnectInterruptReply { req, result } => self.complete(req, result.map(PeerReply::Interrupt)),
+            PeerMsg::BorrowReply { req, result } => self.complete(req, result.map(PeerReply::Loan)),
             PeerMsg::SegmentEvent { conn, reason } => node.lock().remote_segment_event(peer, conn, reason),
             PeerMsg::InterruptGone { conn } => node.lock().remote_interrupt_gone(peer, conn),
         }
@@ -386,7 +400,17 @@ impl Peers {
         for out in rx {
             let msg = match out.msg {
                 ServerMsg::Reply { tag: 0, .. } => continue, // disconnect acknowledgements
-                ServerMsg::Reply { tag, result } if tag & 1 == 0 => {
+                ServerMsg::Reply { tag, result } if tag & 3 == TAG_LOAN => {
+                    let result = result.and_then(|r| match r {
+                        Reply::Lent { loan, size, region } => Ok(RemoteSegmentGrant { conn: loan, size, region }),
+                        _ => Err(SciError::System),
+                    });
+                    if let Err(e) = &result {
+                        debug!("node {peer}: loan request failed: {e}");
+                    }
+                    PeerMsg::BorrowReply { req: tag >> TAG_BITS, result }
+                }
+                ServerMsg::Reply { tag, result } if tag & 3 == TAG_SEGMENT => {
                     let result = result.and_then(|r| match r {
                         Reply::Connected { conn, size, .. } => {
                             let fd = out.fds.into_iter().next().ok_or(SciError::System)?;
@@ -398,7 +422,7 @@ impl Peers {
                     if let Err(e) = &result {
                         debug!("node {peer}: segment request failed: {e}");
                     }
-                    PeerMsg::ConnectSegmentReply { req: tag >> 1, result }
+                    PeerMsg::ConnectSegmentReply { req: tag >> TAG_BITS, result }
                 }
                 ServerMsg::Reply { tag, result } => {
                     let result = result.and_then(|r| match r {
@@ -410,7 +434,7 @@ impl Peers {
                         }
                         _ => Err(SciError::System),
                     });
-                    PeerMsg::ConnectInterruptReply { req: tag >> 1, result }
+                    PeerMsg::ConnectInterruptReply { req: tag >> TAG_BITS, result }
                 }
                 ServerMsg::Event(Event::RemoteSegment { conn, reason, .. }) => {
                     if reason == SegmentEvent::Lost {
@@ -485,7 +509,7 @@ impl Peers {
                 let left = deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u32).unwrap_or(u32::MAX);
                 match p.ask(peer, deadline, |req| PeerMsg::ConnectSegment { req, segment_id, timeout_ms: left, broadcast })? {
                     PeerReply::Segment(g) => Ok((g, addr)),
-                    PeerReply::Interrupt(_) => Err(SciError::System),
+                    _ => Err(SciError::System),
                 }
             });
             let mut reg = node.lock();
@@ -515,7 +539,7 @@ impl Peers {
                 let left = deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u32).unwrap_or(u32::MAX);
                 match p.ask(peer, deadline, |req| PeerMsg::ConnectInterrupt { req, kind, number, timeout_ms: left })? {
                     PeerReply::Interrupt(g) => Ok((g, addr)),
-                    PeerReply::Segment(_) => Err(SciError::System),
+                    _ => Err(SciError::System),
                 }
             });
             let mut reg = node.lock();
@@ -537,6 +561,46 @@ impl Peers {
     }
 }
 
+impl Peers {
+    /// A local client asks to borrow memory of another node (charged
+    /// already; runs on its own thread).
+    pub fn borrow(self: &Arc<Self>, node: Arc<Node>, client: ClientId, tag: u64, peer: u32, size: u64) {
+        let p = self.clone();
+        std::thread::spawn(move || {
+            let deadline = Some(Instant::now() + Duration::from_secs(10));
+            let result = p.wait_ready(peer, deadline).and_then(|addr| match p.ask(peer, deadline, |req| PeerMsg::Borrow { req, size })? {
+                PeerReply::Loan(g) if g.size == size && g.region.len >= size => Ok((g, addr)),
+                PeerReply::Loan(g) => {
+                    // A lender that answers with another size is broken or
+                    // hostile: give it back, use nothing of it.
+                    p.send(peer, PeerMsg::ReturnLoan { loan: g.conn });
+                    Err(SciError::System)
+                }
+                _ => Err(SciError::System),
+            });
+            let mut reg = node.lock();
+            let out = match result {
+                Ok((grant, addr)) => {
+                    let access = RemoteAccess { region: grant.region, fabric_addr: addr, provider: p.cluster.provider.clone() };
+                    match reg.add_borrowed(client, peer, &grant, access) {
+                        Ok(out) => crate::registry::tagged(out, tag),
+                        Err(e) => {
+                            p.send(peer, PeerMsg::ReturnLoan { loan: grant.conn });
+                            reg.borrow_failed(client);
+                            Outgoing::reply(tag, Err(e))
+                        }
+                    }
+                }
+                Err(e) => {
+                    reg.borrow_failed(client);
+                    Outgoing::reply(tag, Err(e))
+                }
+            };
+            reg.send_to(client, out);
+        });
+    }
+}
+
 /// The request a peer's frame asks of our registry, run as that node's
 /// pseudo-client, with the tag its reply is matched by (`forward_pseudo`
 /// turns it back into the peer's request number and kind). A peer may ask
@@ -544,13 +608,15 @@ impl Peers {
 pub fn peer_request(me: u32, msg: &PeerMsg) -> Option<(u64, Request)> {
     match *msg {
         PeerMsg::ConnectSegment { req, segment_id, timeout_ms, broadcast } => {
-            Some((req << 1, Request::ConnectSegment { node_id: me, segment_id, timeout_ms: timeout_ms.min(60_000), broadcast }))
+            Some(((req << TAG_BITS) | TAG_SEGMENT, Request::ConnectSegment { node_id: me, segment_id, timeout_ms: timeout_ms.min(60_000), broadcast }))
         }
         PeerMsg::ConnectInterrupt { req, kind, number, timeout_ms } => {
-            Some(((req << 1) | 1, Request::ConnectInterrupt { kind, node_id: me, number, timeout_ms: timeout_ms.min(60_000) }))
+            Some(((req << TAG_BITS) | TAG_INTERRUPT, Request::ConnectInterrupt { kind, node_id: me, number, timeout_ms: timeout_ms.min(60_000) }))
         }
+        PeerMsg::Borrow { req, size } => Some(((req << TAG_BITS) | TAG_LOAN, Request::Lend { size })),
         PeerMsg::DisconnectSegment { conn } => Some((0, Request::DisconnectSegment { conn })),
         PeerMsg::DisconnectInterrupt { conn } => Some((0, Request::DisconnectInterrupt { conn })),
+        PeerMsg::ReturnLoan { loan } => Some((0, Request::ReturnLoan { loan })),
         _ => None,
     }
 }

@@ -65,6 +65,8 @@ pub struct Config {
     pub fd_reserve: u64,
     /// Who may connect to a local client's segments and interrupts.
     pub connect_policy: ConnectPolicy,
+    /// Bytes of memory this node lends to other nodes at most.
+    pub lend_pool: u64,
 }
 
 /// Who may connect to a segment or interrupt of this node. SISCI itself has
@@ -245,6 +247,8 @@ pub struct Registry {
     intr_conns: HashMap<ObjId, IntrConn>,
     /// Each creator's interrupt slots, by kind.
     arenas: HashMap<(ClientId, IntrKind), Arena>,
+    /// Memory lent to other nodes and borrowed from them.
+    pub loans: crate::loans::Loans,
     remote_segs: HashMap<ObjId, RemoteSeg>,
     remote_intrs: HashMap<ObjId, RemoteIntr>,
     /// The cluster runtime, when this node is part of a cluster.
@@ -764,7 +768,60 @@ impl Registry {
     }
 
     /// A node stopped answering: every connection to it is lost.
+    /// A peer node's pseudo-client asks for a loan: set it aside and
+    /// register it with the RMA engine for that node.
+    fn lend(&mut self, client: ClientId, size: u64) -> Result<Outgoing, SciError> {
+        let Some(node_id) = self.clients.get(&client).and_then(|c| c.node_id) else { return Err(SciError::IllegalOperation) };
+        let engine = self.links.as_ref().map(|l| l.engine().clone()).ok_or(SciError::IllegalOperation)?;
+        let loan = self.new_id();
+        let fd = self.loans.lend(loan, client, node_id, size)?;
+        match engine.register_segment_conn(loan, fd, size) {
+            Ok(region) => Ok(simple(Reply::Lent { loan, size, region })),
+            Err(e) => {
+                self.loans.take_back(loan, client);
+                Err(e)
+            }
+        }
+    }
+
+    /// Give a loan back: one this node lent (asked by the borrowing node's
+    /// pseudo-client) or one a program of ours borrowed.
+    fn return_loan(&mut self, client: ClientId, loan: ObjId) -> Result<Outgoing, SciError> {
+        if self.loans.take_back(loan, client) {
+            if let Some(l) = &self.links {
+                l.engine().release_segment_conn(loan);
+            }
+            return Ok(done());
+        }
+        let (lender, remote) = self.loans.give_back(loan, client).ok_or(SciError::IllegalParameter)?;
+        self.uncharge(client);
+        if let Some(l) = &self.links {
+            l.send(lender, vsci_proto::peer::PeerMsg::ReturnLoan { loan: remote });
+        }
+        Ok(done())
+    }
+
+    /// A lender granted a loan to `client` (charged when it asked): record
+    /// it and build the program's reply. Err if the program is gone (the
+    /// caller returns the loan).
+    pub fn add_borrowed(&mut self, client: ClientId, lender: u32, grant: &vsci_proto::peer::RemoteSegmentGrant, access: vsci_proto::RemoteAccess) -> Result<Outgoing, SciError> {
+        if !self.clients.contains_key(&client) {
+            return Err(SciError::NoLinkAccess);
+        }
+        let loan = self.new_id();
+        self.loans.add_borrowed(loan, client, lender, grant.conn, grant.size);
+        Ok(simple(Reply::Borrowed { loan, node_id: lender, size: grant.size, access }))
+    }
+
+    /// A borrow failed after it was charged.
+    pub fn borrow_failed(&mut self, client: ClientId) {
+        self.uncharge(client);
+    }
+
     pub fn peer_down(&mut self, peer: u32) {
+        for client in self.loans.lender_down(peer) {
+            self.uncharge(client);
+        }
         let segs: Vec<ObjId> = self.remote_segs.iter().filter(|(_, r)| r.peer == peer).map(|(k, _)| *k).collect();
         for conn in segs {
             let rec = self.remote_segs.remove(&conn).expect("listed");
@@ -832,6 +889,17 @@ impl Registry {
         for c in rintrs {
             self.disconnect_remote_interrupt(c);
         }
+        for (lender, loan) in self.loans.give_back_all(client) {
+            self.uncharge(client);
+            if let Some(l) = &self.links {
+                l.send(lender, vsci_proto::peer::PeerMsg::ReturnLoan { loan });
+            }
+        }
+        for loan in self.loans.take_back_all(client) {
+            if let Some(l) = &self.links {
+                l.engine().release_segment_conn(loan);
+            }
+        }
         if let Some(c) = self.clients.remove(&client) {
             if let Some(u) = self.uids.get_mut(&c.info.uid) {
                 u.clients = u.clients.saturating_sub(1);
@@ -873,6 +941,7 @@ impl Registry {
             && self.intr_by_num.is_empty()
             && self.intr_conns.is_empty()
             && self.arenas.is_empty()
+            && self.loans.is_empty()
             && self.remote_segs.is_empty()
             && self.remote_intrs.is_empty()
             && self.uids.is_empty()
@@ -934,6 +1003,7 @@ impl Registry {
             }
             st.peers = l.status(&imports);
         }
+        st.lending = self.loans.status();
         st.totals = vsci_proto::StatusTotals {
             clients: st.clients.len() as u64,
             segments: st.segments.len() as u64,
@@ -980,7 +1050,8 @@ pub enum Handled {
 
 impl Node {
     pub fn new(cfg: Config) -> Arc<Node> {
-        Arc::new(Node { cfg, started: Instant::now(), reg: Mutex::new(Registry::default()), changed: Condvar::new() })
+        let reg = Registry { loans: crate::loans::Loans::new(cfg.lend_pool), ..Default::default() };
+        Arc::new(Node { cfg, started: Instant::now(), reg: Mutex::new(reg), changed: Condvar::new() })
     }
 
     pub fn lock(&self) -> MutexGuard<'_, Registry> {
@@ -1158,6 +1229,27 @@ impl Node {
                 }
             }
             R::Status => Ok(simple(Reply::Status(Box::new(reg.status(cfg, self.started))))),
+            R::Borrow { node_id, size } if node_id != cfg.node_id && reg.links.as_ref().is_some_and(|l| l.is_member(node_id)) => {
+                if size == 0 {
+                    Err(SciError::IllegalParameter)
+                } else {
+                    match reg.charge(cfg, client) {
+                        Err(e) => Err(e),
+                        Ok(()) => {
+                            let links = reg.links.clone().expect("checked");
+                            drop(reg);
+                            links.borrow(Arc::clone(self), client, tag, node_id, size);
+                            return Handled::Deferred;
+                        }
+                    }
+                }
+            }
+            // Not from ourselves: a program that wants its own node's memory
+            // makes a segment.
+            R::Borrow { node_id, .. } if node_id == cfg.node_id => Err(SciError::IllegalParameter),
+            R::Borrow { .. } => Err(SciError::NoSuchNodeid),
+            R::Lend { size } => reg.lend(client, size),
+            R::ReturnLoan { loan } => reg.return_loan(client, loan),
         };
         Handled::Reply(match result {
             Ok(out) => tagged(out, tag),
@@ -1262,6 +1354,7 @@ mod tests {
             fd_limit: 1 << 20,
             fd_reserve: 64,
             connect_policy: ConnectPolicy::Any,
+            lend_pool: 0,
         })
     }
 

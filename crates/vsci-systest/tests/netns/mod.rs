@@ -40,6 +40,8 @@ pub struct Node {
     pub socket: PathBuf,
     pub log: PathBuf,
     pub config: PathBuf,
+    /// Extra vscid arguments (e.g. `--lend 1G`).
+    pub args: Vec<String>,
     child: Option<Child>,
 }
 
@@ -148,6 +150,16 @@ impl Cluster {
     /// member of the same id) at the member's address.  Returns None (after
     /// printing why) when network namespaces cannot be made here.
     pub fn start_with(ids: &[u32], rogues: &[Rogue]) -> Option<Cluster> {
+        Cluster::start_full(ids, rogues, &[])
+    }
+
+    /// Members `ids`, member `id` started with the extra vscid arguments
+    /// `args` given for it (e.g. `(2, &["--lend", "1G"])`).
+    pub fn start_args(ids: &[u32], args: &[(u32, &[&str])]) -> Option<Cluster> {
+        Cluster::start_full(ids, &[], args)
+    }
+
+    fn start_full(ids: &[u32], rogues: &[Rogue], node_args: &[(u32, &[&str])]) -> Option<Cluster> {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let pid = std::process::id();
         let k = NEXT.fetch_add(1, Ordering::SeqCst);
@@ -201,7 +213,8 @@ impl Cluster {
             let socket = c.dir.path.join(format!("{name}.sock"));
             let log = c.dir.path.join(format!("{name}.log"));
             let config = c.dir.path.join(if legit { "cluster.toml".to_string() } else { format!("{name}.toml") });
-            c.nodes.push(Node { id, name, legit, ns, ip: ipaddr, br_if, socket, log, config, child: None });
+            let args = node_args.iter().filter(|(i, _)| legit && *i == id).flat_map(|(_, a)| a.iter().map(|s| s.to_string())).collect();
+            c.nodes.push(Node { id, name, legit, ns, ip: ipaddr, br_if, socket, log, config, args, child: None });
         }
 
         // Key files and cluster files.
@@ -245,6 +258,7 @@ impl Cluster {
             .arg(n.id.to_string())
             .arg("--socket")
             .arg(&n.socket)
+            .args(&n.args)
             .env_remove("VSCI_SOCKET")
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
