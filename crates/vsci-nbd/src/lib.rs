@@ -27,6 +27,14 @@
 //! waits until every request the connection received before it has
 //! completed, then calls [`Backend::flush`], which must cover writes from
 //! all connections (we advertise `NBD_FLAG_CAN_MULTI_CONN`).
+//!
+//! ## Limits
+//! READ/WRITE lengths are capped at `max_request`; one connection holds at
+//! most 2 × `max_request` of request buffers at once (the reader waits for
+//! workers beyond that). TRIM and WRITE_ZEROES carry no payload and may
+//! span up to 4 GiB. Negotiation must make progress every 30 s and within
+//! 256 options. The number of connections is not limited here: put the
+//! socket where only trusted clients reach it.
 
 pub mod proto;
 mod server;

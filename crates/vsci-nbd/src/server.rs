@@ -264,6 +264,9 @@ fn bump(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
 }
 
+/// Shuts one connection's socket down in the given direction.
+type ShutdownFn = Box<dyn Fn(Shutdown) + Send>;
+
 struct Inner {
     backend: Arc<dyn Backend>,
     cfg: ServerConfig,
@@ -271,7 +274,7 @@ struct Inner {
     stats: Counters,
     next_conn: AtomicU64,
     /// Open connections, so stop() can wake threads blocked on a socket.
-    conns: Mutex<HashMap<u64, Box<dyn Fn(Shutdown) + Send>>>,
+    conns: Mutex<HashMap<u64, ShutdownFn>>,
 }
 
 /// An NBD server for one export. Cheap to share: `serve_*` may run on
