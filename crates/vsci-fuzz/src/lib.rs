@@ -22,7 +22,61 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("node_link_frame", node_link_frame),
     ("guest_control", guest_control),
     ("cluster_file", cluster_file),
+    ("nbd_session", nbd_session),
 ];
+
+/// Export offered to the `nbd_session` target.
+const NBD_SIZE: u64 = 1 << 20;
+const NBD_MAX_REQUEST: u32 = 1 << 16;
+
+/// Bytes an NBD client sends `vsci blockdev` (`nbd_session` target): the
+/// whole negotiation as the server reads it, then transmission requests
+/// (header, and a WRITE's payload) as its connection reader parses and
+/// checks them.
+pub fn nbd_session(data: &[u8]) {
+    use vsci_nbd::proto::{CMD_WRITE, REQUEST_SIZE};
+    let mut r = data;
+    let mut replies = Vec::new();
+    let ex = vsci_nbd::ExportInfo { name: "vsci", size: NBD_SIZE, tflags: 0, max_request: NBD_MAX_REQUEST };
+    let Ok(vsci_nbd::Negotiated::Transmission { .. }) = vsci_nbd::negotiate(&mut r, &mut replies, &ex) else { return };
+    let lim = vsci_nbd::ExportLimits { size: NBD_SIZE, read_only: false, max_request: NBD_MAX_REQUEST };
+    while r.len() >= REQUEST_SIZE {
+        let (head, rest) = r.split_at(REQUEST_SIZE);
+        r = rest;
+        let Ok(req) = vsci_nbd::parse_request(head.try_into().expect("REQUEST_SIZE bytes")) else { return };
+        let ok = vsci_nbd::check_request(&req, &lim).is_ok();
+        if ok && req.command == CMD_WRITE {
+            assert!(req.offset + u64::from(req.len) <= NBD_SIZE && req.len <= NBD_MAX_REQUEST, "a checked write stays in the export");
+        }
+        if req.command == CMD_WRITE {
+            r = &r[(req.len as usize).min(r.len())..];
+        }
+    }
+}
+
+/// A client's side of an NBD session: negotiation choosing the export with
+/// `NBD_OPT_GO`, then `requests` (WRITE payloads of their length).
+fn nbd_client_bytes(requests: &[vsci_nbd::Request]) -> Vec<u8> {
+    use vsci_nbd::proto::*;
+    let mut b = (FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).to_be_bytes().to_vec();
+    let mut go = 4u32.to_be_bytes().to_vec();
+    go.extend_from_slice(b"vsci");
+    go.extend_from_slice(&1u16.to_be_bytes());
+    go.extend_from_slice(&INFO_BLOCK_SIZE.to_be_bytes());
+    for (opt, data) in [(OPT_LIST, Vec::new()), (OPT_INFO, go.clone()), (OPT_STRUCTURED_REPLY, Vec::new()), (OPT_GO, go)] {
+        b.extend_from_slice(&IHAVEOPT.to_be_bytes());
+        b.extend_from_slice(&opt.to_be_bytes());
+        b.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        b.extend_from_slice(&data);
+    }
+    for r in requests {
+        b.extend_from_slice(&encode_request(r));
+        if r.command == CMD_WRITE {
+            b.extend(std::iter::repeat(0xa5).take(r.len as usize));
+        }
+    }
+    b
+}
 
 fn msg(tag: u64, req: Request) -> Vec<u8> {
     postcard::to_stdvec(&ClientMsg { tag, req }).expect("encodes")
@@ -57,6 +111,9 @@ fn requests() -> Vec<Request> {
         Request::DmaAbort { queue: 1 },
         Request::ShareSegment { seg: 2 },
         Request::AttachSegment { segment_id: 5 },
+        Request::Borrow { node_id: 9, size: 1 << 20 },
+        Request::Lend { size: 1 << 20 },
+        Request::ReturnLoan { loan: 2 },
         Request::Close,
     ]
 }
@@ -126,6 +183,10 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         PeerMsg::ConnectSegmentReply { req: 5, result: Err(SciError::NoSuchSegment) },
         PeerMsg::DisconnectSegment { conn: 5 },
         PeerMsg::DisconnectInterrupt { conn: 6 },
+        PeerMsg::Borrow { req: 6, size: 1 << 20 },
+        PeerMsg::BorrowReply { req: 7, result: Ok(seed_grant(79, 1 << 20)) },
+        PeerMsg::BorrowReply { req: 8, result: Err(SciError::Nospc) },
+        PeerMsg::ReturnLoan { loan: 79 },
     ];
     out.push(("node_link_frame", "session".into(), link_seed(&peer_msgs)));
     for (i, m) in peer_msgs.iter().enumerate() {
@@ -148,6 +209,23 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     let agent = postcard::to_stdvec(&AgentRecord { msg: vec![1, 2, 3], attachments: vec![] }).expect("encodes");
     out.push(("guest_control", "agent-record".into(), [vec![1], join(&[agent])].concat()));
 
+    // nbd_session: a client's negotiation and requests.
+    {
+        use vsci_nbd::proto::*;
+        let req = |command, flags, offset, len| vsci_nbd::Request { flags, command, cookie: offset ^ 0x55, offset, len };
+        let all = [
+            req(CMD_WRITE, CMD_FLAG_FUA, 4096, 4096),
+            req(CMD_READ, 0, 0, 8192),
+            req(CMD_FLUSH, 0, 0, 0),
+            req(CMD_TRIM, 0, 8192, 4096),
+            req(CMD_WRITE_ZEROES, 0, 0, 65536),
+            req(CMD_READ, 0, NBD_SIZE - 1, 2),
+            req(CMD_DISC, 0, 0, 0),
+        ];
+        out.push(("nbd_session", "session".into(), nbd_client_bytes(&all)));
+        out.push(("nbd_session", "negotiation-only".into(), nbd_client_bytes(&[])));
+    }
+
     // cluster_file: text, NUL, key.
     let key = b"0123456789abcdef0123456789abcdef";
     let files = [
@@ -164,4 +242,21 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     }
     out.push(("cluster_file", "short-key".into(), b"key_file = \"k\"\n[[node]]\nid = 2\naddress = \"127.0.0.1:1\"\n\0short".to_vec()));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    /// The NBD seed gets through negotiation, so the fuzzer starts inside
+    /// transmission, not at the greeting.
+    #[test]
+    fn the_nbd_seed_reaches_transmission() {
+        let seeds = super::seeds();
+        let (_, _, data) = seeds.iter().find(|(t, n, _)| *t == "nbd_session" && n == "session").expect("seed");
+        let mut r = &data[..];
+        let mut replies = Vec::new();
+        let ex = vsci_nbd::ExportInfo { name: "vsci", size: super::NBD_SIZE, tflags: 0, max_request: super::NBD_MAX_REQUEST };
+        let n = vsci_nbd::negotiate(&mut r, &mut replies, &ex).expect("negotiates");
+        assert!(matches!(n, vsci_nbd::Negotiated::Transmission { .. }), "{n:?}");
+        assert!(r.len() > 7 * 28, "requests follow");
+    }
 }

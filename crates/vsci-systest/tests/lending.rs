@@ -106,7 +106,7 @@ fn a_block_device_of_lent_memory_holds_256_mib_across_namespaces() {
     let Some(mut c) = Cluster::start_args(&[1, 2, 3], &[(2, &["--lend", "512M"]), (3, &["--lend", "512M"])]) else { return };
     let dir = c.dir.path.clone();
     let sock = dir.join("bd.sock");
-    let mut bd = blockdev(&c, 1, &sock, &["--size", "256M", "--from", "2,3"]);
+    let bd = blockdev(&c, 1, &sock, &["--size", "256M", "--from", "2,3"]);
 
     // Each lender lent half, and the borrower's node says so.
     for lender in [2, 3] {

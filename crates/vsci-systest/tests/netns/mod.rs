@@ -407,6 +407,16 @@ impl Cluster {
         }
     }
 
+    /// Start member `id` again after `kill_node` (same arguments), and
+    /// wait until it and every other member see each other up.
+    pub fn restart_node(&mut self, id: u32) {
+        let i = self.idx(id);
+        assert!(self.nodes[i].child.is_none(), "node {id} is still running");
+        self.spawn_daemon(i);
+        self.wait_socket(i);
+        self.wait_all_up();
+    }
+
     /// Pull member `id`'s cable: its veth's bridge end goes down, so its
     /// packets are dropped silently (no reset reaches anyone).
     pub fn cut_link(&self, id: u32) {
