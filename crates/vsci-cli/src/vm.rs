@@ -59,6 +59,11 @@ pub struct RunArgs {
     /// Copy the guest's kernel console to stderr.
     #[arg(long)]
     console: bool,
+    /// Give the guest a disk: a raw image file or an NBD URL (e.g. what
+    /// `vsci blockdev` prints); it appears as /dev/vda, /dev/vdb, ...
+    /// (virtio-blk). Repeatable.
+    #[arg(long = "drive", value_name = "FILE_OR_NBD_URL")]
+    drives: Vec<String>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -136,5 +141,6 @@ fn vm_run(a: RunArgs) -> Result<i32> {
         other => bail!("--accel {other}: expected auto, kvm or tcg"),
     };
     cfg.console = a.console;
+    cfg.drives = a.drives;
     vsci_vm::run(&cfg)
 }

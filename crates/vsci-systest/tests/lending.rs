@@ -190,3 +190,35 @@ fn a_lender_lends_no_more_than_its_pool() {
     cmd.arg("blockdev").arg("--socket").arg(&c.node(1).socket).arg("--listen-unix").arg(c.dir.path.join("bd4.sock")).args(["--size", "4M", "--from", "9"]);
     run("vsci blockdev from no such node", &mut cmd, Duration::from_secs(60)).assert_contains("SCI_ERR_NO_SUCH_NODEID");
 }
+
+/// A QEMU guest swaps onto a block device of lent memory (QEMU's own NBD
+/// client reads `vsci blockdev`'s export; the guest sees virtio-blk) and a
+/// program larger than the guest's RAM finishes with every word right.
+#[test]
+fn a_guest_swaps_onto_lent_memory() {
+    if !netns::guests_possible() {
+        eprintln!("SKIPPED: no QEMU here");
+        return;
+    }
+    let Some(c) = Cluster::start_args(&[1, 2], &[(2, &["--lend", "512M"])]) else { return };
+    let sock = c.dir.path.join("swap.sock");
+    let bd = blockdev(&c, 1, &sock, &["--size", "256M", "--from", "2"]);
+    let mut cmd = c.client(1, &built("bin/vsci"));
+    cmd.args(["vm", "run", "--name", "swapper", "--memory", "128", "--timeout", "400", "--drive", &url(&sock)]);
+    cmd.arg("--add").arg(format!("{}:/bin/t_memhog", built("tests/t_memhog").display()));
+    cmd.args(["--", "sh", "-c", "mkswap /dev/vda && swapon /dev/vda && grep -E 'MemTotal|SwapTotal' /proc/meminfo && t_memhog 192 && grep SwapTotal /proc/meminfo"]);
+    let out = Proc::spawn("guest swapping onto lent memory", &mut cmd).wait(Duration::from_secs(450));
+    println!("{}{}", out.stdout, out.stderr);
+    out.assert_success();
+    let line = out.stdout.lines().find(|l| l.starts_with("MEMHOG")).unwrap_or_else(|| panic!("no MEMHOG line: {}", out.describe()));
+    assert!(line.starts_with("MEMHOG OK"), "{line}");
+    let swapped: i64 = line.rsplit('=').next().and_then(|k| k.parse().ok()).unwrap_or(-1);
+    assert!(swapped > 32 * 1024, "the program should have been partly swapped out: {line}");
+    let mem_kib: u64 = out.stdout.lines().find_map(|l| l.strip_prefix("MemTotal:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).expect("MemTotal");
+    assert!(mem_kib < 192 * 1024, "the guest has less RAM ({mem_kib} KiB) than the program needs");
+    // What went through the device: the server counted writes and reads.
+    bd.signal(libc::SIGTERM);
+    let st = bd.wait(Duration::from_secs(30));
+    println!("{}", st.stdout);
+    assert!(st.stdout.contains("stopped"), "{}", st.describe());
+}

@@ -36,7 +36,19 @@ const DRIVER_H: &str = include_str!("../../../guest/driver/vsci_guest.h");
 const DRIVER_KBUILD: &str = include_str!("../../../guest/driver/Kbuild");
 const INIT: &str = include_str!("../../../guest/init");
 /// Bump when the image layout changes in a way the inputs do not show.
-const FORMAT: &str = "vsci-guest-image-1";
+const FORMAT: &str = "vsci-guest-image-2";
+
+/// Modules of the pinned kernel the image carries for disks QEMU attaches
+/// (`vsci vm run --drive`: virtio-blk over PCI), in load order; /init loads
+/// them when such a device is present.
+const BLOCK_MODULES: &[&str] = &[
+    "drivers/virtio/virtio_ring.ko",
+    "drivers/virtio/virtio.ko",
+    "drivers/virtio/virtio_pci_modern_dev.ko",
+    "drivers/virtio/virtio_pci_legacy_dev.ko",
+    "drivers/virtio/virtio_pci.ko",
+    "drivers/block/virtio_blk.ko",
+];
 
 const BUSYBOX: &str = "/bin/busybox";
 /// The C runtime every image carries, so ordinary dynamically linked programs
@@ -159,7 +171,8 @@ pub fn ensure_image(say: &dyn Fn(&str)) -> Result<Image> {
     if let Some(l) = &sisci {
         say(&format!("the image carries {} as /usr/lib/x86_64-linux-gnu/libsisci.so", l.display()));
     }
-    let cpio = base_archive(&fs::read(&ko)?, &libs, sisci.as_deref())?;
+    let block = ensure_block_modules(&cache, &kdir, &pin)?;
+    let cpio = base_archive(&fs::read(&ko)?, &block, &libs, sisci.as_deref())?;
     fs::write(tmp.join("initrd.cpio"), cpio)?;
     let _ = fs::remove_dir_all(&dir);
     fs::rename(&tmp, &dir).with_context(|| format!("rename {} to {}", tmp.display(), dir.display()))?;
@@ -319,6 +332,38 @@ fn ensure_kernel(cache: &Path, pin: &KernelPin, say: &dyn Fn(&str)) -> Result<Pa
     Ok(kdir)
 }
 
+/// The [`BLOCK_MODULES`] of the pinned kernel, extracted from its image
+/// package once (into KERNEL_DIR/block-modules): (file name, contents).
+fn ensure_block_modules(cache: &Path, kdir: &Path, pin: &KernelPin) -> Result<Vec<(String, Vec<u8>)>> {
+    let dir = kdir.join("block-modules");
+    let inside = |m: &str| format!("./lib/modules/{}-amd64/kernel/{m}", pin.abi);
+    let have = |m: &str| dir.join(inside(m)).exists();
+    if !BLOCK_MODULES.iter().all(|m| have(m)) {
+        let deb = find_deb(&cache.join("debs"), &format!("linux-image-{}-amd64_{}_", pin.abi, pin.version))?
+            .ok_or_else(|| anyhow!("the kernel image package is no longer in {}", cache.join("debs").display()))?;
+        fs::create_dir_all(&dir)?;
+        let mut pkg = Command::new("dpkg-deb").arg("--fsys-tarfile").arg(&deb).stdout(Stdio::piped()).spawn().context("run dpkg-deb")?;
+        let st = Command::new("tar")
+            .arg("-x")
+            .arg("-C")
+            .arg(&dir)
+            .args(BLOCK_MODULES.iter().map(|m| inside(m)))
+            .stdin(pkg.stdout.take().expect("piped"))
+            .status()
+            .context("run tar")?;
+        if !st.success() || !pkg.wait()?.success() {
+            bail!("could not extract the virtio-blk modules from {}", deb.display());
+        }
+    }
+    BLOCK_MODULES
+        .iter()
+        .map(|m| {
+            let name = Path::new(m).file_name().expect("a file").to_string_lossy().to_string();
+            Ok((name, fs::read(dir.join(inside(m))).with_context(|| format!("read {m}"))?))
+        })
+        .collect()
+}
+
 fn find_deb(dir: &Path, prefix: &str) -> Result<Option<PathBuf>> {
     for e in fs::read_dir(dir)? {
         let e = e?;
@@ -358,7 +403,7 @@ fn build_module(kdir: &Path, pin: &KernelPin, build: &Path) -> Result<PathBuf> {
 
 /// The base initramfs: directories, /init, busybox and its applets, the
 /// driver, the C runtime and a minimal /etc.
-fn base_archive(module: &[u8], libs: &[PathBuf], sisci: Option<&Path>) -> Result<Vec<u8>> {
+fn base_archive(module: &[u8], block: &[(String, Vec<u8>)], libs: &[PathBuf], sisci: Option<&Path>) -> Result<Vec<u8>> {
     let mut c = Cpio::new();
     for d in ["/bin", "/sbin", "/usr/bin", "/usr/sbin", "/etc", "/proc", "/sys", "/dev", "/tmp", "/root", "/run", "/vsci"] {
         c.dir(d, 0o755);
@@ -375,6 +420,13 @@ fn base_archive(module: &[u8], libs: &[PathBuf], sisci: Option<&Path>) -> Result
         }
     }
     c.file("/lib/modules/vsci_guest.ko", 0o644, module);
+    c.dir("/lib/modules/block", 0o755);
+    let mut order = String::new();
+    for (name, data) in block {
+        c.file(&format!("/lib/modules/block/{name}"), 0o644, data);
+        order += &format!("{name}\n");
+    }
+    c.file("/lib/modules/block/order", 0o644, order.as_bytes());
     for l in libs {
         add_host_file(&mut c, l, &l.to_string_lossy())?;
     }

@@ -64,6 +64,10 @@ pub struct RunConfig {
     pub accel: Accel,
     /// Copy the guest's console to stderr (`VSCI_VM_CONSOLE=1` does too).
     pub console: bool,
+    /// Disks for the guest, as QEMU `-drive file=` names them (a raw image
+    /// file, or an NBD URL such as `vsci blockdev` prints); the guest sees
+    /// them as virtio-blk devices /dev/vda, /dev/vdb, ...
+    pub drives: Vec<String>,
 }
 
 impl RunConfig {
@@ -81,6 +85,7 @@ impl RunConfig {
             timeout: None,
             accel: Accel::Auto,
             console: false,
+            drives: Vec::new(),
         }
     }
 }
@@ -316,6 +321,9 @@ pub fn run(cfg: &RunConfig) -> Result<i32> {
             cfg.vectors,
             crate::agent::CTL_SLOT
         ));
+    }
+    for d in &cfg.drives {
+        cmd.arg("-drive").arg(format!("file={},format=raw,if=virtio", d.replace(',', ",,")));
     }
     cmd.stdin(Stdio::null());
     // QEMU prints nothing on stdout; keep ours for the command's output.
