@@ -21,7 +21,7 @@ SYSUSERS_DIR     ?= $(PREFIX)/lib/sysusers.d
 DIS_PREFIX ?= /opt/DIS
 LDSO_CONF  ?= /etc/ld.so.conf.d/00-vsci-dis.conf
 
-HEADERS     := include/sisci_api.h include/sisci_types.h include/sisci_error.h
+HEADERS     := include/sisci_api.h include/sisci_types.h include/sisci_error.h include/vsci_tmem.h
 DIS_HEADERS := include/dis/dis_types.h
 
 C_INC    := -I$(BUILD)/include

@@ -4,14 +4,15 @@
  * the word, reports how much of itself the kernel swapped out, then reads
  * every page back in a scattered order and checks every word.
  *
- * Prints "MEMHOG OK pages=N swapped_kib=K" or "MEMHOG BAD page=P word=W"
- * (exit 1). The guest swap test runs it in a guest whose swap device is
+ * Prints "MEMHOG OK pages=N swapped_kib=K secs=S" (S: the time the fill
+ * and the check took) or "MEMHOG BAD page=P word=W" (exit 1). The guest swap test runs it in a guest whose swap device is
  * memory lent by another node (crates/vsci-systest/tests/lending.rs).
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define PAGE 4096u
 #define WORDS (PAGE / sizeof(uint64_t))
@@ -42,6 +43,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	uint64_t pages = strtoull(argv[1], NULL, 0) * (1u << 20) / PAGE;
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	uint64_t *mem = malloc(pages * PAGE);
 	if (!mem) {
 		printf("MEMHOG NOMEM\n");
@@ -62,6 +65,8 @@ int main(int argc, char **argv)
 				printf("MEMHOG BAD page=%llu word=%llu\n", (unsigned long long)p, (unsigned long long)w);
 				return 1;
 			}
-	printf("MEMHOG OK pages=%llu swapped_kib=%ld\n", (unsigned long long)pages, kib);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	printf("MEMHOG OK pages=%llu swapped_kib=%ld secs=%.2f\n", (unsigned long long)pages, kib,
+	       (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
 	return 0;
 }

@@ -38,6 +38,38 @@ pub struct BlockdevArgs {
 }
 
 
+/// The device: a store of lent memory.
+struct Device(vsci_lend::LoanStore);
+
+/// The store as an NBD export's backend.
+impl vsci_nbd::Backend for Device {
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.0.read_at(buf, offset)
+    }
+
+    fn write_at(&self, data: &[u8], offset: u64) -> std::io::Result<()> {
+        self.0.write_at(data, offset)
+    }
+
+    /// Every write is at its lender when it returns (delivered RMA
+    /// writes), so there is nothing left to push. The lenders' memory is
+    /// not durable across their restart: a block device of lent memory is
+    /// swap or scratch space, not storage.
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    /// Lent memory cannot be given back piecewise; trimmed blocks keep
+    /// their contents, which the trait allows.
+    fn trim(&self, _offset: u64, _len: u64) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 pub fn run(a: BlockdevArgs) -> Result<()> {
     if a.stripe == 0 || a.stripe % 4096 != 0 {
         bail!("--stripe must be a positive multiple of 4096");
@@ -46,7 +78,7 @@ pub fn run(a: BlockdevArgs) -> Result<()> {
     let client = vsci_client::Client::connect(&node, "vsci-blockdev").map_err(|e| anyhow::anyhow!("cannot reach vscid at {}: {e}", node.display()))?;
     let store = vsci_lend::LoanStore::borrow(&client, &a.from, a.size, a.stripe)
         .map_err(|e| anyhow::anyhow!("borrowing {} bytes from node(s) {:?}: {} ({e})", a.size, a.from, e.c_name()))?;
-    let store = Arc::new(store);
+    let store = Arc::new(Device(store));
     let cfg = vsci_nbd::ServerConfig { export_name: a.name.clone(), read_only: a.read_only, ..Default::default() };
     let server = Arc::new(vsci_nbd::Server::new(store.clone(), cfg));
     let path = a.listen_unix.clone().unwrap_or_else(|| PathBuf::from(format!("/tmp/vsci-blockdev-{}.sock", a.name)));
@@ -63,7 +95,7 @@ pub fn run(a: BlockdevArgs) -> Result<()> {
         threads.push(std::thread::spawn(move || s.serve_tcp(tcp)));
         println!("serving on nbd://{addr}/{}", a.name);
     }
-    println!("vsci blockdev: {} bytes of memory lent by node(s) {:?}, stripe {} bytes", store.size(), store.lenders(), a.stripe);
+    println!("vsci blockdev: {} bytes of memory lent by node(s) {:?}, stripe {} bytes", store.0.size(), store.0.lenders(), a.stripe);
     println!("serving on nbd+unix:///{}?socket={}", a.name, path.display());
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

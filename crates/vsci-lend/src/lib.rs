@@ -7,10 +7,12 @@
 //! the lenders' memory; no daemon is on the path and the lenders copy
 //! nothing.
 //!
-//! It is served as a block device through `vsci_nbd` (an NBD export:
-//! QEMU's NBD client, the kernel's `nbd` driver and libnbd's tools read
-//! it); `vsci blockdev` runs that.
+//! `vsci blockdev` serves it as a block device (an NBD export: QEMU's NBD
+//! client, the kernel's `nbd` driver and libnbd's tools read it).
+//! [`pagestore`] keeps page-sized objects in loans (tmem).
 
+
+pub mod pagestore;
 
 use std::io;
 
@@ -108,35 +110,6 @@ impl LoanStore {
                 self.loans[loan].write_many(&runs).map_err(|e| io_error("writing lent memory", e))?;
             }
         }
-        Ok(())
-    }
-}
-
-/// The store as an NBD export's backend.
-impl vsci_nbd::Backend for LoanStore {
-    fn size(&self) -> u64 {
-        self.size
-    }
-
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        LoanStore::read_at(self, buf, offset)
-    }
-
-    fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
-        LoanStore::write_at(self, data, offset)
-    }
-
-    /// Every write is at its lender when it returns (delivered RMA
-    /// writes), so there is nothing left to push. The lenders' memory is
-    /// not durable across their restart: a block device of lent memory is
-    /// swap or scratch space, not storage.
-    fn flush(&self) -> io::Result<()> {
-        Ok(())
-    }
-
-    /// Lent memory cannot be given back piecewise; trimmed blocks keep
-    /// their contents, which the trait allows.
-    fn trim(&self, _offset: u64, _len: u64) -> io::Result<()> {
         Ok(())
     }
 }

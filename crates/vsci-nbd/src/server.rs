@@ -489,6 +489,10 @@ impl Outstanding {
         lock(&self.set).remove(&seq);
         self.cv.notify_all();
     }
+    /// Nothing but `seq` itself is executing.
+    fn is_empty_but(&self, seq: u64) -> bool {
+        lock(&self.set).iter().all(|&s| s == seq)
+    }
     /// Cannot deadlock: jobs leave the queue in sequence order, so every
     /// earlier request is done or running on another worker, and a running
     /// request waits only on requests earlier still.
@@ -726,18 +730,23 @@ fn read_requests<S: Conn>(
             _ => 0,
         };
         shared.outstanding.begin(seq);
-        if tx
-            .send(Job {
-                seq,
-                cookie: req.cookie,
-                charge,
-                op,
-            })
-            .is_err()
-        {
+        let job = Job { seq, cookie: req.cookie, charge, op };
+        seq += 1;
+        // A client that waits for each reply (queue depth 1) has sent
+        // nothing more and has nothing else in flight: run its request
+        // here. Handing it to a worker would add a thread wake-up, which
+        // costs more than the request itself on some machines (about
+        // 48 µs where we measured, against 35 µs for an RMA read).
+        if r.buffer().is_empty() && shared.outstanding.is_empty_but(job.seq) {
+            let (seq, charge) = (job.seq, job.charge);
+            execute(shared, job);
+            shared.outstanding.end(seq);
+            shared.budget.release(charge);
+            continue;
+        }
+        if tx.send(job).is_err() {
             return Err(io::Error::new(io::ErrorKind::BrokenPipe, "workers gone"));
         }
-        seq += 1;
     }
 }
 

@@ -212,7 +212,7 @@ fn a_guest_swaps_onto_lent_memory() {
     out.assert_success();
     let line = out.stdout.lines().find(|l| l.starts_with("MEMHOG")).unwrap_or_else(|| panic!("no MEMHOG line: {}", out.describe()));
     assert!(line.starts_with("MEMHOG OK"), "{line}");
-    let swapped: i64 = line.rsplit('=').next().and_then(|k| k.parse().ok()).unwrap_or(-1);
+    let swapped: i64 = line.split_whitespace().find_map(|w| w.strip_prefix("swapped_kib=")).and_then(|k| k.parse().ok()).unwrap_or(-1);
     assert!(swapped > 32 * 1024, "the program should have been partly swapped out: {line}");
     let mem_kib: u64 = out.stdout.lines().find_map(|l| l.strip_prefix("MemTotal:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).expect("MemTotal");
     assert!(mem_kib < 192 * 1024, "the guest has less RAM ({mem_kib} KiB) than the program needs");

@@ -87,7 +87,7 @@ pub const GUEST_REMOTE: PathSpec = PathSpec {
 /// Why the peers of the other paths do not run on guest paths.
 const NO_TCP_PEERS: &str = "sockperf, iperf3 and ucx_perftest are not in the guest image (busybox, the C runtime and libsisci only), and a guest has no network device: there is no TCP path into it to measure. The guest's own limits are the raw shared-memory ping-pong and memcpy that sisci_bench measures inside a guest (path `guest`).";
 
-fn qemu() -> Option<PathBuf> {
+pub fn qemu() -> Option<PathBuf> {
     std::env::var_os("VSCI_QEMU").map(PathBuf::from).or_else(|| peers::which("qemu-system-x86_64"))
 }
 

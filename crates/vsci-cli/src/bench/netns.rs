@@ -175,6 +175,8 @@ pub struct Pair {
     pub dir: PathBuf,
     pub sockets: Vec<PathBuf>,
     pub logs: Vec<PathBuf>,
+    /// Extra vscid arguments per node (index 0 is node 1), e.g. `--lend`.
+    pub node_args: Vec<Vec<String>>,
     created: Vec<String>,
     daemons: Vec<Child>,
     /// Other processes started in the namespaces (benchmarks, peers).
@@ -207,6 +209,7 @@ impl Pair {
             sockets: (1..=n).map(|i| dir.join(format!("node{i}.sock"))).collect(),
             logs: (1..=n).map(|i| dir.join(format!("node{i}.log"))).collect(),
             dir,
+            node_args: Vec::new(),
             created: Vec::new(),
             daemons: Vec::new(),
             helpers: Vec::new(),
@@ -292,6 +295,7 @@ impl Pair {
                 .arg((i + 1).to_string())
                 .arg("--socket")
                 .arg(&self.sockets[i])
+                .args(self.node_args.get(i).into_iter().flatten())
                 .env_remove(vsci_proto::SOCKET_ENV)
                 .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
                 .stdout(Stdio::from(log.try_clone()?))

@@ -22,6 +22,8 @@ pub enum Tool {
     Sockperf,
     Iperf3,
     UcxPerftest,
+    Fio,
+    Nbdkit,
 }
 
 impl Tool {
@@ -30,6 +32,8 @@ impl Tool {
             Tool::Sockperf => "sockperf",
             Tool::Iperf3 => "iperf3",
             Tool::UcxPerftest => "ucx_perftest",
+            Tool::Fio => "fio",
+            Tool::Nbdkit => "nbdkit",
         }
     }
     pub fn package(self) -> &'static str {
@@ -37,6 +41,8 @@ impl Tool {
             Tool::Sockperf => "sockperf",
             Tool::Iperf3 => "iperf3",
             Tool::UcxPerftest => "ucx-utils",
+            Tool::Fio => "fio",
+            Tool::Nbdkit => "nbdkit",
         }
     }
 }

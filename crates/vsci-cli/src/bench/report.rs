@@ -185,6 +185,9 @@ pub fn markdown(out: &Value, plots: &[String]) -> String {
     if let Some(r) = paths.get("reflective") {
         reflective(&mut d, r);
     }
+    if let Some(r) = paths.get("lending") {
+        lending(&mut d, r);
+    }
     if out.get("guest_vs_host").is_some_and(|v| !v.is_null()) {
         guest_vs_host(&mut d, &out["guest_vs_host"]);
     }
@@ -965,6 +968,72 @@ fn reflective(d: &mut Doc, r: &Value) {
          them before any is waited for, so a small store reaches three members in about the time of one \
          while a block's bytes leave the writer's node once per member (here its CPU is the link). Where the \
          group of 3 is slower than that, it is the machine: two cores for four spinning programs.",
+    );
+    d.line("");
+}
+
+fn lending(d: &mut Doc, r: &Value) {
+    d.line("## Lent memory: a block device against NBD (seed 002)");
+    d.line("");
+    d.line(&format!(
+        "Two `vscid` nodes in network namespaces joined by a veth pair; node 2 lends (`vscid --lend`). \
+         **vsci**: `vsci blockdev` on node 1, a {} device in a loan of node 2's memory, read and written \
+         with RMA operations (libfabric over TCP here); fio reaches it through its NBD export on a UNIX \
+         socket. **NBD**: seed 002's comparison, an NBD export of RAM on the other host (nbdkit's memory \
+         plugin on node 2), which fio on node 1 reaches over the same veth. fio's libnbd engine, {} s per \
+         job after both devices were filled once; MB/s counts bytes fio got back or had acknowledged. \
+         Ratios are vsci / NBD (for latency lower is better). Seed 002 reports 2× NBD's writes and 3× its \
+         reads on its hardware (a remote load/store window against Ethernet).",
+        size_name(r["size"].as_u64().unwrap_or(0)),
+        r["secs_per_job"]
+    ));
+    d.line("");
+    let f = |v: &Value| mbps(v.as_f64());
+    let mut body = Vec::new();
+    for j in r["jobs"].as_array().into_iter().flatten() {
+        let (v, k) = (&j["vsci"], &j["nbdkit"]);
+        let bw = d.peer(
+            format!("lent-memory block device: {} qd {} vs NBD", j["job"].as_str().unwrap_or("?"), j["qd"]),
+            ratio(v["MBps"].as_f64(), k["MBps"].as_f64()),
+            false,
+        );
+        body.push(vec![
+            j["job"].as_str().unwrap_or("?").to_string(),
+            j["qd"].to_string(),
+            format!("{} ({})", f(&v["MBps"]), sig(v["iops"].as_f64())),
+            format!("{} ({})", f(&k["MBps"]), sig(k["iops"].as_f64())),
+            fr(bw),
+            format!("{} / {}", us(v["p50_us"].as_f64()), us(v["p99_us"].as_f64())),
+            format!("{} / {}", us(k["p50_us"].as_f64()), us(k["p99_us"].as_f64())),
+            fr(ratio(v["p50_us"].as_f64(), k["p50_us"].as_f64())),
+        ]);
+    }
+    d.table(&["job", "queue depth", "vsci MB/s (IOPS)", "NBD MB/s (IOPS)", "vsci / NBD", "vsci p50 / p99 µs", "NBD p50 / p99 µs", "p50 vsci / NBD"], &body);
+    let sw = &r["swap"];
+    if let (Some(v), Some(k)) = (sw["vsci"]["program_secs"].as_f64(), sw["nbdkit"]["program_secs"].as_f64()) {
+        d.line(&format!(
+            "**Swap.** A {} MiB TCG guest swaps onto each device in turn (QEMU's own NBD client, virtio-blk in the \
+             guest) while `t_memhog` writes and then checks {} MiB, about twice the RAM the guest has left: \
+             {:.1} s on vsci (swapped out {} MiB), {:.1} s on NBD ({} MiB): vsci / NBD = {}. Under TCG the \
+             guest's CPU is emulated, so this time is more QEMU than either device.",
+            sw["vsci"]["guest_ram_MiB"],
+            sw["vsci"]["working_set_MiB"],
+            v,
+            sw["vsci"]["swapped_kib"].as_f64().map_or(0, |k| (k / 1024.0) as u64),
+            k,
+            sw["nbdkit"]["swapped_kib"].as_f64().map_or(0, |k| (k / 1024.0) as u64),
+            fr(ratio(Some(v), Some(k)))
+        ));
+    } else if let Some(why) = sw["skipped"].as_str() {
+        d.line(&format!("**Swap.** Not run ({why})."));
+    }
+    d.line("");
+    d.line(
+        "Both devices here ride the same kernel TCP over a veth pair: vsci's RMA engine is libfabric's tcp \
+         provider on this machine, so the gap seed 002 saw between a memory window and Ethernet does not \
+         exist here; what remains is NBD's per-request protocol on both sides, plus vsci's extra local hop \
+         (fio → NBD on a UNIX socket → RMA). On an RDMA NIC (`fabric_provider = \"verbs;ofi_rxm\"`) the \
+         loan is read and written by the NIC.",
     );
     d.line("");
 }

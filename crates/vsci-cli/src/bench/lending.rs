@@ -1,0 +1,194 @@
+//! The `lending` path: a block device of lent memory (issue 13, seed 002).
+//! Two nodes in network namespaces; node 2 lends (`vscid --lend`), node 1
+//! runs `vsci blockdev` over a loan from it. The peer is what seed 002
+//! compared its remote swap with: an NBD export of RAM on the other host
+//! (nbdkit's memory plugin on node 2, reached over the same veth). fio
+//! (libnbd engine) drives both from node 1 with the same jobs: sequential
+//! and random 4 KiB reads and writes at queue depth 1 and 32, and 1 MiB
+//! streams. Then, where QEMU is, a guest with less RAM than its program
+//! swaps onto each device in turn and the program's run time is compared.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+
+use super::netns::{self, Pair};
+use super::peers::Tool;
+use super::{run_forwarded, say, step, Ctx, PathSpec};
+
+pub const PATH: PathSpec = PathSpec {
+    name: "lending",
+    what: "lent memory: vsci blockdev over memory another node lends, against an NBD export of RAM on that node (nbdkit), under fio and as a guest's swap (network namespaces, RMA engine over TCP)",
+    unavailable: super::remote::needs_root_and_ip,
+    steps: 4,
+    tools: &[Tool::Fio, Tool::Nbdkit],
+    run,
+};
+
+/// Device size: both exports, and the lender's share.
+const SIZE: &str = "384M";
+const SIZE_BYTES: u64 = 384 << 20;
+const NBDKIT_PORT: u16 = 10809;
+
+/// (row name, fio --rw, block size, queue depth).
+const JOBS: &[(&str, &str, u64, u32)] = &[
+    ("sequential read 4 KiB", "read", 4096, 1),
+    ("sequential read 4 KiB", "read", 4096, 32),
+    ("random read 4 KiB", "randread", 4096, 1),
+    ("random read 4 KiB", "randread", 4096, 32),
+    ("sequential write 4 KiB", "write", 4096, 1),
+    ("sequential write 4 KiB", "write", 4096, 32),
+    ("random write 4 KiB", "randwrite", 4096, 1),
+    ("random write 4 KiB", "randwrite", 4096, 32),
+    ("sequential read 1 MiB", "read", 1 << 20, 8),
+    ("sequential write 1 MiB", "write", 1 << 20, 8),
+];
+
+fn run(ctx: &Ctx) -> Result<Value> {
+    let (Some(fio), Some(nbdkit)) = (ctx.tools.get(Tool::Fio), ctx.tools.get(Tool::Nbdkit)) else {
+        bail!("fio and nbdkit are needed (scripts/install-deps.sh installs them)");
+    };
+    let (fio, nbdkit) = (fio.to_path_buf(), nbdkit.to_path_buf());
+    let vscid = crate::node::sibling("vscid");
+    let vsci = crate::node::sibling("vsci");
+    step("lending: two nodes in network namespaces, node 2 lending");
+    let mut nodes = Pair::create_n(2)?;
+    nodes.node_args = vec![Vec::new(), vec!["--lend".into(), "1G".into()]];
+    nodes.start_nodes(&vscid, Duration::from_secs(30))?;
+    say(&format!("namespaces {} (nodes 1-2, {}); files in {}", nodes.ns.join(", "), nodes.ip.join(", "), nodes.dir.display()));
+
+    let sock = nodes.dir.join("blockdev.sock");
+    let mut bd = nodes.command(0, &vsci);
+    bd.args(["blockdev", "--size", SIZE, "--from", "2", "--listen-unix"]).arg(&sock).stdout(Stdio::null()).stderr(Stdio::null());
+    nodes.spawn(bd, "vsci blockdev")?;
+    let mut kit = nodes.command(1, &nbdkit);
+    kit.args(["-f", "-i", &nodes.ip[1], "-p", &NBDKIT_PORT.to_string(), "memory", SIZE]).stdout(Stdio::null()).stderr(Stdio::null());
+    nodes.spawn(kit, "nbdkit")?;
+    let vsci_url = format!("nbd+unix:///vsci?socket={}", sock.display());
+    let kit_url = format!("nbd://{}:{NBDKIT_PORT}/", nodes.ip[1]);
+    for (what, url) in [("vsci blockdev", &vsci_url), ("nbdkit", &kit_url)] {
+        wait_export(&nodes, &fio, url).with_context(|| format!("{what} did not come up"))?;
+    }
+
+    step("lending: fio against vsci blockdev and nbdkit");
+    let secs = if ctx.quick { 1 } else { 5 };
+    // Fill both first: an export's first read of a block never written is
+    // a shortcut for nbdkit (zeros) that a real swap device never sees.
+    for url in [&vsci_url, &kit_url] {
+        fio_job(&nodes, &fio, url, "write", 1 << 20, 8, None)?;
+    }
+    let mut rows = Vec::new();
+    for &(name, rw, bs, qd) in JOBS {
+        let v = fio_job(&nodes, &fio, &vsci_url, rw, bs, qd, Some(secs))?;
+        let k = fio_job(&nodes, &fio, &kit_url, rw, bs, qd, Some(secs))?;
+        say(&format!(
+            "{name} qd {qd}: vsci {:.0} MB/s {:.0} IOPS p50 {:.1} µs, nbdkit {:.0} MB/s {:.0} IOPS p50 {:.1} µs",
+            v["MBps"].as_f64().unwrap_or(0.0),
+            v["iops"].as_f64().unwrap_or(0.0),
+            v["p50_us"].as_f64().unwrap_or(0.0),
+            k["MBps"].as_f64().unwrap_or(0.0),
+            k["iops"].as_f64().unwrap_or(0.0),
+            k["p50_us"].as_f64().unwrap_or(0.0),
+        ));
+        rows.push(json!({"job": name, "rw": rw, "bs": bs, "qd": qd, "vsci": v, "nbdkit": k}));
+    }
+
+    step("lending: a guest swapping onto each device");
+    let swap = if ctx.quick {
+        json!({"skipped": "--quick"})
+    } else if super::guest::qemu().is_some() {
+        let mut runs = serde_json::Map::new();
+        for (what, url) in [("vsci", &vsci_url), ("nbdkit", &kit_url)] {
+            runs.insert(what.into(), swap_run(&nodes, &vsci, url)?);
+        }
+        Value::Object(runs)
+    } else {
+        json!({"skipped": "no QEMU here"})
+    };
+    step("lending: done");
+    nodes.check_daemons()?;
+    Ok(json!({
+        "size": SIZE_BYTES,
+        "secs_per_job": secs,
+        "jobs": rows,
+        "swap": swap,
+        "peer": "nbdkit memory plugin on node 2, NBD over TCP",
+    }))
+}
+
+/// Wait until fio can open the export (the servers start in the background).
+fn wait_export(nodes: &Pair, fio: &Path, url: &str) -> Result<()> {
+    let t0 = Instant::now();
+    loop {
+        netns::check_interrupted()?;
+        let mut c = nodes.command(0, fio);
+        c.args(["--name=probe", "--ioengine=nbd", "--rw=read", "--bs=4k", "--size=4k", "--output-format=terse"]).arg(format!("--uri={url}")).stdout(Stdio::null()).stderr(Stdio::null());
+        if c.status().is_ok_and(|s| s.success()) {
+            return Ok(());
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            bail!("no answer at {url} after 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// One fio job from node 1: MB/s, IOPS and total latency p50/p99 in
+/// µs. `secs`: time-based for that long; None: one pass over the export.
+fn fio_job(nodes: &Pair, fio: &Path, url: &str, rw: &str, bs: u64, qd: u32, secs: Option<u32>) -> Result<Value> {
+    let mut c = nodes.command(0, fio);
+    // lat_percentiles: total latency (submission to completion); with the
+    // libnbd engine much of a request's time is spent before fio counts
+    // it submitted, so completion latency alone would flatter both sides.
+    c.args(["--name=job", "--ioengine=nbd", "--output-format=json", "--direct=1", "--lat_percentiles=1"])
+        .arg(format!("--uri={url}"))
+        .arg(format!("--rw={rw}"))
+        .arg(format!("--bs={bs}"))
+        .arg(format!("--iodepth={qd}"))
+        .arg(format!("--size={SIZE_BYTES}"));
+    if let Some(s) = secs {
+        c.args(["--time_based", &format!("--runtime={s}")]);
+    }
+    let (st, out) = run_forwarded(c, "fio", Duration::from_secs(300), false)?;
+    if !st.success() {
+        bail!("fio {rw} bs {bs} qd {qd} on {url} failed ({st}):\n{}", super::tail(&out, 20));
+    }
+    // fio prints notes before the JSON document.
+    let start = out.find('{').context("fio printed no JSON")?;
+    let v: Value = serde_json::from_str(&out[start..]).context("fio's JSON")?;
+    let side = if rw.contains("read") { "read" } else { "write" };
+    let j = &v["jobs"][0][side];
+    let pct = |p: &str| j["lat_ns"]["percentile"][p].as_f64().map(|ns| ns / 1000.0);
+    Ok(json!({
+        "MBps": j["bw_bytes"].as_f64().map(|b| b / 1e6),
+        "iops": j["iops"].as_f64(),
+        "p50_us": pct("50.000000"),
+        "p99_us": pct("99.000000"),
+    }))
+}
+
+/// A 128 MiB guest on node 1 with `url` as its swap device runs t_memhog
+/// over twice the RAM it has left; returns the program's own time.
+fn swap_run(nodes: &Pair, vsci: &Path, url: &str) -> Result<Value> {
+    let memhog: PathBuf = crate::node::sibling("../tests/t_memhog");
+    let memhog = memhog.canonicalize().with_context(|| format!("{} (built by `make`)", memhog.display()))?;
+    let mut c = nodes.command(0, vsci);
+    c.args(["vm", "run", "--name", "swapper", "--memory", "128", "--timeout", "900", "--drive", url])
+        .arg("--add")
+        .arg(format!("{}:/bin/t_memhog", memhog.display()))
+        .args(["--", "sh", "-c", "mkswap /dev/vda >/dev/null && swapon /dev/vda && t_memhog 160"])
+        .env_remove(vsci_proto::SOCKET_ENV);
+    let t0 = Instant::now();
+    let (st, out) = run_forwarded(c, "vsci vm run (swap)", Duration::from_secs(1000), false)?;
+    let wall = t0.elapsed().as_secs_f64();
+    let line = out.lines().find(|l| l.starts_with("MEMHOG")).unwrap_or("");
+    if !st.success() || !line.starts_with("MEMHOG OK") {
+        bail!("the swapping guest failed ({st}):\n{}", super::tail(&out, 20));
+    }
+    let field = |k: &str| line.split_whitespace().find_map(|w| w.strip_prefix(k)).and_then(|v| v.parse::<f64>().ok());
+    say(&format!("swap onto {url}: {line} (guest run {wall:.1} s)"));
+    Ok(json!({"program_secs": field("secs="), "swapped_kib": field("swapped_kib="), "guest_wall_secs": wall, "working_set_MiB": 160, "guest_ram_MiB": 128}))
+}
