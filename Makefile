@@ -43,10 +43,12 @@ all: c
 rust:
 	$(CARGO) build --release -p vscid -p vsci-cli -p sisci
 	$(CARGO) build --release -p vsci-fabric --bin fabric_write_lat
+	$(CARGO) build --release -p vsci-lend --bin vsci-memext-check
 
 stage: rust
 	@mkdir -p $(BUILD)/bin $(BUILD)/lib $(BUILD)/include/dis $(BUILD)/bench
 	install -m 0755 target/release/vscid target/release/vsci $(BUILD)/bin/
+	install -m 0755 target/release/vsci-memext-check $(BUILD)/bin/
 	install -m 0755 target/release/fabric_write_lat $(BUILD)/bench/
 	install -m 0755 target/release/libsisci.so $(BUILD)/lib/libsisci.so
 	install -m 0644 target/release/libsisci.a $(BUILD)/lib/libsisci.a

@@ -9,10 +9,12 @@
 //!
 //! `vsci blockdev` serves it as a block device (an NBD export: QEMU's NBD
 //! client, the kernel's `nbd` driver and libnbd's tools read it).
-//! [`pagestore`] keeps page-sized objects in loans (tmem).
+//! [`pagestore`] keeps page-sized objects in loans (tmem), [`memext`]
+//! backs a range of virtual memory with them.
 
 
 pub mod pagestore;
+pub mod memext;
 
 use std::io;
 

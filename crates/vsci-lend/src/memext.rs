@@ -1,0 +1,1060 @@
+//! Memory extension: a range of this process's virtual memory backed by
+//! memory borrowed from other nodes (seed-002 §1.10, remote memory as an
+//! extension of main memory). docs/remote-memory.md, "Memory extension",
+//! describes it for users; this comment says how it works.
+//!
+//! The range is an anonymous mapping registered with userfaultfd for
+//! missing and write-protect faults, and a handler thread serves both:
+//!
+//! * A missing fault on a page never evicted installs zeros; on a page
+//!   evicted before, the page is read from a lender (RMA into a buffer of
+//!   ours, then `UFFDIO_COPY`). A page installed for a read is installed
+//!   write-protected, so the first store to it is a write-protect fault:
+//!   that is how the handler learns a page is dirty (then it lifts the
+//!   protection; the page stays dirty until it is evicted).
+//! * At most `budget` bytes are resident. A fault that would exceed it
+//!   first evicts a batch of cold pages, chosen by a clock (second chance):
+//!   see [`Clock`]. A dirty victim is write-protected (the program's stores
+//!   to it now wait for the handler), copied out, written to its lenders and
+//!   only then `MADV_DONTNEED`ed; a clean victim that its lenders already
+//!   hold, or that was never written (zeros), is just dropped.
+//!
+//! With two or more lenders every stored page has two copies, on two
+//! different lenders ([`places`]); a fetch reads the first and falls back
+//! to the second. Each stored page's checksum is kept here, so a copy that
+//! comes back wrong (a lender that restarted and reused the address, a
+//! fault on the way) is treated like an unreachable one instead of being
+//! handed to the program. A page none of whose copies can be had ends the
+//! process with a message naming the page and its lenders ([`LOST_EXIT`]):
+//! there is no right answer to give the faulting thread, and a SIGBUS in
+//! the middle of the program explains nothing.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use vsci_client::{Client, Loan, SciError};
+
+/// The page size the extension works in (x86-64 and aarch64 4 KiB kernels).
+pub const PAGE: usize = 4096;
+
+/// Exit status of a process whose extension lost a page (no reachable
+/// copy): EX_SOFTWARE of sysexits.h.
+pub const LOST_EXIT: i32 = 70;
+
+/// How long after a lender failed (or after the last try) a write-back
+/// tries to borrow from it again.
+pub const REBORROW_AFTER: Duration = Duration::from_secs(2);
+
+/// Most pages one eviction writes back together (one RMA write of several
+/// runs per lender instead of one per page).
+const MAX_BATCH: usize = 64;
+
+/// Where `page`'s copies live: `(lender index, slot in its loan)` for the
+/// first and, with two or more lenders, the second copy. Pages go round the
+/// lenders, the second copy on the next lender, so each of `n` lenders
+/// holds `2 * ceil(pages / n)` slots and every pair of copies is on two
+/// different lenders.
+pub(crate) fn places(page: u64, n: usize) -> ([(usize, u64); 2], usize) {
+    if n == 1 {
+        return ([(0, page), (0, page)], 1);
+    }
+    let n64 = n as u64;
+    let (i, k) = ((page % n64) as usize, page / n64);
+    ([(i, 2 * k), ((i + 1) % n, 2 * k + 1)], 2)
+}
+
+/// Slots (pages) each lender lends for `pages` pages over `n` lenders.
+pub(crate) fn loan_pages(pages: u64, n: usize) -> u64 {
+    if n == 1 {
+        pages
+    } else {
+        2 * pages.div_ceil(n as u64)
+    }
+}
+
+/// A page's checksum, seeded with its number so a copy from the wrong slot
+/// does not pass either.
+pub(crate) fn checksum(page: u64, data: &[u8]) -> u64 {
+    let mut h = page ^ 0x243f_6a88_85a3_08d3;
+    for w in data.chunks_exact(8) {
+        let w = u64::from_le_bytes(w.try_into().unwrap());
+        h = (h.rotate_left(23) ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    h ^ (h >> 29)
+}
+
+// Per-page flags.
+const DIRTY: u8 = 1;
+/// Written back at least once: its contents are on the lenders (or lost),
+/// not zeros.
+const STORED: u8 = 2;
+/// The first (`COPY << 0`) or second (`COPY << 1`) copy is valid.
+const COPY: u8 = 4;
+
+/// What evicting a page takes: which copies to write (bit k: copy k), or
+/// that it cannot be evicted without losing it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Plan {
+    Write(u8),
+    Lost,
+}
+
+/// `alive`: bit k set when copy k's lender holds a loan now. A dirty page
+/// goes to every live lender of its; a clean stored page only where its
+/// copy is missing (that re-mirrors pages as they pass through after a
+/// lender came back), and a clean page never stored is zeros: dropped.
+pub(crate) fn plan(flags: u8, copies: usize, alive: u8) -> Plan {
+    let all = if copies == 2 { 3 } else { 1 };
+    let valid = (flags / COPY) & all;
+    if flags & DIRTY != 0 {
+        if alive & all == 0 {
+            return Plan::Lost;
+        }
+        return Plan::Write(alive & all);
+    }
+    if flags & STORED == 0 {
+        return Plan::Write(0);
+    }
+    let missing = all & !valid & alive;
+    if valid == 0 && missing == 0 {
+        return Plan::Lost;
+    }
+    Plan::Write(missing)
+}
+
+const NONE: u32 = u32::MAX;
+
+/// The resident set: `frames` slots round which a hand turns. A page is
+/// referenced when it is faulted in and again at each write-protect fault
+/// (its first store). The hand clears referenced bits and takes the first
+/// page it finds unreferenced: second chance. Stores after the first and
+/// reads of resident pages do not fault, so the handler cannot see them;
+/// in practice this is FIFO that spares pages the program began writing
+/// since the hand last passed.
+pub(crate) struct Clock {
+    frames: Vec<u32>,
+    referenced: Vec<bool>,
+    frame_of: Vec<u32>,
+    free: Vec<u32>,
+    hand: usize,
+}
+
+impl Clock {
+    pub(crate) fn new(pages: usize, frames: usize) -> Clock {
+        Clock {
+            frames: vec![NONE; frames],
+            referenced: vec![false; frames],
+            frame_of: vec![NONE; pages],
+            // Filled in order, so the hand meets pages in the order they came.
+            free: (0..frames as u32).rev().collect(),
+            hand: 0,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.frames.len() - self.free.len()
+    }
+
+    pub(crate) fn is_full(&self) -> bool {
+        self.free.is_empty()
+    }
+
+    pub(crate) fn contains(&self, page: usize) -> bool {
+        self.frame_of[page] != NONE
+    }
+
+    pub(crate) fn insert(&mut self, page: usize) {
+        let f = self.free.pop().expect("insert into a full clock") as usize;
+        debug_assert!(!self.contains(page));
+        self.frames[f] = page as u32;
+        self.referenced[f] = true;
+        self.frame_of[page] = f as u32;
+    }
+
+    pub(crate) fn touch(&mut self, page: usize) {
+        let f = self.frame_of[page];
+        if f != NONE {
+            self.referenced[f as usize] = true;
+        }
+    }
+
+    /// Take the next victim out of the set.
+    pub(crate) fn victim(&mut self) -> Option<usize> {
+        if self.len() == 0 {
+            return None;
+        }
+        loop {
+            let f = self.hand;
+            self.hand = (self.hand + 1) % self.frames.len();
+            let page = self.frames[f];
+            if page == NONE {
+                continue;
+            }
+            if std::mem::take(&mut self.referenced[f]) {
+                continue;
+            }
+            self.frames[f] = NONE;
+            self.frame_of[page as usize] = NONE;
+            self.free.push(f as u32);
+            return Some(page as usize);
+        }
+    }
+}
+
+/// The userfaultfd calls the extension makes (linux/userfaultfd.h).
+mod uffd {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+    const UFFD_API: u64 = 0xaa;
+    const UFFD_USER_MODE_ONLY: libc::c_int = 1;
+    pub const EVENT_PAGEFAULT: u8 = 0x12;
+    pub const FLAG_WRITE: u64 = 1;
+    pub const FLAG_WP: u64 = 2;
+    const MODE_MISSING: u64 = 1;
+    const MODE_WP: u64 = 2;
+    const COPY_MODE_WP: u64 = 2;
+    const WRITEPROTECT_MODE_WP: u64 = 1;
+
+    const fn iowr(nr: u64, size: usize) -> u64 {
+        (3 << 30) | ((size as u64) << 16) | (0xaa << 8) | nr
+    }
+    const fn ior(nr: u64, size: usize) -> u64 {
+        (2 << 30) | ((size as u64) << 16) | (0xaa << 8) | nr
+    }
+
+    #[repr(C)]
+    struct Api {
+        api: u64,
+        features: u64,
+        ioctls: u64,
+    }
+    #[repr(C)]
+    struct Range {
+        start: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    struct Register {
+        range: Range,
+        mode: u64,
+        ioctls: u64,
+    }
+    #[repr(C)]
+    struct Copy {
+        dst: u64,
+        src: u64,
+        len: u64,
+        mode: u64,
+        copy: i64,
+    }
+    #[repr(C)]
+    struct ZeroPage {
+        range: Range,
+        mode: u64,
+        zeropage: i64,
+    }
+    #[repr(C)]
+    struct WriteProtect {
+        range: Range,
+        mode: u64,
+    }
+    /// `struct uffd_msg` with the page-fault member of its union.
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    pub struct Msg {
+        pub event: u8,
+        _reserved1: u8,
+        _reserved2: u16,
+        _reserved3: u32,
+        pub flags: u64,
+        pub address: u64,
+        _ptid: u32,
+        _pad: u32,
+    }
+    const _: () = assert!(std::mem::size_of::<Msg>() == 32);
+
+    const API: u64 = iowr(0x3f, std::mem::size_of::<Api>());
+    const REGISTER: u64 = iowr(0x00, std::mem::size_of::<Register>());
+    const WAKE: u64 = ior(0x02, std::mem::size_of::<Range>());
+    const COPY: u64 = iowr(0x03, std::mem::size_of::<Copy>());
+    const ZEROPAGE: u64 = iowr(0x04, std::mem::size_of::<ZeroPage>());
+    const WRITEPROTECT: u64 = iowr(0x06, std::mem::size_of::<WriteProtect>());
+    /// The range ioctls the handler needs (bit `_UFFDIO_*`).
+    const NEEDED: u64 = 1 << 0x02 | 1 << 0x03 | 1 << 0x04 | 1 << 0x06;
+
+    pub struct Uffd(OwnedFd);
+
+    fn ioctl<T>(fd: &OwnedFd, req: u64, arg: &mut T) -> Result<(), i32> {
+        // SAFETY: every request above is paired with the argument struct
+        // whose size it encodes; the kernel reads and writes only that
+        // struct, which `arg` borrows mutably for the call.
+        let r = unsafe { libc::ioctl(fd.as_raw_fd(), req as _, arg as *mut T) };
+        if r < 0 {
+            Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+        } else {
+            Ok(())
+        }
+    }
+
+    impl Uffd {
+        /// A non-blocking userfaultfd handling only user-mode faults (what
+        /// an unprivileged process may have with vm.unprivileged_userfaultfd
+        /// = 0), with the API handshake done.
+        pub fn new() -> std::io::Result<Uffd> {
+            let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
+            // SAFETY: userfaultfd(2) takes only flags and returns a new fd
+            // or -1; it touches no memory of ours.
+            let mut fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags | UFFD_USER_MODE_ONLY) };
+            if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+                // Kernels before 5.11 know no user-mode-only flag; there
+                // every userfaultfd handles only user-mode faults of
+                // unprivileged processes anyway.
+                // SAFETY: as above.
+                fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
+            }
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // SAFETY: the syscall returned a new descriptor that nothing
+            // else owns.
+            let u = Uffd(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+            let mut api = Api { api: UFFD_API, features: 0, ioctls: 0 };
+            ioctl(&u.0, API, &mut api).map_err(std::io::Error::from_raw_os_error)?;
+            Ok(u)
+        }
+
+        pub fn fd(&self) -> i32 {
+            self.0.as_raw_fd()
+        }
+
+        /// Register `[start, start + len)` for missing and write-protect
+        /// faults.
+        pub fn register(&self, start: usize, len: usize) -> std::io::Result<()> {
+            let mut r = Register { range: Range { start: start as u64, len: len as u64 }, mode: MODE_MISSING | MODE_WP, ioctls: 0 };
+            ioctl(&self.0, REGISTER, &mut r).map_err(std::io::Error::from_raw_os_error)?;
+            if r.ioctls & NEEDED != NEEDED {
+                return Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "userfaultfd without write-protect support for anonymous memory"));
+            }
+            Ok(())
+        }
+
+        /// Install a copy of `src` at `dst` (a missing page), write-protected
+        /// if `wp`, and wake the threads waiting for it.
+        pub fn copy(&self, dst: usize, src: &[u8], wp: bool) -> Result<(), i32> {
+            let mut c = Copy { dst: dst as u64, src: src.as_ptr() as u64, len: src.len() as u64, mode: if wp { COPY_MODE_WP } else { 0 }, copy: 0 };
+            ioctl(&self.0, COPY, &mut c)
+        }
+
+        /// Map the zero page at `dst` (a missing page) and wake its waiters.
+        pub fn zeropage(&self, dst: usize, len: usize) -> Result<(), i32> {
+            let mut z = ZeroPage { range: Range { start: dst as u64, len: len as u64 }, mode: 0, zeropage: 0 };
+            ioctl(&self.0, ZEROPAGE, &mut z)
+        }
+
+        /// Write-protect `[start, start + len)`, or lift the protection
+        /// (which wakes the threads waiting on it).
+        pub fn write_protect(&self, start: usize, len: usize, wp: bool) -> Result<(), i32> {
+            let mut w = WriteProtect { range: Range { start: start as u64, len: len as u64 }, mode: if wp { WRITEPROTECT_MODE_WP } else { 0 } };
+            ioctl(&self.0, WRITEPROTECT, &mut w)
+        }
+
+        pub fn wake(&self, start: usize, len: usize) -> Result<(), i32> {
+            let mut r = Range { start: start as u64, len: len as u64 };
+            ioctl(&self.0, WAKE, &mut r)
+        }
+
+        /// Read pending events into `buf`; 0 when there are none.
+        pub fn read(&self, buf: &mut [Msg]) -> usize {
+            // SAFETY: `buf` is writable memory of `size_of_val(buf)` bytes and
+            // Msg is plain old data of the kernel's uffd_msg layout.
+            let n = unsafe { libc::read(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), std::mem::size_of_val(buf)) };
+            if n <= 0 {
+                0
+            } else {
+                n as usize / std::mem::size_of::<Msg>()
+            }
+        }
+    }
+}
+
+/// Counters of an extension (all since it was made).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Missing faults: pages brought in (zeros or fetched).
+    pub faults: u64,
+    /// First stores to clean resident pages (write-protect faults).
+    pub wp_faults: u64,
+    /// Pages filled with zeros (never stored before).
+    pub zero_fills: u64,
+    /// Pages read from a lender.
+    pub fetches: u64,
+    /// Of those, pages whose first copy failed and the second served.
+    pub mirror_fetches: u64,
+    /// Pages evicted.
+    pub evictions: u64,
+    /// Evicted pages written to lenders (a mirrored page counts once).
+    pub write_backs: u64,
+    /// Bytes resident now.
+    pub resident_bytes: u64,
+    /// Times a lender failed (a transfer failed or returned a wrong page).
+    pub lender_failures: u64,
+    /// Times a failed lender was borrowed from again.
+    pub reborrows: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    faults: AtomicU64,
+    wp_faults: AtomicU64,
+    zero_fills: AtomicU64,
+    fetches: AtomicU64,
+    mirror_fetches: AtomicU64,
+    evictions: AtomicU64,
+    write_backs: AtomicU64,
+    resident_pages: AtomicU64,
+    lender_failures: AtomicU64,
+    reborrows: AtomicU64,
+}
+
+fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Why an extension could not be made.
+#[derive(Debug)]
+pub enum Error {
+    /// A lender refused the loan (or is not in the cluster).
+    Borrow(u32, SciError),
+    /// Bad arguments (no lenders, a budget under 16 pages, sizes not
+    /// multiples of the page size, a page size other than 4 KiB).
+    Invalid(&'static str),
+    /// A system call failed (mmap, userfaultfd, ...).
+    System(&'static str, std::io::Error),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Borrow(node, e) => write!(f, "borrowing from node {node}: {} ({e})", e.c_name()),
+            Error::Invalid(what) => write!(f, "{what}"),
+            Error::System(what, e) => write!(f, "{what}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+struct Lender {
+    node: u32,
+    loan: Option<Loan>,
+    /// When it failed, or when borrowing from it again was last tried.
+    last_try: Instant,
+    why: String,
+}
+
+/// The handler thread's state.
+struct Handler {
+    base: usize,
+    uffd: Arc<uffd::Uffd>,
+    client: Client,
+    lenders: Vec<Lender>,
+    loan_size: u64,
+    clock: Clock,
+    flags: Vec<u8>,
+    sums: Vec<u64>,
+    counters: Arc<Counters>,
+    batch: usize,
+    zeros: Vec<u8>,
+    /// The fetch buffer; `None` after a failed read leaked it (the engine
+    /// may still write into it).
+    fetch_buf: Option<Vec<u8>>,
+    bounce: Vec<u8>,
+}
+
+/// A range of virtual memory backed by memory borrowed from other nodes;
+/// see the module comment and docs/remote-memory.md.
+pub struct Extension {
+    base: usize,
+    len: usize,
+    counters: Arc<Counters>,
+    stop: OwnedFd,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Extension {
+    /// Reserve `size` bytes of address space backed by loans from
+    /// `lenders` (node ids), at most `budget` bytes of it resident. With
+    /// two or more lenders every evicted page is kept on two of them. Each
+    /// lender lends `2 * size / n` bytes (rounded up to whole pages), or
+    /// `size` when it is the only one.
+    pub fn new(client: &Client, lenders: &[u32], size: u64, budget: u64) -> Result<Extension, Error> {
+        // SAFETY: sysconf has no memory effects.
+        if unsafe { libc::sysconf(libc::_SC_PAGESIZE) } != PAGE as libc::c_long {
+            return Err(Error::Invalid("the memory extension needs 4 KiB pages"));
+        }
+        if lenders.is_empty() {
+            return Err(Error::Invalid("no lenders"));
+        }
+        let mut seen = lenders.to_vec();
+        seen.sort_unstable();
+        seen.dedup();
+        if seen.len() != lenders.len() {
+            return Err(Error::Invalid("a lender is named twice"));
+        }
+        if size == 0 || size % PAGE as u64 != 0 || budget % PAGE as u64 != 0 || size > isize::MAX as u64 {
+            return Err(Error::Invalid("size and budget must be multiples of 4096 bytes, size non-zero"));
+        }
+        let pages = (size / PAGE as u64) as usize;
+        if pages >= NONE as usize {
+            return Err(Error::Invalid("size too large (at most 16 TiB)"));
+        }
+        let frames = ((budget / PAGE as u64) as usize).min(pages);
+        if frames < 16 {
+            return Err(Error::Invalid("budget must be at least 16 pages (64 KiB)"));
+        }
+        let loan_size = loan_pages(pages as u64, lenders.len()) * PAGE as u64;
+        let mut ls = Vec::with_capacity(lenders.len());
+        for &node in lenders {
+            // On error the loans so far are dropped, which gives them back.
+            let loan = client.borrow(node, loan_size).map_err(|e| Error::Borrow(node, e))?;
+            ls.push(Lender { node, loan: Some(loan), last_try: Instant::now(), why: String::new() });
+        }
+
+        let uffd = Arc::new(uffd::Uffd::new().map_err(|e| Error::System("userfaultfd", e))?);
+        let len = size as usize;
+        // SAFETY: a new private anonymous mapping at an address the kernel
+        // picks; it overlaps nothing of ours. NORESERVE: the range may be
+        // larger than the memory this node has, and at most `budget` of it
+        // is ever resident.
+        let base = unsafe {
+            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0)
+        };
+        if base == libc::MAP_FAILED {
+            return Err(Error::System("mmap", std::io::Error::last_os_error()));
+        }
+        let unmap = |e: Error| {
+            // SAFETY: `base` is the mapping made above, which nothing else
+            // knows of yet.
+            unsafe { libc::munmap(base, len) };
+            e
+        };
+        // Huge pages would defeat page-wise eviction; a forked child would
+        // get a copy of the range without its handler (zeros where pages
+        // are on the lenders), so it gets no copy at all.
+        for advice in [libc::MADV_NOHUGEPAGE, libc::MADV_DONTFORK] {
+            // SAFETY: advice on our own fresh mapping; neither changes its
+            // contents.
+            if unsafe { libc::madvise(base, len, advice) } != 0 {
+                return Err(unmap(Error::System("madvise", std::io::Error::last_os_error())));
+            }
+        }
+        uffd.register(base as usize, len).map_err(|e| unmap(Error::System("registering the range with userfaultfd", e)))?;
+        // SAFETY: eventfd takes flags only and returns a new descriptor.
+        let stop = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if stop < 0 {
+            return Err(unmap(Error::System("eventfd", std::io::Error::last_os_error())));
+        }
+        // SAFETY: a new descriptor that nothing else owns.
+        let stop = unsafe { OwnedFd::from_raw_fd(stop) };
+
+        let counters = Arc::new(Counters::default());
+        let mut h = Handler {
+            base: base as usize,
+            uffd,
+            client: client.clone(),
+            lenders: ls,
+            loan_size,
+            clock: Clock::new(pages, frames),
+            flags: vec![0; pages],
+            sums: vec![0; pages],
+            counters: counters.clone(),
+            batch: (frames / 8).clamp(1, MAX_BATCH),
+            zeros: vec![0; PAGE],
+            fetch_buf: Some(vec![0; PAGE]),
+            bounce: vec![0; MAX_BATCH * PAGE],
+        };
+        let stop_fd = stop.as_raw_fd();
+        let thread = std::thread::Builder::new()
+            .name("vsci-memext".into())
+            .spawn(move || {
+                // A panic here would leave the program's threads waiting
+                // on their faults for ever: end the process instead.
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.run(stop_fd))).is_err() {
+                    eprintln!("vsci memext: the page-fault handler failed; ending the process (exit status {LOST_EXIT})");
+                    // SAFETY: _exit ends the process at once; nothing can
+                    // serve the range's faults any more.
+                    unsafe { libc::_exit(LOST_EXIT) };
+                }
+            })
+            .map_err(|e| unmap(Error::System("starting the fault handler", e)))?;
+        Ok(Extension { base: base as usize, len, counters, stop, thread: Some(thread) })
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.base as *mut u8
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The range as a slice. Only this process reaches the range, through
+    /// this slice or [`as_ptr`](Self::as_ptr); it behaves as ordinary
+    /// memory for user-mode loads and stores (see the docs for system
+    /// calls given pointers into it).
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `base..base + len` is our mapping, alive until drop, which
+        // needs `&mut self`, so it outlives the slice. Its bytes are
+        // initialised (zeros or what the program stored). The handler never
+        // changes a byte the program could see: it installs a page only
+        // where none is mapped (with the contents last written back), reads
+        // a page only while it is write-protected (stores wait) and drops it
+        // only once its contents are on the lenders.
+        unsafe { std::slice::from_raw_parts_mut(self.base as *mut u8, self.len) }
+    }
+
+    pub fn stats(&self) -> Stats {
+        let c = &self.counters;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Stats {
+            faults: g(&c.faults),
+            wp_faults: g(&c.wp_faults),
+            zero_fills: g(&c.zero_fills),
+            fetches: g(&c.fetches),
+            mirror_fetches: g(&c.mirror_fetches),
+            evictions: g(&c.evictions),
+            write_backs: g(&c.write_backs),
+            resident_bytes: g(&c.resident_pages) * PAGE as u64,
+            lender_failures: g(&c.lender_failures),
+            reborrows: g(&c.reborrows),
+        }
+    }
+}
+
+impl Drop for Extension {
+    fn drop(&mut self) {
+        let one = 1u64;
+        // SAFETY: writes 8 bytes from a local to our eventfd.
+        unsafe { libc::write(self.stop.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        if let Some(t) = self.thread.take() {
+            // The handler returns the loans as its state drops.
+            let _ = t.join();
+        }
+        // SAFETY: our mapping; the handler that used it has ended, and
+        // `&mut self` means no slice of it is alive.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}
+
+impl Handler {
+    fn run(&mut self, stop: i32) {
+        let mut msgs = [uffd::Msg::default(); 64];
+        loop {
+            let mut fds = [
+                libc::pollfd { fd: self.uffd.fd(), events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: stop, events: libc::POLLIN, revents: 0 },
+            ];
+            // SAFETY: `fds` is an array of two pollfds we own.
+            let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+            if r < 0 {
+                continue; // EINTR
+            }
+            if fds[1].revents != 0 {
+                return;
+            }
+            let n = self.uffd.read(&mut msgs);
+            for m in &msgs[..n] {
+                if m.event == uffd::EVENT_PAGEFAULT {
+                    self.fault(m.address as usize & !(PAGE - 1), m.flags);
+                }
+            }
+        }
+    }
+
+    fn pages(&self) -> usize {
+        self.flags.len()
+    }
+
+    fn addr(&self, page: usize) -> usize {
+        self.base + page * PAGE
+    }
+
+    fn fault(&mut self, addr: usize, flags: u64) {
+        let Some(page) = addr.checked_sub(self.base).map(|o| o / PAGE).filter(|p| *p < self.pages()) else { return };
+        let write = flags & uffd::FLAG_WRITE != 0;
+        if self.clock.contains(page) {
+            if flags & uffd::FLAG_WP != 0 {
+                self.flags[page] |= DIRTY;
+                self.clock.touch(page);
+                add(&self.counters.wp_faults, 1);
+                // Lifting the protection wakes the writer.
+                self.check(page, "lifting its write protection", self.uffd.write_protect(addr, PAGE, false));
+            } else {
+                // Another thread's fault on it was served first.
+                let _ = self.uffd.wake(addr, PAGE);
+            }
+            return;
+        }
+        add(&self.counters.faults, 1);
+        if self.clock.is_full() {
+            self.evict();
+        }
+        let r = if self.flags[page] & STORED == 0 {
+            add(&self.counters.zero_fills, 1);
+            if write {
+                // The store that faulted makes it dirty at once; the zero
+                // page spares a copy and the store's fault copies on write.
+                self.uffd.zeropage(addr, PAGE)
+            } else {
+                self.uffd.copy(addr, &self.zeros, true)
+            }
+        } else {
+            let buf = self.fetch(page);
+            add(&self.counters.fetches, 1);
+            let r = self.uffd.copy(addr, &buf, !write);
+            self.fetch_buf = Some(buf);
+            r
+        };
+        match r {
+            // EEXIST: mapped meanwhile (cannot happen while we alone
+            // install pages, but waking is what it would need).
+            Err(libc::EEXIST) => {
+                let _ = self.uffd.wake(addr, PAGE);
+            }
+            r => self.check(page, "installing it", r),
+        }
+        if write {
+            self.flags[page] |= DIRTY;
+        }
+        self.clock.insert(page);
+        self.counters.resident_pages.store(self.clock.len() as u64, Ordering::Relaxed);
+    }
+
+    /// A userfaultfd call that failed leaves a thread waiting on a page
+    /// that will never come, unless the process is going away (ESRCH,
+    /// ENOENT: its memory is being torn down).
+    fn check(&self, page: usize, what: &str, r: Result<(), i32>) {
+        match r {
+            Ok(()) | Err(libc::ESRCH) | Err(libc::ENOENT) => {}
+            Err(e) => self.lost(page, &format!("{what} failed: {}", std::io::Error::from_raw_os_error(e))),
+        }
+    }
+
+    fn describe_lenders(&self, page: usize) -> String {
+        let (pl, n) = places(page as u64, self.lenders.len());
+        let now = Instant::now();
+        pl[..n]
+            .iter()
+            .enumerate()
+            .map(|(k, &(j, _))| {
+                let l = &self.lenders[j];
+                let copy = if self.flags[page] & (COPY << k) != 0 { "has a copy" } else { "no copy" };
+                if l.loan.is_some() {
+                    format!("node {} ({copy})", l.node)
+                } else {
+                    format!("node {} ({copy}; failed {:.1} s ago: {})", l.node, now.duration_since(l.last_try).as_secs_f64(), l.why)
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// No copy of `page` can be had: end the process rather than hand the
+    /// program a wrong page (see the module comment).
+    fn lost(&self, page: usize, why: &str) -> ! {
+        eprintln!(
+            "vsci memext: page {page} (offset {:#x}, address {:#x}) of the memory extension is lost: {why}; its lenders: {}. \
+             Ending the process (exit status {LOST_EXIT}) rather than giving the program a wrong page.",
+            page * PAGE,
+            self.addr(page),
+            self.describe_lenders(page)
+        );
+        // SAFETY: _exit ends the process at once, without destructors or
+        // atexit handlers that might touch the range.
+        unsafe { libc::_exit(LOST_EXIT) }
+    }
+
+    /// Lender `j` failed: its loan goes, and with it every copy it held
+    /// (its memory died with its node or can no longer be trusted).
+    fn lender_failed(&mut self, j: usize, why: String) {
+        let l = &mut self.lenders[j];
+        if l.loan.take().is_none() {
+            return;
+        }
+        log::warn!("vsci memext: lender node {} failed ({why}); its pages are served from their other copies", l.node);
+        l.last_try = Instant::now();
+        l.why = why;
+        add(&self.counters.lender_failures, 1);
+        let n = self.lenders.len();
+        for p in 0..self.pages() {
+            let (pl, c) = places(p as u64, n);
+            for (k, &(lj, _)) in pl[..c].iter().enumerate() {
+                if lj == j {
+                    self.flags[p] &= !(COPY << k);
+                }
+            }
+        }
+    }
+
+    /// Borrow again from lenders that failed a while ago.
+    fn revive(&mut self) {
+        for l in self.lenders.iter_mut().filter(|l| l.loan.is_none() && l.last_try.elapsed() >= REBORROW_AFTER) {
+            l.last_try = Instant::now();
+            match self.client.borrow(l.node, self.loan_size) {
+                Ok(loan) => {
+                    log::warn!("vsci memext: lender node {} is back; pages written back from now on are mirrored again", l.node);
+                    l.loan = Some(loan);
+                    add(&self.counters.reborrows, 1);
+                }
+                Err(e) => l.why = format!("borrowing again: {}", e.c_name()),
+            }
+        }
+    }
+
+    /// `page`'s contents from one of its copies.
+    fn fetch(&mut self, page: usize) -> Vec<u8> {
+        let (pl, n) = places(page as u64, self.lenders.len());
+        for (k, &(j, slot)) in pl[..n].iter().enumerate() {
+            if self.flags[page] & (COPY << k) == 0 {
+                continue;
+            }
+            let Some(loan) = &self.lenders[j].loan else { continue };
+            let buf = self.fetch_buf.take().unwrap_or_else(|| vec![0; PAGE]);
+            match loan.read_vec(buf, slot * PAGE as u64) {
+                Ok(buf) if checksum(page as u64, &buf) == self.sums[page] => {
+                    if k > 0 {
+                        add(&self.counters.mirror_fetches, 1);
+                    }
+                    return buf;
+                }
+                Ok(buf) => {
+                    self.fetch_buf = Some(buf);
+                    self.lender_failed(j, format!("page {page} came back with a wrong checksum"));
+                }
+                // read_vec leaked the buffer if the engine may still write it.
+                Err(e) => self.lender_failed(j, format!("reading page {page}: {}", e.c_name())),
+            }
+        }
+        self.lost(page, "no lender could return a good copy")
+    }
+
+    fn evict(&mut self) {
+        let mut victims = Vec::with_capacity(self.batch);
+        while victims.len() < self.batch {
+            match self.clock.victim() {
+                Some(p) => victims.push(p),
+                None => break,
+            }
+        }
+        if victims.is_empty() {
+            return;
+        }
+        self.revive();
+        let n = self.lenders.len();
+        // (page, copies to write) of the victims that go to lenders.
+        let mut writes: Vec<(usize, u8)> = Vec::new();
+        for &p in &victims {
+            let (pl, c) = places(p as u64, n);
+            let alive = pl[..c].iter().enumerate().filter(|(_, (j, _))| self.lenders[*j].loan.is_some()).fold(0u8, |a, (k, _)| a | 1 << k);
+            match plan(self.flags[p], c, alive) {
+                Plan::Lost => self.lost(p, "it must be written back but none of its lenders holds a loan"),
+                Plan::Write(0) => {}
+                Plan::Write(need) => writes.push((p, need)),
+            }
+        }
+        // Stop the program's stores to dirty victims before copying them
+        // (its stores now wait for the handler, then fault the page back).
+        for &(p, _) in &writes {
+            if self.flags[p] & DIRTY != 0 {
+                self.check(p, "write-protecting it for write-back", self.uffd.write_protect(self.addr(p), PAGE, true));
+            }
+        }
+        for (i, &(p, _)) in writes.iter().enumerate() {
+            // SAFETY: page `p` is resident (it was in the clock) and
+            // write-protected, so these bytes are mapped and nobody stores
+            // to them while we read; the bounce buffer holds MAX_BATCH pages.
+            let src = unsafe { std::slice::from_raw_parts(self.addr(p) as *const u8, PAGE) };
+            self.bounce[i * PAGE..(i + 1) * PAGE].copy_from_slice(src);
+            self.sums[p] = checksum(p as u64, src);
+        }
+        // Copies written, per victim in `writes`.
+        let mut ok = vec![0u8; writes.len()];
+        let mut failed = Vec::new();
+        for (j, lender) in self.lenders.iter().enumerate() {
+            let Some(loan) = &lender.loan else { continue };
+            let mut runs = Vec::new();
+            let mut who = Vec::new();
+            for (i, &(p, need)) in writes.iter().enumerate() {
+                let (pl, c) = places(p as u64, n);
+                for (k, &(lj, slot)) in pl[..c].iter().enumerate() {
+                    if lj == j && need & (1 << k) != 0 {
+                        runs.push((&self.bounce[i * PAGE..(i + 1) * PAGE], slot * PAGE as u64));
+                        who.push((i, k));
+                    }
+                }
+            }
+            if runs.is_empty() {
+                continue;
+            }
+            match loan.write_many(&runs) {
+                Ok(()) => who.iter().for_each(|&(i, k)| ok[i] |= 1 << k),
+                Err(e) => failed.push((j, format!("writing back: {}", e.c_name()))),
+            }
+        }
+        if !failed.is_empty() {
+            // An abandoned write may still read the bounce buffer later:
+            // it is never reused.
+            std::mem::forget(std::mem::replace(&mut self.bounce, vec![0; MAX_BATCH * PAGE]));
+        }
+        for (j, why) in failed {
+            self.lender_failed(j, why);
+        }
+        let mut written = 0;
+        for (i, &(p, _)) in writes.iter().enumerate() {
+            let f = &mut self.flags[p];
+            if *f & DIRTY != 0 {
+                // The old copies are stale whether or not the new ones made it.
+                *f = (*f & !(DIRTY | COPY | COPY << 1)) | STORED;
+            }
+            *f |= ok[i] * COPY;
+            if ok[i] != 0 {
+                written += 1;
+            }
+            if *f & (COPY | COPY << 1) == 0 {
+                self.lost(p, "it must make room within the budget but writing it back failed on every lender of its");
+            }
+        }
+        victims.sort_unstable();
+        let mut i = 0;
+        while i < victims.len() {
+            let mut j = i + 1;
+            while j < victims.len() && victims[j] == victims[j - 1] + 1 {
+                j += 1;
+            }
+            // SAFETY: these pages are in our mapping and their contents are
+            // on the lenders (or zeros never stored); dropping them makes the
+            // next touch a missing fault that fetches them back.
+            let r = unsafe { libc::madvise(self.addr(victims[i]) as *mut libc::c_void, (j - i) * PAGE, libc::MADV_DONTNEED) };
+            if r != 0 {
+                self.lost(victims[i], &format!("dropping it failed: {}", std::io::Error::last_os_error()));
+            }
+            i = j;
+        }
+        add(&self.counters.evictions, victims.len() as u64);
+        add(&self.counters.write_backs, written);
+        self.counters.resident_pages.store(self.clock.len() as u64, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_are_on_two_lenders_in_distinct_slots_within_the_loans() {
+        for n in 1..=5usize {
+            let pages = 1000u64;
+            let mut seen = std::collections::HashSet::new();
+            for p in 0..pages {
+                let (pl, c) = places(p, n);
+                assert_eq!(c, if n == 1 { 1 } else { 2 });
+                if c == 2 {
+                    assert_ne!(pl[0].0, pl[1].0, "both copies of page {p} on one lender (n={n})");
+                }
+                for &(j, slot) in &pl[..c] {
+                    assert!(j < n && slot < loan_pages(pages, n), "page {p} n={n}: slot {slot}");
+                    assert!(seen.insert((j, slot)), "slot ({j}, {slot}) used twice (n={n})");
+                }
+            }
+        }
+        assert_eq!(loan_pages(16384, 2), 16384, "two lenders each hold everything");
+        assert_eq!(loan_pages(10, 3), 8);
+    }
+
+    #[test]
+    fn checksum_tells_pages_and_contents_apart() {
+        let a = vec![7u8; PAGE];
+        let mut b = a.clone();
+        b[4000] ^= 1;
+        assert_ne!(checksum(1, &a), checksum(1, &b));
+        assert_ne!(checksum(1, &a), checksum(2, &a), "a copy from another slot must not pass");
+        assert_ne!(checksum(0, &[0; PAGE]), 0);
+    }
+
+    #[test]
+    fn the_clock_evicts_in_arrival_order_but_spares_touched_pages() {
+        let mut c = Clock::new(100, 4);
+        for p in [10, 11, 12, 13] {
+            c.insert(p);
+        }
+        assert!(c.is_full());
+        // Everything is referenced on arrival: one sweep clears, then FIFO.
+        assert_eq!(c.victim(), Some(10));
+        c.insert(14);
+        c.touch(11);
+        // 11 was written since the sweep: it gets a second chance.
+        assert_eq!(c.victim(), Some(12));
+        assert_eq!(c.victim(), Some(13));
+        assert!(!c.contains(13) && c.contains(11) && c.contains(14));
+        assert_eq!(c.len(), 2);
+        // 14 arrived referenced, 11's bit was cleared by the pass over it.
+        assert_eq!(c.victim(), Some(11));
+        assert_eq!(c.victim(), Some(14));
+        assert_eq!(c.victim(), None);
+        assert_eq!(c.len(), 0);
+    }
+
+    #[test]
+    fn the_clock_never_loses_or_duplicates_a_page() {
+        let mut c = Clock::new(64, 8);
+        let mut resident = std::collections::BTreeSet::new();
+        let mut x = 12345u64;
+        for _ in 0..10_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let p = (x % 64) as usize;
+            if c.contains(p) {
+                c.touch(p);
+                continue;
+            }
+            if c.is_full() {
+                let v = c.victim().unwrap();
+                assert!(resident.remove(&v));
+            }
+            c.insert(p);
+            resident.insert(p);
+            assert_eq!(c.len(), resident.len());
+            assert!(resident.iter().all(|&r| c.contains(r)));
+        }
+    }
+
+    #[test]
+    fn eviction_plans() {
+        let both = COPY | COPY << 1;
+        // Dirty: to every live lender of its; none alive: lost.
+        assert_eq!(plan(DIRTY | STORED | both, 2, 3), Plan::Write(3));
+        assert_eq!(plan(DIRTY, 2, 2), Plan::Write(2));
+        assert_eq!(plan(DIRTY, 2, 0), Plan::Lost);
+        assert_eq!(plan(DIRTY, 1, 1), Plan::Write(1));
+        // Clean and never stored: zeros, dropped.
+        assert_eq!(plan(0, 2, 0), Plan::Write(0));
+        // Clean with both copies: dropped; with one and the other lender
+        // back: re-mirrored; with one and the other still away: dropped.
+        assert_eq!(plan(STORED | both, 2, 3), Plan::Write(0));
+        assert_eq!(plan(STORED | COPY, 2, 3), Plan::Write(2));
+        assert_eq!(plan(STORED | COPY, 2, 1), Plan::Write(0));
+        // Clean, stored, every copy lost while it was resident: it must go
+        // back out, or it is lost.
+        assert_eq!(plan(STORED, 2, 1), Plan::Write(1));
+        assert_eq!(plan(STORED, 2, 0), Plan::Lost);
+        assert_eq!(plan(STORED, 1, 0), Plan::Lost);
+    }
+}
