@@ -96,6 +96,10 @@ fn run(ctx: &Ctx) -> Result<Value> {
         rows.push(json!({"job": name, "rw": rw, "bs": bs, "qd": qd, "vsci": v, "nbdkit": k}));
     }
 
+    step("lending: page store and memory extension");
+    let pagestore = tmem_bench(&nodes, if ctx.quick { 1024 } else { 8192 })?;
+    let memext = memext_bench(&nodes, ctx.quick)?;
+
     step("lending: a guest swapping onto each device");
     let swap = if ctx.quick {
         json!({"skipped": "--quick"})
@@ -114,9 +118,66 @@ fn run(ctx: &Ctx) -> Result<Value> {
         "size": SIZE_BYTES,
         "secs_per_job": secs,
         "jobs": rows,
+        "pagestore": pagestore,
+        "memext": memext,
         "swap": swap,
         "peer": "nbdkit memory plugin on node 2, NBD over TCP",
     }))
+}
+
+/// t_tmem's bench on node 1 against node 2's pool: puts and gets of 4 KiB
+/// pages one at a time, beside the same copies into a local memfd.
+fn tmem_bench(nodes: &Pair, count: u32) -> Result<Value> {
+    let prog = crate::node::sibling("../tests/t_tmem").canonicalize().context("tests/t_tmem (built by `make`)")?;
+    let mut c = nodes.command(0, &prog);
+    c.args(["bench", "2", &count.to_string()]);
+    let (st, out) = run_forwarded(c, "t_tmem bench", Duration::from_secs(300), false)?;
+    if !st.success() || !out.contains("BENCH DONE") {
+        bail!("t_tmem bench failed ({st}):
+{}", super::tail(&out, 20));
+    }
+    // "BENCH WHAT OP ops/s=.. MiB/s=.. p50_us=.. p99_us=.."
+    let mut rows = Vec::new();
+    for l in out.lines().filter(|l| l.starts_with("BENCH ") && !l.contains("DONE")) {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let field = |k: &str| w.iter().find_map(|x| x.strip_prefix(k)).and_then(|v| v.parse::<f64>().ok());
+        rows.push(json!({"store": w.get(1), "op": w.get(2), "ops": field("ops/s="), "p50_us": field("p50_us="), "p99_us": field("p99_us=")}));
+    }
+    say(&format!("page store: {} rows", rows.len()));
+    Ok(json!({"pages": count, "rows": rows}))
+}
+
+/// vsci-memext-check's stream on node 1 (a range of twice its budget in
+/// memory node 2 lends), and the same program on local memory.
+fn memext_bench(nodes: &Pair, quick: bool) -> Result<Value> {
+    let prog = crate::node::sibling("vsci-memext-check");
+    let (size, budget) = if quick { ("16M", "8M") } else { ("64M", "32M") };
+    let mut out = serde_json::Map::new();
+    for (what, local) in [("vsci", false), ("local", true)] {
+        let mut c = nodes.command(0, &prog);
+        if local {
+            c.arg("--local");
+        }
+        c.args(["stream", size, budget, "2"]);
+        let (st, text) = run_forwarded(c, "vsci-memext-check", Duration::from_secs(600), false)?;
+        if !st.success() || !text.lines().any(|l| l.trim() == "OK") {
+            bail!("vsci-memext-check {what} failed ({st}):
+{}", super::tail(&text, 20));
+        }
+        // "write: 0.123 GB/s (...)" lines.
+        let rate = |k: &str| text.lines().find_map(|l| l.strip_prefix(k)).and_then(|r| r.split_whitespace().next()).and_then(|v| v.parse::<f64>().ok());
+        out.insert(
+            what.into(),
+            json!({
+                "write_GBps": rate("write: "),
+                "read_seq_GBps": rate("read sequential: "),
+                "read_random_GBps": rate("read random pages: "),
+                "rmw_random_GBps": rate("read-modify-write random pages: "),
+            }),
+        );
+    }
+    say(&format!("memory extension: {}", Value::Object(out.clone())));
+    Ok(json!({"size": size, "budget": budget, "runs": out}))
 }
 
 /// Wait until fio can open the export (the servers start in the background).

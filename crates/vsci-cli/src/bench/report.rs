@@ -1009,6 +1009,41 @@ fn lending(d: &mut Doc, r: &Value) {
         ]);
     }
     d.table(&["job", "queue depth", "vsci MB/s (IOPS)", "NBD MB/s (IOPS)", "vsci / NBD", "vsci p50 / p99 µs", "NBD p50 / p99 µs", "p50 vsci / NBD"], &body);
+    if let Some(rows) = r["pagestore"]["rows"].as_array() {
+        d.line(&format!(
+            "**Page store** (`t_tmem bench`, {} pages of 4 KiB one at a time, one thread): tmem puts and gets \
+             to memory node 2 lends, beside the same copies into a local memfd (the issue's comparison).",
+            r["pagestore"]["pages"]
+        ));
+        d.line("");
+        let body: Vec<Vec<String>> = rows
+            .iter()
+            .map(|x| {
+                vec![
+                    format!("{} {}", x["store"].as_str().unwrap_or("?"), x["op"].as_str().unwrap_or("?")),
+                    sig(x["ops"].as_f64()),
+                    format!("{} / {}", us(x["p50_us"].as_f64()), us(x["p99_us"].as_f64())),
+                ]
+            })
+            .collect();
+        d.table(&["operation", "ops/s", "p50 / p99 µs"], &body);
+    }
+    if let Some(runs) = r["memext"]["runs"].as_object() {
+        d.line(&format!(
+            "**Memory extension** (`vsci-memext-check stream {} {}`): a range twice its resident budget in \
+             memory node 2 lends, written, read in order and in random page order, then rewritten; the same \
+             program on local memory beside it. GB/s of the program's own accesses.",
+            r["memext"]["size"].as_str().unwrap_or("?"),
+            r["memext"]["budget"].as_str().unwrap_or("?")
+        ));
+        d.line("");
+        let (v, l) = (&runs["vsci"], &runs["local"]);
+        let body: Vec<Vec<String>> = [("write", "write_GBps"), ("read in order", "read_seq_GBps"), ("read random pages", "read_random_GBps"), ("rewrite random pages", "rmw_random_GBps")]
+            .iter()
+            .map(|(name, k)| vec![name.to_string(), sig(v[*k].as_f64()), sig(l[*k].as_f64()), fr(ratio(v[*k].as_f64(), l[*k].as_f64()))])
+            .collect();
+        d.table(&["access", "extension GB/s", "local GB/s", "extension / local"], &body);
+    }
     let sw = &r["swap"];
     if let (Some(v), Some(k)) = (sw["vsci"]["program_secs"].as_f64(), sw["nbdkit"]["program_secs"].as_f64()) {
         d.line(&format!(
