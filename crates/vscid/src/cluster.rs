@@ -121,6 +121,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_node_lends_what_its_lend_key_says() {
+        let key = |_: &Path| Ok(b"0123456789abcdef0123".to_vec());
+        let text = "key_file = \"k\"\n[[node]]\nid = 1\naddress = \"127.0.0.1:7100\"\n[[node]]\nid = 2\naddress = \"127.0.0.1:7101\"\nlend = \"3G\"\n";
+        let c = Cluster::parse(text, Path::new("/c.toml"), key).unwrap();
+        assert_eq!(c.lend.get(&2), Some(&(3 << 30)));
+        assert_eq!(c.lend.get(&1), None);
+        let bad = text.replace("3G", "lots");
+        let e = Cluster::parse(&bad, Path::new("/c.toml"), key).unwrap_err();
+        assert!(format!("{e:#}").contains("node 2: lend"), "{e:#}");
+    }
+
+    #[test]
     fn parses_and_validates() {
         let dir = std::env::temp_dir().join(format!("vsci-cluster-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -55,6 +55,13 @@ struct QueueLabel {
     queue: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LoanLabel {
+    node: String,
+    /// lent (to that node) or borrowed (from it).
+    direction: String,
+}
+
 pub struct Metrics {
     registry: Registry,
     clients: Gauge,
@@ -75,6 +82,8 @@ pub struct Metrics {
     rma_queue: Family<QueueLabel, Gauge>,
     rma_regions: Gauge,
     rma_trigger_tokens: Gauge,
+    lend_pool: Gauge,
+    loan_bytes: Family<LoanLabel, Gauge>,
     rma_received: Counter,
     rma_completions: Counter,
 }
@@ -109,6 +118,8 @@ impl Metrics {
             rma_queue: Family::default(),
             rma_regions: Gauge::default(),
             rma_trigger_tokens: Gauge::default(),
+            lend_pool: Gauge::default(),
+            loan_bytes: Family::default(),
             rma_received: Counter::default(),
             rma_completions: Counter::default(),
         };
@@ -130,6 +141,8 @@ impl Metrics {
         registry.register("rma_queue_depth", "RMA engine queues now: ops_in_flight (posted, not completed), received (messages not yet taken), repost (receive buffers waiting to be re-posted)", m.rma_queue.clone());
         registry.register("rma_regions", "Segments registered with the RMA engine for other nodes", m.rma_regions.clone());
         registry.register("rma_trigger_tokens", "Interrupt connections other nodes trigger through the RMA engine", m.rma_trigger_tokens.clone());
+        registry.register("lend_pool_bytes", "Memory this node lends to other nodes at most (vscid --lend)", m.lend_pool.clone());
+        registry.register("loan_bytes", "Memory lent to each other node and borrowed from it by this node's programs", m.loan_bytes.clone());
         registry.register("rma_messages_received", "Messages the RMA engine received", m.rma_received.clone());
         registry.register("rma_completions", "Completions the RMA engine handled (operations, receives, errors)", m.rma_completions.clone());
         Metrics { registry, ..m }
@@ -188,6 +201,14 @@ impl Metrics {
         self.interrupts.set(st.totals.interrupts as i64);
         self.open_fds.set(st.open_fds.into());
         self.peers.clear();
+        self.lend_pool.set(st.lending.pool.min(i64::MAX as u64) as i64);
+        self.loan_bytes.clear();
+        for (direction, list) in [("lent", &st.lending.lent), ("borrowed", &st.lending.borrowed)] {
+            for t in list {
+                let l = LoanLabel { node: t.node_id.to_string(), direction: direction.into() };
+                self.loan_bytes.get_or_create(&l).set(t.bytes.min(i64::MAX as u64) as i64);
+            }
+        }
         self.peer_imports.clear();
         for p in &st.peers {
             let l = PeerLabel { peer: p.node_id.to_string(), state: p.state.clone() };
