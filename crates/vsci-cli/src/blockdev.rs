@@ -55,6 +55,22 @@ impl vsci_nbd::Backend for Device {
         self.0.write_at(data, offset)
     }
 
+    /// Requests queued together share one wait for their RMA operations
+    /// instead of one round trip (and one spinning waiter) each.
+    fn max_batch(&self) -> usize {
+        16
+    }
+
+    /// Queued reads go out together, one batched RMA read per loan, straight
+    /// into the request buffers (an abandoned one is leaked, not reused).
+    fn read_many_at(&self, reqs: &mut [(Vec<u8>, u64)]) -> Vec<std::io::Result<()>> {
+        self.0.read_many(reqs)
+    }
+
+    fn write_many_at(&self, reqs: &[(&[u8], u64)]) -> Vec<std::io::Result<()>> {
+        self.0.write_many(reqs)
+    }
+
     /// Every write is at its lender when it returns (delivered RMA
     /// writes), so there is nothing left to push. The lenders' memory is
     /// not durable across their restart: a block device of lent memory is

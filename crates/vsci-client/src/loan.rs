@@ -94,6 +94,30 @@ impl Loan {
         }
     }
 
+    /// Fill each `(buffer, offset)` with the loan's bytes at that offset,
+    /// straight into the buffers, all reads in flight together (one wait
+    /// for the lot rather than a round trip each). Every range is checked
+    /// first: one out of range reads nothing. If the engine abandons the
+    /// reads, every buffer is leaked rather than freed (the engine may
+    /// still write into any of them) and left empty in `bufs`.
+    pub fn read_many(&self, bufs: &mut [(Vec<u8>, u64)]) -> Result<()> {
+        for (b, off) in bufs.iter() {
+            self.check(*off, b.len())?;
+        }
+        let mut ops: Vec<(&mut [u8], u64)> = bufs.iter_mut().map(|(b, off)| (b.as_mut_slice(), *off)).collect();
+        match self.target.read_direct_many(&mut ops) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                if matches!(e, vsci_fabric::Error::Abandoned) {
+                    for (b, _) in bufs.iter_mut() {
+                        std::mem::forget(std::mem::take(b));
+                    }
+                }
+                Err(transfer_failed(e))
+            }
+        }
+    }
+
     /// Write `data` at `offset`: visible at the lender when this returns.
     pub fn write(&self, data: &[u8], offset: u64) -> Result<()> {
         self.write_many(&[(data, offset)])

@@ -191,6 +191,13 @@ impl RemoteTarget {
         self.ep.rma.fabric.read(&self.ep.peer, buf, &self.region, offset)
     }
 
+    /// RMA reads straight into several buffers, waited for together. After
+    /// `Err(Abandoned)` the engine may still write into any of them later:
+    /// the caller must then keep that memory for good.
+    pub(crate) fn read_direct_many(&self, ops: &mut [(&mut [u8], u64)]) -> std::result::Result<(), vsci_fabric::Error> {
+        self.ep.rma.fabric.read_many(&self.ep.peer, ops, &self.region)
+    }
+
     /// RMA writes of `(bytes, segment offset)` runs straight from the
     /// caller's memory, all visible at the owner when this returns. After
     /// `Err(Abandoned)` the engine may still read that memory later.

@@ -979,6 +979,56 @@ impl Fabric {
         posted.and(waited)
     }
 
+    /// Posts all reads (`(local buffer, offset in remote)`), then waits for
+    /// all: several requests pay one wait instead of a round trip each.
+    /// Every range is checked before anything is posted, so a bad one reads
+    /// nothing. On error, every read already posted has still completed
+    /// before this returns, except after [`Error::Abandoned`] (the peer was
+    /// declared down): then, as for [`read`](Self::read), the provider may
+    /// still write into any of the buffers later, and the caller must keep
+    /// them for good.
+    pub fn read_many(
+        &self,
+        peer: &Peer,
+        ops: &mut [(&mut [u8], u64)],
+        remote: &RemoteRegion,
+    ) -> Result<()> {
+        self.check_peer(peer)?;
+        self.check_up(peer)?;
+        let raddrs = ops
+            .iter()
+            .map(|(buf, off)| remote.addr(*off, buf.len()))
+            .collect::<Result<Vec<u64>>>()?;
+        retry_reconnect(|| self.read_many_once(peer, ops, &raddrs, remote))
+    }
+
+    fn read_many_once(
+        &self,
+        peer: &Peer,
+        ops: &mut [(&mut [u8], u64)],
+        raddrs: &[u64],
+        remote: &RemoteRegion,
+    ) -> Result<()> {
+        let slot = OpSlot::new();
+        let mut locals = Vec::new();
+        let mut posted = Ok(());
+        for ((buf, _), &raddr) in ops.iter_mut().zip(raddrs) {
+            if buf.is_empty() {
+                continue;
+            }
+            posted = self
+                .inner
+                .post_read(&slot, peer, buf, raddr, remote.key, &mut locals);
+            // What was posted is still waited for below.
+            if posted.is_err() {
+                break;
+            }
+        }
+        let waited = self.inner.wait_slot(&slot, peer.fi_addr);
+        abandon_locals(&waited, locals);
+        posted.and(waited)
+    }
+
     /// Sends a message of at most [`MAX_MSG`] bytes; returns when the
     /// provider reports it sent (the buffer is free again).
     pub fn send(&self, peer: &Peer, data: &[u8]) -> Result<()> {

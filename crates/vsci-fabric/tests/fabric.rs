@@ -238,6 +238,36 @@ fn batched_writes() {
 }
 
 #[test]
+fn batched_reads() {
+    let p = pair(DEFAULT_PROVIDER);
+    let r = p.mr.remote();
+    let want: Vec<(Vec<u8>, u64)> = (0..300u64)
+        .map(|i| (pattern(1 + (i as usize * 37) % 3000, i as u8), i * 3333))
+        .collect();
+    for (b, o) in &want {
+        p.mem.set(*o as usize, b);
+    }
+    let mut bufs: Vec<Vec<u8>> = want.iter().map(|(b, _)| vec![0u8; b.len()]).collect();
+    let mut ops: Vec<(&mut [u8], u64)> =
+        bufs.iter_mut().zip(&want).map(|(b, (_, o))| (b.as_mut_slice(), *o)).collect();
+    p.a.read_many(&p.peer_b, &mut ops, &r).unwrap();
+    for (b, (w, o)) in bufs.iter().zip(&want) {
+        assert_eq!(b, w, "offset {o}");
+    }
+    // An empty batch, and empty buffers in a batch, are no-ops.
+    p.a.read_many(&p.peer_b, &mut [], &r).unwrap();
+    let mut one = [0u8; 4];
+    p.a.read_many(&p.peer_b, &mut [(&mut [][..], 5), (&mut one[..], want[1].1)], &r).unwrap();
+    assert_eq!(one[..], want[1].0[..4]);
+    // A batch with one bad range reads nothing.
+    let mut x = [7u8; 4];
+    let mut y = [7u8; 4];
+    let e = p.a.read_many(&p.peer_b, &mut [(&mut x[..], 0), (&mut y[..], r.len)], &r).unwrap_err();
+    assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
+    assert_eq!((x, y), ([7; 4], [7; 4]));
+}
+
+#[test]
 fn out_of_range_is_an_error() {
     let p = pair(DEFAULT_PROVIDER);
     let r = p.mr.remote();

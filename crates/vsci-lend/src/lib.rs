@@ -114,6 +114,91 @@ impl LoanStore {
         }
         Ok(())
     }
+
+    /// Fill each `(buffer, offset)` request, straight into the buffers (as
+    /// [`read_vec`](Self::read_vec)): every loan gets one batched read for
+    /// all of its pieces, so the requests share one wait instead of paying
+    /// a round trip each. Loans are read one after the other. One result
+    /// per request; a failed loan read fails every request with a piece in
+    /// it. A buffer the engine abandoned is leaked and left empty (the
+    /// engine may still write into it).
+    pub fn read_many(&self, reqs: &mut [(Vec<u8>, u64)]) -> Vec<io::Result<()>> {
+        let mut results: Vec<io::Result<()>> = reqs.iter().map(|_| Ok(())).collect();
+        // Per loan: which request each buffer belongs to (and where in it
+        // when a request spans stripes), and the buffers with loan offsets.
+        let mut groups: Vec<(Vec<(usize, Option<usize>)>, Vec<(Vec<u8>, u64)>)> = (0..self.loans.len()).map(|_| Default::default()).collect();
+        for (i, (buf, offset)) in reqs.iter_mut().enumerate() {
+            match self.pieces(*offset, buf.len()) {
+                Err(e) => results[i] = Err(e),
+                Ok(p) if p.len() == 1 => {
+                    let (loan, at, _, _) = p[0];
+                    groups[loan].0.push((i, None));
+                    groups[loan].1.push((std::mem::take(buf), at));
+                }
+                // Spanning stripes (rare with large stripes): the request's
+                // buffer cannot be lent to several loans' reads at once, so
+                // its pieces land in buffers of their own and are copied.
+                Ok(p) => {
+                    for (loan, at, pos, len) in p {
+                        groups[loan].0.push((i, Some(pos)));
+                        groups[loan].1.push((vec![0u8; len], at));
+                    }
+                }
+            }
+        }
+        for (loan, (parts, mut bufs)) in groups.into_iter().enumerate() {
+            if bufs.is_empty() {
+                continue;
+            }
+            let r = self.loans[loan].read_many(&mut bufs);
+            for ((i, pos), (b, _)) in parts.into_iter().zip(bufs) {
+                if let Err(e) = r {
+                    if results[i].is_ok() {
+                        results[i] = Err(io_error("reading lent memory", e));
+                    }
+                }
+                match pos {
+                    None => reqs[i].0 = b,
+                    Some(pos) if r.is_ok() => reqs[i].0[pos..pos + b.len()].copy_from_slice(&b),
+                    Some(_) => {}
+                }
+            }
+        }
+        results
+    }
+
+    /// Write each `(data, offset)` request: every loan gets one batched
+    /// write for all of its pieces, all at the lenders when this returns.
+    /// One result per request; a failed loan write fails every request
+    /// with a piece in it.
+    pub fn write_many(&self, reqs: &[(&[u8], u64)]) -> Vec<io::Result<()>> {
+        let mut results: Vec<io::Result<()>> = reqs.iter().map(|_| Ok(())).collect();
+        let mut groups: Vec<(Vec<usize>, Vec<(&[u8], u64)>)> = (0..self.loans.len()).map(|_| Default::default()).collect();
+        for (i, &(data, offset)) in reqs.iter().enumerate() {
+            match self.pieces(offset, data.len()) {
+                Err(e) => results[i] = Err(e),
+                Ok(p) => {
+                    for (loan, at, pos, len) in p {
+                        groups[loan].0.push(i);
+                        groups[loan].1.push((&data[pos..pos + len], at));
+                    }
+                }
+            }
+        }
+        for (loan, (owners, runs)) in groups.into_iter().enumerate() {
+            if runs.is_empty() {
+                continue;
+            }
+            if let Err(e) = self.loans[loan].write_many(&runs) {
+                for i in owners {
+                    if results[i].is_ok() {
+                        results[i] = Err(io_error("writing lent memory", e));
+                    }
+                }
+            }
+        }
+        results
+    }
 }
 
 #[cfg(test)]

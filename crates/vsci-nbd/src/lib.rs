@@ -10,7 +10,8 @@
 //! answers requests strictly in order, ignores the export name and has no
 //! `NBD_OPT_GO`/`NBD_OPT_INFO` block-size reply. We need out-of-order
 //! completion across worker threads (so a queue depth of 32 overlaps the
-//! backend's network latency), multi-connection, strict validation of
+//! backend's network latency, and requests queued together reach the
+//! backend as one batch), multi-connection, strict validation of
 //! untrusted input and parsers a fuzz target can call, so the protocol —
 //! small — is written here ([`proto`]).
 //!
@@ -23,7 +24,11 @@
 //!
 //! ## Ordering
 //! Requests of one connection run on `workers_per_connection` threads and
-//! may complete out of order; replies carry the client's cookie. A FLUSH
+//! may complete out of order; replies carry the client's cookie. For a
+//! backend that takes batches ([`Backend::max_batch`]), a worker takes the
+//! READs (or WRITEs) already queued behind the one it picks and hands them
+//! to [`Backend::read_many_at`] (`write_many_at`) at once; FLUSH, TRIM and
+//! WRITE_ZEROES run alone. A FLUSH
 //! waits until every request the connection received before it has
 //! completed, then calls [`Backend::flush`], which must cover writes from
 //! all connections (we advertise `NBD_FLAG_CAN_MULTI_CONN`).
@@ -55,6 +60,31 @@ pub trait Backend: Send + Sync + 'static {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()>;
     /// Store data at offset (offset+len <= size, checked by the server).
     fn write_at(&self, data: &[u8], offset: u64) -> std::io::Result<()>;
+    /// How many queued READs (or WRITEs) the server may hand
+    /// [`read_many_at`](Self::read_many_at) (`write_many_at`) at once. The
+    /// default, 1, gives every request a call of its own on whichever
+    /// worker is free, so requests overlap; a backend whose batch calls do
+    /// better than a loop raises it.
+    fn max_batch(&self) -> usize {
+        1
+    }
+    /// Fill several reads that are queued together: each `(buf, offset)`
+    /// from `offset` (every range checked by the server). One result per
+    /// request, in order. The default reads them one by one with
+    /// [`read_at`](Self::read_at); a backend whose reads wait on a network
+    /// can post them all and wait once. A buffer the backend must keep (an
+    /// abandoned DMA may still write into it) can be taken out, leaving an
+    /// empty `Vec`, with an error for its request.
+    fn read_many_at(&self, reqs: &mut [(Vec<u8>, u64)]) -> Vec<std::io::Result<()>> {
+        reqs.iter_mut().map(|(buf, offset)| self.read_at(buf, *offset)).collect()
+    }
+    /// Store several writes that are queued together (ranges checked by
+    /// the server; requests in flight together may overlap, in which case
+    /// either may land last). One result per request, in order. The
+    /// default writes them one by one with [`write_at`](Self::write_at).
+    fn write_many_at(&self, reqs: &[(&[u8], u64)]) -> Vec<std::io::Result<()>> {
+        reqs.iter().map(|&(data, offset)| self.write_at(data, offset)).collect()
+    }
     /// Make every completed write durable/visible at the store — writes of
     /// all connections, since multi-connection clients rely on it.
     fn flush(&self) -> std::io::Result<()>;

@@ -1,7 +1,7 @@
 //! Accept loop, negotiation and the per-connection reader/worker machinery.
 
 use std::collections::{BTreeSet, HashMap};
-use std::io::{self, BufReader, Read, Write};
+use std::io::{self, BufReader, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout};
-use nix::sys::socket::{send, MsgFlags};
+use nix::sys::socket::{send, sendmsg, MsgFlags};
 
 use crate::proto::*;
 use crate::{Backend, ServerConfig, Stats};
@@ -39,6 +39,16 @@ const ACCEPT_POLL: Duration = Duration::from_millis(100);
 /// Jobs queued per connection beyond those the byte budget already bounds
 /// (FLUSH/TRIM/WRITE_ZEROES carry no buffer).
 const QUEUE_DEPTH: usize = 128;
+/// Cap on [`Backend::max_batch`]: a batch is answered only once all of it
+/// is done, so a large one delays its first reply.
+const MAX_BATCH: usize = 64;
+/// A batch stops growing once it holds this many bytes: large requests
+/// gain nothing from sharing a wait (their transfer dwarfs a round trip),
+/// and their replies would wait for the whole batch instead of leaving as
+/// each is done.
+const MAX_BATCH_BYTES: u64 = 256 << 10;
+/// Most slices given to one sendmsg (well under IOV_MAX, 1024 on Linux).
+const MAX_IOV: usize = 64;
 /// WRITE_ZEROES is executed as writes of this many zero bytes at most.
 static ZEROES: [u8; 256 << 10] = [0; 256 << 10];
 
@@ -241,7 +251,29 @@ impl<S: AsFd> Write for SockWriter<S> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         send(self.0.as_fd().as_raw_fd(), buf, MsgFlags::MSG_NOSIGNAL).map_err(io::Error::from)
     }
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        let bufs = &bufs[..bufs.len().min(MAX_IOV)];
+        sendmsg::<()>(self.0.as_fd().as_raw_fd(), bufs, &[], MsgFlags::MSG_NOSIGNAL, None).map_err(io::Error::from)
+    }
     fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<S: AsFd> SockWriter<S> {
+    /// Every byte of `parts`, in order, in as few system calls as the
+    /// socket takes them (`Write::write_all_vectored` is not stable yet).
+    fn write_all_parts(&mut self, parts: &[&[u8]]) -> io::Result<()> {
+        let mut storage: Vec<IoSlice<'_>> = parts.iter().filter(|p| !p.is_empty()).map(|p| IoSlice::new(p)).collect();
+        let mut bufs = &mut storage[..];
+        while !bufs.is_empty() {
+            match self.write_vectored(bufs) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
         Ok(())
     }
 }
@@ -554,6 +586,15 @@ impl<S: Conn> ConnShared<S> {
         }
         r
     }
+    /// Several replies (or one in pieces) in one go, so a batch costs one
+    /// system call rather than one per request.
+    fn send_parts(&self, parts: &[&[u8]]) -> io::Result<()> {
+        let r = lock(&self.writer).write_all_parts(parts);
+        if r.is_err() {
+            self.waker.shutdown_conn(Shutdown::Both);
+        }
+        r
+    }
     fn reply_error(&self, cookie: u64, err: u32) -> io::Result<()> {
         bump(&self.inner.stats.errors, 1);
         self.send(&encode_simple_reply(err, cookie))
@@ -619,7 +660,8 @@ fn serve_connection<S: Conn>(inner: &Arc<Inner>, id: u64, stream: &S) -> io::Res
         },
     });
     let (tx, rx) = sync_channel::<Job>(QUEUE_DEPTH);
-    let rx = Arc::new(Mutex::new(rx));
+    let max_batch = inner.backend.max_batch().clamp(1, MAX_BATCH);
+    let rx = Arc::new(Mutex::new(Queue { rx, next: None, max_batch }));
     let mut workers = Vec::with_capacity(cfg.workers_per_connection);
     for n in 0..cfg.workers_per_connection {
         let (shared, rx) = (shared.clone(), rx.clone());
@@ -750,17 +792,163 @@ fn read_requests<S: Conn>(
     }
 }
 
-fn worker<S: Conn>(shared: &ConnShared<S>, rx: &Mutex<Receiver<Job>>) {
-    loop {
-        let job = match lock(rx).recv() {
-            Ok(job) => job,
-            Err(_) => return,
+/// The workers' end of a connection's job queue.
+struct Queue {
+    rx: Receiver<Job>,
+    /// A job taken while gathering a batch it does not belong to: the next
+    /// to leave the queue, so jobs still leave in sequence order (which
+    /// [`Outstanding::wait_earlier`] relies on).
+    next: Option<Job>,
+    /// Most jobs taken at once (the backend's [`Backend::max_batch`]).
+    max_batch: usize,
+}
+
+impl Queue {
+    /// The next job, then up to `max_batch - 1` more of the same kind
+    /// (READ or WRITE) that are queued right behind it, until they hold
+    /// `MAX_BATCH_BYTES`; never waits for more than the first.
+    fn take(&mut self) -> Option<Vec<Job>> {
+        let first = match self.next.take() {
+            Some(job) => job,
+            None => self.rx.recv().ok()?,
         };
-        let (seq, charge) = (job.seq, job.charge);
-        execute(shared, job);
-        shared.outstanding.end(seq);
-        shared.budget.release(charge);
+        let kind = batch_kind(&first.op);
+        let mut batch = vec![first];
+        if kind.is_none() || self.max_batch == 1 {
+            return Some(batch);
+        }
+        let mut bytes = batch[0].charge;
+        while batch.len() < self.max_batch && bytes < MAX_BATCH_BYTES {
+            let Ok(job) = self.rx.try_recv() else { break };
+            if batch_kind(&job.op) != kind {
+                self.next = Some(job);
+                break;
+            }
+            bytes += job.charge;
+            batch.push(job);
+        }
+        Some(batch)
     }
+}
+
+/// Which requests may share a batch: READs with READs, WRITEs with WRITEs.
+fn batch_kind(op: &Op) -> Option<u8> {
+    match op {
+        Op::Read { .. } => Some(0),
+        Op::Write { .. } => Some(1),
+        _ => None,
+    }
+}
+
+fn worker<S: Conn>(shared: &ConnShared<S>, rx: &Mutex<Queue>) {
+    loop {
+        // A job held back in `next` by a worker gathering a batch is free
+        // for any worker: the queue lock is held only while taking.
+        let Some(mut batch) = lock(rx).take() else { return };
+        let done: Vec<(u64, u64)> = batch.iter().map(|j| (j.seq, j.charge)).collect();
+        if batch.len() == 1 {
+            execute(shared, batch.pop().expect("one job"));
+        } else if matches!(batch[0].op, Op::Read { .. }) {
+            execute_reads(shared, batch);
+        } else {
+            execute_writes(shared, batch);
+        }
+        for (seq, charge) in done {
+            shared.outstanding.end(seq);
+            shared.budget.release(charge);
+        }
+    }
+}
+
+/// One result per request from a batch call: a panic, or a backend that
+/// answered for fewer requests than it was given, is EIO for those left.
+fn batch_results(what: &str, n: usize, f: impl FnOnce() -> Vec<io::Result<()>>) -> Vec<io::Result<()>> {
+    let mut results = guarded(what, || Ok(f())).unwrap_or_default();
+    if results.len() != n {
+        log::error!("nbd: backend {what} answered {} of {n} requests", results.len());
+    }
+    results.resize_with(n, || Err(io::Error::other("no result from the backend")));
+    results
+}
+
+/// A batch of READs: one backend call, then every reply in one send.
+fn execute_reads<S: Conn>(shared: &ConnShared<S>, jobs: Vec<Job>) {
+    let b = &*shared.inner.backend;
+    let st = &shared.inner.stats;
+    let mut reqs: Vec<(Vec<u8>, u64)> = jobs
+        .iter()
+        .map(|j| match j.op {
+            Op::Read { offset, len } => (vec![0u8; len as usize], offset),
+            _ => unreachable!("a READ batch holds only READs"),
+        })
+        .collect();
+    let results = batch_results("read", reqs.len(), || b.read_many_at(&mut reqs));
+    let headers: Vec<[u8; SIMPLE_REPLY_SIZE]> = jobs
+        .iter()
+        .zip(&results)
+        .map(|(j, r)| match r {
+            Ok(()) => encode_simple_reply(0, j.cookie),
+            Err(e) => {
+                log::debug!("nbd: backend error: {e}");
+                bump(&st.errors, 1);
+                encode_simple_reply(nbd_errno(e), j.cookie)
+            }
+        })
+        .collect();
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(2 * jobs.len());
+    for ((h, r), (data, _)) in headers.iter().zip(&results).zip(&reqs) {
+        parts.push(h);
+        if r.is_ok() {
+            bump(&st.reads, 1);
+            bump(&st.bytes_read, data.len() as u64);
+            parts.push(data);
+        }
+    }
+    // A send failure has already shut the socket down; the reader notices.
+    let _ = shared.send_parts(&parts);
+}
+
+/// A batch of WRITEs: one backend call, one flush if any asked for FUA
+/// (a flush covers every completed write), then every reply in one send.
+fn execute_writes<S: Conn>(shared: &ConnShared<S>, jobs: Vec<Job>) {
+    let b = &*shared.inner.backend;
+    let st = &shared.inner.stats;
+    let reqs: Vec<(&[u8], u64)> = jobs
+        .iter()
+        .map(|j| match &j.op {
+            Op::Write { offset, data, .. } => (&data[..], *offset),
+            _ => unreachable!("a WRITE batch holds only WRITEs"),
+        })
+        .collect();
+    let results = batch_results("write", reqs.len(), || b.write_many_at(&reqs));
+    let fua = |j: &Job| matches!(j.op, Op::Write { fua: true, .. });
+    let flushed = if jobs.iter().zip(&results).any(|(j, r)| fua(j) && r.is_ok()) {
+        guarded("flush", || b.flush())
+    } else {
+        Ok(())
+    };
+    let mut replies = Vec::with_capacity(jobs.len() * SIMPLE_REPLY_SIZE);
+    for ((j, r), (data, _)) in jobs.iter().zip(&results).zip(&reqs) {
+        let r = match (r, &flushed) {
+            (Ok(()), Err(e)) if fua(j) => Err(e),
+            (r, _) => r.as_ref().map(|_| ()),
+        };
+        match r {
+            Ok(()) => {
+                bump(&st.writes, 1);
+                bump(&st.bytes_written, data.len() as u64);
+                replies.extend_from_slice(&encode_simple_reply(0, j.cookie));
+            }
+            Err(e) => {
+                log::debug!("nbd: backend error: {e}");
+                bump(&st.errors, 1);
+                replies.extend_from_slice(&encode_simple_reply(nbd_errno(e), j.cookie));
+            }
+        }
+    }
+    drop(reqs);
+    drop(jobs);
+    let _ = shared.send_parts(&[&replies]);
 }
 
 /// Map a backend failure onto the few errors NBD can carry.

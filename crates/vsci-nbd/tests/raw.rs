@@ -369,6 +369,125 @@ fn requests_of_one_connection_overlap() {
     assert_eq!(cookies, [100, 200]);
 }
 
+/// Records the batches it is handed; its first two calls stall so that the
+/// requests behind them queue up (the first may run on the reader thread,
+/// the second then runs on the worker); reads at `FAIL_AT` fail.
+struct Batching {
+    mem: Arc<MemBackend>,
+    batches: Mutex<Vec<(&'static str, usize)>>,
+}
+
+const FAIL_AT: u64 = 1 << 19;
+
+impl Batching {
+    fn record(&self, kind: &'static str, n: usize) {
+        let mut b = self.batches.lock().unwrap();
+        if b.len() < 2 {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        b.push((kind, n));
+    }
+}
+
+impl Backend for Batching {
+    fn size(&self) -> u64 {
+        self.mem.size()
+    }
+    fn max_batch(&self) -> usize {
+        16
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.record("read", 1);
+        if offset == FAIL_AT {
+            return Err(std::io::Error::other("lender gone"));
+        }
+        self.mem.read_at(buf, offset)
+    }
+    fn read_many_at(&self, reqs: &mut [(Vec<u8>, u64)]) -> Vec<std::io::Result<()>> {
+        self.record("read", reqs.len());
+        reqs.iter_mut()
+            .map(|(buf, offset)| {
+                if *offset == FAIL_AT {
+                    // As a backend that must keep an abandoned buffer does.
+                    std::mem::forget(std::mem::take(buf));
+                    return Err(std::io::Error::other("lender gone"));
+                }
+                self.mem.read_at(buf, *offset)
+            })
+            .collect()
+    }
+    fn write_at(&self, data: &[u8], offset: u64) -> std::io::Result<()> {
+        self.record("write", 1);
+        self.mem.write_at(data, offset)
+    }
+    fn write_many_at(&self, reqs: &[(&[u8], u64)]) -> Vec<std::io::Result<()>> {
+        self.record("write", reqs.len());
+        reqs.iter().map(|&(d, o)| self.mem.write_at(d, o)).collect()
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.mem.flush()
+    }
+    fn trim(&self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.mem.trim(offset, len)
+    }
+}
+
+#[test]
+fn queued_requests_reach_the_backend_in_batches() {
+    let backend = Arc::new(Batching { mem: MemBackend::new(1 << 20), batches: Mutex::new(Vec::new()) });
+    // One worker: whatever queues behind its stalled first call is taken
+    // together afterwards.
+    let srv = TestServer::start(backend.clone(), ServerConfig { workers_per_connection: 1, ..cfg("exp") });
+    let (mut s, _) = open(&srv.sock, "exp");
+    let block = |i: u64| vec![i as u8 + 1; 512];
+    let mut burst = Vec::new();
+    let mut req = |cmd: u16, flags: u16, cookie: u64, offset: u64, len: u32, payload: &[u8]| {
+        burst.extend_from_slice(&REQ_MAGIC.to_be_bytes());
+        burst.extend_from_slice(&flags.to_be_bytes());
+        burst.extend_from_slice(&cmd.to_be_bytes());
+        burst.extend_from_slice(&cookie.to_be_bytes());
+        burst.extend_from_slice(&offset.to_be_bytes());
+        burst.extend_from_slice(&len.to_be_bytes());
+        burst.extend_from_slice(payload);
+    };
+    for i in 0..20u64 {
+        // The last one with FUA: a flush in the middle of a batch.
+        req(1, if i == 19 { 1 } else { 0 }, 1 + i, i * 4096, 512, &block(i));
+    }
+    req(3, 0, 100, 0, 0, &[]);
+    for i in 0..20u64 {
+        req(0, 0, 200 + i, i * 4096, 512, &[]);
+    }
+    req(0, 0, 300, FAIL_AT, 512, &[]);
+    s.write_all(&burst).unwrap();
+    let mut seen = std::collections::HashMap::new();
+    for _ in 0..42 {
+        let (err, cookie) = read_reply(&mut s);
+        let mut data = Vec::new();
+        if (200..220).contains(&cookie) && err == 0 {
+            data = vec![0u8; 512];
+            s.read_exact(&mut data).unwrap();
+        }
+        assert!(seen.insert(cookie, (err, data)).is_none(), "cookie {cookie} answered twice");
+    }
+    for i in 0..20u64 {
+        assert_eq!(seen[&(1 + i)].0, 0, "write {i}");
+        assert_eq!(seen[&(200 + i)], (0, block(i)), "read {i}");
+    }
+    assert_eq!(seen[&100].0, 0, "flush");
+    assert_eq!(seen[&300].0, 5, "the failed read is EIO, and only it");
+    assert_healthy(&mut s, 9);
+    let batches = backend.batches.lock().unwrap().clone();
+    eprintln!("batches: {batches:?}");
+    assert!(batches.iter().all(|&(_, n)| n <= 16), "batches capped");
+    assert!(batches.iter().any(|&(k, n)| k == "write" && n > 1), "writes batched");
+    assert!(batches.iter().any(|&(k, n)| k == "read" && n > 1), "reads batched");
+    // 20 writes, and assert_healthy's.
+    assert_eq!(batches.iter().filter(|b| b.0 == "write").map(|b| b.1).sum::<usize>(), 21);
+    // The flush waited for every write before it and the FUA write's flush.
+    assert!(backend.mem.flushes.load(Ordering::SeqCst) >= 2);
+}
+
 /// A backend failure becomes EIO for that request only.
 struct Failing;
 impl Backend for Failing {
