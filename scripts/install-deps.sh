@@ -16,7 +16,9 @@ PKGS=(build-essential pkg-config make gcc libc6-dev curl ca-certificates iproute
       # lent memory: vsci's block device is an NBD export; the tests read
       # and write it with QEMU's NBD client (qemu-io, qemu-img) and libnbd's
       # tools, and the benchmarks compare it with nbdkit / nbd-server under fio
-      qemu-utils libnbd-bin nbdkit nbd-server fio)
+      qemu-utils libnbd-bin nbdkit nbd-server fio
+      # the kernel's NBD client (nbd-client), run in a guest whose kernel has nbd
+      nbd-client)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -64,6 +64,11 @@ pub struct RunArgs {
     /// (virtio-blk). Repeatable.
     #[arg(long = "drive", value_name = "FILE_OR_NBD_URL")]
     drives: Vec<String>,
+    /// Give the guest a network card on QEMU's user-mode network (`user`,
+    /// the only kind): it is 10.0.2.15, and 10.0.2.2 is the host side, where
+    /// a server on the host's loopback is reached.
+    #[arg(long, value_parser = ["user"])]
+    net: Option<String>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -142,5 +147,6 @@ fn vm_run(a: RunArgs) -> Result<i32> {
     };
     cfg.console = a.console;
     cfg.drives = a.drives;
+    cfg.net_user = a.net.is_some();
     vsci_vm::run(&cfg)
 }

@@ -36,18 +36,28 @@ const DRIVER_H: &str = include_str!("../../../guest/driver/vsci_guest.h");
 const DRIVER_KBUILD: &str = include_str!("../../../guest/driver/Kbuild");
 const INIT: &str = include_str!("../../../guest/init");
 /// Bump when the image layout changes in a way the inputs do not show.
-const FORMAT: &str = "vsci-guest-image-2";
+const FORMAT: &str = "vsci-guest-image-3";
 
-/// Modules of the pinned kernel the image carries for disks QEMU attaches
-/// (`vsci vm run --drive`: virtio-blk over PCI), in load order; /init loads
-/// them when such a device is present.
-const BLOCK_MODULES: &[&str] = &[
-    "drivers/virtio/virtio_ring.ko",
-    "drivers/virtio/virtio.ko",
-    "drivers/virtio/virtio_pci_modern_dev.ko",
-    "drivers/virtio/virtio_pci_legacy_dev.ko",
-    "drivers/virtio/virtio_pci.ko",
-    "drivers/block/virtio_blk.ko",
+/// Modules of the pinned kernel the image carries, by set, each in load
+/// order: the virtio PCI core, virtio-blk (disks QEMU attaches: `vsci vm
+/// run --drive`), virtio-net (`--net user`), and nbd (the kernel's NBD
+/// client, for a guest that attaches an NBD export itself). /init loads
+/// the first three when such a device is present; nbd is loaded by the
+/// command that wants it (`insmod /lib/modules/nbd/nbd.ko`).
+const MODULE_SETS: &[(&str, &[&str])] = &[
+    (
+        "virtio",
+        &[
+            "drivers/virtio/virtio_ring.ko",
+            "drivers/virtio/virtio.ko",
+            "drivers/virtio/virtio_pci_modern_dev.ko",
+            "drivers/virtio/virtio_pci_legacy_dev.ko",
+            "drivers/virtio/virtio_pci.ko",
+        ],
+    ),
+    ("blk", &["drivers/block/virtio_blk.ko"]),
+    ("net", &["net/core/failover.ko", "drivers/net/net_failover.ko", "drivers/net/virtio_net.ko"]),
+    ("nbd", &["drivers/block/nbd.ko"]),
 ];
 
 const BUSYBOX: &str = "/bin/busybox";
@@ -171,8 +181,8 @@ pub fn ensure_image(say: &dyn Fn(&str)) -> Result<Image> {
     if let Some(l) = &sisci {
         say(&format!("the image carries {} as /usr/lib/x86_64-linux-gnu/libsisci.so", l.display()));
     }
-    let block = ensure_block_modules(&cache, &kdir, &pin)?;
-    let cpio = base_archive(&fs::read(&ko)?, &block, &libs, sisci.as_deref())?;
+    let extra = ensure_extra_modules(&cache, &kdir, &pin)?;
+    let cpio = base_archive(&fs::read(&ko)?, &extra, &libs, sisci.as_deref())?;
     fs::write(tmp.join("initrd.cpio"), cpio)?;
     let _ = fs::remove_dir_all(&dir);
     fs::rename(&tmp, &dir).with_context(|| format!("rename {} to {}", tmp.display(), dir.display()))?;
@@ -332,13 +342,13 @@ fn ensure_kernel(cache: &Path, pin: &KernelPin, say: &dyn Fn(&str)) -> Result<Pa
     Ok(kdir)
 }
 
-/// The [`BLOCK_MODULES`] of the pinned kernel, extracted from its image
-/// package once (into KERNEL_DIR/block-modules): (file name, contents).
-fn ensure_block_modules(cache: &Path, kdir: &Path, pin: &KernelPin) -> Result<Vec<(String, Vec<u8>)>> {
-    let dir = kdir.join("block-modules");
+/// The [`MODULE_SETS`] of the pinned kernel, extracted from its image
+/// package once (into KERNEL_DIR/extra-modules): (set, file name, contents).
+fn ensure_extra_modules(cache: &Path, kdir: &Path, pin: &KernelPin) -> Result<Vec<(String, String, Vec<u8>)>> {
+    let dir = kdir.join("extra-modules");
     let inside = |m: &str| format!("./lib/modules/{}-amd64/kernel/{m}", pin.abi);
-    let have = |m: &str| dir.join(inside(m)).exists();
-    if !BLOCK_MODULES.iter().all(|m| have(m)) {
+    let all: Vec<(&str, &str)> = MODULE_SETS.iter().flat_map(|(set, ms)| ms.iter().map(move |m| (*set, *m))).collect();
+    if !all.iter().all(|(_, m)| dir.join(inside(m)).exists()) {
         let deb = find_deb(&cache.join("debs"), &format!("linux-image-{}-amd64_{}_", pin.abi, pin.version))?
             .ok_or_else(|| anyhow!("the kernel image package is no longer in {}", cache.join("debs").display()))?;
         fs::create_dir_all(&dir)?;
@@ -347,19 +357,18 @@ fn ensure_block_modules(cache: &Path, kdir: &Path, pin: &KernelPin) -> Result<Ve
             .arg("-x")
             .arg("-C")
             .arg(&dir)
-            .args(BLOCK_MODULES.iter().map(|m| inside(m)))
+            .args(all.iter().map(|(_, m)| inside(m)))
             .stdin(pkg.stdout.take().expect("piped"))
             .status()
             .context("run tar")?;
         if !st.success() || !pkg.wait()?.success() {
-            bail!("could not extract the virtio-blk modules from {}", deb.display());
+            bail!("could not extract the virtio and nbd modules from {}", deb.display());
         }
     }
-    BLOCK_MODULES
-        .iter()
-        .map(|m| {
+    all.iter()
+        .map(|(set, m)| {
             let name = Path::new(m).file_name().expect("a file").to_string_lossy().to_string();
-            Ok((name, fs::read(dir.join(inside(m))).with_context(|| format!("read {m}"))?))
+            Ok((set.to_string(), name, fs::read(dir.join(inside(m))).with_context(|| format!("read {m}"))?))
         })
         .collect()
 }
@@ -403,7 +412,7 @@ fn build_module(kdir: &Path, pin: &KernelPin, build: &Path) -> Result<PathBuf> {
 
 /// The base initramfs: directories, /init, busybox and its applets, the
 /// driver, the C runtime and a minimal /etc.
-fn base_archive(module: &[u8], block: &[(String, Vec<u8>)], libs: &[PathBuf], sisci: Option<&Path>) -> Result<Vec<u8>> {
+fn base_archive(module: &[u8], extra: &[(String, String, Vec<u8>)], libs: &[PathBuf], sisci: Option<&Path>) -> Result<Vec<u8>> {
     let mut c = Cpio::new();
     for d in ["/bin", "/sbin", "/usr/bin", "/usr/sbin", "/etc", "/proc", "/sys", "/dev", "/tmp", "/root", "/run", "/vsci"] {
         c.dir(d, 0o755);
@@ -420,13 +429,14 @@ fn base_archive(module: &[u8], block: &[(String, Vec<u8>)], libs: &[PathBuf], si
         }
     }
     c.file("/lib/modules/vsci_guest.ko", 0o644, module);
-    c.dir("/lib/modules/block", 0o755);
-    let mut order = String::new();
-    for (name, data) in block {
-        c.file(&format!("/lib/modules/block/{name}"), 0o644, data);
-        order += &format!("{name}\n");
+    for (set, _) in MODULE_SETS {
+        let mut order = String::new();
+        for (_, name, data) in extra.iter().filter(|(s, _, _)| s == set) {
+            c.file(&format!("/lib/modules/{set}/{name}"), 0o644, data);
+            order += &format!("{name}\n");
+        }
+        c.file(&format!("/lib/modules/{set}/order"), 0o644, order.as_bytes());
     }
-    c.file("/lib/modules/block/order", 0o644, order.as_bytes());
     for l in libs {
         add_host_file(&mut c, l, &l.to_string_lossy())?;
     }

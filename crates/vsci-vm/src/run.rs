@@ -68,6 +68,10 @@ pub struct RunConfig {
     /// file, or an NBD URL such as `vsci blockdev` prints); the guest sees
     /// them as virtio-blk devices /dev/vda, /dev/vdb, ...
     pub drives: Vec<String>,
+    /// A virtio-net card on QEMU's user-mode network: the guest is
+    /// 10.0.2.15 and reaches the host side (QEMU's network namespace, its
+    /// loopback included) at 10.0.2.2. No other network is given.
+    pub net_user: bool,
 }
 
 impl RunConfig {
@@ -86,6 +90,7 @@ impl RunConfig {
             accel: Accel::Auto,
             console: false,
             drives: Vec::new(),
+            net_user: false,
         }
     }
 }
@@ -324,6 +329,9 @@ pub fn run(cfg: &RunConfig) -> Result<i32> {
     }
     for d in &cfg.drives {
         cmd.arg("-drive").arg(format!("file={},format=raw,if=virtio", d.replace(',', ",,")));
+    }
+    if cfg.net_user {
+        cmd.args(["-nic", "user,model=virtio-net-pci"]);
     }
     cmd.stdin(Stdio::null());
     // QEMU prints nothing on stdout; keep ours for the command's output.
