@@ -19,6 +19,14 @@
 //!   only then `MADV_DONTNEED`ed; a clean victim that its lenders already
 //!   hold, or that was never written (zeros), is just dropped.
 //!
+//! * Read-ahead: a missing fault on page `p` that needs a fetch right after
+//!   the previous fetch ended at `p - 1` (a sequential stream) also fetches
+//!   the pages after it ([`READAHEAD`] at most, fewer when room within the
+//!   budget is short; see [`readahead_window`]) in one batched RMA read per
+//!   lender, checks each one's checksum and installs them write-protected
+//!   (clean) and not referenced, so the clock takes them before pages the
+//!   program touched.
+//!
 //! With two or more lenders every stored page has two copies, on two
 //! different lenders ([`places`]); a fetch reads the first and falls back
 //! to the second. Each stored page's checksum is kept here, so a copy that
@@ -51,6 +59,18 @@ pub const REBORROW_AFTER: Duration = Duration::from_secs(2);
 /// Most pages one eviction writes back together (one RMA write of several
 /// runs per lender instead of one per page).
 const MAX_BATCH: usize = 64;
+
+/// Most pages a sequential fetch reads ahead of the faulting page (also at
+/// most one eviction batch, so small budgets read ahead less).
+pub const READAHEAD: usize = 15;
+
+/// How many pages after `page` to read ahead: the run of pages
+/// `page + 1 ..` that `eligible` accepts, at most `limit` of them and none
+/// at or past `pages` (the end of the range).
+pub(crate) fn readahead_window(page: usize, pages: usize, limit: usize, mut eligible: impl FnMut(usize) -> bool) -> usize {
+    let end = pages.min(page.saturating_add(1).saturating_add(limit));
+    (page + 1..end).take_while(|&q| eligible(q)).count()
+}
 
 /// Where `page`'s copies live: `(lender index, slot in its loan)` for the
 /// first and, with two or more lenders, the second copy. Pages go round the
@@ -162,15 +182,30 @@ impl Clock {
         self.free.is_empty()
     }
 
+    /// Frames free: pages that can come in before one must go.
+    pub(crate) fn room(&self) -> usize {
+        self.free.len()
+    }
+
     pub(crate) fn contains(&self, page: usize) -> bool {
         self.frame_of[page] != NONE
     }
 
     pub(crate) fn insert(&mut self, page: usize) {
+        self.insert_as(page, true);
+    }
+
+    /// Insert a page nobody asked for yet (read ahead): not referenced, so
+    /// the hand takes it at its next pass unless a store touches it first.
+    pub(crate) fn insert_cold(&mut self, page: usize) {
+        self.insert_as(page, false);
+    }
+
+    fn insert_as(&mut self, page: usize, referenced: bool) {
         let f = self.free.pop().expect("insert into a full clock") as usize;
         debug_assert!(!self.contains(page));
         self.frames[f] = page as u32;
-        self.referenced[f] = true;
+        self.referenced[f] = referenced;
         self.frame_of[page] = f as u32;
     }
 
@@ -383,7 +418,8 @@ mod uffd {
 /// Counters of an extension (all since it was made).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
-    /// Missing faults: pages brought in (zeros or fetched).
+    /// Missing faults: pages brought in (zeros or fetched) by a fault of
+    /// their own (pages read ahead come in without one).
     pub faults: u64,
     /// First stores to clean resident pages (write-protect faults).
     pub wp_faults: u64,
@@ -393,6 +429,9 @@ pub struct Stats {
     pub fetches: u64,
     /// Of those, pages whose first copy failed and the second served.
     pub mirror_fetches: u64,
+    /// Of the fetches, pages read ahead of a sequential fault (brought in
+    /// without a fault of their own).
+    pub readahead_pages: u64,
     /// Pages evicted.
     pub evictions: u64,
     /// Evicted pages written to lenders (a mirrored page counts once).
@@ -412,6 +451,7 @@ struct Counters {
     zero_fills: AtomicU64,
     fetches: AtomicU64,
     mirror_fetches: AtomicU64,
+    readahead_pages: AtomicU64,
     evictions: AtomicU64,
     write_backs: AtomicU64,
     resident_pages: AtomicU64,
@@ -472,6 +512,12 @@ struct Handler {
     /// may still write into it).
     fetch_buf: Option<Vec<u8>>,
     bounce: Vec<u8>,
+    /// Most pages to read ahead: `READAHEAD`, at most one eviction batch.
+    readahead: usize,
+    /// The last page the previous fetch brought in (`usize::MAX`: none).
+    last_fetch: usize,
+    /// Page buffers for batched fetches (none leaked by an abandoned read).
+    spare: Vec<Vec<u8>>,
 }
 
 /// A range of virtual memory backed by memory borrowed from other nodes;
@@ -575,6 +621,9 @@ impl Extension {
             zeros: vec![0; PAGE],
             fetch_buf: Some(vec![0; PAGE]),
             bounce: vec![0; MAX_BATCH * PAGE],
+            readahead: READAHEAD.min((frames / 8).clamp(1, MAX_BATCH)),
+            last_fetch: usize::MAX,
+            spare: Vec::new(),
         };
         let stop_fd = stop.as_raw_fd();
         let thread = std::thread::Builder::new()
@@ -629,6 +678,7 @@ impl Extension {
             zero_fills: g(&c.zero_fills),
             fetches: g(&c.fetches),
             mirror_fetches: g(&c.mirror_fetches),
+            readahead_pages: g(&c.readahead_pages),
             evictions: g(&c.evictions),
             write_backs: g(&c.write_backs),
             resident_bytes: g(&c.resident_pages) * PAGE as u64,
@@ -703,38 +753,160 @@ impl Handler {
             return;
         }
         add(&self.counters.faults, 1);
+        if self.flags[page] & STORED != 0 {
+            self.fetch_fault(page, write);
+            return;
+        }
         if self.clock.is_full() {
             self.evict();
         }
-        let r = if self.flags[page] & STORED == 0 {
-            add(&self.counters.zero_fills, 1);
-            if write {
-                // The store that faulted makes it dirty at once; the zero
-                // page spares a copy and the store's fault copies on write.
-                self.uffd.zeropage(addr, PAGE)
-            } else {
-                self.uffd.copy(addr, &self.zeros, true)
-            }
+        add(&self.counters.zero_fills, 1);
+        let r = if write {
+            // The store that faulted makes it dirty at once; the zero page
+            // spares a copy and the store's fault copies on write.
+            self.uffd.zeropage(addr, PAGE)
         } else {
-            let buf = self.fetch(page);
-            add(&self.counters.fetches, 1);
-            let r = self.uffd.copy(addr, &buf, !write);
-            self.fetch_buf = Some(buf);
-            r
+            self.uffd.copy(addr, &self.zeros, true)
         };
+        self.install(page, r, write, true);
+    }
+
+    /// After `UFFDIO_COPY` (or zero page) of `page` returned `r`: check it
+    /// and take the page into the resident set.
+    fn install(&mut self, page: usize, r: Result<(), i32>, write: bool, referenced: bool) {
         match r {
             // EEXIST: mapped meanwhile (cannot happen while we alone
             // install pages, but waking is what it would need).
             Err(libc::EEXIST) => {
-                let _ = self.uffd.wake(addr, PAGE);
+                let _ = self.uffd.wake(self.addr(page), PAGE);
             }
             r => self.check(page, "installing it", r),
         }
         if write {
             self.flags[page] |= DIRTY;
         }
-        self.clock.insert(page);
+        if referenced {
+            self.clock.insert(page);
+        } else {
+            self.clock.insert_cold(page);
+        }
         self.counters.resident_pages.store(self.clock.len() as u64, Ordering::Relaxed);
+    }
+
+    /// The copy of `page` to read: `(copy, lender, slot, fallback)`, the
+    /// first valid copy on a lender holding a loan, but the one on `prefer`
+    /// if that lender has a valid copy too (one batched read per lender).
+    /// `fallback`: the first copy is not to be had.
+    fn source(&self, page: usize, prefer: Option<usize>) -> Option<(usize, usize, u64, bool)> {
+        let (pl, n) = places(page as u64, self.lenders.len());
+        let usable = |k: usize| self.flags[page] & (COPY << k) != 0 && self.lenders[pl[k].0].loan.is_some();
+        let mut first = None;
+        for k in (0..n).filter(|&k| usable(k)) {
+            let s = (k, pl[k].0, pl[k].1, !usable(0));
+            if Some(s.1) == prefer {
+                return Some(s);
+            }
+            first = first.or(Some(s));
+        }
+        first
+    }
+
+    /// Pages after `page` that read-ahead may bring in, at most `limit`:
+    /// each must be on the lenders (stored, with a copy to be had) and not
+    /// resident. (Eviction runs on this thread, to its end, before any
+    /// fetch: no page is half evicted here.)
+    fn ahead(&self, page: usize, limit: usize) -> usize {
+        readahead_window(page, self.pages(), limit, |q| !self.clock.contains(q) && self.flags[q] & STORED != 0 && self.source(q, None).is_some())
+    }
+
+    /// A missing fault on `page`, which is on the lenders: fetch it, and
+    /// with it the pages after it when the fetches go in sequence.
+    fn fetch_fault(&mut self, page: usize, write: bool) {
+        let want = if self.last_fetch.checked_add(1) == Some(page) { self.readahead } else { 0 };
+        let first = if want > 0 { self.ahead(page, want) } else { 0 };
+        if self.clock.room() < 1 + first {
+            // Room for the faulting page at least (the clock is not empty
+            // when it has no room), and for read-ahead if one batch gives it.
+            self.evict();
+        }
+        let ahead = if want > 0 { self.ahead(page, want.min(self.clock.room().saturating_sub(1))) } else { 0 };
+        let prefer = self.source(page, None).map(|s| s.1);
+        if ahead == 0 || prefer.is_none() {
+            let buf = self.fetch(page);
+            add(&self.counters.fetches, 1);
+            let r = self.uffd.copy(self.addr(page), &buf, !write);
+            self.fetch_buf = Some(buf);
+            self.install(page, r, write, true);
+            self.last_fetch = page;
+            return;
+        }
+        // Pages page..=page + ahead by the lender each is read from.
+        let mut groups: Vec<Vec<(usize, u64, bool)>> = vec![Vec::new(); self.lenders.len()];
+        for q in page..=page + ahead {
+            if let Some((_, j, slot, fallback)) = self.source(q, prefer) {
+                groups[j].push((q, slot, fallback));
+            }
+        }
+        // (page, contents, served by its second copy) of the pages read well.
+        let mut got: Vec<(usize, Vec<u8>, bool)> = Vec::with_capacity(ahead + 1);
+        for (j, group) in groups.iter().enumerate() {
+            if group.is_empty() {
+                continue;
+            }
+            // Groups only hold lenders with loans, and only lender j's
+            // failure below takes its loan.
+            let Some(loan) = &self.lenders[j].loan else { continue };
+            let mut bufs: Vec<(Vec<u8>, u64)> = group.iter().map(|&(_, slot, _)| (self.spare.pop().unwrap_or_else(|| vec![0; PAGE]), slot * PAGE as u64)).collect();
+            let why = match loan.read_many(&mut bufs) {
+                Ok(()) => group.iter().zip(&bufs).find(|((q, _, _), (b, _))| checksum(*q as u64, b) != self.sums[*q]).map(|((q, _, _), _)| format!("page {q} came back with a wrong checksum")),
+                Err(e) => Some(format!("reading pages {}..={}: {}", group[0].0, group[group.len() - 1].0, e.c_name())),
+            };
+            match why {
+                None => got.extend(group.iter().zip(bufs).map(|(&(q, _, fallback), (b, _))| (q, b, fallback))),
+                Some(why) => {
+                    // A lender that failed is not trusted for any page of
+                    // the batch. Buffers an abandoned read leaked are empty.
+                    self.spare.extend(bufs.into_iter().map(|(b, _)| b).filter(|b| b.len() == PAGE));
+                    self.lender_failed(j, why);
+                }
+            }
+        }
+        // The faulting page first (its thread waits): from the batch, or
+        // else copy by copy as a single fetch.
+        let r = match got.iter().position(|(q, _, _)| *q == page) {
+            Some(i) => {
+                let (_, buf, fallback) = got.swap_remove(i);
+                if fallback {
+                    add(&self.counters.mirror_fetches, 1);
+                }
+                let r = self.uffd.copy(self.addr(page), &buf, !write);
+                self.spare.push(buf);
+                r
+            }
+            None => {
+                let buf = self.fetch(page);
+                let r = self.uffd.copy(self.addr(page), &buf, !write);
+                self.fetch_buf = Some(buf);
+                r
+            }
+        };
+        self.install(page, r, write, true);
+        // The pages read ahead, clean (write-protected: a store to one is a
+        // write-protect fault like on any clean page) and not referenced.
+        // Room for them was there before the fetch and nothing took it.
+        let n = got.len() as u64;
+        got.sort_unstable_by_key(|(q, _, _)| *q);
+        for (q, buf, fallback) in got {
+            if fallback {
+                add(&self.counters.mirror_fetches, 1);
+            }
+            let r = self.uffd.copy(self.addr(q), &buf, true);
+            self.spare.push(buf);
+            self.install(q, r, false, false);
+        }
+        add(&self.counters.fetches, 1 + n);
+        add(&self.counters.readahead_pages, n);
+        self.last_fetch = page + ahead;
     }
 
     /// A userfaultfd call that failed leaves a thread waiting on a page
@@ -1034,6 +1206,49 @@ mod tests {
             assert_eq!(c.len(), resident.len());
             assert!(resident.iter().all(|&r| c.contains(r)));
         }
+    }
+
+    #[test]
+    fn the_readahead_window_stops_at_the_limit_the_end_and_the_first_page_it_cannot_take() {
+        let all = |_: usize| true;
+        assert_eq!(readahead_window(10, 100, 15, all), 15);
+        assert_eq!(readahead_window(10, 100, 0, all), 0);
+        // The end of the range.
+        assert_eq!(readahead_window(90, 100, 15, all), 9);
+        assert_eq!(readahead_window(99, 100, 15, all), 0);
+        // The first page not to be taken (resident, never stored, ...).
+        assert_eq!(readahead_window(10, 100, 15, |q| q != 14), 3);
+        assert_eq!(readahead_window(10, 100, 15, |q| q != 11), 0);
+        // Only pages after the faulting one are asked about, in order.
+        let mut asked = Vec::new();
+        readahead_window(5, 100, 3, |q| {
+            asked.push(q);
+            true
+        });
+        assert_eq!(asked, [6, 7, 8]);
+        assert_eq!(readahead_window(usize::MAX - 1, usize::MAX, 15, all), 0);
+    }
+
+    #[test]
+    fn pages_read_ahead_go_before_touched_pages_and_after_nothing_else() {
+        let mut c = Clock::new(16, 4);
+        c.insert(0);
+        c.insert_cold(1);
+        c.insert_cold(2);
+        c.insert(3);
+        assert_eq!(c.room(), 0);
+        // The cold pages go first, in order; the referenced ones get their
+        // second chance.
+        assert_eq!(c.victim(), Some(1));
+        assert_eq!(c.victim(), Some(2));
+        assert_eq!(c.room(), 2);
+        // A store to a cold page makes it referenced like any other.
+        c.insert_cold(4);
+        c.touch(4);
+        assert_eq!(c.victim(), Some(0));
+        assert_eq!(c.victim(), Some(3));
+        assert_eq!(c.victim(), Some(4));
+        assert_eq!(c.len(), 0);
     }
 
     #[test]

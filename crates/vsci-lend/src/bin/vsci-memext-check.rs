@@ -109,8 +109,8 @@ fn update_random(w: &mut [u64], old: u64, new: u64) {
 
 fn print_stats(s: &Stats) {
     println!(
-        "faults={} wp_faults={} zero_fills={} fetches={} mirror_fetches={} evictions={} write_backs={} resident_bytes={} lender_failures={} reborrows={}",
-        s.faults, s.wp_faults, s.zero_fills, s.fetches, s.mirror_fetches, s.evictions, s.write_backs, s.resident_bytes, s.lender_failures, s.reborrows
+        "faults={} wp_faults={} zero_fills={} fetches={} mirror_fetches={} readahead_pages={} evictions={} write_backs={} resident_bytes={} lender_failures={} reborrows={}",
+        s.faults, s.wp_faults, s.zero_fills, s.fetches, s.mirror_fetches, s.readahead_pages, s.evictions, s.write_backs, s.resident_bytes, s.lender_failures, s.reborrows
     );
 }
 
