@@ -596,7 +596,7 @@ impl Peers {
                     Outgoing::reply(tag, Err(e))
                 }
             };
-            reg.send_to(client, out);
+            reg.borrow_answered(client, out);
         });
     }
 }

@@ -818,6 +818,11 @@ impl Registry {
         self.uncharge(client);
     }
 
+    /// Answer a borrow: it no longer waits.
+    pub fn borrow_answered(&mut self, client: ClientId, out: Outgoing) {
+        finish_wait(self, client, out);
+    }
+
     pub fn peer_down(&mut self, peer: u32) {
         for client in self.loans.lender_down(peer) {
             self.uncharge(client);
@@ -1232,10 +1237,17 @@ impl Node {
             R::Borrow { node_id, size } if node_id != cfg.node_id && reg.links.as_ref().is_some_and(|l| l.is_member(node_id)) => {
                 if size == 0 {
                     Err(SciError::IllegalParameter)
+                } else if reg.clients.get(&client).is_some_and(|c| c.waiting >= cfg.max_waiting_per_client) {
+                    // Each borrow in flight holds a thread until the lender
+                    // answers: bounded like connects that wait.
+                    Err(reg.limit_hit(cfg, client, Limit::PendingPerClient))
                 } else {
                     match reg.charge(cfg, client) {
                         Err(e) => Err(e),
                         Ok(()) => {
+                            if let Some(c) = reg.clients.get_mut(&client) {
+                                c.waiting += 1;
+                            }
                             let links = reg.links.clone().expect("checked");
                             drop(reg);
                             links.borrow(Arc::clone(self), client, tag, node_id, size);
