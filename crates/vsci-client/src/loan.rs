@@ -81,17 +81,11 @@ impl Loan {
     /// Read `buf.len()` bytes at `offset` straight into `buf` and hand it
     /// back. If the engine abandons the read, `buf` is leaked rather than
     /// freed: the engine may still write into it.
-    pub fn read_vec(&self, mut buf: Vec<u8>, offset: u64) -> Result<Vec<u8>> {
-        self.check(offset, buf.len())?;
-        match self.target.read_direct(&mut buf, offset) {
-            Ok(()) => Ok(buf),
-            Err(e) => {
-                if matches!(e, vsci_fabric::Error::Abandoned) {
-                    std::mem::forget(buf);
-                }
-                Err(transfer_failed(e))
-            }
-        }
+    pub fn read_vec(&self, buf: Vec<u8>, offset: u64) -> Result<Vec<u8>> {
+        let mut one = [(buf, offset)];
+        self.read_many(&mut one)?;
+        let [(buf, _)] = one;
+        Ok(buf)
     }
 
     /// Fill each `(buffer, offset)` with the loan's bytes at that offset,

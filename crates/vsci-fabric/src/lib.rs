@@ -959,24 +959,7 @@ impl Fabric {
         if local.is_empty() {
             return Ok(());
         }
-        retry_reconnect(|| self.read_once(peer, local, raddr, remote))
-    }
-
-    fn read_once(
-        &self,
-        peer: &Peer,
-        local: &mut [u8],
-        raddr: u64,
-        remote: &RemoteRegion,
-    ) -> Result<()> {
-        let slot = OpSlot::new();
-        let mut locals = Vec::new();
-        let posted = self
-            .inner
-            .post_read(&slot, peer, local, raddr, remote.key, &mut locals);
-        let waited = self.inner.wait_slot(&slot, peer.fi_addr);
-        abandon_locals(&waited, locals);
-        posted.and(waited)
+        retry_reconnect(|| self.read_many_once(peer, &mut [(&mut *local, offset)], &[raddr], remote))
     }
 
     /// Posts all reads (`(local buffer, offset in remote)`), then waits for
@@ -1002,6 +985,8 @@ impl Fabric {
         retry_reconnect(|| self.read_many_once(peer, ops, &raddrs, remote))
     }
 
+    /// Post a read per buffer (to the matching address of `raddrs`), then
+    /// wait for them all; what `read` and `read_many` both do once.
     fn read_many_once(
         &self,
         peer: &Peer,

@@ -92,17 +92,6 @@ impl LoanStore {
         Ok(())
     }
 
-    /// Read into a buffer of our own without a bounce copy (see
-    /// [`Loan::read_vec`]).
-    pub fn read_vec(&self, mut buf: Vec<u8>, offset: u64) -> io::Result<Vec<u8>> {
-        let pieces = self.pieces(offset, buf.len())?;
-        if let [(loan, at, _, _)] = pieces[..] {
-            return self.loans[loan].read_vec(buf, at).map_err(|e| io_error("reading lent memory", e));
-        }
-        self.read_at(&mut buf, offset)?;
-        Ok(buf)
-    }
-
     /// Write `data` at `offset`: at the lenders when this returns.
     pub fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
         let pieces = self.pieces(offset, data.len())?;
@@ -116,7 +105,7 @@ impl LoanStore {
     }
 
     /// Fill each `(buffer, offset)` request, straight into the buffers (as
-    /// [`read_vec`](Self::read_vec)): every loan gets one batched read for
+    /// [`Loan::read_vec`] does): every loan gets one batched read for
     /// all of its pieces, so the requests share one wait instead of paying
     /// a round trip each. Loans are read one after the other. One result
     /// per request; a failed loan read fails every request with a piece in

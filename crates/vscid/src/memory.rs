@@ -183,12 +183,16 @@ impl Arena {
         let c = self.chunks[chunk_no].as_mut().expect("chosen");
         let index = c.free.pop_front().expect("chosen for a free slot");
         let g = &mut c.generations[index as usize];
+        let reused = *g != 0;
         *g = g.wrapping_add(1).max(1);
         let generation = *g;
         c.used += 1;
         let off = c.chunk.offset(index);
-        // Whatever an earlier use (or a stale connector since) left there.
-        c.chunk.zero(off, intr::size_for(self.kind));
+        if reused {
+            // Whatever an earlier use (or a stale connector since) left
+            // there; a slot never handed out is still the memfd's zeros.
+            c.chunk.zero(off, intr::size_for(self.kind));
+        }
         c.chunk.shared(index).init(generation);
         Ok(IntrObjects { chunk: c.chunk.clone(), chunk_no, index, place: Place { kind: self.kind, offset: off as u64, generation }, eventfd })
     }

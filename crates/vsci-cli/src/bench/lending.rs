@@ -140,8 +140,7 @@ fn tmem_bench(nodes: &Pair, count: u32) -> Result<Value> {
     let mut rows = Vec::new();
     for l in out.lines().filter(|l| l.starts_with("BENCH ") && !l.contains("DONE")) {
         let w: Vec<&str> = l.split_whitespace().collect();
-        let field = |k: &str| w.iter().find_map(|x| x.strip_prefix(k)).and_then(|v| v.parse::<f64>().ok());
-        rows.push(json!({"store": w.get(1), "op": w.get(2), "ops": field("ops/s="), "p50_us": field("p50_us="), "p99_us": field("p99_us=")}));
+        rows.push(json!({"store": w.get(1), "op": w.get(2), "ops": field(l, "ops/s="), "p50_us": field(l, "p50_us="), "p99_us": field(l, "p99_us=")}));
     }
     say(&format!("page store: {} rows", rows.len()));
     Ok(json!({"pages": count, "rows": rows}))
@@ -178,6 +177,11 @@ fn memext_bench(nodes: &Pair, quick: bool) -> Result<Value> {
     }
     say(&format!("memory extension: {}", Value::Object(out.clone())));
     Ok(json!({"size": size, "budget": budget, "runs": out}))
+}
+
+/// The number after `key` in a line of `key=value` words.
+fn field(line: &str, key: &str) -> Option<f64> {
+    line.split_whitespace().find_map(|w| w.strip_prefix(key)).and_then(|v| v.parse().ok())
 }
 
 /// Wait until fio can open the export (the servers start in the background).
@@ -249,7 +253,6 @@ fn swap_run(nodes: &Pair, vsci: &Path, url: &str) -> Result<Value> {
     if !st.success() || !line.starts_with("MEMHOG OK") {
         bail!("the swapping guest failed ({st}):\n{}", super::tail(&out, 20));
     }
-    let field = |k: &str| line.split_whitespace().find_map(|w| w.strip_prefix(k)).and_then(|v| v.parse::<f64>().ok());
     say(&format!("swap onto {url}: {line} (guest run {wall:.1} s)"));
-    Ok(json!({"program_secs": field("secs="), "swapped_kib": field("swapped_kib="), "guest_wall_secs": wall, "working_set_MiB": 160, "guest_ram_MiB": 128}))
+    Ok(json!({"program_secs": field(line, "secs="), "swapped_kib": field(line, "swapped_kib="), "guest_wall_secs": wall, "working_set_MiB": 160, "guest_ram_MiB": 128}))
 }
