@@ -7,11 +7,14 @@
 //! - `vsci bench`: runs the benchmark suite against a fresh node;
 //! - `vsci vm run`: runs a command in a QEMU guest attached to a node;
 //! - `vsci blockdev`: serves a block device of other nodes' lent memory
-//!   over NBD.
+//!   over NBD;
+//! - `vsci device`: shares one host's NIC functions with VMs on other
+//!   nodes (serve, vm, list, revoke).
 
 mod bench;
 mod blockdev;
 mod demo;
+mod device;
 mod node;
 mod vm;
 
@@ -90,6 +93,9 @@ enum Cmd {
     /// the kernel's nbd-client and libnbd's tools use it; `mkswap` it for
     /// remote swap.
     Blockdev(blockdev::BlockdevArgs),
+    /// Share one host's NIC functions with VMs on other nodes (docs/devices.md).
+    #[command(subcommand)]
+    Device(device::DeviceCmd),
     /// QEMU guests: `vsci vm run --socket PATH --name NAME [--add HOST:GUEST]... -- CMD`.
     #[command(subcommand)]
     Vm(vm::VmCmd),
@@ -119,6 +125,7 @@ fn main() -> Result<()> {
         }
         Cmd::Vm(cmd) => vm::run(cmd),
         Cmd::Blockdev(a) => blockdev::run(a),
+        Cmd::Device(cmd) => device::run(cmd),
     }
 }
 

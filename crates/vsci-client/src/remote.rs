@@ -41,9 +41,29 @@ pub(crate) struct Rma {
 
 static RMA: OnceLock<std::result::Result<Arc<Rma>, SciError>> = OnceLock::new();
 
-pub(crate) fn rma(provider: &str) -> Result<Arc<Rma>> {
+/// The local address the kernel sends from to reach the engine at fabric
+/// address `peer` (a `sockaddr_in`, as the tcp provider's addresses are).
+/// The process's endpoint binds there: left to itself the provider binds to
+/// the first interface it finds, and on a host with several (a TAP, a
+/// bridge, a second network) the peer's answers would then go to an
+/// address it has no route to.
+fn route_source(peer: &[u8]) -> Option<String> {
+    if peer.len() < 8 || u16::from_ne_bytes([peer[0], peer[1]]) != libc::AF_INET as u16 {
+        return None;
+    }
+    let ip = std::net::Ipv4Addr::new(peer[4], peer[5], peer[6], peer[7]);
+    let port = u16::from_be_bytes([peer[2], peer[3]]).max(1);
+    // A UDP "connect" sends nothing; it only asks the kernel for the route.
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect((ip, port)).ok()?;
+    let local = s.local_addr().ok()?.ip();
+    (!local.is_unspecified()).then(|| local.to_string())
+}
+
+pub(crate) fn rma(provider: &str, first_peer: &[u8]) -> Result<Arc<Rma>> {
     RMA.get_or_init(|| {
-        let fabric = Fabric::open(provider, None).map_err(|e| {
+        let bind = route_source(first_peer);
+        let fabric = Fabric::open(provider, bind.as_deref()).map_err(|e| {
             log::error!("vsci: cannot open the RMA engine ({provider}): {e}");
             SciError::NoRemoteLinkAccess
         })?;
@@ -77,7 +97,7 @@ pub(crate) struct Endpoint {
 
 impl Endpoint {
     pub(crate) fn new(provider: &str, addr: &[u8]) -> Result<Endpoint> {
-        let rma = rma(provider)?;
+        let rma = rma(provider, addr)?;
         let peer = rma.peer(addr)?;
         // The node granted us something just now: it is up (again).
         rma.fabric.set_peer_down(&peer, false);

@@ -186,6 +186,12 @@ impl Client {
 }
 
 impl LocalSegment {
+    /// The segment's memory, to hand to another process (a process VM is
+    /// given its RAM this way and nothing else of the node).
+    pub fn memfd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.memfd.as_fd()
+    }
+
     fn simple(&self, req: Request) -> Result<()> {
         if self.removed.load(Ordering::SeqCst) {
             return Err(SciError::IllegalParameter);
@@ -341,6 +347,41 @@ impl RemoteSegment {
         self.group.as_ref().map(|g| g.live().into_iter().map(|(_, m)| m).collect()).unwrap_or_default()
     }
 
+    /// The segment's memory when it is this node's own (a connection on
+    /// the same node shares the creator's memfd); None for another node's.
+    pub fn local_memfd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        (!self.is_remote()).then(|| self.memfd.as_fd())
+    }
+
+    /// A device's DMA into another node's segment: RMA writes of
+    /// `(bytes, offset)` runs straight from the caller's memory, then the
+    /// `then` runs, placed after all of `data` (a descriptor's status after
+    /// its payload); all visible at the owner on return. On failure the
+    /// flag says the engine abandoned the writes and may still read the
+    /// caller's buffers later: they must then be kept for good.
+    pub fn dma_write_ordered(&self, data: &[(&[u8], u64)], then: &[(&[u8], u64)]) -> std::result::Result<(), (SciError, bool)> {
+        let Some(t) = &self.target else { return Err((SciError::IllegalOperation, false)) };
+        let r = match (data.is_empty(), then.is_empty()) {
+            (true, true) => Ok(()),
+            (false, true) => t.write_direct(data),
+            (true, false) => t.write_direct(then),
+            (false, false) => t.ep.rma.fabric.write_many_ordered(&t.ep.peer, data, then, &t.region),
+        };
+        r.map_err(dma_error)
+    }
+
+    /// A device's DMA out of another node's segment: RMA reads into the
+    /// caller's buffers, waited for together. On failure the flag says the
+    /// engine abandoned them and may still write into the buffers later:
+    /// they must then be kept for good.
+    pub fn dma_read_many(&self, ops: &mut [(&mut [u8], u64)]) -> std::result::Result<(), (SciError, bool)> {
+        let Some(t) = &self.target else { return Err((SciError::IllegalOperation, false)) };
+        if ops.is_empty() {
+            return Ok(());
+        }
+        t.read_direct_many(ops).map_err(dma_error)
+    }
+
     /// Read fresh bytes from the owner (remote segments only).
     pub fn read_fresh(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         match self.owner() {
@@ -348,4 +389,15 @@ impl RemoteSegment {
             None => Err(SciError::IllegalOperation),
         }
     }
+}
+
+fn dma_error(e: vsci_fabric::Error) -> (SciError, bool) {
+    log::debug!("vsci: device DMA failed: {e}");
+    let abandoned = matches!(e, vsci_fabric::Error::Abandoned);
+    let err = match e {
+        vsci_fabric::Error::OutOfRange { .. } => SciError::OutOfRange,
+        vsci_fabric::Error::PeerDown | vsci_fabric::Error::Abandoned => SciError::NoLinkAccess,
+        _ => SciError::TransferFailed,
+    };
+    (err, abandoned)
 }

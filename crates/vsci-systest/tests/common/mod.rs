@@ -268,6 +268,22 @@ impl Proc {
         )
     }
 
+    /// What the process wrote to stderr so far (its log).
+    pub fn stderr_text(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Wait until stderr has `needle` (a log line); panics after `timeout`.
+    pub fn wait_stderr(&mut self, needle: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while !self.stderr.lock().unwrap().contains(needle) {
+            if Instant::now() > deadline {
+                panic!("{}: no \"{needle}\" in its log after {timeout:?}\n{}", self.name, self.snapshot());
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Wait until stdout has a line containing `needle`; returns the line.
     pub fn wait_line(&mut self, needle: &str, timeout: Duration) -> String {
         let deadline = Instant::now() + timeout;

@@ -287,6 +287,23 @@ impl Cluster {
         }
     }
 
+    /// A namespace of the test's own beside the nodes' (a process VM's),
+    /// with loopback up; removed with the cluster, after its processes
+    /// are killed.
+    pub fn extra_netns(&mut self, name: &str) -> String {
+        let ns = format!("{}-{name}", self.bridge_ns.trim_end_matches("-br"));
+        let _ = ip_cmd(&["netns", "del", &ns]);
+        ip(&["netns", "add", &ns]);
+        self.namespaces.push(ns.clone());
+        ip(&["-n", &ns, "link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// The shared cluster key's file.
+    pub fn key_file(&self) -> PathBuf {
+        self.dir.path.join("key")
+    }
+
     /// Index of the member (the key holder) with node id `id`.
     fn idx(&self, id: u32) -> usize {
         self.nodes.iter().position(|n| n.legit && n.id == id).unwrap_or_else(|| panic!("no member node {id}"))

@@ -1,0 +1,176 @@
+//! Memory a function's DMA reaches: one VM's memory, either another node's
+//! segment (moved by the RMA engine) or, for a VM on the device host
+//! itself (the seed's single-host SR-IOV baseline), the segment mapped here.
+
+use std::os::fd::BorrowedFd;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use vsci_client::{RemoteSegment, SciError};
+
+/// A shared mapping of a memfd, unmapped on drop.
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; every access goes through
+// raw copies whose bounds are checked, and concurrent access to shared
+// memory is what it is for (the other side is another process anyway).
+unsafe impl Send for Mapping {}
+// SAFETY: as above; no method hands out references into the memory.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    pub fn new(fd: BorrowedFd<'_>, len: usize) -> anyhow::Result<Mapping> {
+        let n = std::num::NonZeroUsize::new(len).ok_or_else(|| anyhow::anyhow!("empty mapping"))?;
+        // SAFETY: a fresh shared mapping chosen by the kernel replaces
+        // nothing; the memfd is at least `len` bytes (callers pass its size).
+        let p = unsafe {
+            nix::sys::mman::mmap(None, n, nix::sys::mman::ProtFlags::PROT_READ | nix::sys::mman::ProtFlags::PROT_WRITE, nix::sys::mman::MapFlags::MAP_SHARED, fd, 0)
+        }?;
+        Ok(Mapping { ptr: p.cast(), len })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn check(&self, off: u64, n: usize) -> Result<usize, SciError> {
+        let o = usize::try_from(off).map_err(|_| SciError::OutOfRange)?;
+        if o.checked_add(n).is_none_or(|e| e > self.len) {
+            return Err(SciError::OutOfRange);
+        }
+        Ok(o)
+    }
+
+    pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), SciError> {
+        let o = self.check(off, buf.len())?;
+        // SAFETY: bounds checked; source is our live mapping, destination a
+        // distinct Rust buffer.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(o), buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
+
+    pub fn write(&self, off: u64, data: &[u8]) -> Result<(), SciError> {
+        let o = self.check(off, data.len())?;
+        // SAFETY: bounds checked; destination is our live writable mapping.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(o), data.len()) };
+        Ok(())
+    }
+
+    /// The mapped bytes `[off, off + n)` as a raw pointer (for a driver that
+    /// hands its own buffers to a system call without copying them).
+    pub fn ptr(&self, off: u64, n: usize) -> Result<*mut u8, SciError> {
+        let o = self.check(off, n)?;
+        // SAFETY: in bounds of the mapping.
+        Ok(unsafe { self.ptr.as_ptr().add(o) })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: we mapped exactly this range and nothing borrows it.
+        let _ = unsafe { nix::sys::mman::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// Consecutive pieces `(length, offset)` as byte ranges of one buffer.
+fn ranges(pieces: &[(usize, u64)]) -> Vec<(std::ops::Range<usize>, u64)> {
+    let mut at = 0;
+    pieces
+        .iter()
+        .map(|&(n, off)| {
+            at += n;
+            (at - n..at, off)
+        })
+        .collect()
+}
+
+fn runs<'a>(b: &'a [u8], v: &[(std::ops::Range<usize>, u64)]) -> Vec<(&'a [u8], u64)> {
+    v.iter().map(|(r, o)| (&b[r.clone()], *o)).collect()
+}
+
+/// One VM's memory as its function's DMA reaches it.
+pub struct VmMemory {
+    pub seg: Arc<RemoteSegment>,
+    local: Option<Mapping>,
+}
+
+impl VmMemory {
+    pub fn new(seg: Arc<RemoteSegment>) -> anyhow::Result<VmMemory> {
+        let local = match seg.local_memfd() {
+            Some(fd) => Some(Mapping::new(fd, seg.size as usize)?),
+            None => None,
+        };
+        Ok(VmMemory { seg, local })
+    }
+
+    pub fn is_remote(&self) -> bool {
+        self.local.is_none()
+    }
+
+    /// Read consecutive pieces of `buf`: `(length, offset)` each. The
+    /// buffer is ours: if the engine abandoned the reads it may still write
+    /// into it, so it is then kept for good.
+    pub fn read(&self, mut buf: Vec<u8>, pieces: &[(usize, u64)]) -> Result<Vec<u8>, SciError> {
+        if let Some(m) = &self.local {
+            let mut at = 0;
+            for &(n, off) in pieces {
+                m.read(off, &mut buf[at..at + n])?;
+                at += n;
+            }
+            return Ok(buf);
+        }
+        let r = {
+            let mut rest: &mut [u8] = &mut buf;
+            let mut ops = Vec::with_capacity(pieces.len());
+            for &(n, off) in pieces {
+                let (a, b) = std::mem::take(&mut rest).split_at_mut(n);
+                ops.push((a, off));
+                rest = b;
+            }
+            self.seg.dma_read_many(&mut ops)
+        };
+        match r {
+            Ok(()) => Ok(buf),
+            Err((e, abandoned)) => {
+                if abandoned {
+                    std::mem::forget(buf);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Write `data`'s consecutive pieces, then `then`'s: everything in
+    /// `then` lands after everything in `data`.
+    pub fn write(&self, data: Vec<u8>, pieces: &[(usize, u64)], then: Vec<u8>, then_pieces: &[(usize, u64)]) -> Result<(), SciError> {
+        let (d, t) = (ranges(pieces), ranges(then_pieces));
+        if let Some(m) = &self.local {
+            for (r, off) in &d {
+                m.write(*off, &data[r.clone()])?;
+            }
+            std::sync::atomic::fence(std::sync::atomic::Ordering::Release);
+            for (r, off) in &t {
+                m.write(*off, &then[r.clone()])?;
+            }
+            return Ok(());
+        }
+        let r = self.seg.dma_write_ordered(&runs(&data, &d), &runs(&then, &t));
+        match r {
+            Ok(()) => Ok(()),
+            Err((e, abandoned)) => {
+                if abandoned {
+                    std::mem::forget(data);
+                    std::mem::forget(then);
+                }
+                Err(e)
+            }
+        }
+    }
+}

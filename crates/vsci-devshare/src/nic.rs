@@ -1,0 +1,712 @@
+//! The device host: a multi-queue NIC model whose wire is a TAP interface
+//! of this host, offering `functions` VF-like functions (a queue pair,
+//! registers and three interrupt vectors each), and the platform manager
+//! that assigns them to VMs on any node of the cluster.
+//!
+//! Two threads: the doorbell thread waits on the device's data interrupt
+//! for register writes (running transmit and fetching receive buffers when
+//! a tail moves) and manager requests; the wire thread reads frames from
+//! the TAP and switches them, by destination MAC, into the functions'
+//! receive rings (broadcasts to every enabled function). Frames a function
+//! sends to another function's MAC stay inside the device, as in an
+//! SR-IOV NIC's embedded switch; all others go out on the wire.
+//!
+//! Every DMA address goes through the function's IOMMU context (iommu.rs);
+//! every register write must carry its assignment's token; every MSI-X
+//! entry must name a handle of the function's remapping table; every
+//! manager request must be signed with the cluster key and fresh.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use log::{info, warn};
+use vsci_client::{Client, DataWait, IntrKind, RemoteInterrupt, SciError};
+
+use crate::iommu::{Access, Context, Grant, Remap};
+use crate::mem::VmMemory;
+use crate::msg::{self, Assigned, FunctionInfo, Mode, Reply, ReplyFor, ReplyTo, Request, RequestFrom, Signed, ToDevice, ToHost};
+use crate::regs::{self, Desc, DD, DESC, ERR, MAX_FRAME};
+use crate::tap::Tap;
+
+pub struct DeviceOptions {
+    /// The node's control socket.
+    pub socket: PathBuf,
+    /// The device's name (shown by `vsci device list`).
+    pub name: String,
+    /// The TAP interface that is its wire.
+    pub tap: String,
+    /// An address for this host's end of the wire (`ip addr add`).
+    pub address: Option<String>,
+    pub functions: u8,
+    pub interrupt: u32,
+    pub key: Vec<u8>,
+}
+
+#[derive(Default, Clone, Copy, Debug)]
+struct Registers {
+    ctrl: u64,
+    tx_base: u64,
+    tx_len: u32,
+    tx_tail: u32,
+    rx_base: u64,
+    rx_len: u32,
+    rx_tail: u32,
+    irq_mask: u64,
+    msix: [u64; regs::VECTORS],
+}
+
+struct Assignment {
+    vm: String,
+    node: u32,
+    mode: Mode,
+    token: u64,
+    remap: Remap,
+    iommu: Context,
+    mem: VmMemory,
+    /// Where the function's interrupts (and the manager's notices) go.
+    irq: Arc<RemoteInterrupt>,
+    regs: Registers,
+    tx_head: u32,
+    rx_fetched: u32,
+    /// Posted receive buffers not used yet: (ring index, descriptor).
+    rx_ready: VecDeque<(u32, Desc)>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Stats {
+    tx_packets: u64,
+    rx_packets: u64,
+    rx_missed: u64,
+    faults: u64,
+    refused: u64,
+    irqs: u64,
+}
+
+struct Function {
+    index: u8,
+    mac: [u8; 6],
+    asg: Option<Assignment>,
+    stats: Stats,
+}
+
+struct Device {
+    name: String,
+    node: u32,
+    client: Client,
+    key: Vec<u8>,
+    tap: Tap,
+    fns: Vec<Mutex<Function>>,
+    replay: Mutex<msg::ReplayGuard>,
+    refused_requests: Mutex<u64>,
+}
+
+/// Frames to hand to functions after the sender's lock is released.
+type Deliveries = Vec<(usize, Vec<u8>)>;
+
+pub fn serve(o: DeviceOptions, stop: Arc<AtomicBool>) -> Result<()> {
+    anyhow::ensure!((1..=64).contains(&o.functions), "--functions: 1 to 64");
+    let client = Client::connect(&o.socket, "vsci-device").map_err(|e| anyhow::anyhow!("cannot reach vscid at {}: {e}", o.socket.display()))?;
+    let node = client.node_id();
+    let tap = Tap::open(&o.tap)?;
+    crate::tap::configure(&o.tap, None, o.address.as_deref())?;
+    tap.set_nonblocking(true)?;
+    let intr = client
+        .create_interrupt(IntrKind::Data, o.interrupt, true)
+        .map_err(|e| anyhow::anyhow!("cannot create the device's interrupt {:#x} on node {node}: {e}", o.interrupt))?;
+    let fns = (0..o.functions).map(|i| Mutex::new(Function { index: i, mac: regs::mac(node, i), asg: None, stats: Stats::default() })).collect();
+    let dev = Arc::new(Device { name: o.name.clone(), node, client, key: o.key, tap, fns, replay: Mutex::default(), refused_requests: Mutex::new(0) });
+    println!(
+        "vsci device {}: {} functions on node {node}, interrupt {:#x}, wire {}{}",
+        o.name,
+        o.functions,
+        o.interrupt,
+        o.tap,
+        o.address.as_deref().map(|a| format!(" ({a})")).unwrap_or_default()
+    );
+    for f in &dev.fns {
+        let f = f.lock().unwrap();
+        info!("function {}: MAC {}", f.index, regs::mac_string(&f.mac));
+    }
+    let wire = {
+        let (dev, stop) = (dev.clone(), stop.clone());
+        std::thread::Builder::new().name("vsci-dev-wire".into()).spawn(move || wire_loop(&dev, &stop))?
+    };
+    let mut buf = vec![0u8; vsci_proto::intr::DATA_MAX];
+    let mut last_check = std::time::Instant::now();
+    while !stop.load(Ordering::Relaxed) {
+        match intr.wait_data(&mut buf, 200) {
+            Ok(DataWait::Got(n)) => match msg::decode::<ToDevice>(&buf[..n]) {
+                Some(ToDevice::Regs { func, token, writes }) => dev.register_writes(func, token, &writes),
+                Some(ToDevice::Manager(s)) => dev.manager(&s),
+                None => warn!("device: a malformed message of {n} bytes on the device's interrupt; dropped"),
+            },
+            Ok(DataWait::TooSmall(_)) => unreachable!("the buffer holds DATA_MAX"),
+            Err(SciError::Timeout) => {}
+            Err(e) => {
+                warn!("device: the interrupt failed: {e}; stopping");
+                break;
+            }
+        }
+        if last_check.elapsed() > Duration::from_millis(500) {
+            dev.reap_lost();
+            last_check = std::time::Instant::now();
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = wire.join();
+    for i in 0..dev.fns.len() {
+        dev.release(i, "the device stops");
+    }
+    let _ = intr.remove();
+    println!("vsci device {}: stopped", dev.name);
+    Ok(())
+}
+
+fn wire_loop(dev: &Device, stop: &AtomicBool) {
+    let mut frame = vec![0u8; 65536];
+    while !stop.load(Ordering::Relaxed) {
+        if !dev.tap.wait_readable(200) {
+            continue;
+        }
+        // Up to 64 frames per round (the seed's NAPI budget): one
+        // interrupt per function per round.
+        let mut batch: Deliveries = Vec::new();
+        for _ in 0..64 {
+            match dev.tap.recv(&mut frame) {
+                Ok(Some(n)) if n >= 14 => {
+                    dev.switch(&frame[..n], None, &mut batch);
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(e) => {
+                    warn!("device: the wire failed: {e}");
+                    return;
+                }
+            }
+        }
+        dev.deliver(batch);
+    }
+}
+
+fn is_multicast(mac: &[u8]) -> bool {
+    mac[0] & 1 == 1
+}
+
+impl Device {
+    fn func(&self, i: usize) -> std::sync::MutexGuard<'_, Function> {
+        self.fns[i].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Where a frame from `from` (None: the wire) goes: functions by
+    /// destination MAC (all enabled ones for broadcast and multicast), and
+    /// the wire unless it was for a function.
+    fn switch(&self, frame: &[u8], from: Option<usize>, out: &mut Deliveries) -> bool {
+        let dst = &frame[0..6];
+        let mut to_wire = from.is_some();
+        for i in 0..self.fns.len() {
+            if Some(i) == from {
+                continue;
+            }
+            // The MAC is fixed per function; no lock needed to compare it.
+            let mac = regs::mac(self.node, i as u8);
+            if is_multicast(dst) || dst == mac {
+                out.push((i, frame.to_vec()));
+                if !is_multicast(dst) {
+                    to_wire = false;
+                }
+            }
+        }
+        to_wire
+    }
+
+    fn deliver(&self, batch: Deliveries) {
+        let mut by_fn: Vec<Vec<Vec<u8>>> = vec![Vec::new(); self.fns.len()];
+        for (i, f) in batch {
+            by_fn[i].push(f);
+        }
+        for (i, frames) in by_fn.into_iter().enumerate() {
+            if !frames.is_empty() {
+                let mut f = self.func(i);
+                f.receive(frames);
+            }
+        }
+    }
+
+    fn register_writes(&self, func: u8, token: u64, writes: &[(u32, u64)]) {
+        let i = func as usize;
+        if i >= self.fns.len() {
+            warn!("refused: register writes to function {func}, which this device does not have");
+            *self.refused_requests.lock().unwrap() += 1;
+            return;
+        }
+        let mut out = Vec::new();
+        {
+            let mut f = self.func(i);
+            let ok = f.asg.as_ref().is_some_and(|a| a.token == token);
+            if !ok {
+                f.stats.refused += 1;
+                warn!("refused: register writes to function {func} without its holder's token (spoofed, or from a holder it was taken from)");
+                return;
+            }
+            f.apply(writes, self, &mut out);
+        }
+        self.deliver(out);
+    }
+
+    /// A function's assignment is gone (released, revoked, holder lost).
+    fn release(&self, i: usize, why: &str) -> Option<Assignment> {
+        let mut f = self.func(i);
+        let a = f.asg.take()?;
+        info!("function {i} taken from VM {} of node {}: {why}; back in the pool", a.vm, a.node);
+        let _ = a.mem.seg.disconnect();
+        Some(a)
+    }
+
+    fn reap_lost(&self) {
+        for i in 0..self.fns.len() {
+            let lost = self.func(i).asg.as_ref().is_some_and(|a| a.mem.seg.is_lost());
+            if lost {
+                if let Some(a) = self.release(i, "its node is gone") {
+                    let _ = a.irq.disconnect();
+                }
+            }
+        }
+    }
+
+    fn reply(&self, to: ReplyTo, nonce: u64, reply: Reply) {
+        let body = msg::encode(&ToHost::Manager(msg::sign(&self.key, msg::random_u64(), ReplyFor { nonce, reply })));
+        match self.client.connect_interrupt(IntrKind::Data, to.node, to.interrupt, 2000) {
+            Ok(r) => {
+                if let Err(e) = r.trigger_data(&body) {
+                    warn!("manager: cannot answer node {} interrupt {}: {e}", to.node, to.interrupt);
+                }
+                let _ = r.disconnect();
+            }
+            Err(e) => warn!("manager: cannot reach node {} interrupt {} to answer: {e}", to.node, to.interrupt),
+        }
+    }
+
+    fn manager(&self, s: &Signed) {
+        let env = match msg::open::<RequestFrom>(&self.key, s) {
+            Ok(e) => e,
+            Err(e) => {
+                *self.refused_requests.lock().unwrap() += 1;
+                warn!("manager: refused a request: {e}");
+                return;
+            }
+        };
+        if !self.replay.lock().unwrap().fresh(env.nonce) {
+            *self.refused_requests.lock().unwrap() += 1;
+            warn!("manager: refused a request from node {}: replayed (nonce {:#x} seen before)", env.msg.node, env.nonce);
+            return;
+        }
+        let RequestFrom { node, reply, req } = env.msg;
+        let answer = match req {
+            Request::Assign { vm, ram_segment, ram_size, window, mode, irq } => self.assign(node, vm, ram_segment, ram_size, window, mode, irq),
+            Request::Release { func, token } => {
+                let i = func as usize;
+                let holder = i < self.fns.len() && self.func(i).asg.as_ref().is_some_and(|a| a.token == token && a.node == node);
+                if holder {
+                    if let Some(a) = self.release(i, "released by its holder") {
+                        let _ = a.irq.disconnect();
+                    }
+                    Reply::Done
+                } else {
+                    Reply::Refused(format!("function {func} is not held by this requester"))
+                }
+            }
+            Request::Revoke { func } => {
+                let i = func as usize;
+                match (i < self.fns.len()).then(|| self.release(i, &format!("revoked by an administrator on node {node}"))).flatten() {
+                    Some(a) => {
+                        let notice = ToHost::Manager(msg::sign(&self.key, msg::random_u64(), ReplyFor { nonce: 0, reply: Reply::Revoked { func, why: format!("revoked by an administrator on node {node}") } }));
+                        let _ = a.irq.trigger_data(&msg::encode(&notice));
+                        let _ = a.irq.disconnect();
+                        Reply::Done
+                    }
+                    None => Reply::Refused(format!("function {func} is not assigned")),
+                }
+            }
+            Request::List => Reply::List { device: self.name.clone(), functions: self.list() },
+        };
+        self.reply(reply, env.nonce, answer);
+    }
+
+    fn list(&self) -> Vec<FunctionInfo> {
+        (0..self.fns.len())
+            .map(|i| {
+                let f = self.func(i);
+                FunctionInfo {
+                    func: f.index,
+                    mac: f.mac,
+                    holder: f.asg.as_ref().map(|a| (a.node, a.vm.clone(), a.mode)),
+                    tx_packets: f.stats.tx_packets,
+                    rx_packets: f.stats.rx_packets,
+                    rx_missed: f.stats.rx_missed,
+                    faults: f.stats.faults,
+                    refused: f.stats.refused,
+                    irqs: f.stats.irqs,
+                }
+            })
+            .collect()
+    }
+
+    /// The seed's setup steps 2 to 5, on the device host (the hypervisor
+    /// logs 1 and 6).
+    #[allow(clippy::too_many_arguments)]
+    fn assign(&self, node: u32, vm: String, ram_segment: u32, ram_size: u64, window: (u64, u64), mode: Mode, irq: ReplyTo) -> Reply {
+        if vm.is_empty() || vm.len() > 64 {
+            return Reply::Refused("a VM name is 1 to 64 bytes".into());
+        }
+        if window.1 == 0 || window.0.checked_add(window.1).is_none_or(|e| e > ram_size) {
+            return Reply::Refused(format!("the DMA window [{:#x}, +{:#x}) is not inside the VM's {ram_size} bytes", window.0, window.1));
+        }
+        info!("setup step 1 (received): node {node} asks a function for VM {vm}: memory = node {node} segment {ram_segment:#x} ({ram_size} bytes), DMA payload window [{:#x}, +{:#x}) ({mode:?}), MSI-X to node {} interrupt {}", window.0, window.1, irq.node, irq.interrupt);
+        let Some(i) = (0..self.fns.len()).find(|&i| self.func(i).asg.is_none()) else {
+            return Reply::Refused(format!("all {} functions of device {} are assigned", self.fns.len(), self.name));
+        };
+        let mac = regs::mac(self.node, i as u8);
+        info!("setup step 2: function {i} (MAC {}) allocated for VM {vm} of node {node}: CSR/MMIO = its {:#x}-byte register window, MSI-X = {} vectors, DMA payload = DVA [{:#x}, +{:#x})", regs::mac_string(&mac), regs::WINDOW, regs::VECTORS, window.0, window.1);
+        let seg = match self.client.connect_segment(node, ram_segment, 5000) {
+            Ok(s) => s,
+            Err(e) => return Reply::Refused(format!("cannot reach the VM's memory (node {node} segment {ram_segment:#x}): {e}")),
+        };
+        if seg.size != ram_size {
+            let _ = seg.disconnect();
+            return Reply::Refused(format!("the VM's memory is {} bytes, not the {ram_size} asked", seg.size));
+        }
+        let mem = match VmMemory::new(seg) {
+            Ok(m) => m,
+            Err(e) => return Reply::Refused(format!("cannot map the VM's memory: {e}")),
+        };
+        let token = msg::random_u64();
+        info!("setup step 3: the CSR/MMIO range of VM {vm}'s virtual device is mapped onto function {i}'s registers (writes must carry the assignment's token)");
+        let remote_irq = match self.client.connect_interrupt(IntrKind::Data, irq.node, irq.interrupt, 5000) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = mem.seg.disconnect();
+                return Reply::Refused(format!("cannot reach the VM's interrupt (node {} interrupt {}): {e}", irq.node, irq.interrupt));
+            }
+        };
+        let handles = [msg::random_u64() | 1, msg::random_u64() | 1, msg::random_u64() | 1];
+        // Direct mapping (the seed's policy): DVA = offset in the VM's memory.
+        let iommu = Context::new(vec![Grant { dva: window.0, len: window.1, offset: window.0, read: true, write: true }]);
+        info!(
+            "setup step 4: IOMMU context of function {i}: DVA [{:#x}, +{:#x}) -> node {node} segment {ram_segment:#x} offset {:#x}, read/write ({}); interrupt remapping: its vectors -> node {} interrupt {}",
+            window.0,
+            window.1,
+            window.0,
+            if mem.is_remote() { "over the RMA engine" } else { "this host's memory" },
+            irq.node,
+            irq.interrupt
+        );
+        info!("setup step 5: requester table: function {i} <-> node {node} VM {vm}");
+        let mut f = self.func(i);
+        f.stats = Stats::default();
+        f.asg = Some(Assignment {
+            vm,
+            node,
+            mode,
+            token,
+            remap: Remap { handles },
+            iommu,
+            mem,
+            irq: remote_irq,
+            regs: Registers::default(),
+            tx_head: 0,
+            rx_fetched: 0,
+            rx_ready: VecDeque::new(),
+        });
+        Reply::Assigned(Assigned { func: i as u8, mac, token, handles })
+    }
+}
+
+impl Function {
+    fn fault(&mut self, what: std::fmt::Arguments<'_>) {
+        self.stats.faults += 1;
+        // Logged per fault up to 20, then every 1000th: a VM that keeps
+        // faulting must not flood the log.
+        if self.stats.faults <= 20 || self.stats.faults % 1000 == 0 {
+            warn!("IOMMU fault #{} of function {}: {what}; nothing moved", self.stats.faults, self.index);
+        }
+    }
+
+    fn refuse(&mut self, what: std::fmt::Arguments<'_>) {
+        self.stats.refused += 1;
+        if self.stats.refused <= 20 || self.stats.refused % 1000 == 0 {
+            warn!("refused (function {}): {what}", self.index);
+        }
+    }
+
+    fn apply(&mut self, writes: &[(u32, u64)], dev: &Device, out: &mut Deliveries) {
+        let (mut tx, mut rx) = (false, false);
+        for &(off, val) in writes {
+            if !regs::known(off) {
+                self.refuse(format_args!("write to register offset {off:#x}, which is not one of the function's"));
+                continue;
+            }
+            let a = self.asg.as_mut().expect("checked by the caller");
+            let r = &mut a.regs;
+            match off {
+                regs::CTRL => r.ctrl = val,
+                regs::TX_BASE => r.tx_base = val,
+                regs::RX_BASE => r.rx_base = val,
+                regs::TX_LEN | regs::RX_LEN => {
+                    let n = val as u32;
+                    if val > u64::from(regs::MAX_RING) || !n.is_power_of_two() {
+                        self.refuse(format_args!("ring length {val}: a power of two up to {}", regs::MAX_RING));
+                        continue;
+                    }
+                    if off == regs::TX_LEN {
+                        (r.tx_len, r.tx_tail, a.tx_head) = (n, 0, 0);
+                    } else {
+                        (r.rx_len, r.rx_tail, a.rx_fetched) = (n, 0, 0);
+                        a.rx_ready.clear();
+                    }
+                }
+                regs::TX_TAIL => {
+                    r.tx_tail = val as u32;
+                    tx = true;
+                }
+                regs::RX_TAIL => {
+                    r.rx_tail = val as u32;
+                    rx = true;
+                }
+                regs::IRQ_MASK => r.irq_mask = val,
+                _ => {
+                    let v = ((off - regs::MSIX_BASE) / 8) as usize;
+                    if val != 0 && a.remap.vector_of(val).is_none() {
+                        self.refuse(format_args!("MSI-X entry {v} names interrupt handle {val:#x}, which the remapping table does not grant this function (another VM's vector?)"));
+                        continue;
+                    }
+                    r.msix[v] = val;
+                }
+            }
+        }
+        if rx {
+            self.fetch_rx();
+        }
+        if tx {
+            self.transmit(dev, out);
+        }
+    }
+
+    /// The ring slots `[from, to)` as (DVA, count) runs (at most two).
+    fn ring_runs(base: u64, len: u32, from: u32, to: u32) -> Vec<(u64, u32, u32)> {
+        let n = to.wrapping_sub(from);
+        let s = from % len;
+        let first = n.min(len - s);
+        let mut v = vec![(base + u64::from(s) * DESC as u64, first, from)];
+        if first < n {
+            v.push((base, n - first, from.wrapping_add(first)));
+        }
+        v
+    }
+
+    /// Read descriptors `[from, to)` of a ring through the IOMMU.
+    fn read_descs(&mut self, base: u64, len: u32, from: u32, to: u32) -> Option<Vec<(u32, Desc)>> {
+        let a = self.asg.as_ref()?;
+        let runs = Self::ring_runs(base, len, from, to);
+        let mut pieces = Vec::new();
+        for &(dva, n, _) in &runs {
+            match a.iommu.translate(dva, u64::from(n) * DESC as u64, Access::Read) {
+                Ok(off) => pieces.push((n as usize * DESC, off)),
+                Err(f) => {
+                    self.fault(format_args!("descriptor ring: {f}"));
+                    return None;
+                }
+            }
+        }
+        let total = to.wrapping_sub(from) as usize * DESC;
+        let buf = match a.mem.read(vec![0u8; total], &pieces) {
+            Ok(b) => b,
+            Err(e) => {
+                warn!("function {}: reading descriptors failed: {e}", self.index);
+                return None;
+            }
+        };
+        Some(buf.chunks_exact(DESC).enumerate().map(|(k, c)| (from.wrapping_add(k as u32), Desc::decode(c))).collect())
+    }
+
+    fn fetch_rx(&mut self) {
+        let Some(a) = self.asg.as_ref() else { return };
+        let (base, len, tail, from) = (a.regs.rx_base, a.regs.rx_len, a.regs.rx_tail, a.rx_fetched);
+        if len == 0 || tail == from {
+            return;
+        }
+        let used_from = a.rx_ready.front().map_or(from, |d| d.0);
+        if tail.wrapping_sub(used_from) > len {
+            self.refuse(format_args!("RX tail {tail} is more than the ring ({len}) ahead of the device"));
+            return;
+        }
+        if let Some(ds) = self.read_descs(base, len, from, tail) {
+            let a = self.asg.as_mut().expect("present above");
+            a.rx_ready.extend(ds);
+            a.rx_fetched = tail;
+        }
+    }
+
+    fn fire(&mut self, vector: usize) {
+        let Some(a) = self.asg.as_ref() else { return };
+        if a.regs.irq_mask & (1 << vector) != 0 || a.regs.msix[vector] == 0 {
+            return;
+        }
+        let Some(target) = a.remap.vector_of(a.regs.msix[vector]) else { return };
+        let m = msg::encode(&ToHost::Irq { func: self.index, vector: target as u8 });
+        if let Err(e) = a.irq.trigger_data(&m) {
+            warn!("function {}: interrupt to node {} failed: {e}", self.index, a.node);
+        }
+        self.stats.irqs += 1;
+    }
+
+    fn transmit(&mut self, dev: &Device, out: &mut Deliveries) {
+        let Some(a) = self.asg.as_ref() else { return };
+        let (ctrl, base, len, head, tail) = (a.regs.ctrl, a.regs.tx_base, a.regs.tx_len, a.tx_head, a.regs.tx_tail);
+        if ctrl & 1 == 0 || len == 0 || tail == head {
+            return;
+        }
+        if tail.wrapping_sub(head) > len {
+            self.refuse(format_args!("TX tail {tail} is more than the ring ({len}) ahead of head {head}"));
+            return;
+        }
+        let Some(descs) = self.read_descs(base, len, head, tail) else { return };
+        let a = self.asg.as_ref().expect("present above");
+        // Translate every buffer first; faulting descriptors move nothing.
+        let mut pieces = Vec::new();
+        let mut status = Vec::with_capacity(descs.len());
+        let mut faults = Vec::new();
+        for &(idx, d) in &descs {
+            if d.len == 0 || d.len as usize > MAX_FRAME {
+                faults.push(format!("descriptor {idx}: length {} (1 to {MAX_FRAME})", d.len));
+                status.push((idx, d.len, DD | ERR));
+                continue;
+            }
+            match a.iommu.translate(d.addr, u64::from(d.len), Access::Read) {
+                Ok(off) => {
+                    pieces.push((d.len as usize, off));
+                    status.push((idx, d.len, DD));
+                }
+                Err(f) => {
+                    faults.push(format!("descriptor {idx}: {f}"));
+                    status.push((idx, d.len, DD | ERR));
+                }
+            }
+        }
+        let total: usize = pieces.iter().map(|p| p.0).sum();
+        let payload = match a.mem.read(vec![0u8; total], &pieces) {
+            Ok(b) => b,
+            Err(e) => {
+                warn!("function {}: reading transmit buffers failed: {e}", self.index);
+                return;
+            }
+        };
+        for f in faults {
+            self.fault(format_args!("{f}"));
+        }
+        let mut at = 0;
+        for &(n, _) in &pieces {
+            let frame = &payload[at..at + n];
+            at += n;
+            if n >= 14 && dev.switch(frame, Some(self.index as usize), out) {
+                if let Err(e) = dev.tap.send(frame) {
+                    warn!("device: the wire failed: {e}");
+                }
+            }
+            self.stats.tx_packets += 1;
+        }
+        // Write back: length and status of every descriptor taken.
+        self.write_status(base, len, &status, false);
+        if let Some(a) = self.asg.as_mut() {
+            a.tx_head = tail;
+        }
+        self.fire(regs::VEC_TX);
+    }
+
+    /// Store (len, status) into descriptors `status` of the ring at `base`,
+    /// after `data` (payload pieces, if any).
+    fn write_status(&mut self, base: u64, len: u32, status: &[(u32, u32, u32)], rx: bool) -> bool {
+        self.write_with(Vec::new(), &[], base, len, status, rx)
+    }
+
+    fn write_with(&mut self, data: Vec<u8>, pieces: &[(usize, u64)], base: u64, len: u32, status: &[(u32, u32, u32)], rx: bool) -> bool {
+        let Some(a) = self.asg.as_ref() else { return false };
+        let mut then = Vec::with_capacity(status.len() * 8);
+        let mut then_pieces = Vec::with_capacity(status.len());
+        for &(idx, n, st) in status {
+            let dva = base + u64::from(idx % len) * DESC as u64 + 8;
+            match a.iommu.translate(dva, 8, Access::Write) {
+                Ok(off) => {
+                    then.extend_from_slice(&Desc::writeback(n, st));
+                    then_pieces.push((8, off));
+                }
+                Err(f) => {
+                    let what = if rx { "RX" } else { "TX" };
+                    self.fault(format_args!("{what} descriptor write-back: {f}"));
+                    return false;
+                }
+            }
+        }
+        if let Err(e) = a.mem.write(data, pieces, then, &then_pieces) {
+            warn!("function {}: writing to VM {} failed: {e}", self.index, a.vm);
+            return false;
+        }
+        true
+    }
+
+    fn receive(&mut self, frames: Vec<Vec<u8>>) {
+        let Some(a) = self.asg.as_mut() else { return };
+        if a.regs.ctrl & 1 == 0 || a.regs.rx_len == 0 {
+            return;
+        }
+        let (base, len) = (a.regs.rx_base, a.regs.rx_len);
+        let mut data = Vec::new();
+        let mut pieces = Vec::new();
+        let mut status = Vec::new();
+        let mut faults = Vec::new();
+        let mut missed = 0;
+        let mut got = 0;
+        for fr in frames {
+            let Some((idx, d)) = a.rx_ready.pop_front() else {
+                missed += 1;
+                continue;
+            };
+            if fr.len() > d.len as usize {
+                faults.push(format!("descriptor {idx}: a {}-byte frame does not fit its {}-byte buffer", fr.len(), d.len));
+                status.push((idx, 0, DD | ERR));
+                continue;
+            }
+            match a.iommu.translate(d.addr, fr.len() as u64, Access::Write) {
+                Ok(off) => {
+                    pieces.push((fr.len(), off));
+                    status.push((idx, fr.len() as u32, DD));
+                    data.extend_from_slice(&fr);
+                    got += 1;
+                }
+                Err(f) => {
+                    faults.push(format!("descriptor {idx}: {f}"));
+                    status.push((idx, 0, DD | ERR));
+                }
+            }
+        }
+        self.stats.rx_missed += missed;
+        for f in faults {
+            self.fault(format_args!("{f}"));
+        }
+        if status.is_empty() {
+            return;
+        }
+        if self.write_with(data, &pieces, base, len, &status, true) {
+            self.stats.rx_packets += got;
+            self.fire(regs::VEC_RX);
+        }
+    }
+}
+
+/// The device's options from `vsci device serve`'s arguments.
+pub fn key_from(path: &std::path::Path) -> Result<Vec<u8>> {
+    msg::read_key(path).context("the platform manager signs with the cluster key")
+}
