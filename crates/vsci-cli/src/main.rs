@@ -142,8 +142,11 @@ fn status(socket: Option<PathBuf>, json: bool) -> Result<()> {
         })?;
     let st = client.status().map_err(|e| anyhow::anyhow!("status request failed: {e}"))?;
     client.close();
+    let devices = vsci_devshare::status::read_all(&path);
     if json {
-        println!("{}", serde_json::to_string_pretty(&st)?);
+        let mut v = serde_json::to_value(&st)?;
+        v["devices"] = serde_json::to_value(&devices)?;
+        println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
     println!("node {}  pid {}  socket {}  up {:.1} s  wait mode {}  open fds {}", st.node_id, st.pid, st.socket, st.uptime_ms as f64 / 1000.0, st.wait_mode, st.open_fds);
@@ -188,5 +191,31 @@ lending: pool {} bytes, {} lent, {} free", l.pool, lent, l.pool.saturating_sub(l
             println!("  borrowed from node {:<5} {:>14} bytes in {} loan(s)", t.node_id, t.bytes, t.loans);
         }
     }
+    print_devices(&devices);
     Ok(())
+}
+
+/// Shared devices this node serves or uses (`vsci device`).
+fn print_devices(devices: &[vsci_devshare::status::Entry]) {
+    use vsci_devshare::status::Entry;
+    if devices.is_empty() {
+        return;
+    }
+    println!("\nshared devices");
+    for d in devices {
+        match d {
+            Entry::Device { pid, name, wire, functions } => {
+                println!("  device {name} (pid {pid}, wire {wire}), {} functions", functions.len());
+                for f in functions {
+                    match (&f.node, &f.vm) {
+                        (Some(n), Some(vm)) => println!("    function {:<3} {}  held by node {n} VM {vm} ({})", f.func, f.mac, f.mode.as_deref().unwrap_or("?")),
+                        _ => println!("    function {:<3} {}  free", f.func, f.mac),
+                    }
+                }
+            }
+            Entry::Vm { pid, name, device_node, func, mac, mode } => {
+                println!("  VM {name} (pid {pid}) holds function {func} ({mac}) of node {device_node}'s device, {mode}");
+            }
+        }
+    }
 }

@@ -112,6 +112,12 @@ pub fn run_vm(o: VmOptions, stop: Arc<AtomicBool>) -> Result<()> {
         window.1,
         a.handles
     );
+    let tag = format!("vm-{}", o.name);
+    crate::status::publish(
+        &o.socket,
+        &tag,
+        &crate::status::Entry::Vm { pid: std::process::id(), name: o.name.clone(), device_node: o.device_node, func: a.func, mac: regs::mac_string(&a.mac), mode: format!("{:?}", o.mode) },
+    );
     println!("vsci device vm {}: function {} (MAC {}) of node {} in {:?} mode; VM pid {}", o.name, a.func, regs::mac_string(&a.mac), o.device_node, o.mode, child.id());
 
     let ours = Arc::new(ours);
@@ -208,6 +214,7 @@ pub fn run_vm(o: VmOptions, stop: Arc<AtomicBool>) -> Result<()> {
         }
     }
     drop(req);
+    crate::status::withdraw(&o.socket, &tag);
     let _ = irq.remove();
     let _ = ram.remove();
     println!("vsci device vm {}: {outcome}", o.name);

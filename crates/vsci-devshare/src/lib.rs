@@ -21,4 +21,5 @@ pub mod msg;
 pub mod nic;
 pub mod regs;
 pub mod requester;
+pub mod status;
 pub mod tap;

@@ -95,6 +95,8 @@ struct Function {
 
 struct Device {
     name: String,
+    socket: PathBuf,
+    wire: String,
     node: u32,
     client: Client,
     key: Vec<u8>,
@@ -118,7 +120,7 @@ pub fn serve(o: DeviceOptions, stop: Arc<AtomicBool>) -> Result<()> {
         .create_interrupt(IntrKind::Data, o.interrupt, true)
         .map_err(|e| anyhow::anyhow!("cannot create the device's interrupt {:#x} on node {node}: {e}", o.interrupt))?;
     let fns = (0..o.functions).map(|i| Mutex::new(Function { index: i, mac: regs::mac(node, i), asg: None, stats: Stats::default() })).collect();
-    let dev = Arc::new(Device { name: o.name.clone(), node, client, key: o.key, tap, fns, replay: Mutex::default(), refused_requests: Mutex::new(0) });
+    let dev = Arc::new(Device { name: o.name.clone(), socket: o.socket.clone(), wire: o.tap.clone(), node, client, key: o.key, tap, fns, replay: Mutex::default(), refused_requests: Mutex::new(0) });
     println!(
         "vsci device {}: {} functions on node {node}, interrupt {:#x}, wire {}{}",
         o.name,
@@ -131,6 +133,7 @@ pub fn serve(o: DeviceOptions, stop: Arc<AtomicBool>) -> Result<()> {
         let f = f.lock().unwrap();
         info!("function {}: MAC {}", f.index, regs::mac_string(&f.mac));
     }
+    dev.publish();
     let wire = {
         let (dev, stop) = (dev.clone(), stop.clone());
         std::thread::Builder::new().name("vsci-dev-wire".into()).spawn(move || wire_loop(&dev, &stop))?
@@ -162,6 +165,7 @@ pub fn serve(o: DeviceOptions, stop: Arc<AtomicBool>) -> Result<()> {
         dev.release(i, "the device stops");
     }
     let _ = intr.remove();
+    crate::status::withdraw(&dev.socket, &format!("device-{}", dev.name));
     println!("vsci device {}: stopped", dev.name);
     Ok(())
 }
@@ -259,11 +263,30 @@ impl Device {
 
     /// A function's assignment is gone (released, revoked, holder lost).
     fn release(&self, i: usize, why: &str) -> Option<Assignment> {
-        let mut f = self.func(i);
-        let a = f.asg.take()?;
+        let a = self.func(i).asg.take()?;
         info!("function {i} taken from VM {} of node {}: {why}; back in the pool", a.vm, a.node);
         let _ = a.mem.seg.disconnect();
+        self.publish();
         Some(a)
+    }
+
+    /// Who holds what, for `vsci status` on this node.
+    fn publish(&self) {
+        let functions = (0..self.fns.len())
+            .map(|i| {
+                let f = self.func(i);
+                let h = f.asg.as_ref();
+                crate::status::Holding {
+                    func: f.index,
+                    mac: regs::mac_string(&f.mac),
+                    node: h.map(|a| a.node),
+                    vm: h.map(|a| a.vm.clone()),
+                    mode: h.map(|a| format!("{:?}", a.mode)),
+                }
+            })
+            .collect();
+        let e = crate::status::Entry::Device { pid: std::process::id(), name: self.name.clone(), wire: self.wire.clone(), functions };
+        crate::status::publish(&self.socket, &format!("device-{}", self.name), &e);
     }
 
     fn reap_lost(&self) {
@@ -421,6 +444,8 @@ impl Device {
             rx_fetched: 0,
             rx_ready: VecDeque::new(),
         });
+        drop(f);
+        self.publish();
         Reply::Assigned(Assigned { func: i as u8, mac, token, handles })
     }
 }

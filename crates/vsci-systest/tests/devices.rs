@@ -145,6 +145,19 @@ fn assign_use_revoke_reassign() {
     let fb = r.function_of("vmB");
     assert_eq!((fb["holder"]["node"].clone(), fb["holder"]["mode"].clone()), (serde_json::json!(3), serde_json::json!("Bounce")));
 
+    // `vsci status` on each side says who holds what.
+    let status = |node: u32| {
+        let mut cmd = vsci_on(&r.c, node);
+        cmd.args(["status", "--socket"]).arg(&r.c.node(node).socket);
+        let out = run("vsci status", &mut cmd, Duration::from_secs(30));
+        out.assert_success();
+        out.stdout
+    };
+    let s1 = status(1);
+    assert!(s1.contains("device nic0") && s1.contains("held by node 2 VM vmA (ZeroCopy)") && s1.contains("held by node 3 VM vmB (Bounce)"), "{s1}");
+    let s2 = status(2);
+    assert!(s2.contains("VM vmA (pid") && s2.contains("of node 1's device, ZeroCopy"), "{s2}");
+
     // An administrator on node 3 takes vmA's function back.
     let func_a = fa["func"].as_u64().unwrap();
     let mut cmd = vsci_on(&r.c, 3);
@@ -153,6 +166,7 @@ fn assign_use_revoke_reassign() {
     let out = a.wait(Duration::from_secs(30));
     assert!(!out.status.success() && out.stderr.contains("revoked"), "vmA must stop when its function is revoked\n{}", out.describe());
     assert_eq!(r.holder(func_a), None);
+    assert!(!status(2).contains("VM vmA"), "a revoked VM leaves node 2's status");
     // vmB was not disturbed.
     echo_ok(&ns_b, 1 << 20);
 
