@@ -104,8 +104,14 @@ pub struct VmArgs {
     /// The user the VM runs as once its interface is up.
     #[arg(long)]
     user: Option<String>,
-    /// Run this command as the VM instead of the driver (after `--`; it
-    /// gets `--ram-fd 3 --chan-fd 4`): for tests with hostile VMs.
+    /// The VM is a QEMU guest (`vsci vm run`) whose stock virtio-net driver
+    /// drives the function; the arguments after `--` are `vsci vm run`'s
+    /// (`--socket`, `--add`, ..., `-- CMD`). --ram is the guest's memory.
+    #[arg(long)]
+    guest: bool,
+    /// After `--`: with --guest, `vsci vm run`'s arguments; else a command
+    /// to run as the VM instead of the driver (it gets `--ram-fd 3
+    /// --chan-fd 4`): for tests with hostile VMs.
     #[arg(last = true)]
     driver: Vec<String>,
 }
@@ -164,22 +170,14 @@ pub fn run(cmd: DeviceCmd) -> Result<()> {
         ),
         DeviceCmd::Vm(a) => {
             let exe = std::env::current_exe()?.to_string_lossy().into_owned();
-            let mut driver = Vec::new();
-            if let Some(ns) = &a.netns {
-                driver.extend(["ip".to_string(), "netns".into(), "exec".into(), ns.clone()]);
-            }
-            match a.driver.is_empty() {
-                false => driver.extend(a.driver.iter().cloned()),
-                true => {
-                    driver.extend([exe, "device".into(), "vm-driver".into(), "--tap".into(), a.tap.clone()]);
-                    if let Some(ad) = &a.address {
-                        driver.extend(["--address".into(), ad.clone()]);
-                    }
-                    if let Some(u) = &a.user {
-                        driver.extend(["--user".into(), u.clone()]);
-                    }
-                }
-            }
+            let kind = if a.guest {
+                let split = a.driver.iter().position(|x| x == "--").unwrap_or(a.driver.len());
+                let mut command = vec![exe, "vm".into(), "run".into(), "--name".into(), a.name.clone()];
+                command.extend(a.driver[..split].iter().cloned());
+                vsci_devshare::hyp::VmKind::Guest { command, rest: a.driver[split..].to_vec() }
+            } else {
+                vsci_devshare::hyp::VmKind::Process(process_driver(&a, exe))
+            };
             vsci_devshare::hyp::run_vm(
                 vsci_devshare::hyp::VmOptions {
                     socket: socket(&a.common),
@@ -192,7 +190,7 @@ pub fn run(cmd: DeviceCmd) -> Result<()> {
                         ModeArg::Bounce => Mode::Bounce,
                     },
                     ram: a.ram,
-                    driver,
+                    kind,
                 },
                 stop_flag()?,
             )
@@ -243,6 +241,28 @@ pub fn run(cmd: DeviceCmd) -> Result<()> {
             r => bail!("unexpected answer: {r:?}"),
         },
     }
+}
+
+/// The process VM: the driver (or the command after `--`), in the VM's
+/// network namespace if one is named.
+fn process_driver(a: &VmArgs, exe: String) -> Vec<String> {
+    let mut driver = Vec::new();
+    if let Some(ns) = &a.netns {
+        driver.extend(["ip".to_string(), "netns".into(), "exec".into(), ns.clone()]);
+    }
+    match a.driver.is_empty() {
+        false => driver.extend(a.driver.iter().cloned()),
+        true => {
+            driver.extend([exe, "device".into(), "vm-driver".into(), "--tap".into(), a.tap.clone()]);
+            if let Some(ad) = &a.address {
+                driver.extend(["--address".into(), ad.clone()]);
+            }
+            if let Some(u) = &a.user {
+                driver.extend(["--user".into(), u.clone()]);
+            }
+        }
+    }
+    driver
 }
 
 fn ask(a: &AdminArgs, req: Request) -> Result<Reply> {

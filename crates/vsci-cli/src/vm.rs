@@ -64,11 +64,18 @@ pub struct RunArgs {
     /// (virtio-blk). Repeatable.
     #[arg(long = "drive", value_name = "FILE_OR_NBD_URL")]
     drives: Vec<String>,
-    /// Give the guest a network card on QEMU's user-mode network (`user`,
-    /// the only kind): it is 10.0.2.15, and 10.0.2.2 is the host side, where
-    /// a server on the host's loopback is reached.
-    #[arg(long, value_parser = ["user"])]
+    /// Give the guest a network card: `user`, on QEMU's user-mode network
+    /// (the guest is 10.0.2.15, and 10.0.2.2 is the host side, where a
+    /// server on the host's loopback is reached); or
+    /// `vhost-user:SOCKET,mac=MAC`, a virtio-net card whose backend serves
+    /// on SOCKET (a shared device's function; `vsci device vm --guest`
+    /// passes this, with --mem-path).
+    #[arg(long)]
     net: Option<String>,
+    /// Guest RAM is this file, mapped shared (`vsci device vm --guest`
+    /// passes its memory segment).
+    #[arg(long, value_name = "FILE")]
+    mem_path: Option<PathBuf>,
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -147,6 +154,15 @@ fn vm_run(a: RunArgs) -> Result<i32> {
     };
     cfg.console = a.console;
     cfg.drives = a.drives;
-    cfg.net_user = a.net.is_some();
+    match a.net.as_deref() {
+        None => {}
+        Some("user") => cfg.net_user = true,
+        Some(v) => {
+            let spec = v.strip_prefix("vhost-user:").ok_or_else(|| anyhow::anyhow!("--net {v}: expected user or vhost-user:SOCKET,mac=MAC"))?;
+            let (sock, mac) = spec.split_once(",mac=").ok_or_else(|| anyhow::anyhow!("--net {v}: vhost-user:SOCKET,mac=MAC"))?;
+            cfg.vhost_user_net = Some((PathBuf::from(sock), mac.to_string()));
+        }
+    }
+    cfg.mem_path = a.mem_path;
     vsci_vm::run(&cfg)
 }

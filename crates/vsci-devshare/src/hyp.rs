@@ -12,6 +12,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command};
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +21,7 @@ use anyhow::{anyhow, bail, Result};
 use log::{info, warn};
 use nix::sys::socket::{self, AddressFamily, MsgFlags, SockFlag, SockType};
 use serde::{Deserialize, Serialize};
+use vmm_sys_util::eventfd::EventFd;
 use vsci_client::{Client, DataWait, IntrKind, SciError};
 
 use crate::msg::{self, Mode, Reply, ReplyFor, ReplyTo, Request, ToDevice, ToHost};
@@ -37,8 +39,18 @@ pub struct VmOptions {
     pub name: String,
     pub mode: Mode,
     pub ram: u64,
-    /// The driver process and its arguments (it gets `--ram-fd 3 --chan-fd 4`).
-    pub driver: Vec<String>,
+    /// What the VM is.
+    pub kind: VmKind,
+}
+
+pub enum VmKind {
+    /// A process VM: this driver process and its arguments (it gets
+    /// `--ram-fd 3 --chan-fd 4`).
+    Process(Vec<String>),
+    /// A QEMU guest: this command (`vsci vm run` and its arguments before
+    /// the `--`), to which `--mem-path`, `--memory` and `--net` are added;
+    /// then `rest` (`-- CMD...`).
+    Guest { command: Vec<String>, rest: Vec<String> },
 }
 
 /// What the VM is told about its device (step 6).
@@ -72,23 +84,27 @@ pub fn recv(fd: &OwnedFd, buf: &mut [u8], flags: MsgFlags) -> nix::Result<usize>
 }
 
 pub fn run_vm(o: VmOptions, stop: Arc<AtomicBool>) -> Result<()> {
-    anyhow::ensure!(o.ram >= 2 * BOUNCE_AREA && o.ram % 4096 == 0, "--ram: a multiple of 4 KiB, at least 8 MiB");
+    let guest = matches!(o.kind, VmKind::Guest { .. });
+    anyhow::ensure!(o.ram >= 2 * BOUNCE_AREA && o.ram % (1 << 20) == 0, "--ram: a multiple of 1 MiB, at least 8 MiB");
+    // A guest's memory segment is its RAM and, past it, where the guest
+    // cannot see it, the function's rings and the bounce area.
+    let seg_size = if guest { o.ram + BOUNCE_AREA } else { o.ram };
     let client = Client::connect(&o.socket, "vsci-device-vm").map_err(|e| anyhow!("cannot reach vscid at {}: {e}", o.socket.display()))?;
     let node = client.node_id();
-    let ram = client.create_segment(None, o.ram).map_err(|e| anyhow!("cannot create the VM's memory ({} bytes): {e}", o.ram))?;
+    let ram = client.create_segment(None, seg_size).map_err(|e| anyhow!("cannot create the VM's memory ({seg_size} bytes): {e}"))?;
     ram.prepare().and_then(|_| ram.set_available()).map_err(|e| anyhow!("cannot offer the VM's memory to the device: {e}"))?;
     let irq = client.create_interrupt(IntrKind::Data, 0x4C80, false).map_err(|e| anyhow!("cannot create the VM's interrupt: {e}"))?;
     let req = Requester::new(client.clone(), o.key.clone(), o.device_node, o.device_interrupt)?;
     let window = match o.mode {
-        Mode::ZeroCopy => (0, o.ram),
-        Mode::Bounce => (o.ram - BOUNCE_AREA, BOUNCE_AREA),
+        Mode::ZeroCopy => (0, seg_size),
+        Mode::Bounce => (seg_size - BOUNCE_AREA, BOUNCE_AREA),
     };
     info!(
         "setup step 1: asking node {}'s device for a function for VM {}: memory = node {node} segment {:#x} ({} bytes), DMA payload window [{:#x}, +{:#x}) ({:?}), MSI-X to node {node} interrupt {}",
-        o.device_node, o.name, ram.segment_id, o.ram, window.0, window.1, o.mode, irq.number
+        o.device_node, o.name, ram.segment_id, seg_size, window.0, window.1, o.mode, irq.number
     );
     let reply = req.call(
-        Request::Assign { vm: o.name.clone(), ram_segment: ram.segment_id, ram_size: o.ram, window, mode: o.mode, irq: ReplyTo { node, interrupt: irq.number } },
+        Request::Assign { vm: o.name.clone(), ram_segment: ram.segment_id, ram_size: seg_size, window, mode: o.mode, irq: ReplyTo { node, interrupt: irq.number } },
         Duration::from_secs(20),
     )?;
     let a = match reply {
@@ -96,11 +112,21 @@ pub fn run_vm(o: VmOptions, stop: Arc<AtomicBool>) -> Result<()> {
         Reply::Refused(why) => bail!("the device's manager refused: {why}"),
         other => bail!("unexpected answer from the manager: {other:?}"),
     };
-    let (ours, theirs) = socketpair()?;
-    let cfg = VmConfig { name: o.name.clone(), mac: a.mac, ram_size: o.ram, window, mode: o.mode, handles: a.handles };
-    let mut child = spawn_driver(&o.driver, ram.memfd(), &theirs)?;
-    drop(theirs);
-    send(&ours, &msg::encode(&cfg))?;
+    let req = Arc::new(req);
+    let (mut child, ours, guest_net, vm_irq) = match &o.kind {
+        VmKind::Process(driver) => {
+            let (ours, theirs) = socketpair()?;
+            let cfg = VmConfig { name: o.name.clone(), mac: a.mac, ram_size: seg_size, window, mode: o.mode, handles: a.handles };
+            let child = spawn_driver(driver, ram.memfd(), &theirs)?;
+            drop(theirs);
+            send(&ours, &msg::encode(&cfg))?;
+            (child, Some(Arc::new(ours)), None, None)
+        }
+        VmKind::Guest { command, rest } => {
+            let (child, net, irq_fd) = start_guest(&o, command, rest, &ram, &a, req.clone())?;
+            (child, None, Some(net), Some(irq_fd))
+        }
+    };
     info!(
         "setup step 6: VM {} (pid {}) given function {} of node {}: MAC {}, DMA window [{:#x}, +{:#x}), MSI-X handles {:x?}",
         o.name,
@@ -120,19 +146,24 @@ pub fn run_vm(o: VmOptions, stop: Arc<AtomicBool>) -> Result<()> {
     );
     println!("vsci device vm {}: function {} (MAC {}) of node {} in {:?} mode; VM pid {}", o.name, a.func, regs::mac_string(&a.mac), o.device_node, o.mode, child.id());
 
-    let ours = Arc::new(ours);
     let revoked = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicBool::new(false));
     // The function's interrupts and the manager's notices, to the VM.
     let irq_thread = {
         let (ours, irq, revoked, done, key, func) = (ours.clone(), irq.clone(), revoked.clone(), done.clone(), o.key.clone(), a.func);
+        let vm_irq = vm_irq.as_ref().map(|e: &EventFd| e.try_clone()).transpose()?;
         std::thread::Builder::new().name("vsci-vm-irq".into()).spawn(move || {
             let mut buf = vec![0u8; vsci_proto::intr::DATA_MAX];
             while !done.load(Ordering::Relaxed) {
                 match irq.wait_data(&mut buf, 200) {
                     Ok(DataWait::Got(n)) => match msg::decode::<ToHost>(&buf[..n]) {
                         Some(ToHost::Irq { func: f, vector }) if f == func && (vector as usize) < regs::VECTORS => {
-                            let _ = send(&ours, &[vector]);
+                            if let Some(ch) = &ours {
+                                let _ = send(ch, &[vector]);
+                            }
+                            if let Some(e) = &vm_irq {
+                                let _ = e.write(1);
+                            }
                         }
                         Some(ToHost::Manager(s)) => match msg::open::<ReplyFor>(&key, &s) {
                             Ok(env) => {
@@ -169,11 +200,18 @@ pub fn run_vm(o: VmOptions, stop: Arc<AtomicBool>) -> Result<()> {
         if let Ok(Some(_)) = child.try_wait() {
             break "the VM ended";
         }
+        if guest_net.as_ref().is_some_and(|t| t.is_finished()) {
+            break "the guest's network backend ended";
+        }
+        let Some(ours) = &ours else {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        };
         let mut p = [nix::poll::PollFd::new(ours.as_fd(), nix::poll::PollFlags::POLLIN)];
         if !matches!(nix::poll::poll(&mut p, nix::poll::PollTimeout::from(100u16)), Ok(n) if n > 0) {
             continue;
         }
-        let n = match recv(&ours, &mut buf, MsgFlags::MSG_DONTWAIT) {
+        let n = match recv(ours, &mut buf, MsgFlags::MSG_DONTWAIT) {
             Ok(0) => break "the VM closed its channel",
             Ok(n) => n,
             Err(nix::errno::Errno::EAGAIN) => continue,
@@ -206,6 +244,13 @@ pub fn run_vm(o: VmOptions, stop: Arc<AtomicBool>) -> Result<()> {
     done.store(true, Ordering::Relaxed);
     stop_child(&mut child);
     let _ = irq_thread.join();
+    if let Some(net) = guest_net {
+        match net.join() {
+            Ok(Ok(st)) => println!("vsci device vm {}: guest network {st:?}", o.name),
+            Ok(Err(e)) => warn!("the guest's network backend failed: {e}"),
+            Err(_) => warn!("the guest's network backend panicked"),
+        }
+    }
     if !revoked.load(Ordering::SeqCst) {
         match req.call(Request::Release { func: a.func, token: a.token }, Duration::from_secs(5)) {
             Ok(Reply::Done) => info!("function {} released", a.func),
@@ -222,6 +267,63 @@ pub fn run_vm(o: VmOptions, stop: Arc<AtomicBool>) -> Result<()> {
         bail!("function {} was revoked by the device host", a.func);
     }
     Ok(())
+}
+
+type GuestNetThread = std::thread::JoinHandle<Result<crate::vhost::GuestStats>>;
+
+/// Start the guest's network backend, then QEMU (through `vsci vm run`)
+/// with the memory segment as its RAM and a virtio-net card on the backend.
+fn start_guest(
+    o: &VmOptions,
+    command: &[String],
+    rest: &[String],
+    ram: &vsci_client::LocalSegment,
+    a: &crate::msg::Assigned,
+    req: Arc<Requester>,
+) -> Result<(Child, GuestNetThread, EventFd)> {
+    let irq = EventFd::new(libc::EFD_NONBLOCK)?;
+    let st = nix::sys::stat::fstat(ram.memfd().as_raw_fd())?;
+    let (func, token) = (a.func, a.token);
+    let port = crate::vhost::Port {
+        write_regs: Box::new(move |w: &[(u32, u64)]| {
+            for chunk in w.chunks(40) {
+                if let Err(e) = req.send(&ToDevice::Regs { func, token, writes: chunk.to_vec() }) {
+                    warn!("cannot reach the device: {e}");
+                }
+            }
+        }),
+        seg: crate::mem::Mapping::new(ram.memfd(), ram.size as usize)?,
+        seg_ino: (st.st_dev, st.st_ino),
+        mode: o.mode,
+        ring_area: o.ram,
+        handles: a.handles,
+    };
+    let sock = std::env::temp_dir().join(format!("vsci-guest-net-{}-{}.sock", std::process::id(), o.name));
+    let _ = std::fs::remove_file(&sock);
+    let net = {
+        let (sock, irq) = (sock.clone(), irq.try_clone()?);
+        std::thread::Builder::new().name("vsci-guest-net".into()).spawn(move || crate::vhost::serve(&sock, port, irq))?
+    };
+    // QEMU connects as soon as it starts: the backend must listen first.
+    let t0 = std::time::Instant::now();
+    while !sock.exists() {
+        anyhow::ensure!(!net.is_finished(), "the guest's network backend did not start");
+        anyhow::ensure!(t0.elapsed() < Duration::from_secs(10), "the guest's network backend did not listen on {}", sock.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (prog, args) = command.split_first().ok_or_else(|| anyhow!("no guest command"))?;
+    let mut c = Command::new(prog);
+    c.args(args)
+        .arg("--mem-path")
+        .arg(format!("/proc/{}/fd/{}", std::process::id(), ram.memfd().as_raw_fd()))
+        .arg("--memory")
+        .arg((o.ram >> 20).to_string())
+        .arg("--net")
+        .arg(format!("vhost-user:{},mac={}", sock.display(), regs::mac_string(&a.mac)))
+        .args(rest)
+        .stdin(std::process::Stdio::null());
+    let child = c.spawn().map_err(|e| anyhow!("cannot start the guest ({prog}): {e}"))?;
+    Ok((child, net, irq))
 }
 
 fn stop_child(child: &mut Child) {

@@ -23,3 +23,4 @@ pub mod regs;
 pub mod requester;
 pub mod status;
 pub mod tap;
+pub mod vhost;

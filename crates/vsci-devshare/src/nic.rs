@@ -600,24 +600,50 @@ impl Function {
         }
         let Some(descs) = self.read_descs(base, len, head, tail) else { return };
         let a = self.asg.as_ref().expect("present above");
-        // Translate every buffer first; faulting descriptors move nothing.
+        // Group descriptors into frames (MORE chains one to the next); a
+        // frame whose last descriptor is not posted yet waits for it.
+        let mut frames: Vec<Vec<(u32, Desc)>> = Vec::new();
+        let mut cur = Vec::new();
+        for &(idx, d) in &descs {
+            cur.push((idx, d));
+            if d.status & regs::MORE == 0 || cur.len() == regs::MAX_FRAGS {
+                frames.push(std::mem::take(&mut cur));
+            }
+        }
+        let done = tail.wrapping_sub(cur.len() as u32);
+        // Translate every buffer first; a frame with a faulting or bad
+        // descriptor moves nothing.
         let mut pieces = Vec::new();
+        let mut frame_lens = Vec::new();
         let mut status = Vec::with_capacity(descs.len());
         let mut faults = Vec::new();
-        for &(idx, d) in &descs {
-            if d.len == 0 || d.len as usize > MAX_FRAME {
-                faults.push(format!("descriptor {idx}: length {} (1 to {MAX_FRAME})", d.len));
-                status.push((idx, d.len, DD | ERR));
-                continue;
-            }
-            match a.iommu.translate(d.addr, u64::from(d.len), Access::Read) {
-                Ok(off) => {
-                    pieces.push((d.len as usize, off));
-                    status.push((idx, d.len, DD));
+        for fr in &frames {
+            let mut ps = Vec::with_capacity(fr.len());
+            let mut bad = None;
+            for &(idx, d) in fr {
+                if d.len == 0 || d.len as usize > MAX_FRAME {
+                    bad = Some(format!("descriptor {idx}: length {} (1 to {MAX_FRAME})", d.len));
+                    break;
                 }
-                Err(f) => {
-                    faults.push(format!("descriptor {idx}: {f}"));
-                    status.push((idx, d.len, DD | ERR));
+                match a.iommu.translate(d.addr, u64::from(d.len), Access::Read) {
+                    Ok(off) => ps.push((d.len as usize, off)),
+                    Err(f) => {
+                        bad = Some(format!("descriptor {idx}: {f}"));
+                        break;
+                    }
+                }
+            }
+            let total: usize = ps.iter().map(|p| p.0).sum();
+            if bad.is_none() && total > MAX_FRAME {
+                bad = Some(format!("descriptors {}..: a {total}-byte frame (at most {MAX_FRAME})", fr[0].0));
+            }
+            let st = if bad.is_some() { DD | ERR } else { DD };
+            status.extend(fr.iter().map(|&(idx, d)| (idx, d.len, st)));
+            match bad {
+                Some(b) => faults.push(b),
+                None => {
+                    pieces.extend(ps);
+                    frame_lens.push(total);
                 }
             }
         }
@@ -633,7 +659,7 @@ impl Function {
             self.fault(format_args!("{f}"));
         }
         let mut at = 0;
-        for &(n, _) in &pieces {
+        for n in frame_lens {
             let frame = &payload[at..at + n];
             at += n;
             if n >= 14 && dev.switch(frame, Some(self.index as usize), out) {
@@ -646,7 +672,7 @@ impl Function {
         // Write back: length and status of every descriptor taken.
         self.write_status(base, len, &status, false);
         if let Some(a) = self.asg.as_mut() {
-            a.tx_head = tail;
+            a.tx_head = done;
         }
         self.fire(regs::VEC_TX);
     }

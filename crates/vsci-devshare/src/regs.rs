@@ -50,6 +50,12 @@ pub fn known(off: u32) -> bool {
 pub const DESC: usize = 16;
 /// Status: the device is done with this descriptor.
 pub const DD: u32 = 1;
+/// Set by the driver in a transmit descriptor: the frame continues in the
+/// next descriptor (a frame gathered from several buffers, as a guest's
+/// socket buffer with page fragments is).
+pub const MORE: u32 = 1 << 1;
+/// Most descriptors one frame may span.
+pub const MAX_FRAGS: usize = 32;
 /// Status: the device refused the descriptor (an IOMMU fault); nothing moved.
 pub const ERR: u32 = 1 << 31;
 

@@ -72,6 +72,13 @@ pub struct RunConfig {
     /// 10.0.2.15 and reaches the host side (QEMU's network namespace, its
     /// loopback included) at 10.0.2.2. No other network is given.
     pub net_user: bool,
+    /// A virtio-net card whose backend is the vhost-user server at this
+    /// socket, with this MAC (a shared device's function: `vsci device vm
+    /// --guest`). Needs `mem_path`: the backend reaches guest memory.
+    pub vhost_user_net: Option<(PathBuf, String)>,
+    /// Guest RAM is this file, mapped shared (a vsci memory segment, so
+    /// that a device on another node reaches the guest's own buffers).
+    pub mem_path: Option<PathBuf>,
 }
 
 impl RunConfig {
@@ -91,6 +98,8 @@ impl RunConfig {
             console: false,
             drives: Vec::new(),
             net_user: false,
+            vhost_user_net: None,
+            mem_path: None,
         }
     }
 }
@@ -297,7 +306,16 @@ pub fn run(cfg: &RunConfig) -> Result<i32> {
     }
     let mut cmd = Command::new(&qemu);
     cmd.arg("-name").arg(sanitize(&cfg.name));
-    cmd.args(["-machine", "pc", "-accel", if accel.kvm { "kvm" } else { "tcg" }]);
+    match &cfg.mem_path {
+        Some(p) => {
+            cmd.arg("-object").arg(format!("memory-backend-file,id=vsci-ram,size={}M,mem-path={},share=on", cfg.memory_mb, qemu_opt(p)));
+            cmd.args(["-machine", "pc,memory-backend=vsci-ram"]);
+        }
+        None => {
+            cmd.args(["-machine", "pc"]);
+        }
+    }
+    cmd.args(["-accel", if accel.kvm { "kvm" } else { "tcg" }]);
     // By default one vCPU under TCG: TCG on a small host should not take
     // every core. Two processes of one guest that poll each other (a
     // ping-pong) need two, hence --cpus (TCG then runs one thread per vCPU).
@@ -332,6 +350,15 @@ pub fn run(cfg: &RunConfig) -> Result<i32> {
     }
     if cfg.net_user {
         cmd.args(["-nic", "user,model=virtio-net-pci"]);
+    }
+    if let Some((sock, mac)) = &cfg.vhost_user_net {
+        anyhow::ensure!(cfg.mem_path.is_some(), "a vhost-user network card needs the guest's memory in a file (--mem-path)");
+        cmd.arg("-chardev").arg(format!("socket,id=vsci-vu,path={}", qemu_opt(sock)));
+        cmd.args(["-netdev", "vhost-user,id=vsci-vun,chardev=vsci-vu"]);
+        // vectors=0 (INTx): QEMU 7.2 crashes in msix_set_vector_notifiers
+        // when a vhost device starts without irqfd (under TCG).
+        let vectors = if accel.kvm { "" } else { ",vectors=0" };
+        cmd.arg("-device").arg(format!("virtio-net-pci,netdev=vsci-vun,mac={mac}{vectors}"));
     }
     cmd.stdin(Stdio::null());
     // QEMU prints nothing on stdout; keep ours for the command's output.

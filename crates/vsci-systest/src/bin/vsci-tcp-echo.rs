@@ -46,8 +46,9 @@ fn main() {
             let total: u64 = args[3].parse().expect("BYTES");
             let seed = u64::from(std::process::id()) ^ Instant::now().elapsed().as_nanos() as u64 ^ 0x5eed;
             let start = Instant::now();
+            let addr: std::net::SocketAddr = args[2].parse().expect("ADDR:PORT");
             let mut c = loop {
-                match TcpStream::connect(&args[2]) {
+                match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
                     Ok(c) => break c,
                     Err(e) if start.elapsed() < Duration::from_secs(20) => {
                         eprintln!("connect {}: {e}; retrying", args[2]);
