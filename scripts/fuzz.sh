@@ -20,7 +20,7 @@ export PATH="$HOME/.cargo/bin:$PATH" RUST_BACKTRACE=0
 runs="${1:-10000000}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(client_request node_link_frame guest_control cluster_file nbd_session)
+[ ${#targets[@]} -gt 0 ] || targets=(client_request node_link_frame guest_control cluster_file nbd_session device_message)
 
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal
 cargo fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz --version 0.13.2 --locked

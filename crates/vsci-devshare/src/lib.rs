@@ -14,6 +14,7 @@
 //!   translation and remapping tables, the messages.
 
 pub mod driver;
+pub mod fuzz_entry;
 pub mod hyp;
 pub mod iommu;
 pub mod mem;

@@ -156,7 +156,12 @@ pub fn random_u64() -> u64 {
 
 /// Sign `msg` (with a fresh timestamp and `nonce`).
 pub fn sign<T: Serialize>(key: &[u8], nonce: u64, msg: T) -> Signed {
-    let body = postcard::to_allocvec(&Envelope { time_ns: now_ns(), nonce, msg }).expect("serialize");
+    sign_at(key, now_ns(), nonce, msg)
+}
+
+/// Sign `msg` with the timestamp `time_ns` (fixed for reproducible seeds).
+pub fn sign_at<T: Serialize>(key: &[u8], time_ns: u64, nonce: u64, msg: T) -> Signed {
+    let body = postcard::to_allocvec(&Envelope { time_ns, nonce, msg }).expect("serialize");
     Signed { mac: mac_of(key, &body), body }
 }
 

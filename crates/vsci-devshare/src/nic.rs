@@ -470,8 +470,9 @@ impl Function {
     fn apply(&mut self, writes: &[(u32, u64)], dev: &Device, out: &mut Deliveries) {
         let (mut tx, mut rx) = (false, false);
         for &(off, val) in writes {
-            if !regs::known(off) {
-                self.refuse(format_args!("write to register offset {off:#x}, which is not one of the function's"));
+            let remap = &self.asg.as_ref().expect("checked by the caller").remap;
+            if let Err(why) = regs::check_write(off, val, remap) {
+                self.refuse(format_args!("{why}"));
                 continue;
             }
             let a = self.asg.as_mut().expect("checked by the caller");
@@ -480,18 +481,10 @@ impl Function {
                 regs::CTRL => r.ctrl = val,
                 regs::TX_BASE => r.tx_base = val,
                 regs::RX_BASE => r.rx_base = val,
-                regs::TX_LEN | regs::RX_LEN => {
-                    let n = val as u32;
-                    if val > u64::from(regs::MAX_RING) || !n.is_power_of_two() {
-                        self.refuse(format_args!("ring length {val}: a power of two up to {}", regs::MAX_RING));
-                        continue;
-                    }
-                    if off == regs::TX_LEN {
-                        (r.tx_len, r.tx_tail, a.tx_head) = (n, 0, 0);
-                    } else {
-                        (r.rx_len, r.rx_tail, a.rx_fetched) = (n, 0, 0);
-                        a.rx_ready.clear();
-                    }
+                regs::TX_LEN => (r.tx_len, r.tx_tail, a.tx_head) = (val as u32, 0, 0),
+                regs::RX_LEN => {
+                    (r.rx_len, r.rx_tail, a.rx_fetched) = (val as u32, 0, 0);
+                    a.rx_ready.clear();
                 }
                 regs::TX_TAIL => {
                     r.tx_tail = val as u32;
@@ -502,14 +495,7 @@ impl Function {
                     rx = true;
                 }
                 regs::IRQ_MASK => r.irq_mask = val,
-                _ => {
-                    let v = ((off - regs::MSIX_BASE) / 8) as usize;
-                    if val != 0 && a.remap.vector_of(val).is_none() {
-                        self.refuse(format_args!("MSI-X entry {v} names interrupt handle {val:#x}, which the remapping table does not grant this function (another VM's vector?)"));
-                        continue;
-                    }
-                    r.msix[v] = val;
-                }
+                _ => r.msix[((off - regs::MSIX_BASE) / 8) as usize] = val,
             }
         }
         if rx {
@@ -520,22 +506,10 @@ impl Function {
         }
     }
 
-    /// The ring slots `[from, to)` as (DVA, count) runs (at most two).
-    fn ring_runs(base: u64, len: u32, from: u32, to: u32) -> Vec<(u64, u32, u32)> {
-        let n = to.wrapping_sub(from);
-        let s = from % len;
-        let first = n.min(len - s);
-        let mut v = vec![(base + u64::from(s) * DESC as u64, first, from)];
-        if first < n {
-            v.push((base, n - first, from.wrapping_add(first)));
-        }
-        v
-    }
-
     /// Read descriptors `[from, to)` of a ring through the IOMMU.
     fn read_descs(&mut self, base: u64, len: u32, from: u32, to: u32) -> Option<Vec<(u32, Desc)>> {
         let a = self.asg.as_ref()?;
-        let runs = Self::ring_runs(base, len, from, to);
+        let runs = regs::ring_runs(base, len, from, to);
         let mut pieces = Vec::new();
         for &(dva, n, _) in &runs {
             match a.iommu.translate(dva, u64::from(n) * DESC as u64, Access::Read) {
@@ -600,17 +574,9 @@ impl Function {
         }
         let Some(descs) = self.read_descs(base, len, head, tail) else { return };
         let a = self.asg.as_ref().expect("present above");
-        // Group descriptors into frames (MORE chains one to the next); a
-        // frame whose last descriptor is not posted yet waits for it.
-        let mut frames: Vec<Vec<(u32, Desc)>> = Vec::new();
-        let mut cur = Vec::new();
-        for &(idx, d) in &descs {
-            cur.push((idx, d));
-            if d.status & regs::MORE == 0 || cur.len() == regs::MAX_FRAGS {
-                frames.push(std::mem::take(&mut cur));
-            }
-        }
-        let done = tail.wrapping_sub(cur.len() as u32);
+        // A frame whose last descriptor is not posted yet waits for it.
+        let (frames, pending) = regs::frames(&descs);
+        let done = tail.wrapping_sub(pending as u32);
         // Translate every buffer first; a frame with a faulting or bad
         // descriptor moves nothing.
         let mut pieces = Vec::new();

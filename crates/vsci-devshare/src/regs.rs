@@ -46,6 +46,51 @@ pub fn known(off: u32) -> bool {
         || (MSIX_BASE..MSIX_BASE + 8 * VECTORS as u32).contains(&off) && off % 8 == 0
 }
 
+/// Why a register write is refused, if it is: an offset that is not a
+/// register, a ring length that is not a power of two up to [`MAX_RING`],
+/// an MSI-X entry naming a handle the remapping table does not grant.
+pub fn check_write(off: u32, val: u64, remap: &crate::iommu::Remap) -> Result<(), String> {
+    if !known(off) {
+        return Err(format!("write to register offset {off:#x}, which is not one of the function's"));
+    }
+    match off {
+        TX_LEN | RX_LEN if val > u64::from(MAX_RING) || !(val as u32).is_power_of_two() => Err(format!("ring length {val}: a power of two up to {MAX_RING}")),
+        o if o >= MSIX_BASE && val != 0 && remap.vector_of(val).is_none() => Err(format!(
+            "MSI-X entry {} names interrupt handle {val:#x}, which the remapping table does not grant this function (another VM's vector?)",
+            (o - MSIX_BASE) / 8
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Ring slots `[from, to)` of a ring of `len` entries at `base`, as
+/// (DVA, count, first index) runs: one, or two when they wrap.
+pub fn ring_runs(base: u64, len: u32, from: u32, to: u32) -> Vec<(u64, u32, u32)> {
+    let n = to.wrapping_sub(from);
+    let s = from % len;
+    let first = n.min(len - s);
+    let mut v = vec![(base + u64::from(s) * DESC as u64, first, from)];
+    if first < n {
+        v.push((base, n - first, from.wrapping_add(first)));
+    }
+    v
+}
+
+/// Transmit descriptors grouped into frames (MORE chains one to the next,
+/// at most [`MAX_FRAGS`] per frame), and how many trailing descriptors
+/// belong to a frame whose end is not posted yet.
+pub fn frames(descs: &[(u32, Desc)]) -> (Vec<Vec<(u32, Desc)>>, usize) {
+    let mut out = Vec::new();
+    let mut cur = Vec::new();
+    for &(idx, d) in descs {
+        cur.push((idx, d));
+        if d.status & MORE == 0 || cur.len() == MAX_FRAGS {
+            out.push(std::mem::take(&mut cur));
+        }
+    }
+    (out, cur.len())
+}
+
 /// A descriptor: buffer DVA, length, status. 16 bytes, little-endian.
 pub const DESC: usize = 16;
 /// Status: the device is done with this descriptor.
@@ -143,6 +188,20 @@ mod tests {
         let w = vec![(TX_TAIL, 7), (MSIX_BASE + 8, u64::MAX)];
         assert_eq!(decode_writes(&encode_writes(&w)), Some(w));
         assert_eq!(decode_writes(&[0; 13]), None);
+    }
+
+    #[test]
+    fn ring_runs_wrap() {
+        assert_eq!(ring_runs(0x1000, 8, 6, 10), vec![(0x1000 + 6 * 16, 2, 6), (0x1000, 2, 8)]);
+        assert_eq!(ring_runs(0, 8, u32::MAX, 1), vec![(7 * 16, 1, u32::MAX), (0, 1, 0)]);
+    }
+
+    #[test]
+    fn frames_group_and_wait() {
+        let d = |status| Desc { addr: 0, len: 60, status };
+        let (f, pending) = frames(&[(0, d(MORE)), (1, d(0)), (2, d(0)), (3, d(MORE))]);
+        assert_eq!(f.iter().map(Vec::len).collect::<Vec<_>>(), vec![2, 1]);
+        assert_eq!(pending, 1);
     }
 
     #[test]

@@ -13,6 +13,7 @@ use vscid::fuzz_entry::{link_seed, seed_grant, LINK_KEY};
 use vscid::link::Sealer;
 
 pub use vscid::fuzz_entry::{client_request, cluster_file, node_link_frame};
+pub use vsci_devshare::fuzz_entry::device_message;
 pub use vsci_vm::fuzz_entry::guest_control;
 
 /// Every target: its name (the directory of its corpus, the binary in
@@ -23,6 +24,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("guest_control", guest_control),
     ("cluster_file", cluster_file),
     ("nbd_session", nbd_session),
+    ("device_message", device_message),
 ];
 
 /// Export offered to the `nbd_session` target.
@@ -122,6 +124,9 @@ fn requests() -> Vec<Request> {
 /// clients use, so the fuzzer starts from well-formed exchanges.
 pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     let mut out = Vec::new();
+    for (name, bytes) in vsci_devshare::fuzz_entry::seeds() {
+        out.push(("device_message", name, bytes));
+    }
     // client_request: policy byte, then (connection byte + datagram)s.
     let on = |conn: u8, m: Vec<u8>| [vec![conn], m].concat();
     let session = |policy: u8, dgrams: Vec<Vec<u8>>| [vec![policy], join(&dgrams)].concat();
