@@ -42,10 +42,12 @@ const TXQ: u16 = 1;
 /// queues are the library's).
 const IRQ_EVENT: u16 = 3;
 
+/// Posts register writes to a function (through the hypervisor).
+pub type RegWriter = Box<dyn Fn(&[(u32, u64)]) + Send + Sync>;
+
 /// What the backend needs of its function.
 pub struct Port {
-    /// Posted register writes to the function (through the hypervisor).
-    pub write_regs: Box<dyn Fn(&[(u32, u64)]) + Send + Sync>,
+    pub write_regs: RegWriter,
     /// The whole VM memory segment, mapped here (rings, bounce area).
     pub seg: Mapping,
     /// Its inode: guest memory regions must be backed by this file.
