@@ -11,6 +11,7 @@
 
 mod dma;
 mod guest;
+mod devshare;
 mod lending;
 mod local;
 mod netns;
@@ -66,7 +67,7 @@ pub struct PathSpec {
 
 /// Every path, in the order they run. The guest paths start their guest
 /// ends through `vsci vm run`.
-pub const PATHS: &[PathSpec] = &[local::PATH, remote::PATH, reflective::PATH, lending::PATH, guest::GUEST, guest::GUEST_HOST, guest::GUEST_GUEST, guest::GUEST_REMOTE];
+pub const PATHS: &[PathSpec] = &[local::PATH, remote::PATH, reflective::PATH, lending::PATH, devshare::PATH, guest::GUEST, guest::GUEST_HOST, guest::GUEST_GUEST, guest::GUEST_REMOTE];
 
 /// What every runner gets.
 pub struct Ctx {

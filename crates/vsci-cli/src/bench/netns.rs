@@ -110,7 +110,7 @@ fn ip_output(args: &[&str]) -> Result<std::process::Output> {
 }
 
 /// Run `ip ARGS`; fail with its stderr.
-fn ip(args: &[&str]) -> Result<()> {
+pub fn ip(args: &[&str]) -> Result<()> {
     let out = ip_output(args)?;
     if !out.status.success() {
         bail!("ip {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
@@ -275,6 +275,12 @@ impl Pair {
         let child = cmd.spawn().with_context(|| format!("starting {what}"))?;
         self.helpers.push(child);
         Ok(self.helpers.len() - 1)
+    }
+
+    /// A namespace made beside the nodes' (a process VM's): its processes
+    /// are stopped and it is deleted with the others.
+    pub fn adopt_netns(&mut self, ns: &str) {
+        self.created.push(ns.to_string());
     }
 
     pub fn helper(&mut self, h: usize) -> &mut Child {
