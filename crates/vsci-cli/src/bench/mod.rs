@@ -9,9 +9,9 @@
 //! that JSON, so a new path shows up in them as soon as its runner fills
 //! the same keys (`sisci_bench`/`remote_bench`, `transfers`, `peers`).
 
+mod devices;
 mod dma;
 mod guest;
-mod devshare;
 mod lending;
 mod local;
 mod netns;
@@ -67,7 +67,7 @@ pub struct PathSpec {
 
 /// Every path, in the order they run. The guest paths start their guest
 /// ends through `vsci vm run`.
-pub const PATHS: &[PathSpec] = &[local::PATH, remote::PATH, reflective::PATH, lending::PATH, devshare::PATH, guest::GUEST, guest::GUEST_HOST, guest::GUEST_GUEST, guest::GUEST_REMOTE];
+pub const PATHS: &[PathSpec] = &[local::PATH, remote::PATH, reflective::PATH, lending::PATH, devices::PATH, guest::GUEST, guest::GUEST_HOST, guest::GUEST_GUEST, guest::GUEST_REMOTE];
 
 /// What every runner gets.
 pub struct Ctx {
