@@ -39,7 +39,9 @@ all: c
 
 # fabric_write_lat (crates/vsci-fabric/src/bin) is a benchmark peer: one
 # delivered libfabric RMA write, run by `vsci bench --paths remote`; it is
-# staged next to the C benchmarks in $(BUILD)/bench.
+# staged next to the C benchmarks in $(BUILD)/bench, as is tcp_pingpong
+# (crates/vsci-cli/src/bin, built with vsci), the TCP ping-pong of
+# `vsci bench --paths devices`.
 rust:
 	$(CARGO) build --release -p vscid -p vsci-cli -p sisci
 	$(CARGO) build --release -p vsci-fabric --bin fabric_write_lat
@@ -50,6 +52,7 @@ stage: rust
 	install -m 0755 target/release/vscid target/release/vsci $(BUILD)/bin/
 	install -m 0755 target/release/vsci-memext-check $(BUILD)/bin/
 	install -m 0755 target/release/fabric_write_lat $(BUILD)/bench/
+	install -m 0755 target/release/tcp_pingpong $(BUILD)/bench/
 	install -m 0755 target/release/libsisci.so $(BUILD)/lib/libsisci.so
 	install -m 0644 target/release/libsisci.a $(BUILD)/lib/libsisci.a
 	install -m 0644 $(HEADERS) $(BUILD)/include/

@@ -1,257 +1,438 @@
 //! The `devices` path: one host's NIC shared with VMs on other hosts
-//! (issue 14, seed 004 §7, scaled). Three nodes in network namespaces;
-//! node 1 runs `vsci device serve` (its wire a TAP, 10.99.0.1), process
-//! VMs run on node 1 itself (the seed's single-host "SRIOV" baseline) or
-//! on node 2, in the bounce ("MRIOV") or zero-copy ("MRIOV+") mode, each
-//! in a namespace of its own. sockperf (TCP ping-pong, RTT/2) and iperf3
-//! (TX: the VM sends; RX: `-R`) run between the VM's stack and node 1's;
-//! the same tools over the nodes' veth are the physical reference. Then
-//! the VMs' interrupt counts, and fairness: concurrent RX streams of 1, 2
-//! (one per host) and 4 (two per host) VMs.
+//! (issue 14), seed 004's §7 scaled to this machine. Three nodes in
+//! network namespaces; node 1 runs `vsci device serve` (its wire a TAP,
+//! 10.99.0.1) and the servers (tcp_pingpong, iperf3). Process VMs (`vsci
+//! device vm`, each in a namespace of its own) run on node 1 itself (the
+//! seed's single-host SRIOV baseline: the device reaches the VM's memory
+//! without RMA) or on node 2, in the bounce (MRIOV) or zero-copy (MRIOV+)
+//! mode. Between a VM's stack and node 1's:
+//!
+//! 1. latency: tcp_pingpong, a fixed count of round trips per size, every
+//!    echo checked (NetPIPE's measure, §7.2);
+//! 2. throughput: iperf3 per write length, TX (the VM sends) and RX (`-R`)
+//!    (§7.3);
+//! 3. interrupts: a fresh VM per configuration, one fixed iperf3 RX run,
+//!    its driver's interrupt and packet counters (§7.4);
+//! 4. fairness: concurrent RX streams of 1, 1+1 and 2+2 VMs on two hosts,
+//!    each VM's share and Jain's index (§7.5);
+//! 5. raw bandwidth (§7.1): dma_bench's section f from node 1 to a segment
+//!    on node 2, word-by-word PIO against the DMA engine.
+//!
+//! The same ping-pong and iperf3 runs from node 2 to node 1 over the
+//! nodes' veth are the physical reference: every remote packet crosses it.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 
 use super::netns::{self, Pair};
 use super::peers::{self, Sites, Tool};
-use super::{run_forwarded, say, step, Ctx, PathSpec};
+use super::{fmt_opt, run_forwarded, say, step, tail, Ctx, PathSpec};
 
 pub const PATH: PathSpec = PathSpec {
     name: "devices",
-    what: "a NIC shared across hosts (vsci device): process VMs on the device host (baseline) and on another host in the bounce and zero-copy modes, sockperf and iperf3 through the device against the same tools over the veth (network namespaces, RMA engine over TCP)",
-    unavailable: super::remote::needs_root_and_ip,
+    what: "a NIC shared across hosts (vsci device): process VMs on the device host (SRIOV baseline) and on another host in the bounce (MRIOV) and zero-copy (MRIOV+) modes; TCP ping-pong, iperf3, interrupt counts, fairness, and PIO against DMA, beside the same runs over the veth (network namespaces, RMA engine over TCP)",
+    unavailable,
     steps: 5,
-    tools: &[Tool::Sockperf, Tool::Iperf3],
+    tools: &[Tool::Iperf3],
     run,
 };
 
+/// Node 1's end of the device's wire.
 const WIRE: &str = "10.99.0.1";
+const PINGPONG_PORT: u16 = 7400;
+/// iperf3 servers on node 1: the first for single streams, one per VM of
+/// the fairness runs.
+const IPERF_PORT: u16 = 5201;
+const IPERF_SERVERS: u16 = 4;
 
-/// One end in a VM's namespace, the other on the device host.
-struct Through<'a> {
-    pair: &'a Pair,
-    vm_ns: String,
-    vm_ip: String,
+fn unavailable(ctx: &Ctx) -> Option<String> {
+    super::remote::needs_root_and_ip(ctx).or_else(|| {
+        peers::which("iperf3").is_none().then(|| "needs iperf3 (Debian package iperf3; scripts/install-deps.sh installs it)".into())
+    })
 }
 
-impl Sites for Through<'_> {
+/// A client in namespace `from` (address `from_ip`) and the servers on
+/// node 1 at `to` (in namespace `to_ns`).
+struct Route {
+    from: String,
+    from_ip: String,
+    to_ns: String,
+    to: String,
+}
+
+impl Sites for Route {
     fn command(&self, i: usize, program: &Path) -> Command {
-        if i == 1 {
-            return self.pair.command(0, program);
-        }
         let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.vm_ns]).arg(program).stdin(Stdio::null()).process_group(0);
+        c.args(["netns", "exec", if i == 0 { &self.from } else { &self.to_ns }]).arg(program).stdin(Stdio::null()).process_group(0);
         c
     }
     fn addr(&self, i: usize) -> String {
-        if i == 1 { WIRE.into() } else { self.vm_ip.clone() }
+        if i == 1 { self.to.clone() } else { self.from_ip.clone() }
     }
-    fn node_id(&self, _i: usize) -> u32 {
+    fn node_id(&self, _: usize) -> u32 {
         0
-    }
-}
-
-/// Node 2 to node 1 over their veth: the reference.
-struct Veth<'a>(&'a Pair);
-
-impl Sites for Veth<'_> {
-    fn command(&self, i: usize, program: &Path) -> Command {
-        self.0.command(1 - i, program)
-    }
-    fn addr(&self, i: usize) -> String {
-        self.0.ip[1 - i].clone()
-    }
-    fn node_id(&self, i: usize) -> u32 {
-        2 - i as u32
     }
 }
 
 /// A process VM: its `vsci device vm` (a helper of the pair), namespace,
 /// address and output file.
 struct Vm {
+    name: String,
     helper: usize,
     ns: String,
     ip: String,
     out: PathBuf,
+    /// Node 1's wire TAP's dropped count when the VM started.
+    wire_dropped: Option<u64>,
 }
 
-fn start_vm(pair: &mut Pair, vsci: &Path, node: usize, name: &str, mode: &str, host: u8) -> Result<Vm> {
-    let ns = format!("{}-{name}", pair.ns[0]);
-    let _ = Command::new("ip").args(["netns", "del", &ns]).output();
-    netns::ip(&["netns", "add", &ns])?;
-    pair.adopt_netns(&ns);
-    netns::ip(&["-n", &ns, "link", "set", "lo", "up"])?;
-    let ip = format!("10.99.0.{host}");
-    let out = pair.dir.join(format!("{name}.out"));
-    let mut c = pair.command(node, vsci);
-    c.args(["device", "vm", "--device-node", "1", "--name", name, "--mode", mode, "--netns", &ns, "--address", &format!("{ip}/24"), "--key-file"])
-        .arg(pair.dir.join("cluster.key"))
-        .arg("--socket")
-        .arg(&pair.sockets[node])
-        .stdout(std::fs::File::create(&out)?)
-        .stderr(Stdio::null());
-    let helper = pair.spawn(c, "vsci device vm")?;
-    let t0 = Instant::now();
-    // The driver's line: its interface is up and its buffers are posted.
-    while !std::fs::read_to_string(&out).unwrap_or_default().contains(" up, MAC ") {
-        if let Some(st) = pair.helper(helper).try_wait()? {
-            bail!("vsci device vm {name} ended ({st}) before holding a function");
+impl Vm {
+    fn route(&self, pair: &Pair) -> Route {
+        Route { from: self.ns.clone(), from_ip: self.ip.clone(), to_ns: pair.ns[0].clone(), to: WIRE.into() }
+    }
+}
+
+/// Everything the runs share.
+struct Bench<'a> {
+    ctx: &'a Ctx,
+    pair: Pair,
+    vsci: PathBuf,
+    iperf3: PathBuf,
+    pingpong: PathBuf,
+    /// The last byte of the next VM's address (each VM gets its own, so no
+    /// stale neighbour entry on node 1 points at an earlier VM's MAC).
+    next_host: u8,
+}
+
+impl Bench<'_> {
+    /// Start a process VM on node `node` (1-based) and wait until it holds
+    /// a function.
+    fn start_vm(&mut self, node: usize, name: &str, mode: &str) -> Result<Vm> {
+        let ns = format!("{}-{name}", self.pair.ns[0]);
+        let _ = Command::new("ip").args(["netns", "del", &ns]).output();
+        netns::ip(&["netns", "add", &ns])?;
+        self.pair.adopt_netns(&ns);
+        netns::ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+        let ip = format!("10.99.0.{}", self.next_host);
+        self.next_host += 1;
+        let out = self.pair.dir.join(format!("{name}.out"));
+        let mut c = self.pair.command(node - 1, &self.vsci);
+        c.args(["device", "vm", "--device-node", "1", "--name", name, "--mode", mode, "--netns", &ns, "--address", &format!("{ip}/24"), "--key-file"])
+            .arg(self.pair.dir.join("cluster.key"))
+            .arg("--socket")
+            .arg(&self.pair.sockets[node - 1])
+            .stdout(std::fs::File::create(&out)?)
+            .stderr(std::fs::File::create(out.with_extension("err"))?);
+        let helper = self.pair.spawn(c, "vsci device vm")?;
+        let t0 = Instant::now();
+        while !std::fs::read_to_string(&out).unwrap_or_default().contains("(MAC") {
+            if let Some(st) = self.pair.helper(helper).try_wait()? {
+                let err = std::fs::read_to_string(out.with_extension("err")).unwrap_or_default();
+                bail!("vsci device vm {name} on node {node} ended ({st}) before it held a function:\n{}", tail(&err, 10));
+            }
+            if t0.elapsed() > Duration::from_secs(60) {
+                bail!("vsci device vm {name} on node {node} held no function after 60 s");
+            }
+            netns::sleep(Duration::from_millis(100))?;
         }
-        if t0.elapsed() > Duration::from_secs(30) {
-            bail!("vsci device vm {name} got no function within 30 s");
+        // It holds a function; its driver then brings its interface up.
+        let vm = Vm { name: name.into(), helper, ns, ip, out, wire_dropped: tx_dropped(&self.pair.ns[0], "nic0") };
+        while !Command::new("ip").args(["-n", &vm.ns, "route", "get", WIRE]).stdin(Stdio::null()).output().is_ok_and(|o| o.status.success()) {
+            if t0.elapsed() > Duration::from_secs(60) {
+                self.stop_vm(vm);
+                bail!("VM {name} on node {node} has no route to {WIRE} after 60 s");
+            }
+            netns::sleep(Duration::from_millis(50))?;
         }
-        netns::sleep(Duration::from_millis(100))?;
+        Ok(vm)
     }
-    Ok(Vm { helper, ns, ip, out })
-}
 
-/// Stop the VM; its driver's counters (`DriverStats { tx, rx, ..., irqs, copies }`).
-fn stop_vm(pair: &mut Pair, vm: &Vm) -> Value {
-    let pid = pair.helper(vm.helper).id() as i32;
-    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
-    let _ = netns::wait_child(pair.helper(vm.helper), Duration::from_secs(15), "vsci device vm");
-    let text = std::fs::read_to_string(&vm.out).unwrap_or_default();
-    let field = |k: &str| -> Option<u64> { text.split(&format!("{k}: ")).nth(1)?.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok() };
-    json!({"tx": field("tx"), "rx": field("rx"), "irqs": field("irqs"), "copies": field("copies"), "tx_errors": field("tx_errors"), "rx_errors": field("rx_errors")})
-}
-
-/// iperf3 from end 0 to end 1 (`reverse`: end 1 sends), `-l len`; MB/s
-/// received.
-fn iperf(sites: &dyn Sites, prog: &Path, port: u16, len: u64, secs: u32, reverse: bool) -> Result<f64> {
-    let addr = sites.addr(1);
-    let mut c = sites.command(0, prog);
-    c.args(["-c", &addr, "-p", &port.to_string(), "-t", &secs.to_string(), "-l", &len.to_string(), "-J"]);
-    if reverse {
-        c.arg("-R");
+    /// SIGTERM the VM's `vsci device vm` (which stops the VM), delete its
+    /// namespace. Its driver's counters, with what the device counted for
+    /// its function (`device`: frames missed for want of a posted buffer)
+    /// and the frames the two TAP queues dropped during its life (`drops`:
+    /// the VM's interface, and the wire on node 1, which VMs running at the
+    /// same time share).
+    fn stop_vm(&mut self, vm: Vm) -> Value {
+        let device = self.device_function(&vm.name);
+        let drops = json!({"vm_tap_tx": tx_dropped(&vm.ns, "eth0"), "wire_tap_tx": tx_dropped(&self.pair.ns[0], "nic0").zip(vm.wire_dropped).map(|(a, b)| a - b)});
+        let child = self.pair.helper(vm.helper);
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = netns::wait_child(child, Duration::from_secs(20), "vsci device vm");
+        self.pair.drop_netns(&vm.ns);
+        let text = std::fs::read_to_string(&vm.out).unwrap_or_default();
+        let mut v = driver_stats(&text).unwrap_or_else(|| json!({"error": format!("VM {} printed no DriverStats line when stopped: {}", vm.name, tail(&text, 3).trim())}));
+        v["device"] = device;
+        v["drops"] = drops;
+        v
     }
-    let (st, out) = run_forwarded(c, "iperf3 -c", Duration::from_secs(secs as u64 + 30), false)?;
-    let v: Option<Value> = out.find('{').and_then(|i| serde_json::from_str(out[i..].trim_end()).ok());
-    let bps = v.as_ref().and_then(|v| super::f64_at(v, &["end", "sum_received", "bits_per_second"]));
-    match (st.success(), bps) {
-        (true, Some(b)) => Ok(b / 8.0 / 1e6),
-        _ => bail!("iperf3 -c {addr} -l {len}{} failed ({st}): {}", if reverse { " -R" } else { "" }, out.chars().take(400).collect::<String>()),
-    }
-}
 
-/// Throughput rows (TX and RX per length) for one configuration.
-fn throughput(sites: &dyn Sites, prog: &Path, lens: &[u64], secs: u32) -> Value {
-    let rows: Vec<Value> = lens
-        .iter()
-        .map(|&l| {
-            let tx = iperf(sites, prog, 5201, l, secs, false);
-            let rx = iperf(sites, prog, 5201, l, secs, true);
-            let show = |r: &Result<f64>| r.as_ref().map(|m| format!("{m:.1} MB/s")).unwrap_or_else(|e| format!("failed: {e:#}"));
-            say(&format!("  iperf3 -l {l:<6}: TX {}, RX {}", show(&tx), show(&rx)));
-            json!({"len": l, "tx_MBps": tx.as_ref().ok(), "rx_MBps": rx.as_ref().ok(), "error": tx.err().or(rx.err()).map(|e| format!("{e:#}"))})
+    /// `vsci device list --json` on node 1: the counters of the function
+    /// VM `name` holds.
+    fn device_function(&self, name: &str) -> Value {
+        let mut c = self.pair.command(0, &self.vsci);
+        c.args(["device", "list", "--json", "--device-node", "1", "--key-file"]).arg(self.pair.dir.join("cluster.key")).arg("--socket").arg(&self.pair.sockets[0]);
+        let list: Option<Value> = c.stderr(Stdio::null()).output().ok().and_then(|o| serde_json::from_slice(&o.stdout).ok());
+        let f = list.as_ref().and_then(|l| l["functions"].as_array()?.iter().find(|f| f["holder"]["vm"] == name).cloned());
+        match f {
+            Some(Value::Object(mut o)) => {
+                o.retain(|k, _| !matches!(k.as_str(), "holder" | "mac"));
+                Value::Object(o)
+            }
+            _ => json!({"error": format!("vsci device list shows no function held by {name}")}),
+        }
+    }
+
+    /// tcp_pingpong from the route's client to node 1: a fixed count of
+    /// round trips per size.
+    fn latency(&self, route: &Route, sizes: &[u64]) -> Value {
+        let (count, warmup) = if self.ctx.quick { (50, 5) } else { (200, 20) };
+        let list: Vec<String> = sizes.iter().map(u64::to_string).collect();
+        let mut c = route.command(0, &self.pingpong);
+        c.args(["client", &format!("{}:{PINGPONG_PORT}", route.to), "--sizes", &list.join(","), "--count", &count.to_string(), "--warmup", &warmup.to_string()]);
+        let run = || -> Result<Value> {
+            let (st, out) = run_forwarded(c, "tcp_pingpong client", Duration::from_secs(600), false)?;
+            for l in out.lines().filter(|l| l.starts_with("tcp_pingpong ")) {
+                say(&format!("  {l}"));
+            }
+            match (st.success(), out.lines().find_map(|l| l.strip_prefix("@@json "))) {
+                (true, Some(j)) => serde_json::from_str(j).context("tcp_pingpong's @@json line"),
+                _ => bail!("tcp_pingpong client failed ({st}):\n{}", tail(&out, 5)),
+            }
+        };
+        run().unwrap_or_else(|e| {
+            say(&format!("  !! latency: {e:#}"));
+            json!({"error": format!("{e:#}")})
         })
-        .collect();
-    json!(rows)
+    }
+
+    /// iperf3 TX and RX per write length.
+    fn throughput(&self, route: &Route, lens: &[u64]) -> Vec<Value> {
+        let secs = if self.ctx.quick { 2 } else { 5 };
+        let mut rows = Vec::new();
+        for &len in lens {
+            let mut row = json!({"len": len, "secs": secs});
+            let l = len.to_string();
+            for (dir, extra) in [("tx", vec!["-l", l.as_str()]), ("rx", vec!["-l", l.as_str(), "-R"])] {
+                match peers::iperf3_client(route, &self.iperf3, &IPERF_PORT.to_string(), secs, &extra) {
+                    Ok(v) => {
+                        row[format!("{dir}_MBps")] = json!(peers::iperf3_received(&v));
+                        row[format!("{dir}_retransmits")] = v["end"]["sum_sent"]["retransmits"].clone();
+                    }
+                    Err(e) => row[format!("{dir}_error")] = json!(format!("{e:#}")),
+                }
+            }
+            let show = |dir: &str| match row[format!("{dir}_MBps")].as_f64() {
+                Some(m) => format!("{:.2} Gbit/s", m * 8e-3),
+                None => format!("FAILED: {}", row[format!("{dir}_error")].as_str().unwrap_or("?")),
+            };
+            say(&format!("  iperf3 -l {len:<6} -t {secs}: TX {}, RX {}", show("tx"), show("rx")));
+            rows.push(row);
+        }
+        rows
+    }
+
+    /// One configuration: a VM for latency and throughput, then a fresh
+    /// one for the interrupt count.
+    fn config(&mut self, name: &str, node: usize, mode: &str, sizes: &[u64], lens: &[u64]) -> Result<Value> {
+        let vm = self.start_vm(node, &format!("vm-{name}"), mode)?;
+        let t0 = Instant::now();
+        let route = vm.route(&self.pair);
+        let (latency, throughput) = (self.latency(&route, sizes), self.throughput(&route, lens));
+        let secs = t0.elapsed().as_secs_f64();
+        let driver = self.stop_vm(vm);
+        say(&format!("  driver counters over those {secs:.0} s: {driver}"));
+        let interrupts = self.interrupts(node, name, mode)?;
+        Ok(json!({"name": name, "node": node, "mode": mode, "latency": latency, "throughput": throughput, "driver": driver, "seconds": secs, "interrupts": interrupts}))
+    }
+
+    /// A fresh VM, one iperf3 RX run of fixed length, the interrupts and
+    /// packets its driver counted over its life.
+    fn interrupts(&mut self, node: usize, name: &str, mode: &str) -> Result<Value> {
+        let secs = if self.ctx.quick { 3 } else { 10 };
+        let vm = self.start_vm(node, &format!("irq-{name}"), mode)?;
+        let t0 = Instant::now();
+        let r = peers::iperf3_client(&vm.route(&self.pair), &self.iperf3, &IPERF_PORT.to_string(), secs, &["-R"]);
+        let driver = self.stop_vm(vm);
+        let vm_secs = t0.elapsed().as_secs_f64();
+        let mbps = r.as_ref().ok().and_then(peers::iperf3_received);
+        let irqs = driver["irqs"].as_u64();
+        let packets = driver["tx"].as_u64().zip(driver["rx"].as_u64()).map(|(t, r)| t + r);
+        say(&format!(
+            "  interrupts over one {secs} s iperf3 -R run: {} interrupts, {} packets, {} frames missed by the device, {} Gbit/s{}",
+            irqs.map_or("-".into(), |i| i.to_string()),
+            packets.map_or("-".into(), |p| p.to_string()),
+            driver["device"]["rx_missed"],
+            fmt_opt(mbps.map(|m| m * 8e-3), 2),
+            r.as_ref().err().map(|e| format!(" (iperf3 FAILED: {e:#})")).unwrap_or_default()
+        ));
+        Ok(json!({"secs": secs, "vm_secs": vm_secs, "rx_MBps": mbps, "error": r.err().map(|e| format!("{e:#}")), "driver": driver}))
+    }
+
+    /// Zero-copy VMs on `hosts`, one concurrent `iperf3 -R` each: their
+    /// shares and Jain's index.
+    fn fairness(&mut self, label: &str, hosts: &[usize]) -> Result<Value> {
+        let secs = if self.ctx.quick { 3 } else { 10 };
+        let mut vms = Vec::new();
+        for (k, &node) in hosts.iter().enumerate() {
+            match self.start_vm(node, &format!("fair{}-{k}", hosts.len()), "zero-copy") {
+                Ok(vm) => vms.push(vm),
+                Err(e) => {
+                    for vm in vms {
+                        self.stop_vm(vm);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let routes: Vec<Route> = vms.iter().map(|vm| vm.route(&self.pair)).collect();
+        let iperf3 = &self.iperf3;
+        let results: Vec<Result<Value>> = std::thread::scope(|s| {
+            let runs: Vec<_> = routes
+                .iter()
+                .enumerate()
+                .map(|(k, r)| s.spawn(move || peers::iperf3_client(r, iperf3, &(IPERF_PORT + k as u16).to_string(), secs, &["-R"])))
+                .collect();
+            runs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("the iperf3 thread panicked")))).collect()
+        });
+        let drivers: Vec<Value> = vms.into_iter().map(|vm| self.stop_vm(vm)).collect();
+        let shares: Vec<Option<f64>> = results.iter().map(|r| r.as_ref().ok().and_then(peers::iperf3_received)).collect();
+        let errors: Vec<String> = results.iter().filter_map(|r| r.as_ref().err().map(|e| format!("{e:#}"))).collect();
+        let got: Vec<f64> = shares.iter().flatten().copied().collect();
+        let total: f64 = got.iter().sum();
+        // Only when every VM reported: a missing share is not a zero.
+        let index = if errors.is_empty() { jain(&got) } else { None };
+        say(&format!(
+            "  {label} (nodes {hosts:?}), {secs} s: {} Gbit/s each, total {:.2}, Jain {}{}",
+            shares.iter().map(|x| fmt_opt(x.map(|m| m * 8e-3), 2)).collect::<Vec<_>>().join(" / "),
+            total * 8e-3,
+            fmt_opt(index, 3),
+            if errors.is_empty() { String::new() } else { format!("; FAILED: {}", errors.join("; ")) }
+        ));
+        Ok(json!({"case": label, "hosts": hosts, "secs": secs, "MBps": shares, "total_MBps": total, "jain": index, "errors": errors, "drivers": drivers}))
+    }
+}
+
+/// The counters of the driver's last line: `... stopped; DriverStats { tx:
+/// 1, rx: 2, tx_errors: 0, rx_errors: 0, irqs: 3, copies: 0 }`.
+fn driver_stats(text: &str) -> Option<Value> {
+    let body = text.rsplit_once("DriverStats {")?.1.split('}').next()?;
+    let m: serde_json::Map<String, Value> =
+        body.split(',').filter_map(|kv| kv.split_once(':')).filter_map(|(k, v)| Some((k.trim().to_string(), json!(v.trim().parse::<u64>().ok()?)))).collect();
+    (!m.is_empty()).then_some(Value::Object(m))
+}
+
+/// Frames interface `dev` of namespace `ns` dropped on its way out (for a
+/// TAP: frames its stack sent that the program behind it never read).
+fn tx_dropped(ns: &str, dev: &str) -> Option<u64> {
+    let o = Command::new("ip").args(["-n", ns, "-s", "-j", "link", "show", dev]).stdin(Stdio::null()).output().ok()?;
+    let v: Value = serde_json::from_slice(&o.stdout).ok()?;
+    v[0]["stats64"]["tx"]["dropped"].as_u64()
+}
+
+/// Jain's fairness index of the shares: 1 when equal, 1/n when one takes all.
+fn jain(x: &[f64]) -> Option<f64> {
+    let (sum, sq): (f64, f64) = (x.iter().sum(), x.iter().map(|v| v * v).sum());
+    (!x.is_empty() && sq > 0.0).then(|| sum * sum / (x.len() as f64 * sq))
 }
 
 fn run(ctx: &Ctx) -> Result<Value> {
-    let (Some(_), Some(iperf3)) = (ctx.tools.get(Tool::Sockperf), ctx.tools.get(Tool::Iperf3)) else {
-        bail!("sockperf and iperf3 are needed (scripts/install-deps.sh installs them)");
-    };
-    let iperf3 = iperf3.to_path_buf();
-    let vscid = crate::node::sibling("vscid");
+    let iperf3 = ctx.tools.get(Tool::Iperf3).context("iperf3 is needed (scripts/install-deps.sh installs it)")?.to_path_buf();
+    let pingpong = ctx.program(&ctx.bench_dir, "tcp_pingpong")?;
     let vsci = crate::node::sibling("vsci");
     step("devices: three nodes, a shared NIC on node 1");
     let mut pair = Pair::create_n(3)?;
-    pair.start_nodes(&vscid, Duration::from_secs(30))?;
+    pair.start_nodes(&crate::node::sibling("vscid"), Duration::from_secs(30))?;
+    let dev_out = pair.dir.join("device.out");
     let mut dev = pair.command(0, &vsci);
     dev.args(["device", "serve", "--tap", "nic0", "--address", &format!("{WIRE}/24"), "--functions", "4", "--key-file"])
         .arg(pair.dir.join("cluster.key"))
         .arg("--socket")
         .arg(&pair.sockets[0])
-        .stdout(Stdio::null())
+        .stdout(std::fs::File::create(&dev_out)?)
         .stderr(Stdio::null());
-    pair.spawn(dev, "vsci device serve")?;
-    netns::sleep(Duration::from_secs(1))?;
-    // iperf3 servers on the device host: 5201 for the single-stream runs,
-    // one more per concurrent VM of the fairness runs.
-    for port in 5201..5206u16 {
+    let dev = pair.spawn(dev, "vsci device serve")?;
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(&dev_out).unwrap_or_default().contains("functions on node") {
+        if pair.helper(dev).try_wait()?.is_some() || t0.elapsed() > Duration::from_secs(30) {
+            bail!("vsci device serve did not come up: {}", std::fs::read_to_string(&dev_out).unwrap_or_default());
+        }
+        netns::sleep(Duration::from_millis(100))?;
+    }
+    let mut s = pair.command(0, &pingpong);
+    s.args(["server", &format!("0.0.0.0:{PINGPONG_PORT}")]).stdout(Stdio::null()).stderr(Stdio::null());
+    pair.spawn(s, "tcp_pingpong server")?;
+    for port in IPERF_PORT..IPERF_PORT + IPERF_SERVERS {
         let mut s = pair.command(0, &iperf3);
         s.args(["-s", "-p", &port.to_string()]).stdout(Stdio::null()).stderr(Stdio::null());
         pair.spawn(s, "iperf3 -s")?;
     }
-    netns::sleep(Duration::from_millis(300))?;
-    let (lat_secs, bw_secs) = if ctx.quick { (1, 1) } else { (3, 4) };
-    let sizes: &[u64] = if ctx.quick { &[32, 4096, 65000] } else { &[32, 256, 1024, 4096, 16384, 65000] };
+    netns::sleep(Duration::from_millis(500))?;
+    let sizes: &[u64] = if ctx.quick { &[32, 4096, 65536] } else { &[32, 256, 1024, 4096, 16384, 65536] };
     let lens: &[u64] = if ctx.quick { &[1024, 65536] } else { &[1024, 4096, 16384, 65536] };
+    let veth = Route { from: pair.ns[1].clone(), from_ip: pair.ip[1].clone(), to_ns: pair.ns[0].clone(), to: pair.ip[0].clone() };
+    let mut b = Bench { ctx, pair, vsci, iperf3, pingpong, next_host: 11 };
 
     step("devices: the veth reference");
-    say("veth (node 2 -> node 1), the physical reference:");
-    let veth = Veth(&pair);
-    let reference = json!({
-        "latency": peers::sockperf(&veth, &ctx.tools, sizes, lat_secs),
-        "throughput": throughput(&veth, &iperf3, lens, bw_secs),
-    });
+    say(&format!("veth (node 2 -> node 1, {}), the physical reference:", veth.to));
+    let reference = json!({"latency": b.latency(&veth, sizes), "throughput": b.throughput(&veth, lens)});
 
     step("devices: local, bounce and zero-copy VMs");
     let mut configs = Vec::new();
-    for (name, node, mode) in [("local", 0usize, "zero-copy"), ("bounce", 1, "bounce"), ("zero-copy", 1, "zero-copy")] {
-        say(&format!("{name}: a process VM on node {} in the {mode} mode", node + 1));
-        let vm = start_vm(&mut pair, &vsci, node, &format!("vm-{name}"), mode, 11)?;
-        let t0 = Instant::now();
-        let (lat, bw) = {
-            let sites = Through { pair: &pair, vm_ns: vm.ns.clone(), vm_ip: vm.ip.clone() };
-            (peers::sockperf(&sites, &ctx.tools, sizes, lat_secs), throughput(&sites, &iperf3, lens, bw_secs))
-        };
-        let secs = t0.elapsed().as_secs_f64();
-        let driver = stop_vm(&mut pair, &vm);
-        say(&format!("  driver counters over {secs:.0} s: {driver}"));
-        configs.push(json!({"name": name, "node": node + 1, "mode": mode, "latency": lat, "throughput": bw, "driver": driver, "seconds": secs}));
+    for (name, node, mode) in [("local", 1usize, "zero-copy"), ("bounce", 2, "bounce"), ("zero-copy", 2, "zero-copy")] {
+        netns::check_interrupted()?;
+        say(&format!("{name}: a process VM on node {node} in the {mode} mode"));
+        configs.push(b.config(name, node, mode, sizes, lens).unwrap_or_else(|e| {
+            say(&format!("  !! {name}: {e:#}"));
+            json!({"name": name, "node": node, "mode": mode, "error": format!("{e:#}")})
+        }));
     }
 
     step("devices: fairness (concurrent RX streams, zero-copy)");
     let mut fairness = Vec::new();
-    for (label, placement) in [("1 VM", vec![1usize]), ("1 VM on each of 2 hosts", vec![1, 2]), ("2 VMs on each of 2 hosts", vec![1, 1, 2, 2])] {
-        let mut vms = Vec::new();
-        for (k, &node) in placement.iter().enumerate() {
-            vms.push(start_vm(&mut pair, &vsci, node, &format!("f{}-{k}", placement.len()), "zero-copy", 21 + k as u8)?);
-        }
-        let secs = if ctx.quick { 2 } else { 5 };
-        let handles: Vec<_> = vms
-            .iter()
-            .enumerate()
-            .map(|(k, vm)| {
-                let sites = Through { pair: &pair, vm_ns: vm.ns.clone(), vm_ip: vm.ip.clone() };
-                let mut c = sites.command(0, &iperf3);
-                c.args(["-c", WIRE, "-p", &(5202 + k as u16).to_string(), "-t", &secs.to_string(), "-R", "-J"]).stdout(Stdio::piped()).stderr(Stdio::null());
-                c.spawn()
-            })
-            .collect();
-        let mut shares = Vec::new();
-        for h in handles {
-            let mbps = h.ok().and_then(|c| c.wait_with_output().ok()).and_then(|o| {
-                let s = String::from_utf8_lossy(&o.stdout).into_owned();
-                let v: Value = serde_json::from_str(s.trim()).ok()?;
-                super::f64_at(&v, &["end", "sum_received", "bits_per_second"]).map(|b| b / 8.0 / 1e6)
-            });
-            shares.push(mbps);
-        }
-        for vm in &vms {
-            stop_vm(&mut pair, vm);
-        }
-        let got: Vec<f64> = shares.iter().flatten().copied().collect();
-        let (sum, sq): (f64, f64) = (got.iter().sum(), got.iter().map(|x| x * x).sum());
-        let jain = (!got.is_empty() && sq > 0.0).then(|| sum * sum / (got.len() as f64 * sq));
-        say(&format!("  {label}: {} MB/s each, total {sum:.1}, Jain {}", got.iter().map(|x| format!("{x:.1}")).collect::<Vec<_>>().join(" / "), super::fmt_opt(jain, 3)));
-        fairness.push(json!({"case": label, "hosts": placement.iter().map(|n| n + 1).collect::<Vec<_>>(), "MBps": shares, "total_MBps": sum, "jain": jain}));
+    for (label, hosts) in [("1 VM", &[2usize][..]), ("1 VM on each of 2 hosts", &[2, 3]), ("2 VMs on each of 2 hosts", &[2, 2, 3, 3])] {
+        netns::check_interrupted()?;
+        fairness.push(b.fairness(label, hosts).unwrap_or_else(|e| {
+            say(&format!("  !! {label}: {e:#}"));
+            json!({"case": label, "hosts": hosts, "errors": [format!("{e:#}")]})
+        }));
     }
-    pair.check_daemons().context("a node died during the device benchmark")?;
+
+    step("devices: PIO against DMA (dma_bench -s f, node 1 -> a segment on node 2)");
+    let d = super::dma::remote(ctx, &mut b.pair, Some("f"));
+    let pio = json!({"rows": d["pio"], "failures": d["failures"], "error": d["error"], "mode": d["mode"]});
+    b.pair.check_daemons().context("a node died during the device benchmark")?;
     Ok(json!({
         "available": true,
-        "command": "vsci device serve on node 1 (wire TAP 10.99.0.1); vsci device vm --mode M on node 1 or 2; sockperf ping-pong --tcp and iperf3 -l LEN [-R] from the VM's namespace to node 1",
-        "latency_secs": lat_secs,
-        "throughput_secs": bw_secs,
+        "command": format!("vsci device serve --tap nic0 --address {WIRE}/24 --functions 4 on node 1; vsci device vm --mode zero-copy|bounce on node 1 (local) or 2; tcp_pingpong client {WIRE}:{PINGPONG_PORT} --sizes S --count N and iperf3 -c {WIRE} -l LEN [-R] from the VM's namespace to node 1; veth: the same from node 2 to node 1's veth address; dma_bench -s f -rn 2 on node 1"),
         "reference": reference,
         "configs": configs,
         "fairness": fairness,
+        "pio": pio,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn driver_stats_line_is_parsed() {
+        let out = "vsci device vm vm-x: function 1 (MAC 02:..) of node 1\nvsci vm-driver vm-x: stopped; DriverStats { tx: 10, rx: 20, tx_errors: 0, rx_errors: 1, irqs: 7, copies: 0 }\n";
+        let v = driver_stats(out).unwrap();
+        assert_eq!((v["tx"].as_u64(), v["rx"].as_u64(), v["irqs"].as_u64(), v["rx_errors"].as_u64()), (Some(10), Some(20), Some(7), Some(1)));
+        assert!(driver_stats("no stats here").is_none());
+    }
+
+    #[test]
+    fn jain_index_bounds() {
+        assert_eq!(jain(&[5.0, 5.0, 5.0]), Some(1.0));
+        assert!((jain(&[1.0, 0.0, 0.0, 0.0]).unwrap() - 0.25).abs() < 1e-12);
+        assert_eq!(jain(&[]), None);
+    }
 }

@@ -54,8 +54,9 @@ pub fn host(ctx: &Ctx, socket: &Path) -> Value {
 }
 
 /// dma_bench on node 1 of `pair` against a target segment that
-/// `dma_bench -owner` holds on node 2.
-pub fn remote(ctx: &Ctx, pair: &mut Pair) -> Value {
+/// `dma_bench -owner` holds on node 2; `sections`: dma_bench's `-s`
+/// (None: its default, sections a-e).
+pub fn remote(ctx: &Ctx, pair: &mut Pair, sections: Option<&str>) -> Value {
     let mut run = || -> Result<Value> {
         let prog = ctx.program(&ctx.bench_dir, "dma_bench")?;
         let owner_log = pair.dir.join("dma_bench-owner.log");
@@ -72,6 +73,9 @@ pub fn remote(ctx: &Ctx, pair: &mut Pair) -> Value {
             let mut cmd = pair.command(0, &prog);
             if ctx.quick {
                 cmd.arg("-quick");
+            }
+            if let Some(s) = sections {
+                cmd.args(["-s", s]);
             }
             cmd.args(["-rn", "2", "-seg", TARGET_SEG, "-json"]).arg(&json_path);
             let limit = Duration::from_secs(if ctx.quick { 300 } else { 1200 });

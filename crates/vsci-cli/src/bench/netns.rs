@@ -283,6 +283,18 @@ impl Pair {
         self.created.push(ns.to_string());
     }
 
+    /// Delete an adopted namespace now (its processes are killed first).
+    pub fn drop_netns(&mut self, ns: &str) {
+        use nix::sys::signal::{kill, Signal};
+        for p in ns_pids(ns) {
+            let _ = kill(nix::unistd::Pid::from_raw(p), Signal::SIGKILL);
+        }
+        if let Err(e) = ip(&["netns", "del", ns]) {
+            eprintln!("vsci bench: warning: {e}");
+        }
+        self.created.retain(|n| n != ns);
+    }
+
     pub fn helper(&mut self, h: usize) -> &mut Child {
         &mut self.helpers[h]
     }

@@ -267,29 +267,38 @@ pub fn iperf3(sites: &dyn Sites, tools: &Tools, secs: u32) -> Value {
     }
 }
 
+/// MB/s the receiving end of an iperf3 run got (its `-J` output).
+pub fn iperf3_received(v: &Value) -> Option<f64> {
+    super::f64_at(v, &["end", "sum_received", "bits_per_second"]).map(|b| b / 8.0 / 1e6)
+}
+
+/// One `iperf3 -c` from end 0 to the server on `port` at end 1, with
+/// `extra` client arguments (`-l 4096`, `-R`, ...); retried while the
+/// server is not up yet or still busy with an earlier client. iperf3's
+/// JSON, which has a received rate.
+pub fn iperf3_client(sites: &dyn Sites, prog: &Path, port: &str, secs: u32, extra: &[&str]) -> Result<Value> {
+    let addr = sites.addr(1);
+    for attempt in 0..10 {
+        let mut c = sites.command(0, prog);
+        c.args(["-c", &addr, "-p", port, "-t", &secs.to_string(), "-J"]).args(extra);
+        let (st, out) = run_forwarded(c, "iperf3 -c", Duration::from_secs(secs as u64 + 30), false)?;
+        // -J prints one JSON object; stderr (merged here) is empty on success.
+        let v: Option<Value> = out.find('{').and_then(|i| serde_json::from_str(out[i..].trim_end()).ok());
+        match v {
+            Some(v) if st.success() && iperf3_received(&v).is_some() => return Ok(v),
+            _ if attempt == 9 => bail!("iperf3 -c {addr} -p {port} {} failed ({st}): {}", extra.join(" "), out.chars().take(600).collect::<String>()),
+            _ => netns::sleep(Duration::from_millis(300))?,
+        }
+    }
+    unreachable!()
+}
+
 fn iperf3_run(sites: &dyn Sites, prog: &Path, secs: u32) -> Result<Value> {
     let addr = sites.addr(1);
     let (_srv, _out) = spawn_server(sites, prog, &["-s", "-B", &addr, "-p", IPERF_PORT], &[])?;
     netns::sleep(Duration::from_millis(300))?;
-    let mut result = None;
-    for attempt in 0..10 {
-        let mut c = sites.command(0, prog);
-        c.args(["-c", &addr, "-p", IPERF_PORT, "-t", &secs.to_string(), "-J"]);
-        let (st, out) = run_forwarded(c, "iperf3 -c", Duration::from_secs(secs as u64 + 30), false)?;
-        // -J prints one JSON object; stderr (merged here) is empty on success.
-        let v: Option<Value> = out.find('{').and_then(|i| serde_json::from_str(out[i..].trim_end()).ok());
-        let bps = v.as_ref().and_then(|v| super::f64_at(v, &["end", "sum_received", "bits_per_second"]));
-        if let (true, Some(bps), Some(v)) = (st.success(), bps, v) {
-            result = Some((bps, v));
-            break;
-        }
-        if attempt == 9 {
-            bail!("iperf3 -c failed ({st}): {out}");
-        }
-        netns::sleep(Duration::from_millis(300))?;
-    }
-    let (bps, v) = result.context("iperf3 gave no result")?;
-    let mbps = bps / 8.0 / 1e6;
+    let v = iperf3_client(sites, prog, IPERF_PORT, secs, &[])?;
+    let mbps = iperf3_received(&v).context("iperf3 gave no result")?;
     let sent = super::f64_at(&v, &["end", "sum_sent", "bits_per_second"]).map(|b| b / 8.0 / 1e6);
     let retr = v.get("end").and_then(|e| e.get("sum_sent")).and_then(|s| s.get("retransmits")).cloned();
     say(&format!("iperf3 -c -t {secs} (1 TCP stream): {mbps:.1} MB/s received"));

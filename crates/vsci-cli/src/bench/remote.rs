@@ -132,7 +132,7 @@ fn run(ctx: &Ctx) -> Result<Value> {
     pair.check_daemons()?;
 
     step("remote: dma_bench (seed 003: the DMA engine, target on node 2)");
-    let dma = dma::remote(ctx, &mut pair);
+    let dma = dma::remote(ctx, &mut pair, None);
     pair.check_daemons()?;
 
     // The peers, on the same namespaces, now that vsci is idle.
