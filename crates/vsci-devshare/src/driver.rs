@@ -14,7 +14,7 @@
 //!   frames go through the driver's private buffers and are copied into
 //!   and out of that area: the seed's extra copy.
 
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -58,14 +58,11 @@ impl Vm {
     }
 
     pub fn desc(&self, ring: u64, idx: u32) -> Desc {
-        let mut b = [0u8; DESC];
-        self.mem.read(ring + u64::from(idx % RING) * DESC as u64, &mut b).expect("rings are inside the memory");
-        fence(Ordering::Acquire);
-        Desc::decode(&b)
+        self.mem.desc(ring, RING, idx)
     }
 
     pub fn set_desc(&self, ring: u64, idx: u32, d: Desc) {
-        self.mem.write(ring + u64::from(idx % RING) * DESC as u64, &d.encode()).expect("rings are inside the memory");
+        self.mem.set_desc(ring, RING, idx, d)
     }
 
     /// Wait up to `ms` for interrupts; the vectors that fired (empty on
@@ -167,18 +164,10 @@ pub fn run(o: DriverOptions, stop: Arc<AtomicBool>) -> Result<DriverStats> {
         vm.set_desc(lay.tx_ring, i, Desc::default());
     }
     fence(Ordering::Release);
-    let mut w = vec![
-        (regs::TX_BASE, lay.tx_ring),
-        (regs::TX_LEN, u64::from(RING)),
-        (regs::RX_BASE, lay.rx_ring),
-        (regs::RX_LEN, u64::from(RING)),
-        (regs::RX_TAIL, u64::from(RING)),
-        (regs::IRQ_MASK, 0),
-        (regs::CTRL, 1),
-    ];
-    for (v, h) in vm.cfg.handles.iter().enumerate() {
-        w.push((regs::MSIX_BASE + 8 * v as u32, *h));
-    }
+    // Every receive buffer is posted with the bring-up (the device fetches
+    // them once all writes of the batch are applied).
+    let mut w = regs::bring_up(lay.tx_ring, lay.rx_ring, RING, &vm.cfg.handles);
+    w.push((regs::RX_TAIL, u64::from(RING)));
     vm.write_regs(&w)?;
     println!("vsci vm-driver {}: {} up, MAC {}, {:?} mode", vm.cfg.name, o.tap, regs::mac_string(&vm.cfg.mac), vm.cfg.mode);
     let mut st = DriverStats::default();
@@ -289,9 +278,4 @@ fn drop_privileges(user: &str) -> Result<()> {
     nix::unistd::setgid(u.gid)?;
     nix::unistd::setuid(u.uid)?;
     Ok(())
-}
-
-/// The descriptor `fd`, as a raw number for the child (used by tests).
-pub fn raw(fd: &impl AsRawFd) -> i32 {
-    fd.as_raw_fd()
 }

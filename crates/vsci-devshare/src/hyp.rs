@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use vmm_sys_util::eventfd::EventFd;
 use vsci_client::{Client, DataWait, IntrKind, SciError};
 
-use crate::msg::{self, Mode, Reply, ReplyFor, ReplyTo, Request, ToDevice, ToHost};
+use crate::msg::{self, Mode, Reply, ReplyFor, ReplyTo, Request, ToHost};
 use crate::regs;
 use crate::requester::Requester;
 
@@ -234,11 +234,7 @@ pub fn run_vm(o: VmOptions, stop: Arc<AtomicBool>) -> Result<()> {
                 warn!("refused: VM {} wrote offset {off:#x}, outside its function's {:#x}-byte register window (EPT violation #{outside}); not forwarded", o.name, regs::WINDOW);
             }
         }
-        for chunk in inside.chunks(40) {
-            if let Err(e) = req.send(&ToDevice::Regs { func: a.func, token: a.token, writes: chunk.to_vec() }) {
-                warn!("cannot reach the device: {e}");
-            }
-        }
+        req.send_regs(a.func, a.token, &inside);
     };
     info!("VM {}: {outcome}", o.name);
     done.store(true, Ordering::Relaxed);
@@ -285,13 +281,7 @@ fn start_guest(
     let st = nix::sys::stat::fstat(ram.memfd().as_raw_fd())?;
     let (func, token) = (a.func, a.token);
     let port = crate::vhost::Port {
-        write_regs: Box::new(move |w: &[(u32, u64)]| {
-            for chunk in w.chunks(40) {
-                if let Err(e) = req.send(&ToDevice::Regs { func, token, writes: chunk.to_vec() }) {
-                    warn!("cannot reach the device: {e}");
-                }
-            }
-        }),
+        write_regs: Box::new(move |w: &[(u32, u64)]| req.send_regs(func, token, w)),
         seg: crate::mem::Mapping::new(ram.memfd(), ram.size as usize)?,
         seg_ino: (st.st_dev, st.st_ino),
         mode: o.mode,

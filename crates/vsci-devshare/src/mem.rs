@@ -63,6 +63,19 @@ impl Mapping {
         Ok(())
     }
 
+    /// Descriptor `idx` of the ring of `len` entries at offset `ring`, read
+    /// after everything the device stored before it (its status last).
+    pub fn desc(&self, ring: u64, len: u32, idx: u32) -> crate::regs::Desc {
+        let mut b = [0u8; crate::regs::DESC];
+        self.read(ring + u64::from(idx % len) * crate::regs::DESC as u64, &mut b).expect("rings lie inside the mapping");
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        crate::regs::Desc::decode(&b)
+    }
+
+    pub fn set_desc(&self, ring: u64, len: u32, idx: u32, d: crate::regs::Desc) {
+        self.write(ring + u64::from(idx % len) * crate::regs::DESC as u64, &d.encode()).expect("rings lie inside the mapping");
+    }
+
     /// The mapped bytes `[off, off + n)` as a raw pointer (for a driver that
     /// hands its own buffers to a system call without copying them).
     pub fn ptr(&self, off: u64, n: usize) -> Result<*mut u8, SciError> {

@@ -46,6 +46,14 @@ pub fn known(off: u32) -> bool {
         || (MSIX_BASE..MSIX_BASE + 8 * VECTORS as u32).contains(&off) && off % 8 == 0
 }
 
+/// The writes that bring a function up: both rings (`len` entries each),
+/// interrupts unmasked, the MSI-X entries aimed at `handles`, enabled.
+pub fn bring_up(tx_ring: u64, rx_ring: u64, len: u32, handles: &[u64; VECTORS]) -> Vec<(u32, u64)> {
+    let mut w = vec![(TX_BASE, tx_ring), (TX_LEN, u64::from(len)), (RX_BASE, rx_ring), (RX_LEN, u64::from(len)), (IRQ_MASK, 0), (CTRL, 1)];
+    w.extend(handles.iter().enumerate().map(|(v, &h)| (MSIX_BASE + 8 * v as u32, h)));
+    w
+}
+
 /// Why a register write is refused, if it is: an offset that is not a
 /// register, a ring length that is not a power of two up to [`MAX_RING`],
 /// an MSI-X entry naming a handle the remapping table does not grant.

@@ -53,9 +53,21 @@ impl Requester {
         }
     }
 
-    /// Send raw bytes to the device's interrupt (register writes).
+    /// Send raw bytes to the device's interrupt.
     pub fn send(&self, m: &ToDevice) -> Result<(), SciError> {
         self.device.trigger_data(&msg::encode(m))
+    }
+
+    /// Posted register writes of function `func` (with its assignment's
+    /// token), in messages of at most 40 writes (each fits a data
+    /// interrupt). A device that cannot be reached is logged; the writes
+    /// are lost, as posted writes to a vanished device are.
+    pub fn send_regs(&self, func: u8, token: u64, writes: &[(u32, u64)]) {
+        for chunk in writes.chunks(40) {
+            if let Err(e) = self.send(&ToDevice::Regs { func, token, writes: chunk.to_vec() }) {
+                log::warn!("cannot reach the device: {e}");
+            }
+        }
     }
 
     pub fn key(&self) -> &[u8] {

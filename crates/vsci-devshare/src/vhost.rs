@@ -32,7 +32,7 @@ use vmm_sys_util::eventfd::EventFd;
 use crate::driver::{BUF, RING};
 use crate::mem::Mapping;
 use crate::msg::Mode;
-use crate::regs::{self, Desc, DD, DESC, ERR, MAX_FRAGS, MAX_FRAME, MORE};
+use crate::regs::{self, Desc, DD, ERR, MAX_FRAGS, MAX_FRAME, MORE};
 
 /// virtio-net header with VIRTIO_F_VERSION_1: 12 bytes, num_buffers last.
 const HDR: usize = 12;
@@ -101,14 +101,11 @@ impl GuestNet {
     }
 
     fn desc(&self, ring: u64, idx: u32) -> Desc {
-        let mut b = [0u8; DESC];
-        self.port.seg.read(ring + u64::from(idx % RING) * DESC as u64, &mut b).expect("rings are inside the segment");
-        std::sync::atomic::fence(Ordering::Acquire);
-        Desc::decode(&b)
+        self.port.seg.desc(ring, RING, idx)
     }
 
     fn set_desc(&self, ring: u64, idx: u32, d: Desc) {
-        self.port.seg.write(ring + u64::from(idx % RING) * DESC as u64, &d.encode()).expect("rings are inside the segment");
+        self.port.seg.set_desc(ring, RING, idx, d)
     }
 
     fn start(&mut self) {
@@ -121,11 +118,7 @@ impl GuestNet {
             self.set_desc(self.rx_ring(), i, Desc::default());
         }
         std::sync::atomic::fence(Ordering::Release);
-        let mut w = vec![(regs::TX_BASE, self.tx_ring()), (regs::TX_LEN, u64::from(RING)), (regs::RX_BASE, self.rx_ring()), (regs::RX_LEN, u64::from(RING)), (regs::IRQ_MASK, 0), (regs::CTRL, 1)];
-        for (v, h) in self.port.handles.iter().enumerate() {
-            w.push((regs::MSIX_BASE + 8 * v as u32, *h));
-        }
-        (self.port.write_regs)(&w);
+        (self.port.write_regs)(&regs::bring_up(self.tx_ring(), self.rx_ring(), RING, &self.port.handles));
         info!("guest network: the function's rings are set up ({:?} mode)", self.port.mode);
     }
 

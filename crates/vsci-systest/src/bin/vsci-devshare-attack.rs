@@ -33,17 +33,7 @@ fn parse_u64(s: &str) -> u64 {
 fn as_vm(kind: &str) {
     let vm = Vm::attach(3, 4).expect("attach");
     let lay = Layout::of(&vm.cfg).expect("layout");
-    let mut w = vec![
-        (regs::TX_BASE, lay.tx_ring),
-        (regs::TX_LEN, u64::from(RING)),
-        (regs::RX_BASE, lay.rx_ring),
-        (regs::RX_LEN, u64::from(RING)),
-        (regs::CTRL, 1),
-    ];
-    for (v, h) in vm.cfg.handles.iter().enumerate() {
-        w.push((regs::MSIX_BASE + 8 * v as u32, *h));
-    }
-    vm.write_regs(&w).unwrap();
+    vm.write_regs(&regs::bring_up(lay.tx_ring, lay.rx_ring, RING, &vm.cfg.handles)).unwrap();
     println!("hostile VM {} ready, window [{:#x}, +{:#x})", vm.cfg.name, vm.cfg.window.0, vm.cfg.window.1);
     if let Some(dva) = kind.strip_prefix("dma-at=") {
         let dva = parse_u64(dva);
