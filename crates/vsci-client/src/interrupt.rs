@@ -347,6 +347,14 @@ impl RemoteInterrupt {
         }
     }
 
+    /// The RMA engine peer triggers go to (another node's interrupt).
+    pub(crate) fn rma_peer(&self) -> Option<Arc<vsci_fabric::Peer>> {
+        match &self.path {
+            Path::Rma { ep, .. } => Some(ep.peer.clone()),
+            _ => None,
+        }
+    }
+
     pub fn trigger_data(&self, data: &[u8]) -> Result<()> {
         if data.len() > DATA_MAX {
             return Err(SciError::OutOfRange);

@@ -23,7 +23,7 @@ pub use interrupt::{LocalInterrupt, RemoteInterrupt};
 pub use loan::Loan;
 pub use map::{Map, MapFlags, MapTarget};
 pub use remote::group::GROUP_ALL;
-pub use segment::{LocalSegment, RemoteSegment};
+pub use segment::{LocalSegment, PostedDma, RemoteSegment};
 pub use vsci_proto::{IntrKind, SciError, SegmentEvent, WaitMode};
 pub use wait::WaitPolicy;
 /// May a copy to `addr..addr + len` reach another node's segment through

@@ -370,6 +370,46 @@ impl RemoteSegment {
         r.map_err(dma_error)
     }
 
+    /// A device's DMA into another node's segment, posted: `data[range]`
+    /// to each offset, in order, returning before the bytes arrive. The
+    /// writes are placed in the order given; [`dma_posted_done`] says when
+    /// they are in the owner's memory, [`dma_posted_finish`] waits for
+    /// that. If [`posted_then_trigger_ordered`] holds for an interrupt, a
+    /// trigger sent to it after this returns reaches its owner after the
+    /// bytes are placed.
+    ///
+    /// [`dma_posted_done`]: Self::dma_posted_done
+    /// [`dma_posted_finish`]: Self::dma_posted_finish
+    /// [`posted_then_trigger_ordered`]: Self::posted_then_trigger_ordered
+    pub fn dma_write_posted(&self, data: Vec<u8>, runs: &[(std::ops::Range<usize>, u64)]) -> Result<PostedDma> {
+        let Some(t) = &self.target else { return Err(SciError::IllegalOperation) };
+        let write = t.ep.rma.fabric.write_start_runs(&t.ep.peer, data, runs, &t.region).map_err(|e| dma_error(e).0)?;
+        Ok(PostedDma { write })
+    }
+
+    /// Have the writes of `p` completed (placed, or failed)?
+    pub fn dma_posted_done(&self, p: &PostedDma) -> bool {
+        self.target.as_ref().is_none_or(|t| t.ep.rma.fabric.write_done(&p.write) || t.ep.rma.fabric.write_abandoned(&p.write))
+    }
+
+    /// Wait for the writes of `p`. A write the engine abandoned keeps its
+    /// buffer for good (the engine may still read it).
+    pub fn dma_posted_finish(&self, p: PostedDma) -> Result<()> {
+        let Some(t) = &self.target else { return Err(SciError::IllegalOperation) };
+        t.ep.rma.fabric.write_finish(p.write).map_err(|e| dma_error(e).0)
+    }
+
+    /// Does a trigger of `irq`, sent after [`dma_write_posted`] returned,
+    /// reach the owner only after the posted bytes are placed? It does when
+    /// both go to the same engine over a provider that orders messages after
+    /// writes; otherwise the caller must finish the writes first.
+    ///
+    /// [`dma_write_posted`]: Self::dma_write_posted
+    pub fn posted_then_trigger_ordered(&self, irq: &crate::RemoteInterrupt) -> bool {
+        let Some(t) = &self.target else { return false };
+        irq.rma_peer().is_some_and(|p| Arc::ptr_eq(&p, &t.ep.peer)) && t.ep.rma.fabric.info().messages_follow_writes()
+    }
+
     /// A device's DMA out of another node's segment: RMA reads into the
     /// caller's buffers, waited for together. On failure the flag says the
     /// engine abandoned them and may still write into the buffers later:
@@ -389,6 +429,13 @@ impl RemoteSegment {
             None => Err(SciError::IllegalOperation),
         }
     }
+}
+
+/// Writes posted by [`RemoteSegment::dma_write_posted`], with their buffer.
+/// Dropped unfinished, the buffer is kept for good (the engine may still
+/// read it).
+pub struct PostedDma {
+    write: vsci_fabric::PendingWrite,
 }
 
 fn dma_error(e: vsci_fabric::Error) -> (SciError, bool) {

@@ -11,10 +11,12 @@
 //! - [`requester`]: signed requests to the manager (also for `vsci device
 //!   list` and `revoke`);
 //! - [`regs`], [`iommu`], [`msg`]: the register and descriptor layout, the
-//!   translation and remapping tables, the messages.
+//!   translation and remapping tables, the messages;
+//! - [`gather`]: DMA of neighbouring buffers as few large operations.
 
 pub mod driver;
 pub mod fuzz_entry;
+pub mod gather;
 pub mod hyp;
 pub mod iommu;
 pub mod mem;

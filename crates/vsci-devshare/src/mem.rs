@@ -6,7 +6,7 @@ use std::os::fd::BorrowedFd;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use vsci_client::{RemoteSegment, SciError};
+use vsci_client::{PostedDma, RemoteInterrupt, RemoteSegment, SciError};
 
 /// A shared mapping of a memfd, unmapped on drop.
 pub struct Mapping {
@@ -158,6 +158,38 @@ impl VmMemory {
                 Err(e)
             }
         }
+    }
+
+    /// Can [`write_posted`](Self::write_posted) be followed by a trigger
+    /// of `irq` without waiting (the trigger arrives after the bytes)?
+    /// Always for this host's memory, which is written before the call
+    /// returns.
+    pub fn posted_then_trigger_ordered(&self, irq: &RemoteInterrupt) -> bool {
+        self.local.is_some() || self.seg.posted_then_trigger_ordered(irq)
+    }
+
+    /// [`write`](Self::write) without waiting for another node's memory:
+    /// the writes are posted in order (`then` after `data`) and the handle
+    /// returned, to be reaped with [`posted_done`](Self::posted_done) and
+    /// [`posted_finish`](Self::posted_finish). This host's memory is
+    /// written at once (None).
+    pub fn write_posted(&self, mut data: Vec<u8>, pieces: &[(usize, u64)], then: Vec<u8>, then_pieces: &[(usize, u64)]) -> Result<Option<PostedDma>, SciError> {
+        if self.local.is_some() {
+            return self.write(data, pieces, then, then_pieces).map(|()| None);
+        }
+        let mut runs = ranges(pieces);
+        let at = data.len();
+        runs.extend(ranges(then_pieces).into_iter().map(|(r, off)| (r.start + at..r.end + at, off)));
+        data.extend_from_slice(&then);
+        self.seg.dma_write_posted(data, &runs).map(Some)
+    }
+
+    pub fn posted_done(&self, p: &PostedDma) -> bool {
+        self.seg.dma_posted_done(p)
+    }
+
+    pub fn posted_finish(&self, p: PostedDma) -> Result<(), SciError> {
+        self.seg.dma_posted_finish(p)
     }
 
     /// Write `data`'s consecutive pieces, then `then`'s: everything in

@@ -24,8 +24,9 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use log::{info, warn};
-use vsci_client::{Client, DataWait, IntrKind, RemoteInterrupt, SciError};
+use vsci_client::{Client, DataWait, IntrKind, PostedDma, RemoteInterrupt, SciError};
 
+use crate::gather::{self, Gather};
 use crate::iommu::{Access, Context, Grant, Remap};
 use crate::mem::VmMemory;
 use crate::msg::{self, Assigned, FunctionInfo, Mode, Reply, ReplyFor, ReplyTo, Request, RequestFrom, Signed, ToDevice, ToHost};
@@ -74,6 +75,37 @@ struct Assignment {
     rx_fetched: u32,
     /// Posted receive buffers not used yet: (ring index, descriptor).
     rx_ready: VecDeque<(u32, Desc)>,
+    /// Frames that came while no receive buffer was posted, oldest first
+    /// (the NIC's receive FIFO): delivered as soon as buffers are posted;
+    /// a frame that finds it full is dropped.
+    rx_fifo: VecDeque<Vec<u8>>,
+    /// Writes into the VM's memory still in flight, oldest first.
+    posted: VecDeque<PostedDma>,
+    /// Whether an interrupt sent after a posted write arrives after its
+    /// bytes (then nothing waits for writes; see VmMemory::write_posted).
+    posted_ordered: bool,
+}
+
+/// Frames the receive FIFO holds per function (about 1.5 MB of full
+/// frames, as a NIC's on-chip packet buffer).
+const RX_FIFO: usize = 1024;
+/// Writes a function may have in flight before the oldest is waited for.
+const MAX_POSTED: usize = 64;
+
+impl Assignment {
+    /// Take completed posted writes off the queue; with `all`, wait for
+    /// every one. A failed write is logged (the VM's node is going away).
+    fn reap(&mut self, func: u8, all: bool) {
+        while let Some(p) = self.posted.front() {
+            if !all && self.posted.len() <= MAX_POSTED && !self.mem.posted_done(p) {
+                break;
+            }
+            let p = self.posted.pop_front().expect("front exists");
+            if let Err(e) = self.mem.posted_finish(p) {
+                warn!("function {func}: writing to VM {} failed: {e}", self.vm);
+            }
+        }
+    }
 }
 
 #[derive(Default, Clone, Copy)]
@@ -261,7 +293,10 @@ impl Device {
 
     /// A function's assignment is gone (released, revoked, holder lost).
     fn release(&self, i: usize, why: &str) -> Option<Assignment> {
-        let a = self.func(i).asg.take()?;
+        let mut a = self.func(i).asg.take()?;
+        if !a.mem.seg.is_lost() {
+            a.reap(i as u8, true);
+        }
         info!("function {i} taken from VM {} of node {}: {why}; back in the pool", a.vm, a.node);
         let _ = a.mem.seg.disconnect();
         self.publish();
@@ -424,6 +459,7 @@ impl Device {
             irq.interrupt
         );
         info!("setup step 5: requester table: function {i} <-> node {node} VM {vm}");
+        let posted_ordered = mem.posted_then_trigger_ordered(&remote_irq);
         let mut f = self.func(i);
         f.stats = Stats::default();
         f.asg = Some(Assignment {
@@ -439,6 +475,9 @@ impl Device {
             tx_head: 0,
             rx_fetched: 0,
             rx_ready: VecDeque::new(),
+            rx_fifo: VecDeque::new(),
+            posted: VecDeque::new(),
+            posted_ordered,
         });
         drop(f);
         self.publish();
@@ -481,6 +520,7 @@ impl Function {
                 regs::RX_LEN => {
                     (r.rx_len, r.rx_tail, a.rx_fetched) = (val as u32, 0, 0);
                     a.rx_ready.clear();
+                    a.rx_fifo.clear();
                 }
                 regs::TX_TAIL => {
                     r.tx_tail = val as u32;
@@ -496,6 +536,9 @@ impl Function {
         }
         if rx {
             self.fetch_rx();
+            if self.asg.as_ref().is_some_and(|a| !a.rx_fifo.is_empty() && !a.rx_ready.is_empty()) {
+                self.receive(Vec::new());
+            }
         }
         if tx {
             self.transmit(dev, out);
@@ -573,44 +616,47 @@ impl Function {
         // A frame whose last descriptor is not posted yet waits for it.
         let (frames, pending) = regs::frames(&descs);
         let done = tail.wrapping_sub(pending as u32);
-        // Translate every buffer first; a frame with a faulting or bad
+        // Check every buffer first; a frame with a faulting or bad
         // descriptor moves nothing.
-        let mut pieces = Vec::new();
-        let mut frame_lens = Vec::new();
+        let mut ranges = Vec::new();
+        let mut frame_frags = Vec::new();
         let mut status = Vec::with_capacity(descs.len());
         let mut faults = Vec::new();
         for fr in &frames {
-            let mut ps = Vec::with_capacity(fr.len());
             let mut bad = None;
             for &(idx, d) in fr {
                 if d.len == 0 || d.len as usize > MAX_FRAME {
                     bad = Some(format!("descriptor {idx}: length {} (1 to {MAX_FRAME})", d.len));
                     break;
                 }
-                match a.iommu.translate(d.addr, u64::from(d.len), Access::Read) {
-                    Ok(off) => ps.push((d.len as usize, off)),
-                    Err(f) => {
-                        bad = Some(format!("descriptor {idx}: {f}"));
-                        break;
-                    }
+                if let Err(f) = a.iommu.translate(d.addr, u64::from(d.len), Access::Read) {
+                    bad = Some(format!("descriptor {idx}: {f}"));
+                    break;
                 }
             }
-            let total: usize = ps.iter().map(|p| p.0).sum();
+            let total: usize = fr.iter().map(|(_, d)| d.len as usize).sum();
             if bad.is_none() && total > MAX_FRAME {
                 bad = Some(format!("descriptors {}..: a {total}-byte frame (at most {MAX_FRAME})", fr[0].0));
             }
             let st = if bad.is_some() { DD | ERR } else { DD };
-            status.extend(fr.iter().map(|&(idx, d)| (idx, d.len, st)));
+            status.extend(fr.iter().map(|&(idx, d)| (idx, Desc { status: st, ..d })));
             match bad {
                 Some(b) => faults.push(b),
                 None => {
-                    pieces.extend(ps);
-                    frame_lens.push(total);
+                    frame_frags.push(fr.len());
+                    ranges.extend(fr.iter().map(|(_, d)| (d.addr, u64::from(d.len))));
                 }
             }
         }
-        let total: usize = pieces.iter().map(|p| p.0).sum();
-        let payload = match a.mem.read(vec![0u8; total], &pieces) {
+        // Neighbouring buffers are read as one span.
+        let plan = match gather::spans(&a.iommu, &ranges) {
+            Ok(p) => p,
+            Err(f) => {
+                self.fault(format_args!("transmit buffers: {f}"));
+                return;
+            }
+        };
+        let payload = match a.mem.read(vec![0u8; plan.total], &plan.pieces) {
             Ok(b) => b,
             Err(e) => {
                 warn!("function {}: reading transmit buffers failed: {e}", self.index);
@@ -620,53 +666,64 @@ impl Function {
         for f in faults {
             self.fault(format_args!("{f}"));
         }
-        let mut at = 0;
-        for n in frame_lens {
-            let frame = &payload[at..at + n];
-            at += n;
-            if n >= 14 && dev.switch(frame, Some(self.index as usize), out) {
-                if let Err(e) = dev.tap.send(frame) {
+        let mut k = 0;
+        let mut frame = Vec::with_capacity(MAX_FRAME);
+        for n in frame_frags {
+            frame.clear();
+            for (&at, &(_, len)) in plan.at[k..k + n].iter().zip(&ranges[k..k + n]) {
+                frame.extend_from_slice(&payload[at..at + len as usize]);
+            }
+            k += n;
+            if frame.len() >= 14 && dev.switch(&frame, Some(self.index as usize), out) {
+                if let Err(e) = dev.tap.send(&frame) {
                     warn!("device: the wire failed: {e}");
                 }
             }
             self.stats.tx_packets += 1;
         }
         // Write back: length and status of every descriptor taken.
-        self.write_status(base, len, &status, false);
+        self.write_back(None, base, len, &status, false);
         if let Some(a) = self.asg.as_mut() {
             a.tx_head = done;
         }
         self.fire(regs::VEC_TX);
     }
 
-    /// Store (len, status) into descriptors `status` of the ring at `base`,
-    /// after `data` (payload pieces, if any).
-    fn write_status(&mut self, base: u64, len: u32, status: &[(u32, u32, u32)], rx: bool) -> bool {
-        self.write_with(Vec::new(), &[], base, len, status, rx)
-    }
-
-    fn write_with(&mut self, data: Vec<u8>, pieces: &[(usize, u64)], base: u64, len: u32, status: &[(u32, u32, u32)], rx: bool) -> bool {
+    /// Write the payload gathered in `data` (if any), then descriptors
+    /// `status` (ring index, descriptor as written back) of the ring at
+    /// `base`: everything in the descriptors lands after the payload.
+    /// Where an interrupt sent next arrives after the bytes, the writes are
+    /// posted and not waited for.
+    fn write_back(&mut self, data: Option<(Vec<u8>, Vec<(usize, u64)>)>, base: u64, len: u32, status: &[(u32, Desc)], rx: bool) -> bool {
         let Some(a) = self.asg.as_ref() else { return false };
-        let mut then = Vec::with_capacity(status.len() * 8);
-        let mut then_pieces = Vec::with_capacity(status.len());
-        for &(idx, n, st) in status {
-            let dva = base + u64::from(idx % len) * DESC as u64 + 8;
-            match a.iommu.translate(dva, 8, Access::Write) {
-                Ok(off) => {
-                    then.extend_from_slice(&Desc::writeback(n, st));
-                    then_pieces.push((8, off));
-                }
-                Err(f) => {
-                    let what = if rx { "RX" } else { "TX" };
-                    self.fault(format_args!("{what} descriptor write-back: {f}"));
-                    return false;
-                }
+        let mut descs = Gather::new(&a.iommu);
+        for &(idx, d) in status {
+            if let Err(f) = descs.put(base + u64::from(idx % len) * DESC as u64, DESC as u64, &d.encode()) {
+                let what = if rx { "RX" } else { "TX" };
+                self.fault(format_args!("{what} descriptor write-back: {f}"));
+                return false;
             }
         }
-        if let Err(e) = a.mem.write(data, pieces, then, &then_pieces) {
-            warn!("function {}: writing to VM {} failed: {e}", self.index, a.vm);
-            return false;
+        let (data, pieces) = data.unwrap_or_default();
+        let (then, then_pieces) = (descs.data, descs.pieces);
+        if !a.posted_ordered {
+            if let Err(e) = a.mem.write(data, &pieces, then, &then_pieces) {
+                warn!("function {}: writing to VM {} failed: {e}", self.index, a.vm);
+                return false;
+            }
+            return true;
         }
+        let index = self.index;
+        let a = self.asg.as_mut().expect("present above");
+        match a.mem.write_posted(data, &pieces, then, &then_pieces) {
+            Ok(Some(p)) => a.posted.push_back(p),
+            Ok(None) => {}
+            Err(e) => {
+                warn!("function {index}: writing to VM {} failed: {e}", a.vm);
+                return false;
+            }
+        }
+        a.reap(index, false);
         true
     }
 
@@ -676,35 +733,41 @@ impl Function {
             return;
         }
         let (base, len) = (a.regs.rx_base, a.regs.rx_len);
-        let mut data = Vec::new();
-        let mut pieces = Vec::new();
+        let mut payload = Gather::new(&a.iommu);
         let mut status = Vec::new();
         let mut faults = Vec::new();
         let mut missed = 0;
         let mut got = 0;
-        for fr in frames {
+        // Frames waiting in the FIFO go first, in order.
+        let mut queue = std::mem::take(&mut a.rx_fifo);
+        queue.extend(frames);
+        while let Some(fr) = queue.pop_front() {
             let Some((idx, d)) = a.rx_ready.pop_front() else {
-                missed += 1;
-                continue;
+                queue.push_front(fr);
+                break;
             };
             if fr.len() > d.len as usize {
                 faults.push(format!("descriptor {idx}: a {}-byte frame does not fit its {}-byte buffer", fr.len(), d.len));
-                status.push((idx, 0, DD | ERR));
+                status.push((idx, Desc { len: 0, status: DD | ERR, ..d }));
                 continue;
             }
-            match a.iommu.translate(d.addr, fr.len() as u64, Access::Write) {
-                Ok(off) => {
-                    pieces.push((fr.len(), off));
-                    status.push((idx, fr.len() as u32, DD));
-                    data.extend_from_slice(&fr);
+            match payload.put(d.addr, u64::from(d.len), &fr) {
+                Ok(()) => {
+                    status.push((idx, Desc { len: fr.len() as u32, status: DD, ..d }));
                     got += 1;
                 }
                 Err(f) => {
                     faults.push(format!("descriptor {idx}: {f}"));
-                    status.push((idx, 0, DD | ERR));
+                    status.push((idx, Desc { len: 0, status: DD | ERR, ..d }));
                 }
             }
         }
+        if queue.len() > RX_FIFO {
+            missed = (queue.len() - RX_FIFO) as u64;
+            queue.truncate(RX_FIFO);
+        }
+        a.rx_fifo = queue;
+        let data = (payload.data, payload.pieces);
         self.stats.rx_missed += missed;
         for f in faults {
             self.fault(format_args!("{f}"));
@@ -712,7 +775,7 @@ impl Function {
         if status.is_empty() {
             return;
         }
-        if self.write_with(data, &pieces, base, len, &status, true) {
+        if self.write_back(Some(data), base, len, &status, true) {
             self.stats.rx_packets += got;
             self.fire(regs::VEC_RX);
         }

@@ -26,6 +26,7 @@ pub const FI_ORDER_RAW: u64 = 1 << 1;
 pub const FI_ORDER_RMA_RAW: u64 = 1 << 33;
 pub const FI_ORDER_WAW: u64 = 1 << 4;
 pub const FI_ORDER_RMA_WAW: u64 = 1 << 35;
+pub const FI_ORDER_SAW: u64 = 1 << 7;
 
 pub const FI_PROGRESS_AUTO: c_int = 1;
 

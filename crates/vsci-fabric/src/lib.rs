@@ -182,6 +182,15 @@ pub struct Info {
     pub delivery: Delivery,
 }
 
+impl Info {
+    /// Are writes posted one after the other placed in that order, and a
+    /// message sent after them delivered only after they are placed? Then a
+    /// posted write followed by a message (an interrupt) needs no wait.
+    pub fn messages_follow_writes(&self) -> bool {
+        self.ordered_writes == u64::MAX && self.msg_order & ffi::FI_ORDER_SAW != 0
+    }
+}
+
 // ---------------------------------------------------------------------------
 
 /// Completion bookkeeping for one blocking call: how many of its operations
@@ -756,9 +765,25 @@ impl Fabric {
     /// order they were posted when the provider grants WAW ordering
     /// ([`Info::ordered_writes`]).
     pub fn write_start(&self, peer: &Peer, data: Vec<u8>, remote: &RemoteRegion, offset: u64) -> Result<PendingWrite> {
+        let n = data.len();
+        self.write_start_runs(peer, data, &[(0..n, offset)], remote)
+    }
+
+    /// [`write_start`](Self::write_start) of several runs of one buffer:
+    /// `data[range]` to `offset` each, posted (and, with WAW ordering,
+    /// placed) in the order given. A message sent to the same peer after
+    /// this returns is delivered after the writes are placed when the
+    /// provider orders sends after writes (`FI_ORDER_SAW` in
+    /// [`Info::msg_order`]).
+    pub fn write_start_runs(&self, peer: &Peer, data: Vec<u8>, runs: &[(std::ops::Range<usize>, u64)], remote: &RemoteRegion) -> Result<PendingWrite> {
         self.check_peer(peer)?;
         self.check_up(peer)?;
-        let posted = self.post_groups(peer, &[&[(&data[..], offset)]], remote);
+        if runs.iter().any(|(r, _)| r.start > r.end || r.end > data.len()) {
+            return Err(Error::Invalid("a run outside the buffer"));
+        }
+        let ops: Vec<(&[u8], u64)> = runs.iter().map(|(r, off)| (&data[r.clone()], *off)).collect();
+        let posted = self.post_groups(peer, &[&ops], remote);
+        drop(ops);
         if posted.result.is_err() {
             let r = self.finish(posted);
             if matches!(r, Err(Error::Abandoned)) {
