@@ -51,9 +51,12 @@ impl Vm {
         Ok(Vm { cfg, mem, chan })
     }
 
-    /// Posted register writes (one message).
+    /// Posted register writes, in order (messages of at most
+    /// [`hyp::MAX_WRITES`]).
     pub fn write_regs(&self, w: &[(u32, u64)]) -> Result<()> {
-        hyp::send(&self.chan, &regs::encode_writes(w)).context("the hypervisor is gone")?;
+        for c in w.chunks(hyp::MAX_WRITES) {
+            hyp::send(&self.chan, &regs::encode_writes(c)).context("the hypervisor is gone")?;
+        }
         Ok(())
     }
 
@@ -167,6 +170,8 @@ pub fn run(o: DriverOptions, stop: Arc<AtomicBool>) -> Result<DriverStats> {
     // Every receive buffer is posted with the bring-up (the device fetches
     // them once all writes of the batch are applied).
     let mut w = regs::bring_up(lay.tx_ring, lay.rx_ring, RING, &vm.cfg.handles);
+    w.push((regs::RX_PUSH_LEN, BUF as u64));
+    push_rx(&lay, 0, RING, &mut w);
     w.push((regs::RX_TAIL, u64::from(RING)));
     vm.write_regs(&w)?;
     println!("vsci vm-driver {}: {} up, MAC {}, {:?} mode", vm.cfg.name, o.tap, regs::mac_string(&vm.cfg.mac), vm.cfg.mode);
@@ -192,6 +197,7 @@ pub fn run(o: DriverOptions, stop: Arc<AtomicBool>) -> Result<DriverStats> {
         }
         // Received frames, up to a ring's worth.
         let mut reposted = false;
+        let rx_was = rx_clean;
         for _ in 0..RING {
             let d = vm.desc(lay.rx_ring, rx_clean);
             if d.status & DD == 0 {
@@ -227,10 +233,18 @@ pub fn run(o: DriverOptions, stop: Arc<AtomicBool>) -> Result<DriverStats> {
         }
         if reposted {
             fence(Ordering::Release);
-            vm.write_regs(&[(regs::RX_TAIL, u64::from(rx_clean.wrapping_add(RING)))])?;
+            // The slots these buffers fill are a ring ahead of them.
+            let mut w = Vec::with_capacity(3);
+            push_rx(&lay, rx_was.wrapping_add(RING), rx_clean.wrapping_add(RING), &mut w);
+            w.push((regs::RX_TAIL, u64::from(rx_clean.wrapping_add(RING))));
+            vm.write_regs(&w)?;
         }
         // Frames the VM's stack sends, while there are free descriptors.
         let mut posted = false;
+        // Each descriptor is also pushed to the device (regs::TX_PUSH),
+        // small frames with their bytes, so the device reads nothing back
+        // for them across the fabric.
+        let mut pushes = Vec::new();
         while tx_tail.wrapping_sub(tx_clean) < RING {
             let (slot, n) = match vm.cfg.mode {
                 Mode::ZeroCopy => {
@@ -258,18 +272,35 @@ pub fn run(o: DriverOptions, stop: Arc<AtomicBool>) -> Result<DriverStats> {
                     }
                 }
             };
-            vm.set_desc(lay.tx_ring, tx_tail, Desc { addr: slot, len: n as u32, status: 0 });
+            let d = Desc { addr: slot, len: n as u32, status: 0 };
+            vm.set_desc(lay.tx_ring, tx_tail, d);
+            let p = vm.mem.ptr(slot, n)?;
+            // SAFETY: the frame just stored in this slot's buffer, which is
+            // ours until the device sets DD.
+            regs::push_frame(d, unsafe { std::slice::from_raw_parts(p, n) }, &mut pushes);
             tx_tail = tx_tail.wrapping_add(1);
             st.tx += 1;
             posted = true;
         }
         if posted {
             fence(Ordering::Release);
-            vm.write_regs(&[(regs::TX_TAIL, u64::from(tx_tail))])?;
+            pushes.push((regs::TX_TAIL, u64::from(tx_tail)));
+            vm.write_regs(&pushes)?;
         }
     }
     println!("vsci vm-driver {}: stopped; {st:?}", vm.cfg.name);
     Ok(st)
+}
+
+/// Push the receive buffers of slots `[from, to)` (regs::RX_PUSH): one
+/// write per run of neighbouring buffers (two when the run wraps).
+fn push_rx(lay: &Layout, from: u32, to: u32, w: &mut Vec<(u32, u64)>) {
+    let mut slot = from;
+    while slot != to {
+        let run = to.wrapping_sub(slot).min(RING - slot % RING);
+        w.push((regs::RX_PUSH, regs::rx_push(lay.rx_buf(slot), run as u16)));
+        slot = slot.wrapping_add(run);
+    }
 }
 
 fn drop_privileges(user: &str) -> Result<()> {

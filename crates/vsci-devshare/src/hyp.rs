@@ -68,6 +68,10 @@ pub struct VmConfig {
 
 /// From the VM to us: posted register writes. From us to the VM: the
 /// config once, then one byte per interrupt (the vector).
+/// Most register writes one message on a VM's channel carries (a longer
+/// message is refused whole: it arrives truncated).
+pub const MAX_WRITES: usize = 1024;
+
 pub fn socketpair() -> Result<(OwnedFd, OwnedFd)> {
     Ok(socket::socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)?)
 }
@@ -188,7 +192,7 @@ pub fn run_vm(o: VmOptions, stop: Arc<AtomicBool>) -> Result<()> {
         })?
     };
     // The VM's register writes, checked and forwarded (this thread).
-    let mut buf = vec![0u8; 4096];
+    let mut buf = vec![0u8; MAX_WRITES * 12 + 1];
     let mut outside = 0u64;
     let outcome = loop {
         if stop.load(Ordering::Relaxed) {
@@ -221,7 +225,7 @@ pub fn run_vm(o: VmOptions, stop: Arc<AtomicBool>) -> Result<()> {
             }
         };
         let Some(writes) = regs::decode_writes(&buf[..n]) else {
-            warn!("VM {}: a torn register write ({n} bytes); dropped", o.name);
+            warn!("VM {}: a torn register write ({n} bytes), or more than {MAX_WRITES} in one message; dropped", o.name);
             continue;
         };
         // The window is all the VM's CPU can reach of the device: writes

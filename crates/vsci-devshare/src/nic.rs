@@ -81,9 +81,37 @@ struct Assignment {
     rx_fifo: VecDeque<Vec<u8>>,
     /// Writes into the VM's memory still in flight, oldest first.
     posted: VecDeque<PostedDma>,
+    /// Transmit descriptors the driver pushed (regs::TX_PUSH), by ring
+    /// index, oldest first, with the frame bytes of inline ones.
+    tx_pushed: VecDeque<Pushed>,
+    /// The ring index the next push describes.
+    tx_push_next: u32,
+    /// Receive buffers the driver pushed (regs::RX_PUSH) for slots not
+    /// posted yet, oldest first, and the next slot a push describes.
+    rx_pushed: VecDeque<(u32, Desc)>,
+    rx_push_next: u32,
+    rx_push_len: u32,
+    /// Bytes sent with regs::TX_INLINE for the next push.
+    tx_inline: Vec<u8>,
     /// Whether an interrupt sent after a posted write arrives after its
     /// bytes (then nothing waits for writes; see VmMemory::write_posted).
     posted_ordered: bool,
+}
+
+/// A pushed transmit descriptor.
+struct Pushed {
+    idx: u32,
+    desc: Desc,
+    /// Inline: the frame's bytes (Err: the push claimed more inline bytes
+    /// than were sent).
+    inline: Option<Result<Vec<u8>, usize>>,
+}
+
+/// Where a transmit descriptor's bytes come from.
+enum Source {
+    /// A DMA read: this range of the read plan.
+    Dma(usize),
+    Inline(Vec<u8>),
 }
 
 /// Frames the receive FIFO holds per function (about 1.5 MB of full
@@ -477,6 +505,12 @@ impl Device {
             rx_ready: VecDeque::new(),
             rx_fifo: VecDeque::new(),
             posted: VecDeque::new(),
+            tx_pushed: VecDeque::new(),
+            tx_push_next: 0,
+            rx_pushed: VecDeque::new(),
+            rx_push_next: 0,
+            rx_push_len: 0,
+            tx_inline: Vec::new(),
             posted_ordered,
         });
         drop(f);
@@ -516,11 +550,51 @@ impl Function {
                 regs::CTRL => r.ctrl = val,
                 regs::TX_BASE => r.tx_base = val,
                 regs::RX_BASE => r.rx_base = val,
-                regs::TX_LEN => (r.tx_len, r.tx_tail, a.tx_head) = (val as u32, 0, 0),
+                regs::TX_LEN => {
+                    (r.tx_len, r.tx_tail, a.tx_head, a.tx_push_next) = (val as u32, 0, 0, 0);
+                    a.tx_pushed.clear();
+                    a.tx_inline.clear();
+                }
+                regs::TX_INLINE => {
+                    if a.tx_inline.len() >= MAX_FRAME {
+                        self.refuse(format_args!("more than {MAX_FRAME} inline bytes before a push"));
+                        continue;
+                    }
+                    a.tx_inline.extend_from_slice(&val.to_le_bytes());
+                }
+                regs::RX_PUSH_LEN => a.rx_push_len = val.min(u64::from(u32::MAX)) as u32,
+                regs::RX_PUSH => {
+                    let (addr, count) = regs::rx_pushed(val);
+                    let ring = r.rx_len;
+                    if a.rx_pushed.len() + count as usize > ring as usize {
+                        self.refuse(format_args!("{count} pushed receive buffers beyond the ring's {ring} entries"));
+                        continue;
+                    }
+                    let blen = a.rx_push_len;
+                    for k in 0..count {
+                        let d = Desc { addr: addr.wrapping_add(u64::from(k) * u64::from(blen)), len: blen, status: 0 };
+                        a.rx_pushed.push_back((a.rx_push_next, d));
+                        a.rx_push_next = a.rx_push_next.wrapping_add(1);
+                    }
+                }
+                regs::TX_PUSH => {
+                    let ring = r.tx_len;
+                    if a.tx_pushed.len() >= ring as usize {
+                        self.refuse(format_args!("a pushed transmit descriptor beyond the ring's {ring} entries"));
+                        continue;
+                    }
+                    let (desc, inline) = regs::pushed(val);
+                    let bytes = std::mem::take(&mut a.tx_inline);
+                    let inline = inline.then(|| if bytes.len() >= desc.len as usize { Ok(bytes[..desc.len as usize].to_vec()) } else { Err(bytes.len()) });
+                    a.tx_pushed.push_back(Pushed { idx: a.tx_push_next, desc, inline });
+                    a.tx_push_next = a.tx_push_next.wrapping_add(1);
+                }
                 regs::RX_LEN => {
                     (r.rx_len, r.rx_tail, a.rx_fetched) = (val as u32, 0, 0);
                     a.rx_ready.clear();
                     a.rx_fifo.clear();
+                    a.rx_pushed.clear();
+                    a.rx_push_next = 0;
                 }
                 regs::TX_TAIL => {
                     r.tx_tail = val as u32;
@@ -581,6 +655,25 @@ impl Function {
             self.refuse(format_args!("RX tail {tail} is more than the ring ({len}) ahead of the device"));
             return;
         }
+        // Pushed buffers first; what was not pushed is read from the ring.
+        let a = self.asg.as_mut().expect("present above");
+        let mut from = from;
+        while let Some(&(idx, d)) = a.rx_pushed.front() {
+            if (idx.wrapping_sub(from) as i32) < 0 {
+                a.rx_pushed.pop_front();
+                continue;
+            }
+            if idx != from || idx == tail {
+                break;
+            }
+            a.rx_pushed.pop_front();
+            a.rx_ready.push_back((idx, d));
+            from = from.wrapping_add(1);
+        }
+        a.rx_fetched = from;
+        if from == tail {
+            return;
+        }
         if let Some(ds) = self.read_descs(base, len, from, tail) {
             let a = self.asg.as_mut().expect("present above");
             a.rx_ready.extend(ds);
@@ -611,7 +704,28 @@ impl Function {
             self.refuse(format_args!("TX tail {tail} is more than the ring ({len}) ahead of head {head}"));
             return;
         }
-        let Some(descs) = self.read_descs(base, len, head, tail) else { return };
+        // Pushed descriptors first (stale ones, before the head, go); the
+        // rest are read from the ring.
+        let a = self.asg.as_mut().expect("present above");
+        while a.tx_pushed.front().is_some_and(|p| (p.idx.wrapping_sub(head) as i32) < 0) {
+            a.tx_pushed.pop_front();
+        }
+        let mut descs = Vec::with_capacity(tail.wrapping_sub(head) as usize);
+        let mut inline = Vec::with_capacity(descs.capacity());
+        for (k, p) in a.tx_pushed.iter().enumerate() {
+            let idx = head.wrapping_add(k as u32);
+            if p.idx != idx || idx == tail {
+                break;
+            }
+            descs.push((idx, p.desc));
+            inline.push(p.inline.clone());
+        }
+        let from = head.wrapping_add(descs.len() as u32);
+        if from != tail {
+            let Some(read) = self.read_descs(base, len, from, tail) else { return };
+            inline.extend(read.iter().map(|_| None));
+            descs.extend(read);
+        }
         let a = self.asg.as_ref().expect("present above");
         // A frame whose last descriptor is not posted yet waits for it.
         let (frames, pending) = regs::frames(&descs);
@@ -619,19 +733,30 @@ impl Function {
         // Check every buffer first; a frame with a faulting or bad
         // descriptor moves nothing.
         let mut ranges = Vec::new();
-        let mut frame_frags = Vec::new();
+        let mut good_frames: Vec<Vec<Source>> = Vec::new();
         let mut status = Vec::with_capacity(descs.len());
         let mut faults = Vec::new();
         for fr in &frames {
             let mut bad = None;
+            let mut sources = Vec::with_capacity(fr.len());
             for &(idx, d) in fr {
                 if d.len == 0 || d.len as usize > MAX_FRAME {
                     bad = Some(format!("descriptor {idx}: length {} (1 to {MAX_FRAME})", d.len));
                     break;
                 }
-                if let Err(f) = a.iommu.translate(d.addr, u64::from(d.len), Access::Read) {
-                    bad = Some(format!("descriptor {idx}: {f}"));
-                    break;
+                match &inline[idx.wrapping_sub(head) as usize] {
+                    Some(Ok(b)) => sources.push(Source::Inline(b.clone())),
+                    Some(Err(n)) => {
+                        bad = Some(format!("descriptor {idx}: pushed inline with {} bytes, but {n} were sent", d.len));
+                        break;
+                    }
+                    None => match a.iommu.translate(d.addr, u64::from(d.len), Access::Read) {
+                        Ok(_) => sources.push(Source::Dma(ranges.len() + sources.len())),
+                        Err(f) => {
+                            bad = Some(format!("descriptor {idx}: {f}"));
+                            break;
+                        }
+                    },
                 }
             }
             let total: usize = fr.iter().map(|(_, d)| d.len as usize).sum();
@@ -643,8 +768,17 @@ impl Function {
             match bad {
                 Some(b) => faults.push(b),
                 None => {
-                    frame_frags.push(fr.len());
-                    ranges.extend(fr.iter().map(|(_, d)| (d.addr, u64::from(d.len))));
+                    // Dma(k) counted every source before it; renumber
+                    // to the ranges actually read.
+                    let mut k = ranges.len();
+                    for (src, &(_, d)) in sources.iter_mut().zip(fr) {
+                        if let Source::Dma(i) = src {
+                            *i = k;
+                            k += 1;
+                            ranges.push((d.addr, u64::from(d.len)));
+                        }
+                    }
+                    good_frames.push(sources);
                 }
             }
         }
@@ -666,14 +800,18 @@ impl Function {
         for f in faults {
             self.fault(format_args!("{f}"));
         }
-        let mut k = 0;
         let mut frame = Vec::with_capacity(MAX_FRAME);
-        for n in frame_frags {
+        for sources in good_frames {
             frame.clear();
-            for (&at, &(_, len)) in plan.at[k..k + n].iter().zip(&ranges[k..k + n]) {
-                frame.extend_from_slice(&payload[at..at + len as usize]);
+            for src in sources {
+                match src {
+                    Source::Dma(i) => {
+                        let at = plan.at[i];
+                        frame.extend_from_slice(&payload[at..at + ranges[i].1 as usize]);
+                    }
+                    Source::Inline(b) => frame.extend_from_slice(&b),
+                }
             }
-            k += n;
             if frame.len() >= 14 && dev.switch(&frame, Some(self.index as usize), out) {
                 if let Err(e) = dev.tap.send(&frame) {
                     warn!("device: the wire failed: {e}");
@@ -685,6 +823,9 @@ impl Function {
         self.write_back(None, base, len, &status, false);
         if let Some(a) = self.asg.as_mut() {
             a.tx_head = done;
+            while a.tx_pushed.front().is_some_and(|p| (p.idx.wrapping_sub(done) as i32) < 0) {
+                a.tx_pushed.pop_front();
+            }
         }
         self.fire(regs::VEC_TX);
     }

@@ -38,11 +38,80 @@ pub const VEC_RX: usize = 0;
 pub const VEC_TX: usize = 1;
 pub const VEC_MBX: usize = 2;
 
+/// Low-latency queue (as NICs with an LLQ, whose drivers write transmit
+/// descriptors into device memory): a write here hands the device the
+/// transmit descriptor of the next ring slot (counted from 0 since TX_LEN
+/// was written), so it need not read the ring across the fabric. The value
+/// packs the buffer's DVA (bits 0-47), its length (bits 48-61), [`PUSH_MORE`]
+/// and [`PUSH_INLINE`]; see [`push`].
+pub const TX_PUSH: u32 = 0x60;
+/// Eight more bytes of a frame carried in the writes themselves (little
+/// endian), for the next [`TX_PUSH`] with [`PUSH_INLINE`]: a small frame
+/// (an ACK) then costs the device no DMA at all.
+pub const TX_INLINE: u32 = 0x68;
+/// The length of each receive buffer later [`RX_PUSH`] writes hand over.
+pub const RX_PUSH_LEN: u32 = 0x70;
+/// Receive buffers pushed to the device (as [`TX_PUSH`] for the receive
+/// ring): a run of `count` buffers of [`RX_PUSH_LEN`] bytes each, one after
+/// the other from `addr`, for the next `count` ring slots. The value packs
+/// `addr` (bits 0-47) and `count` (bits 48-63); see [`rx_push`]. A ring of
+/// equal buffers is reposted with one or two writes.
+pub const RX_PUSH: u32 = 0x78;
+/// In a [`TX_PUSH`] value: the frame continues in the next descriptor.
+pub const PUSH_MORE: u64 = 1 << 63;
+/// In a [`TX_PUSH`] value: the buffer's bytes are the ones sent with
+/// [`TX_INLINE`] since the last push.
+pub const PUSH_INLINE: u64 = 1 << 62;
+/// Frames up to this length a driver sends inline.
+pub const INLINE_MAX: usize = 96;
+
 pub const MAX_RING: u32 = 4096;
+
+/// A [`TX_PUSH`] value for descriptor `d` (its MORE status bit kept).
+pub fn push(d: Desc, inline: bool) -> u64 {
+    let mut v = (d.addr & ((1 << 48) - 1)) | (u64::from(d.len & 0x3fff) << 48);
+    if d.status & MORE != 0 {
+        v |= PUSH_MORE;
+    }
+    if inline {
+        v |= PUSH_INLINE;
+    }
+    v
+}
+
+/// An [`RX_PUSH`] value: `count` buffers from `addr`.
+pub fn rx_push(addr: u64, count: u16) -> u64 {
+    (addr & ((1 << 48) - 1)) | (u64::from(count) << 48)
+}
+
+/// The buffers an [`RX_PUSH`] value hands over: first DVA and count.
+pub fn rx_pushed(v: u64) -> (u64, u32) {
+    (v & ((1 << 48) - 1), (v >> 48) as u32)
+}
+
+/// The descriptor a [`TX_PUSH`] value carries, and whether it is inline.
+pub fn pushed(v: u64) -> (Desc, bool) {
+    let d = Desc { addr: v & ((1 << 48) - 1), len: ((v >> 48) & 0x3fff) as u32, status: if v & PUSH_MORE != 0 { MORE } else { 0 } };
+    (d, v & PUSH_INLINE != 0)
+}
+
+/// The writes that push a one-descriptor frame `bytes` whose buffer is
+/// `d`: inline when it is small.
+pub fn push_frame(d: Desc, bytes: &[u8], out: &mut Vec<(u32, u64)>) {
+    let inline = bytes.len() <= INLINE_MAX && d.status & MORE == 0;
+    if inline {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            out.push((TX_INLINE, u64::from_le_bytes(w)));
+        }
+    }
+    out.push((TX_PUSH, push(d, inline)));
+}
 
 /// Every register the device knows (for validating a write).
 pub fn known(off: u32) -> bool {
-    matches!(off, CTRL | TX_BASE | TX_LEN | TX_TAIL | RX_BASE | RX_LEN | RX_TAIL | IRQ_MASK)
+    matches!(off, CTRL | TX_BASE | TX_LEN | TX_TAIL | RX_BASE | RX_LEN | RX_TAIL | IRQ_MASK | TX_PUSH | TX_INLINE | RX_PUSH_LEN | RX_PUSH)
         || (MSIX_BASE..MSIX_BASE + 8 * VECTORS as u32).contains(&off) && off % 8 == 0
 }
 
@@ -63,7 +132,7 @@ pub fn check_write(off: u32, val: u64, remap: &crate::iommu::Remap) -> Result<()
     }
     match off {
         TX_LEN | RX_LEN if val > u64::from(MAX_RING) || !(val as u32).is_power_of_two() => Err(format!("ring length {val}: a power of two up to {MAX_RING}")),
-        o if o >= MSIX_BASE && val != 0 && remap.vector_of(val).is_none() => Err(format!(
+        o if (MSIX_BASE..MSIX_BASE + 8 * VECTORS as u32).contains(&o) && val != 0 && remap.vector_of(val).is_none() => Err(format!(
             "MSI-X entry {} names interrupt handle {val:#x}, which the remapping table does not grant this function (another VM's vector?)",
             (o - MSIX_BASE) / 8
         )),
@@ -210,6 +279,19 @@ mod tests {
         let (f, pending) = frames(&[(0, d(MORE)), (1, d(0)), (2, d(0)), (3, d(MORE))]);
         assert_eq!(f.iter().map(Vec::len).collect::<Vec<_>>(), vec![2, 1]);
         assert_eq!(pending, 1);
+    }
+
+    #[test]
+    fn pushed_descriptors_round_trip() {
+        let d = Desc { addr: 0x17A2_D800, len: 1514, status: MORE };
+        assert_eq!(pushed(push(d, false)), (d, false));
+        let mut w = Vec::new();
+        push_frame(Desc { addr: 0x1000, len: 66, status: 0 }, &[7; 66], &mut w);
+        assert_eq!(w.len(), 9 + 1);
+        assert_eq!(pushed(w[9].1), (Desc { addr: 0x1000, len: 66, status: 0 }, true));
+        let mut w = Vec::new();
+        push_frame(Desc { addr: 0x1000, len: 1514, status: 0 }, &[7; 1514], &mut w);
+        assert_eq!(w, vec![(TX_PUSH, push(Desc { addr: 0x1000, len: 1514, status: 0 }, false))]);
     }
 
     #[test]

@@ -59,12 +59,12 @@ impl Requester {
     }
 
     /// Posted register writes of function `func` (with its assignment's
-    /// token), in messages of at most 40 writes (each fits a data
-    /// interrupt). A device that cannot be reached is logged; the writes
-    /// are lost, as posted writes to a vanished device are.
+    /// token), as few messages as fit a data interrupt each, in order. A
+    /// device that cannot be reached is logged; the writes are lost, as
+    /// posted writes to a vanished device are.
     pub fn send_regs(&self, func: u8, token: u64, writes: &[(u32, u64)]) {
-        for chunk in writes.chunks(40) {
-            if let Err(e) = self.send(&ToDevice::Regs { func, token, writes: chunk.to_vec() }) {
+        for chunk in chunk_writes(func, token, writes) {
+            if let Err(e) = self.send(&chunk) {
                 log::warn!("cannot reach the device: {e}");
             }
         }
@@ -79,5 +79,35 @@ impl Drop for Requester {
     fn drop(&mut self) {
         let _ = self.inbox.remove();
         let _ = self.device.disconnect();
+    }
+}
+
+/// Split `writes` into messages that each fit a data interrupt.
+fn chunk_writes(func: u8, token: u64, writes: &[(u32, u64)]) -> Vec<ToDevice> {
+    // postcard's varints: a write takes at most 5 + 10 bytes (values with
+    // high bits set, as inline frame bytes and pushes, take all 10); the
+    // vector's length prefix at most 3.
+    const WORST: usize = 15;
+    let empty = msg::encode(&ToDevice::Regs { func, token, writes: Vec::new() }).len();
+    let per = (vsci_proto::intr::DATA_MAX - empty - 2) / WORST;
+    writes.chunks(per).map(|c| ToDevice::Regs { func, token, writes: c.to_vec() }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_fit_a_data_interrupt_and_keep_order() {
+        let writes: Vec<(u32, u64)> = (0..500u64).map(|i| (crate::regs::TX_INLINE, u64::MAX - i)).collect();
+        let chunks = chunk_writes(3, u64::MAX, &writes);
+        assert!(chunks.len() > 1);
+        let mut all = Vec::new();
+        for c in &chunks {
+            assert!(msg::encode(c).len() <= vsci_proto::intr::DATA_MAX);
+            let ToDevice::Regs { writes, .. } = c else { unreachable!() };
+            all.extend_from_slice(writes);
+        }
+        assert_eq!(all, writes);
     }
 }
