@@ -246,6 +246,22 @@ fn attack_dma_into_device_host_memory() {
     a.victim_unharmed();
 }
 
+/// Attack 1 through the low-latency queue: receive buffers and a transmit
+/// descriptor pushed in register writes (never in the ring) naming the
+/// device host's memory pass the same IOMMU context; an inline frame
+/// claiming bytes that were not sent is refused too.
+#[test]
+fn attack_pushed_descriptors() {
+    let Some(mut a) = attack("push-at=0x7f0000000000", "zero-copy", 3) else { return };
+    let line = a.hostile.wait_line("transmit descriptor: status", Duration::from_secs(30));
+    assert!(line.contains("refused"), "{line}");
+    let line = a.hostile.wait_line("inline descriptor: status", Duration::from_secs(10));
+    assert!(line.contains("refused"), "{line}");
+    a.r.device.wait_stderr("IOMMU fault", Duration::from_secs(10));
+    a.r.device.wait_stderr("pushed inline with 64 bytes, but 8 were sent", Duration::from_secs(10));
+    a.victim_unharmed();
+}
+
 /// Attack 3: DMA into another compute host's memory. In the bounce mode
 /// the hostile VM reaches only its 4 MiB payload area; it names DVAs just
 /// past its memory (where a flat map would put the next host's).

@@ -7,7 +7,8 @@
 //!     vsci-devshare-attack KIND --ram-fd 3 --chan-fd 4
 //!
 //! KIND: `dma-at=DVA` (receive and transmit descriptors whose buffers are
-//! at DVA), `regs-outside` (writes to another function's registers, past
+//! at DVA), `push-at=DVA` (the same pushed through the low-latency queue,
+//! and a pushed inline frame whose bytes were not sent), `regs-outside` (writes to another function's registers, past
 //! its own window), `msix=HANDLE` (its MSI-X entry aimed at HANDLE).
 //!
 //! As a program on a node (with the node's socket, without the key unless
@@ -44,16 +45,26 @@ fn as_vm(kind: &str) {
         // And a transmit of what is there: the device would read it.
         vm.set_desc(lay.tx_ring, 0, Desc { addr: dva, len: 64, status: 0 });
         vm.write_regs(&[(regs::RX_TAIL, u64::from(RING)), (regs::TX_TAIL, 1)]).unwrap();
-        let t0 = std::time::Instant::now();
-        loop {
-            let _ = vm.interrupts(100, None);
-            let d = vm.desc(lay.tx_ring, 0);
-            if d.status & DD != 0 {
-                println!("transmit descriptor: status {:#x} ({})", d.status, if d.status & ERR != 0 { "refused" } else { "SENT" });
-                break;
-            }
-            assert!(t0.elapsed() < Duration::from_secs(20), "the device never wrote the descriptor back");
-        }
+        wait_first_transmit(&vm, &lay);
+    } else if let Some(dva) = kind.strip_prefix("push-at=") {
+        let dva = parse_u64(dva);
+        // The same, through the low-latency queue: the ring holds harmless
+        // descriptors, the pushed ones name DVA.
+        vm.set_desc(lay.tx_ring, 0, Desc { addr: lay.tx_buf(0), len: 64, status: 0 });
+        vm.write_regs(&[
+            (regs::RX_PUSH_LEN, BUF as u64),
+            (regs::RX_PUSH, regs::rx_push(dva, RING as u16)),
+            (regs::RX_TAIL, u64::from(RING)),
+            (regs::TX_PUSH, regs::push(Desc { addr: dva, len: 64, status: 0 }, false)),
+            // And one that claims more inline bytes than it sent.
+            (regs::TX_INLINE, u64::MAX),
+            (regs::TX_PUSH, regs::push(Desc { addr: lay.tx_buf(1), len: 64, status: 0 }, true)),
+            (regs::TX_TAIL, 2),
+        ])
+        .unwrap();
+        wait_first_transmit(&vm, &lay);
+        let d = vm.desc(lay.tx_ring, 1);
+        println!("inline descriptor: status {:#x} ({})", d.status, if d.status & ERR != 0 { "refused" } else { "SENT" });
     } else if kind == "regs-outside" {
         // Function f+1's TX tail and ring base, were the functions' windows
         // side by side in one BAR; and the device's own page at 0x1000.
@@ -70,6 +81,20 @@ fn as_vm(kind: &str) {
         if vm.interrupts(1000, None).is_err() {
             return;
         }
+    }
+}
+
+/// Wait until the device wrote transmit descriptor 0 back; print its fate.
+fn wait_first_transmit(vm: &Vm, lay: &Layout) {
+    let t0 = std::time::Instant::now();
+    loop {
+        let _ = vm.interrupts(100, None);
+        let d = vm.desc(lay.tx_ring, 0);
+        if d.status & DD != 0 {
+            println!("transmit descriptor: status {:#x} ({})", d.status, if d.status & ERR != 0 { "refused" } else { "SENT" });
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "the device never wrote the descriptor back");
     }
 }
 
