@@ -373,8 +373,10 @@ impl RemoteSegment {
     /// A device's DMA into another node's segment, posted: `data[range]`
     /// to each offset, in order, returning before the bytes arrive. The
     /// writes are placed in the order given; [`dma_posted_done`] says when
-    /// they are in the owner's memory, [`dma_posted_finish`] waits for
-    /// that. If [`posted_then_trigger_ordered`] holds for an interrupt, a
+    /// their buffer is free again (over a provider that orders messages
+    /// after writes, once sent, since a trigger sent next proves placement;
+    /// otherwise once in the owner's memory), [`dma_posted_finish`] waits
+    /// for that. If [`posted_then_trigger_ordered`] holds for an interrupt, a
     /// trigger sent to it after this returns reaches its owner after the
     /// bytes are placed.
     ///
@@ -383,11 +385,15 @@ impl RemoteSegment {
     /// [`posted_then_trigger_ordered`]: Self::posted_then_trigger_ordered
     pub fn dma_write_posted(&self, data: Vec<u8>, runs: &[(std::ops::Range<usize>, u64)]) -> Result<PostedDma> {
         let Some(t) = &self.target else { return Err(SciError::IllegalOperation) };
-        let write = t.ep.rma.fabric.write_start_runs(&t.ep.peer, data, runs, &t.region).map_err(|e| dma_error(e).0)?;
+        let fabric = &t.ep.rma.fabric;
+        // Where a later trigger proves placement, the writes need no
+        // acknowledgement each from the owner's engine.
+        let write = if fabric.info().messages_follow_writes() { fabric.write_post_runs(&t.ep.peer, data, runs, &t.region) } else { fabric.write_start_runs(&t.ep.peer, data, runs, &t.region) };
+        let write = write.map_err(|e| dma_error(e).0)?;
         Ok(PostedDma { write })
     }
 
-    /// Have the writes of `p` completed (placed, or failed)?
+    /// Have the writes of `p` completed (see [`dma_write_posted`](Self::dma_write_posted)), or failed?
     pub fn dma_posted_done(&self, p: &PostedDma) -> bool {
         self.target.as_ref().is_none_or(|t| t.ep.rma.fabric.write_done(&p.write) || t.ep.rma.fabric.write_abandoned(&p.write))
     }

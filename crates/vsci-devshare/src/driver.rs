@@ -231,20 +231,21 @@ pub fn run(o: DriverOptions, stop: Arc<AtomicBool>) -> Result<DriverStats> {
             rx_clean = rx_clean.wrapping_add(1);
             reposted = true;
         }
+        // One message to the device per round: the reposted receive
+        // buffers, then the frames to send.
+        let mut w = Vec::new();
         if reposted {
             fence(Ordering::Release);
             // The slots these buffers fill are a ring ahead of them.
-            let mut w = Vec::with_capacity(3);
             push_rx(&lay, rx_was.wrapping_add(RING), rx_clean.wrapping_add(RING), &mut w);
             w.push((regs::RX_TAIL, u64::from(rx_clean.wrapping_add(RING))));
-            vm.write_regs(&w)?;
         }
         // Frames the VM's stack sends, while there are free descriptors.
         let mut posted = false;
         // Each descriptor is also pushed to the device (regs::TX_PUSH),
         // small frames with their bytes, so the device reads nothing back
         // for them across the fabric.
-        let mut pushes = Vec::new();
+        let pushes = &mut w;
         while tx_tail.wrapping_sub(tx_clean) < RING {
             let (slot, n) = match vm.cfg.mode {
                 Mode::ZeroCopy => {
@@ -277,15 +278,17 @@ pub fn run(o: DriverOptions, stop: Arc<AtomicBool>) -> Result<DriverStats> {
             let p = vm.mem.ptr(slot, n)?;
             // SAFETY: the frame just stored in this slot's buffer, which is
             // ours until the device sets DD.
-            regs::push_frame(d, unsafe { std::slice::from_raw_parts(p, n) }, &mut pushes);
+            regs::push_frame(d, unsafe { std::slice::from_raw_parts(p, n) }, pushes);
             tx_tail = tx_tail.wrapping_add(1);
             st.tx += 1;
             posted = true;
         }
         if posted {
             fence(Ordering::Release);
-            pushes.push((regs::TX_TAIL, u64::from(tx_tail)));
-            vm.write_regs(&pushes)?;
+            w.push((regs::TX_TAIL, u64::from(tx_tail)));
+        }
+        if !w.is_empty() {
+            vm.write_regs(&w)?;
         }
     }
     println!("vsci vm-driver {}: stopped; {st:?}", vm.cfg.name);

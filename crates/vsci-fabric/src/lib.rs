@@ -193,6 +193,15 @@ impl Info {
 
 // ---------------------------------------------------------------------------
 
+/// When a posted write completes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Complete {
+    /// Once its bytes are in the target's memory ([`Delivery`]).
+    Placed,
+    /// Once sent (the local buffer is free again).
+    Sent,
+}
+
 /// Completion bookkeeping for one blocking call: how many of its operations
 /// are still in flight and the first error. Each posted operation owns one
 /// strong count (its context pointer comes from `Arc::into_raw`), so the slot
@@ -711,7 +720,7 @@ impl Fabric {
         groups: &[&[(&[u8], u64)]],
         remote: &RemoteRegion,
     ) -> Result<()> {
-        self.finish(self.post_groups(peer, groups, remote))
+        self.finish(self.post_groups(peer, groups, remote, Complete::Placed))
     }
 
     /// Like [`write_many_ordered`](Self::write_many_ordered) to several
@@ -740,7 +749,7 @@ impl Fabric {
             let posted: Vec<Option<Posted>> = targets
                 .iter()
                 .zip(&results)
-                .map(|((peer, remote), r)| r.is_ok().then(|| self.post_groups(peer, groups, remote)))
+                .map(|((peer, remote), r)| r.is_ok().then(|| self.post_groups(peer, groups, remote, Complete::Placed)))
                 .collect();
             for (i, p) in posted.into_iter().enumerate() {
                 if let Some(p) = p {
@@ -776,13 +785,27 @@ impl Fabric {
     /// provider orders sends after writes (`FI_ORDER_SAW` in
     /// [`Info::msg_order`]).
     pub fn write_start_runs(&self, peer: &Peer, data: Vec<u8>, runs: &[(std::ops::Range<usize>, u64)], remote: &RemoteRegion) -> Result<PendingWrite> {
+        self.write_start_with(peer, data, runs, remote, Complete::Placed)
+    }
+
+    /// [`write_start_runs`](Self::write_start_runs) for a writer that
+    /// learns of placement otherwise (a message it sends after the writes,
+    /// delivered after them: [`Info::messages_follow_writes`]): the writes
+    /// complete once sent, so the target's engine sends no acknowledgement
+    /// per write. [`write_done`](Self::write_done) then says the buffer is
+    /// free again, not that the bytes are in place.
+    pub fn write_post_runs(&self, peer: &Peer, data: Vec<u8>, runs: &[(std::ops::Range<usize>, u64)], remote: &RemoteRegion) -> Result<PendingWrite> {
+        self.write_start_with(peer, data, runs, remote, Complete::Sent)
+    }
+
+    fn write_start_with(&self, peer: &Peer, data: Vec<u8>, runs: &[(std::ops::Range<usize>, u64)], remote: &RemoteRegion, complete: Complete) -> Result<PendingWrite> {
         self.check_peer(peer)?;
         self.check_up(peer)?;
         if runs.iter().any(|(r, _)| r.start > r.end || r.end > data.len()) {
             return Err(Error::Invalid("a run outside the buffer"));
         }
         let ops: Vec<(&[u8], u64)> = runs.iter().map(|(r, off)| (&data[r.clone()], *off)).collect();
-        let posted = self.post_groups(peer, &[&ops], remote);
+        let posted = self.post_groups(peer, &[&ops], remote, complete);
         drop(ops);
         if posted.result.is_err() {
             let r = self.finish(posted);
@@ -835,6 +858,7 @@ impl Fabric {
         peer: &Peer,
         groups: &[&[(&[u8], u64)]],
         remote: &RemoteRegion,
+        complete: Complete,
     ) -> Posted {
         let slot = OpSlot::new();
         let mut posted = Posted {
@@ -866,9 +890,9 @@ impl Fabric {
             return posted;
         };
         let inner = &*self.inner;
-        let flags = match inner.info.delivery {
-            Delivery::DeliveryComplete => ffi::FI_COMPLETION | ffi::FI_DELIVERY_COMPLETE,
-            Delivery::ReadAfterWrite => ffi::FI_COMPLETION,
+        let flags = match (complete, inner.info.delivery) {
+            (Complete::Placed, Delivery::DeliveryComplete) => ffi::FI_COMPLETION | ffi::FI_DELIVERY_COMPLETE,
+            _ => ffi::FI_COMPLETION,
         };
         let slot = &posted.slot;
         let locals = &mut posted.locals;
@@ -927,7 +951,7 @@ impl Fabric {
                 break;
             }
         }
-        if result.is_ok() && inner.info.delivery == Delivery::ReadAfterWrite {
+        if result.is_ok() && complete == Complete::Placed && inner.info.delivery == Delivery::ReadAfterWrite {
             // FI_ORDER_RAW: the target serves this read after every earlier
             // write from us, so its completion proves they landed.
             let raddr = last_raddr + last_buf.len() as u64 - 1;
