@@ -4,6 +4,7 @@
 //! register writes and their checks, and descriptors a VM wrote, through
 //! the grouping and the IOMMU. Input: a selector byte, then the bytes.
 
+use crate::gather::{self, Gather};
 use crate::iommu::{Access, Context, Grant, Remap};
 use crate::msg::{self, ReplyFor, RequestFrom, ToDevice, ToHost};
 use crate::regs::{self, Desc, DESC};
@@ -60,6 +61,35 @@ fn descriptors(b: &[u8]) {
         if let Ok(off) = ctx.translate(d.addr, u64::from(d.len), Access::Write) {
             assert!(off >= BASE && off + u64::from(d.len) <= BASE + LEN, "a translation stays in its grant");
         }
+    }
+    // The same buffers merged for DMA (gather.rs): every piece, padding
+    // included, stays inside the grant, and the bytes add up.
+    let mut g = Gather::new(&ctx);
+    let mut ranges = Vec::new();
+    for (_, d) in &descs {
+        let frame = vec![0xA5; (d.len as usize).min(regs::MAX_FRAME)];
+        if g.put(d.addr, u64::from(d.len), &frame).is_ok() {
+            ranges.push((d.addr, frame.len().max(1) as u64));
+        }
+    }
+    assert_eq!(g.pieces.iter().map(|p| p.0).sum::<usize>(), g.data.len());
+    for &(n, off) in &g.pieces {
+        assert!(off >= BASE && off + n as u64 <= BASE + LEN, "a merged write stays in its grant");
+    }
+    if let Ok(plan) = gather::spans(&ctx, &ranges) {
+        assert_eq!(plan.pieces.iter().map(|p| p.0).sum::<usize>(), plan.total);
+        for (&at, &(_, n)) in plan.at.iter().zip(&ranges) {
+            assert!(at + n as usize <= plan.total, "a range lies inside the read");
+        }
+        for &(n, off) in &plan.pieces {
+            assert!(off >= BASE && off + n as u64 <= BASE + LEN, "a merged read stays in its grant");
+        }
+    }
+    // Pushed descriptors (the low-latency queue) decode to what they pack.
+    for c in b.chunks_exact(8) {
+        let v = u64::from_le_bytes(c.try_into().expect("8"));
+        let (d, inline) = regs::pushed(v);
+        assert_eq!(regs::push(d, inline), v, "a push round-trips (its fields use all 64 bits)");
     }
     if b.len() >= 12 {
         let len = 1u32 << (b[0] % 13);

@@ -225,6 +225,7 @@ impl GuestNet {
         let Some(mem) = self.memory() else { return };
         let mut posted = false;
         let mut dropped = Vec::new();
+        let mut pushes = Vec::new();
         while RING - self.tx_tail.wrapping_sub(self.tx_clean) >= MAX_FRAGS as u32 {
             let Some(chain) = vq.get_mut().get_queue_mut().pop_descriptor_chain(&*mem) else { break };
             let head = chain.head_index();
@@ -268,7 +269,16 @@ impl GuestNet {
             let n = descs.len();
             for (k, (addr, len)) in descs.into_iter().enumerate() {
                 let more = if k + 1 < n { MORE } else { 0 };
-                self.set_desc(self.tx_ring(), self.tx_tail, Desc { addr, len, status: more });
+                let d = Desc { addr, len, status: more };
+                self.set_desc(self.tx_ring(), self.tx_tail, d);
+                // Pushed too (the low-latency queue), a small frame with
+                // its bytes: the device need not read the ring back.
+                let mut bytes = vec![0u8; if n == 1 && len as usize <= regs::INLINE_MAX { len as usize } else { 0 }];
+                if bytes.is_empty() || self.port.seg.read(addr, &mut bytes).is_err() {
+                    pushes.push((regs::TX_PUSH, regs::push(d, false)));
+                } else {
+                    regs::push_frame(d, &bytes, &mut pushes);
+                }
                 self.tx_tail = self.tx_tail.wrapping_add(1);
             }
             self.tx_heads.push_back((head, self.tx_tail.wrapping_sub(1)));
@@ -281,7 +291,8 @@ impl GuestNet {
         }
         if posted {
             std::sync::atomic::fence(Ordering::Release);
-            (self.port.write_regs)(&[(regs::TX_TAIL, u64::from(self.tx_tail))]);
+            pushes.push((regs::TX_TAIL, u64::from(self.tx_tail)));
+            (self.port.write_regs)(&pushes);
         }
         if !dropped.is_empty() {
             let _ = vq.signal_used_queue();
