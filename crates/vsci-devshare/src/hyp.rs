@@ -93,7 +93,7 @@ pub fn run_vm(o: VmOptions, stop: Arc<AtomicBool>) -> Result<()> {
     // A guest's memory segment is its RAM and, past it, where the guest
     // cannot see it, the function's rings and the bounce area.
     let seg_size = if guest { o.ram + BOUNCE_AREA } else { o.ram };
-    let client = Client::connect(&o.socket, "vsci-device-vm").map_err(|e| anyhow!("cannot reach vscid at {}: {e}", o.socket.display()))?;
+    let client = Client::connect_service(&o.socket, "vsci-device-vm").map_err(|e| anyhow!("cannot reach vscid at {}: {e}", o.socket.display()))?;
     let node = client.node_id();
     let ram = client.create_segment(None, seg_size).map_err(|e| anyhow!("cannot create the VM's memory ({seg_size} bytes): {e}"))?;
     ram.prepare().and_then(|_| ram.set_available()).map_err(|e| anyhow!("cannot offer the VM's memory to the device: {e}"))?;

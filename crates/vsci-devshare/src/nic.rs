@@ -170,7 +170,7 @@ type Deliveries = Vec<(usize, Vec<u8>)>;
 
 pub fn serve(o: DeviceOptions, stop: Arc<AtomicBool>) -> Result<()> {
     anyhow::ensure!((1..=64).contains(&o.functions), "--functions: 1 to 64");
-    let client = Client::connect(&o.socket, "vsci-device").map_err(|e| anyhow::anyhow!("cannot reach vscid at {}: {e}", o.socket.display()))?;
+    let client = Client::connect_service(&o.socket, "vsci-device").map_err(|e| anyhow::anyhow!("cannot reach vscid at {}: {e}", o.socket.display()))?;
     let node = client.node_id();
     let tap = Tap::open(&o.tap)?;
     crate::tap::configure(&o.tap, None, o.address.as_deref())?;

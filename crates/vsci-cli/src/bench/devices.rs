@@ -219,16 +219,30 @@ impl Bench<'_> {
             let mut row = json!({"len": len, "secs": secs});
             let l = len.to_string();
             for (dir, extra) in [("tx", vec!["-l", l.as_str()]), ("rx", vec!["-l", l.as_str(), "-R"])] {
+                let cpu0 = cpu_jiffies();
                 match peers::iperf3_client(route, &self.iperf3, &IPERF_PORT.to_string(), secs, &extra) {
                     Ok(v) => {
                         row[format!("{dir}_MBps")] = json!(peers::iperf3_received(&v));
                         row[format!("{dir}_retransmits")] = v["end"]["sum_sent"]["retransmits"].clone();
+                        // What the whole machine spent on the run (both
+                        // ends, the device, the nodes, the VM's driver):
+                        // busy CPU-ms per MB received.
+                        let mb = v["end"]["sum_received"]["bytes"].as_f64().map(|b| b / 1e6);
+                        if let (Some((b0, t0)), Some((b1, t1)), Some(mb)) = (cpu0, cpu_jiffies(), mb) {
+                            let busy_s = (b1 - b0) as f64 / clock_ticks();
+                            row[format!("{dir}_cpu_busy")] = json!((b1 - b0) as f64 / (t1 - t0).max(1) as f64);
+                            row[format!("{dir}_cpu_ms_per_MB")] = json!(busy_s * 1e3 / mb.max(1e-9));
+                        }
                     }
                     Err(e) => row[format!("{dir}_error")] = json!(format!("{e:#}")),
                 }
             }
             let show = |dir: &str| match row[format!("{dir}_MBps")].as_f64() {
-                Some(m) => format!("{:.2} Gbit/s", m * 8e-3),
+                Some(m) => format!(
+                    "{:.2} Gbit/s{}",
+                    m * 8e-3,
+                    row[format!("{dir}_cpu_ms_per_MB")].as_f64().map(|c| format!(" ({c:.2} CPU-ms/MB, {:.0} % busy)", row[format!("{dir}_cpu_busy")].as_f64().unwrap_or(0.0) * 100.0)).unwrap_or_default()
+                ),
                 None => format!("FAILED: {}", row[format!("{dir}_error")].as_str().unwrap_or("?")),
             };
             say(&format!("  iperf3 -l {len:<6} -t {secs}: TX {}, RX {}", show("tx"), show("rx")));
@@ -336,6 +350,22 @@ fn tx_dropped(ns: &str, dev: &str) -> Option<u64> {
 }
 
 /// Jain's fairness index of the shares: 1 when equal, 1/n when one takes all.
+/// Busy and total jiffies of the whole machine so far (/proc/stat's `cpu`
+/// line; idle and iowait are not busy).
+fn cpu_jiffies() -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string("/proc/stat").ok()?;
+    let v: Vec<u64> = s.lines().next()?.split_whitespace().skip(1).take(8).filter_map(|x| x.parse().ok()).collect();
+    let total: u64 = v.iter().sum();
+    let idle = v.get(3)? + v.get(4).copied().unwrap_or(0);
+    Some((total - idle, total))
+}
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf only reads a constant of the system.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 { t as f64 } else { 100.0 }
+}
+
 fn jain(x: &[f64]) -> Option<f64> {
     let (sum, sq): (f64, f64) = (x.iter().sum(), x.iter().map(|v| v * v).sum());
     (!x.is_empty() && sq > 0.0).then(|| sum * sum / (x.len() as f64 * sq))

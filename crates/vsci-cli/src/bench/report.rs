@@ -1094,6 +1094,39 @@ fn devices(d: &mut Doc, r: &Value) {
         }
     }
 
+    // What each byte cost the machine: the remote path moves every byte
+    // once more, through the RMA engine, on the same cores.
+    if let Some(&len) = lens.iter().max() {
+        let row = |c: &Value, k: &str| c["throughput"].as_array().and_then(|a| a.iter().find(|x| x["len"].as_u64() == Some(len))).and_then(|x| x[k].as_f64());
+        let mut body = Vec::new();
+        for dir in ["rx", "tx"] {
+            let cost = |c: &Value| row(c, &format!("{dir}_cpu_ms_per_MB"));
+            for (name, c) in [("veth", veth), ("local (SRIOV)", local), ("bounce (MRIOV)", bounce), ("zero-copy (MRIOV+)", zc)] {
+                if cost(c).is_none() {
+                    continue;
+                }
+                body.push(vec![
+                    format!("{} {}", dir.to_uppercase(), size_name(len)),
+                    name.to_string(),
+                    gbit(row(c, &format!("{dir}_MBps"))),
+                    row(c, &format!("{dir}_cpu_busy")).map_or("-".into(), |b| format!("{:.0} %", b * 100.0)),
+                    sig(cost(c)),
+                    fr(ratio(cost(c), cost(local))),
+                ]);
+            }
+        }
+        if !body.is_empty() {
+            d.line(
+                "**CPU per byte** (the throughput runs above): how busy the whole machine was during the run (both cores: \
+                 both ends of the connection, the device model, the VM's driver and hypervisor, the nodes) and the busy \
+                 CPU-milliseconds it spent per MB received. Where the machine is near 100 % busy, throughput is what the \
+                 CPU allows, and the cost per MB is what sets it.",
+            );
+            d.line("");
+            d.table(&["direction, -l", "path", "Gbit/s", "machine busy", "CPU-ms per MB", "against local"], &body);
+        }
+    }
+
     let mut body = Vec::new();
     for c in &configs {
         let i = &c["interrupts"];
