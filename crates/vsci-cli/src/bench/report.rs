@@ -1153,8 +1153,9 @@ fn devices(d: &mut Doc, r: &Value) {
             "**Interrupts** (seed Fig. 8): a fresh VM per configuration, one {} s `iperf3 -R` run; the interrupts its driver \
              received and the packets it moved over the VM's whole life (start, run, stop). The seed: MRIOV gets fewer \
              interrupts than SRIOV above 2 KB, its slower handler keeping NAPI polling. *Missed*: frames for the VM that \
-             the device dropped because no receive buffer was posted (as a NIC whose ring is full; TCP sends them again), \
-             in this run and over the latency and throughput runs above.",
+             the device dropped because no receive buffer was posted and its 1024-frame receive FIFO was full (as a NIC \
+             whose ring and packet buffer are full; TCP sends them again), in this run and over the latency and \
+             throughput runs above.",
             configs.iter().find_map(|c| c["interrupts"]["secs"].as_u64()).unwrap_or(0)
         ));
         d.line("");
@@ -1246,11 +1247,23 @@ fn devices(d: &mut Doc, r: &Value) {
     if let Some(len) = rx_big {
         let (l, b, z) = (bw(local, len, "rx_MBps"), bw(bounce, len, "rx_MBps"), bw(zc, len, "rx_MBps"));
         if let (Some(l), Some(b), Some(z)) = (l, b, z) {
+            let cpu = |c: &Value| bw(c, len, "rx_cpu_ms_per_MB");
+            let cost = match (cpu(local), cpu(bounce), cpu(zc)) {
+                (Some(cl), Some(cb), Some(cz)) => format!(
+                    " The machine was {}-{} % busy in each run, and a remote VM's MB cost {:.2}× (bounce) and {:.2}× (zero-copy) \
+                     the CPU of a local one's: most of the gap is the CPU it costs to move every byte once more, through the RMA engine.",
+                    [local, bounce, zc].iter().filter_map(|c| bw(c, len, "rx_cpu_busy")).map(|x| (x * 100.0).round() as i64).min().unwrap_or(0),
+                    [local, bounce, zc].iter().filter_map(|c| bw(c, len, "rx_cpu_busy")).map(|x| (x * 100.0).round() as i64).max().unwrap_or(0),
+                    cb / cl,
+                    cz / cl
+                ),
+                _ => String::new(),
+            };
             d.line(&format!(
                 "**Against the seed's claims** (RX at -l {}): bounce {:+.0} % and zero-copy {:+.0} % against local, where the seed \
                  reports -5.6 % and about 0 %. Unlike the seed's PCIe NTB, every packet of a remote VM here crosses the RMA \
                  engine (libfabric over TCP on the same veth) and the nodes' engine threads, on the same 2 cores as both \
-                 ends of the connection, the device model and the VM's driver; the local VM's packets stay in node 1's memory.",
+                 ends of the connection, the device model and the VM's driver; the local VM's packets stay in node 1's memory.{cost}",
                 size_name(len),
                 (b / l - 1.0) * 100.0,
                 (z / l - 1.0) * 100.0
