@@ -165,6 +165,9 @@ struct Device {
     replay: Mutex<msg::ReplayGuard>,
 }
 
+/// Bytes to write and their `(length, offset)` pieces (gather.rs).
+type Payload = (Vec<u8>, Vec<(usize, u64)>);
+
 /// Frames to hand to functions after the sender's lock is released.
 type Deliveries = Vec<(usize, Vec<u8>)>;
 
@@ -835,7 +838,7 @@ impl Function {
     /// `base`: everything in the descriptors lands after the payload.
     /// Where an interrupt sent next arrives after the bytes, the writes are
     /// posted and not waited for.
-    fn write_back(&mut self, data: Option<(Vec<u8>, Vec<(usize, u64)>)>, base: u64, len: u32, status: &[(u32, Desc)], rx: bool) -> bool {
+    fn write_back(&mut self, data: Option<Payload>, base: u64, len: u32, status: &[(u32, Desc)], rx: bool) -> bool {
         let Some(a) = self.asg.as_ref() else { return false };
         let mut descs = Gather::new(&a.iommu);
         for &(idx, d) in status {
