@@ -242,10 +242,6 @@ pub fn run(o: DriverOptions, stop: Arc<AtomicBool>) -> Result<DriverStats> {
         }
         // Frames the VM's stack sends, while there are free descriptors.
         let mut posted = false;
-        // Each descriptor is also pushed to the device (regs::TX_PUSH),
-        // small frames with their bytes, so the device reads nothing back
-        // for them across the fabric.
-        let pushes = &mut w;
         while tx_tail.wrapping_sub(tx_clean) < RING {
             let (slot, n) = match vm.cfg.mode {
                 Mode::ZeroCopy => {
@@ -275,10 +271,13 @@ pub fn run(o: DriverOptions, stop: Arc<AtomicBool>) -> Result<DriverStats> {
             };
             let d = Desc { addr: slot, len: n as u32, status: 0 };
             vm.set_desc(lay.tx_ring, tx_tail, d);
+            // Each descriptor is also pushed to the device (regs::TX_PUSH),
+            // a small frame with its bytes, so the device reads nothing back
+            // for it across the fabric.
             let p = vm.mem.ptr(slot, n)?;
             // SAFETY: the frame just stored in this slot's buffer, which is
             // ours until the device sets DD.
-            regs::push_frame(d, unsafe { std::slice::from_raw_parts(p, n) }, pushes);
+            regs::push_frame(d, unsafe { std::slice::from_raw_parts(p, n) }, &mut w);
             tx_tail = tx_tail.wrapping_add(1);
             st.tx += 1;
             posted = true;

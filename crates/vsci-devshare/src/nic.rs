@@ -109,9 +109,14 @@ struct Pushed {
 
 /// Where a transmit descriptor's bytes come from.
 enum Source {
-    /// A DMA read: this range of the read plan.
-    Dma(usize),
+    /// A DMA read of (DVA, length): the read plan's next range.
+    Dma(u64, u64),
     Inline(Vec<u8>),
+}
+
+/// Is ring index `a` before `b`? (Indices count up and wrap.)
+fn before(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
 }
 
 /// Frames the receive FIFO holds per function (about 1.5 MB of full
@@ -662,7 +667,7 @@ impl Function {
         let a = self.asg.as_mut().expect("present above");
         let mut from = from;
         while let Some(&(idx, d)) = a.rx_pushed.front() {
-            if (idx.wrapping_sub(from) as i32) < 0 {
+            if before(idx, from) {
                 a.rx_pushed.pop_front();
                 continue;
             }
@@ -710,7 +715,7 @@ impl Function {
         // Pushed descriptors first (stale ones, before the head, go); the
         // rest are read from the ring.
         let a = self.asg.as_mut().expect("present above");
-        while a.tx_pushed.front().is_some_and(|p| (p.idx.wrapping_sub(head) as i32) < 0) {
+        while a.tx_pushed.front().is_some_and(|p| before(p.idx, head)) {
             a.tx_pushed.pop_front();
         }
         let mut descs = Vec::with_capacity(tail.wrapping_sub(head) as usize);
@@ -754,7 +759,7 @@ impl Function {
                         break;
                     }
                     None => match a.iommu.translate(d.addr, u64::from(d.len), Access::Read) {
-                        Ok(_) => sources.push(Source::Dma(ranges.len() + sources.len())),
+                        Ok(_) => sources.push(Source::Dma(d.addr, u64::from(d.len))),
                         Err(f) => {
                             bad = Some(format!("descriptor {idx}: {f}"));
                             break;
@@ -771,16 +776,10 @@ impl Function {
             match bad {
                 Some(b) => faults.push(b),
                 None => {
-                    // Dma(k) counted every source before it; renumber
-                    // to the ranges actually read.
-                    let mut k = ranges.len();
-                    for (src, &(_, d)) in sources.iter_mut().zip(fr) {
-                        if let Source::Dma(i) = src {
-                            *i = k;
-                            k += 1;
-                            ranges.push((d.addr, u64::from(d.len)));
-                        }
-                    }
+                    ranges.extend(sources.iter().filter_map(|s| match *s {
+                        Source::Dma(dva, n) => Some((dva, n)),
+                        Source::Inline(_) => None,
+                    }));
                     good_frames.push(sources);
                 }
             }
@@ -804,13 +803,15 @@ impl Function {
             self.fault(format_args!("{f}"));
         }
         let mut frame = Vec::with_capacity(MAX_FRAME);
+        // The DMA sources, in order, are the plan's ranges.
+        let mut at = plan.at.iter();
         for sources in good_frames {
             frame.clear();
             for src in sources {
                 match src {
-                    Source::Dma(i) => {
-                        let at = plan.at[i];
-                        frame.extend_from_slice(&payload[at..at + ranges[i].1 as usize]);
+                    Source::Dma(_, n) => {
+                        let at = *at.next().expect("one planned range per DMA source");
+                        frame.extend_from_slice(&payload[at..at + n as usize]);
                     }
                     Source::Inline(b) => frame.extend_from_slice(&b),
                 }
@@ -826,7 +827,7 @@ impl Function {
         self.write_back(None, base, len, &status, false);
         if let Some(a) = self.asg.as_mut() {
             a.tx_head = done;
-            while a.tx_pushed.front().is_some_and(|p| (p.idx.wrapping_sub(done) as i32) < 0) {
+            while a.tx_pushed.front().is_some_and(|p| before(p.idx, done)) {
                 a.tx_pushed.pop_front();
             }
         }

@@ -86,7 +86,7 @@ impl Drop for Requester {
 fn chunk_writes(func: u8, token: u64, writes: &[(u32, u64)]) -> Vec<ToDevice> {
     // postcard's varints: a write takes at most 5 + 10 bytes (values with
     // high bits set, as inline frame bytes and pushes, take all 10); the
-    // vector's length prefix at most 3.
+    // vector's length prefix, one byte in `empty`, grows by at most two.
     const WORST: usize = 15;
     let empty = msg::encode(&ToDevice::Regs { func, token, writes: Vec::new() }).len();
     let per = (vsci_proto::intr::DATA_MAX - empty - 2) / WORST;

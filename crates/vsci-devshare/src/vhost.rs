@@ -273,11 +273,13 @@ impl GuestNet {
                 self.set_desc(self.tx_ring(), self.tx_tail, d);
                 // Pushed too (the low-latency queue), a small frame with
                 // its bytes: the device need not read the ring back.
-                let mut bytes = vec![0u8; if n == 1 && len as usize <= regs::INLINE_MAX { len as usize } else { 0 }];
-                if bytes.is_empty() || self.port.seg.read(addr, &mut bytes).is_err() {
-                    pushes.push((regs::TX_PUSH, regs::push(d, false)));
-                } else {
-                    regs::push_frame(d, &bytes, &mut pushes);
+                let small = (n == 1 && len as usize <= regs::INLINE_MAX).then(|| {
+                    let mut b = vec![0u8; len as usize];
+                    self.port.seg.read(addr, &mut b).ok().map(|()| b)
+                });
+                match small.flatten() {
+                    Some(bytes) => regs::push_frame(d, &bytes, &mut pushes),
+                    None => pushes.push((regs::TX_PUSH, regs::push(d, false))),
                 }
                 self.tx_tail = self.tx_tail.wrapping_add(1);
             }
