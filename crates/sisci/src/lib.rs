@@ -16,6 +16,7 @@ mod handles;
 #[cfg(target_arch = "x86_64")]
 mod interpose;
 mod memcpy;
+mod signals;
 mod tmem;
 
 use std::ffi::{c_char, c_int, c_uint, c_void};

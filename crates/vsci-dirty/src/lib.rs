@@ -12,6 +12,7 @@
 //! against the last shipped bytes: a store that rewrote an earlier value was
 //! lost. It is gone; docs/design.md ("Remote maps") says why.
 
+pub mod chain;
 pub mod emulate;
 pub mod trap;
 #[doc(hidden)]

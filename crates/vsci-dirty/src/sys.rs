@@ -138,3 +138,68 @@ pub fn read_own(addr: usize, buf: &mut [u8]) -> usize {
         n as usize
     }
 }
+
+/// `UFFDIO_WAKE = _IOR(0xAA, 0x02, struct uffdio_range)`
+pub const UFFDIO_WAKE: u64 = ioc(IOC_READ, 0xAA, 0x02, size_of::<UffdioRange>());
+const _: () = assert!(UFFDIO_WAKE == 0x8010_AA02);
+
+/// `UFFD_EVENT_PAGEFAULT` and the page-fault flags of a `struct uffd_msg`.
+pub const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
+pub const UFFD_PAGEFAULT_FLAG_WRITE: u64 = 1 << 0;
+pub const UFFD_PAGEFAULT_FLAG_WP: u64 = 1 << 1;
+
+/// `struct uffd_msg` as a page-fault message: event, padding, then
+/// `arg.pagefault.{flags, address, feat}` (32 bytes in all).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+pub struct UffdMsg {
+    pub event: u8,
+    pub reserved1: u8,
+    pub reserved2: u16,
+    pub reserved3: u32,
+    pub flags: u64,
+    pub address: u64,
+    pub feat: u64,
+}
+const _: () = assert!(size_of::<UffdMsg>() == 32);
+
+/// A system call made with the `syscall` instruction itself, never through
+/// the C library's `syscall(2)`: libsisci exports its own `syscall` (to see
+/// a program's direct `rt_sigaction`), and the code behind it must not call
+/// back into it. Returns the kernel's result (`-errno` on failure).
+///
+/// # Safety
+/// As the system call `n` with these arguments.
+#[cfg(target_arch = "x86_64")]
+pub unsafe fn raw_syscall(n: libc::c_long, a: [libc::c_long; 6]) -> libc::c_long {
+    let ret: libc::c_long;
+    // SAFETY: the caller's contract. The Linux x86-64 system-call ABI: number
+    // in RAX, arguments in RDI, RSI, RDX, R10, R8, R9; the kernel clobbers
+    // RCX and R11 and returns in RAX.
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            inlateout("rax") n => ret,
+            in("rdi") a[0], in("rsi") a[1], in("rdx") a[2], in("r10") a[3], in("r8") a[4], in("r9") a[5],
+            lateout("rcx") _, lateout("r11") _,
+            options(nostack),
+        );
+    }
+    ret
+}
+
+/// See the x86-64 version; elsewhere the C library's (no interposer of
+/// ours exists there).
+///
+/// # Safety
+/// As the system call `n` with these arguments.
+#[cfg(not(target_arch = "x86_64"))]
+pub unsafe fn raw_syscall(n: libc::c_long, a: [libc::c_long; 6]) -> libc::c_long {
+    // SAFETY: the caller's contract.
+    let r = unsafe { libc::syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]) };
+    if r == -1 {
+        -(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL) as libc::c_long)
+    } else {
+        r
+    }
+}

@@ -27,7 +27,7 @@
 //! unknown state, and handlers must cope (map in, then unprotect).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Once};
 
 use crate::{page_size, sys, Error, Result};
@@ -44,7 +44,8 @@ pub struct Fault {
     pub present: Option<bool>,
     /// The faulting address.
     pub addr: usize,
-    /// The interrupted thread's `ucontext_t`.
+    /// The interrupted thread's `ucontext_t`; null when the fault was
+    /// delivered to the fault thread ([`Delivery::Thread`]).
     ctx: *mut libc::c_void,
 }
 
@@ -52,6 +53,11 @@ impl Fault {
     /// The store that faulted, if it is one [`crate::emulate`] understands
     /// exactly (x86-64 only).
     pub fn decode_store(&self, page: usize) -> Option<crate::emulate::Store> {
+        if self.ctx.is_null() {
+            // Delivered to the fault thread: the faulting thread's registers
+            // are not ours to read or change.
+            return None;
+        }
         #[cfg(target_arch = "x86_64")]
         {
             use crate::emulate::Registers;
@@ -73,6 +79,9 @@ impl Fault {
     /// The `REP MOVSB` / `REP STOSB` that faulted, if it is one
     /// [`crate::emulate::decode_rep`] understands (x86-64 only).
     pub fn decode_rep(&self) -> Option<crate::emulate::RepString> {
+        if self.ctx.is_null() {
+            return None;
+        }
         #[cfg(target_arch = "x86_64")]
         {
             use crate::emulate::Registers;
@@ -117,10 +126,45 @@ impl Fault {
     }
 }
 
+/// How the faults of trapped ranges reach their handler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// A `SIGBUS` in the faulting thread (~6 µs a fault here). Needs the
+    /// trap's handler to stay the kernel's disposition of `SIGBUS`, which
+    /// libsisci's signal chaining ensures when its interposers are the
+    /// process's `sigaction` ([`crate::chain`]).
+    Signal,
+    /// A message to one fault thread per process, which resolves the fault
+    /// and wakes the faulting thread (two blocking wake-ups, ~100-150 µs a
+    /// fault here), with no signal at all: for processes whose signal calls
+    /// libsisci cannot see (it was opened with `dlopen` outside the global
+    /// symbol scope). Stores are never emulated this way (the faulting
+    /// thread's registers are out of reach).
+    Thread,
+}
+
+static DELIVERY: AtomicU8 = AtomicU8::new(0);
+
+/// Choose how ranges registered from now on deliver their faults (ranges
+/// registered before keep theirs).
+pub fn set_delivery(d: Delivery) {
+    DELIVERY.store(d as u8, Ordering::Release);
+}
+
+/// How ranges registered now deliver their faults.
+pub fn delivery() -> Delivery {
+    if DELIVERY.load(Ordering::Acquire) == Delivery::Thread as u8 {
+        Delivery::Thread
+    } else {
+        Delivery::Signal
+    }
+}
+
 /// What a trapped range does on a fault. Called inside a `SIGBUS` handler
-/// in the faulting thread: it must not take a lock the interrupted code may
-/// hold, and must not touch the trapped range itself (that would trap
-/// again, inside the handler).
+/// in the faulting thread (or, with [`Delivery::Thread`], in the fault
+/// thread while the faulting thread waits): it must not take a lock the
+/// interrupted code may hold, and must not touch the trapped range itself
+/// (that would trap again, inside the handler).
 pub trait TrapHandler: Send + Sync {
     fn on_fault(&self, trap: &Trap, fault: Fault);
 }
@@ -135,6 +179,7 @@ pub struct Trap {
     len: usize,
     page: usize,
     slot: usize,
+    delivery: Delivery,
 }
 
 /// How a range is registered.
@@ -166,11 +211,17 @@ impl Trap {
         if !sys::WP_SUPPORTED_ARCH {
             return Err(Error::WpUnavailable("architecture not supported".into()));
         }
-        install_handler();
+        let delivery = delivery();
+        let signal = if delivery == Delivery::Signal {
+            install_handler();
+            sys::UFFD_FEATURE_SIGBUS
+        } else {
+            0
+        };
         let uffd = open_uffd()?;
         let mut api = sys::UffdioApi {
             api: sys::UFFD_API,
-            features: sys::UFFD_FEATURE_SIGBUS | sys::UFFD_FEATURE_MINOR_SHMEM | if opts.writes { sys::UFFD_FEATURE_WP_HUGETLBFS_SHMEM } else { 0 },
+            features: signal | sys::UFFD_FEATURE_MINOR_SHMEM | if opts.writes { sys::UFFD_FEATURE_WP_HUGETLBFS_SHMEM } else { 0 },
             ioctls: 0,
         };
         // SAFETY: UFFDIO_API reads and writes one `struct uffdio_api` (repr(C),
@@ -188,11 +239,17 @@ impl Trap {
         if unsafe { libc::ioctl(uffd.as_raw_fd(), sys::UFFDIO_REGISTER as _, &mut reg) } < 0 {
             return Err(Error::WpUnavailable(format!("UFFDIO_REGISTER: {}", std::io::Error::last_os_error())));
         }
-        let mut trap = Trap { uffd, writes: opts.writes, base, len, page, slot: usize::MAX };
+        let mut trap = Trap { uffd, writes: opts.writes, base, len, page, slot: usize::MAX, delivery };
         trap.slot = registry_insert(base, len)?;
         let trap = Arc::new(trap);
         let entry = Box::new(Entry { trap: trap.clone(), handler });
         SLOTS[trap.slot].entry.store(Box::into_raw(entry), Ordering::SeqCst);
+        if delivery == Delivery::Thread {
+            if let Err(e) = fault_thread::watch(trap.slot, trap.uffd.as_raw_fd()) {
+                unregister(&trap);
+                return Err(e);
+            }
+        }
         Ok(trap)
     }
 
@@ -273,6 +330,9 @@ impl Trap {
 /// Afterwards accesses to the range that would trap kill the process with
 /// `SIGBUS`: unmap the range right after.
 pub fn unregister(trap: &Arc<Trap>) {
+    if trap.delivery == Delivery::Thread {
+        fault_thread::unwatch(trap.uffd.as_raw_fd());
+    }
     let slot = &SLOTS[trap.slot];
     let p = slot.entry.swap(std::ptr::null_mut(), Ordering::SeqCst);
     slot.start.store(0, Ordering::SeqCst);
@@ -385,29 +445,17 @@ fn registry_insert(base: usize, len: usize) -> Result<usize> {
     Err(Error::WpUnavailable(format!("more than {MAX_TRAPS} trapped ranges")))
 }
 
-/// The SIGBUS disposition before ours, to pass on faults that are not ours.
-static mut PREVIOUS: std::mem::MaybeUninit<libc::sigaction> = std::mem::MaybeUninit::uninit();
 static INSTALL: Once = Once::new();
 
 fn install_handler() {
-    INSTALL.call_once(|| {
-        // SAFETY: a zeroed sigaction is a valid "no flags, empty mask"
-        // value; we fill in the handler. PREVIOUS is written here once,
-        // before the handler can run (it is installed by this very call),
-        // and only read afterwards.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_sigbus as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) as usize;
-            // No SA_ONSTACK: the handler may do network I/O and needs the
-            // thread's own stack, not a small alternate one. SA_NODEFER:
-            // a fault of another trapped range inside a handler (a program
-            // copying between two remote maps) is handled too.
-            sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_RESTART;
-            libc::sigemptyset(&mut sa.sa_mask);
-            let prev = std::ptr::addr_of_mut!(PREVIOUS).cast::<libc::sigaction>();
-            libc::sigaction(libc::SIGBUS, &sa, prev);
-        }
-    });
+    INSTALL.call_once(|| crate::chain::install(on_sigbus));
+}
+
+/// What `on_sigbus` hands to the handler running on the trap's own stack.
+struct SigbusCall {
+    addr: usize,
+    ctx: *mut libc::c_void,
+    handled: bool,
 }
 
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
@@ -416,12 +464,22 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     // SAFETY: errno is thread-local; the handler saves and restores it so
     // the interrupted code never sees our ioctls' errors.
     let errno = unsafe { *libc::__errno_location() };
-    let handled = dispatch(addr, ctx);
+    let mut call = SigbusCall { addr, ctx, handled: false };
+    if may_be_trapped(addr, 1) {
+        crate::chain::on_private_stack(dispatch_call, &mut call as *mut SigbusCall as *mut libc::c_void);
+    }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
-    if !handled {
-        pass_on(sig, info, ctx);
+    if !call.handled {
+        crate::chain::pass_on(sig, info, ctx);
     }
+}
+
+extern "C" fn dispatch_call(p: *mut libc::c_void) {
+    // SAFETY: `p` is the SigbusCall `on_sigbus` made, alive for this call
+    // and used by nothing else meanwhile.
+    let c = unsafe { &mut *(p as *mut SigbusCall) };
+    c.handled = dispatch(c.addr, c.ctx);
 }
 
 fn dispatch(addr: usize, ctx: *mut libc::c_void) -> bool {
@@ -463,26 +521,104 @@ fn fault_kind(_ctx: *mut libc::c_void) -> (bool, Option<bool>) {
     (true, None)
 }
 
-/// A SIGBUS that is not ours: behave as if we were not installed.
-fn pass_on(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    // SAFETY: PREVIOUS was written by `install_handler` before our handler
-    // could run. Calling the previous handler with the same arguments is
-    // what the kernel would have done; for the default or ignore
-    // disposition we restore the default and return, so the faulting
-    // access repeats and takes the default action (core dump).
-    unsafe {
-        let prev = std::ptr::addr_of!(PREVIOUS).cast::<libc::sigaction>().read();
-        let h = prev.sa_sigaction;
-        if h == libc::SIG_DFL || h == libc::SIG_IGN {
-            let mut dfl: libc::sigaction = std::mem::zeroed();
-            dfl.sa_sigaction = libc::SIG_DFL;
-            libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut());
-        } else if prev.sa_flags & libc::SA_SIGINFO != 0 {
-            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) = std::mem::transmute(h);
-            f(sig, info, ctx);
-        } else {
-            let f: extern "C" fn(libc::c_int) = std::mem::transmute(h);
-            f(sig);
+/// The fault thread of [`Delivery::Thread`]: one per process, made with
+/// the first range that needs it, waiting on every such range's
+/// userfaultfd at once.
+mod fault_thread {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+    use std::sync::atomic::Ordering;
+    use std::sync::OnceLock;
+
+    use super::{Fault, SLOTS};
+    use crate::{sys, Error, Result};
+
+    static EPOLL: OnceLock<std::result::Result<OwnedFd, String>> = OnceLock::new();
+
+    fn epoll() -> Result<RawFd> {
+        let ep = EPOLL.get_or_init(|| {
+            // SAFETY: epoll_create1 takes flags and returns a new fd.
+            let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+            if fd < 0 {
+                return Err(format!("epoll_create1: {}", std::io::Error::last_os_error()));
+            }
+            // SAFETY: a new fd nobody else owns.
+            let ep = unsafe { OwnedFd::from_raw_fd(fd) };
+            let raw = ep.as_raw_fd();
+            std::thread::Builder::new()
+                .name("vsci-faults".into())
+                .spawn(move || run(raw))
+                .map_err(|e| format!("fault thread: {e}"))?;
+            Ok(ep)
+        });
+        ep.as_ref().map(|f| f.as_raw_fd()).map_err(|e| Error::WpUnavailable(e.clone()))
+    }
+
+    pub(super) fn watch(slot: usize, uffd: RawFd) -> Result<()> {
+        let ep = epoll()?;
+        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: slot as u64 };
+        // SAFETY: adds `uffd` (open, owned by the range's Trap) to our epoll
+        // set; the kernel copies `ev`.
+        if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, uffd, &mut ev) } < 0 {
+            return Err(Error::Os { op: "epoll_ctl", source: std::io::Error::last_os_error() });
         }
+        Ok(())
+    }
+
+    pub(super) fn unwatch(uffd: RawFd) {
+        if let Ok(ep) = epoll() {
+            // SAFETY: removes `uffd` from our set; a null event is allowed.
+            unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_DEL, uffd, std::ptr::null_mut()) };
+        }
+    }
+
+    fn run(ep: RawFd) {
+        let mut evs = [libc::epoll_event { events: 0, u64: 0 }; 16];
+        loop {
+            // SAFETY: `evs` has room for 16 events; `ep` stays open (EPOLL
+            // is never dropped).
+            let n = unsafe { libc::epoll_wait(ep, evs.as_mut_ptr(), evs.len() as i32, -1) };
+            if n < 0 {
+                if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                log::error!("vsci: the fault thread stops: epoll_wait: {}", std::io::Error::last_os_error());
+                return;
+            }
+            for ev in &evs[..n as usize] {
+                serve(ev.u64 as usize);
+            }
+        }
+    }
+
+    /// Resolve every fault waiting on the range in `slot`.
+    fn serve(slot: usize) {
+        let Some(s) = SLOTS.get(slot) else { return };
+        s.busy.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: a non-null entry stays allocated while busy > 0.
+        if let Some(e) = unsafe { s.entry.load(Ordering::SeqCst).as_ref() } {
+            let t = &e.trap;
+            loop {
+                let mut msg = sys::UffdMsg::default();
+                // SAFETY: reads at most one 32-byte uffd_msg into `msg`.
+                let r = unsafe { libc::read(t.uffd.as_raw_fd(), (&mut msg as *mut sys::UffdMsg).cast(), std::mem::size_of::<sys::UffdMsg>()) };
+                if r != std::mem::size_of::<sys::UffdMsg>() as isize {
+                    break;
+                }
+                let addr = msg.address as usize;
+                if msg.event != sys::UFFD_EVENT_PAGEFAULT || addr < t.base || addr >= t.base + t.len {
+                    continue;
+                }
+                let page = (addr - t.base) & !(t.page - 1);
+                let write = msg.flags & sys::UFFD_PAGEFAULT_FLAG_WRITE != 0;
+                let present = Some(msg.flags & sys::UFFD_PAGEFAULT_FLAG_WP != 0);
+                e.handler.on_fault(t, Fault { page, write, present, addr, ctx: std::ptr::null_mut() });
+                // The handler's map-in or unprotect woke the thread, unless
+                // another fault had resolved the page already: wake it.
+                let mut range = sys::UffdioRange { start: (t.base + page) as u64, len: t.page as u64 };
+                // SAFETY: UFFDIO_WAKE reads one uffdio_range.
+                unsafe { libc::ioctl(t.uffd.as_raw_fd(), sys::UFFDIO_WAKE as _, &mut range) };
+            }
+        }
+        s.busy.fetch_sub(1, Ordering::SeqCst);
     }
 }
