@@ -81,8 +81,8 @@ pub unsafe extern "C" fn SCIRemoveDMAQueue(dq: Handle, flags: c_uint, error: *mu
     unsafe {
         report(error, (), || {
             check_flags(flags, FLAG_FORCE_REMOVE)?;
-            if handles::dma_queue(h(dq)).is_err() && handles::take_terminated(h(dq)) {
-                return Ok(()); // removed by SCITerminate
+            if handles::dma_queue(h(dq)).is_err() && handles::take_orphan(h(dq), handles::Kind::DmaQueue) {
+                return Ok(()); // removed by SCIClose or SCITerminate
             }
             let q = handles::dma_queue(h(dq))?;
             if flags & FLAG_FORCE_REMOVE != 0 {
@@ -390,7 +390,8 @@ pub unsafe extern "C" fn SCIReturnDMAChannel(channel: Handle, error: *mut SciErr
         report(error, (), || {
             let ch = match handles::dma_channel(h(channel)) {
                 Ok(c) => c,
-                Err(_) if handles::take_terminated(h(channel)) => return Ok(()),
+                // Returned already by SCIClose or SCITerminate.
+                Err(_) if handles::take_orphan(h(channel), handles::Kind::DmaChannel) => return Ok(()),
                 Err(e) => return Err(e),
             };
             for q in handles::dma_queues() {
@@ -417,7 +418,7 @@ pub unsafe extern "C" fn SCIAssignDMAChannel(channel: Handle, dq: Handle, flags:
 }
 
 macro_rules! channel_segment_op {
-    ($name:ident, $getter:ident, |$ch:ident, $s:ident| $body:expr, $release:expr) => {
+    ($name:ident, $getter:ident, $kind:expr, |$ch:ident, $s:ident| $body:expr, $release:expr) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(channel: Handle, segment: Handle, flags: c_uint, error: *mut SciErr) {
             // SAFETY: see `set`.
@@ -427,8 +428,11 @@ macro_rules! channel_segment_op {
                     let looked_up = handles::dma_channel(h(channel)).and_then(|c| Ok((c, handles::$getter(h(segment))?)));
                     let ($ch, $s) = match looked_up {
                         Ok(x) => x,
-                        // After SCITerminate, unprepare calls succeed.
-                        Err(_) if $release && (handles::take_terminated(h(channel)) | handles::take_terminated(h(segment))) => return Ok(()),
+                        // After SCIClose or SCITerminate released the
+                        // channel or the segment, unprepare calls succeed.
+                        // Neither handle is released by them, so both stay
+                        // orphans for their own release calls.
+                        Err(_) if $release && (handles::is_orphan(h(channel), handles::Kind::DmaChannel) || handles::is_orphan(h(segment), $kind)) => return Ok(()),
                         Err(e) => return Err(e),
                     };
                     $body
@@ -438,13 +442,13 @@ macro_rules! channel_segment_op {
     };
 }
 
-channel_segment_op!(SCIPrepareLocalSegmentForDMA, local_seg, |ch, s| ch.prepare_local(&s), false);
-channel_segment_op!(SCIPrepareRemoteSegmentForDMA, remote_seg, |ch, s| ch.prepare_remote(&s), false);
-channel_segment_op!(SCIUnprepareLocalSegmentForDMA, local_seg, |ch, s| {
+channel_segment_op!(SCIPrepareLocalSegmentForDMA, local_seg, handles::Kind::LocalSeg, |ch, s| ch.prepare_local(&s), false);
+channel_segment_op!(SCIPrepareRemoteSegmentForDMA, remote_seg, handles::Kind::RemoteSeg, |ch, s| ch.prepare_remote(&s), false);
+channel_segment_op!(SCIUnprepareLocalSegmentForDMA, local_seg, handles::Kind::LocalSeg, |ch, s| {
     ch.unprepare(&s);
     Ok(())
 }, true);
-channel_segment_op!(SCIUnprepareRemoteSegmentForDMA, remote_seg, |ch, s| {
+channel_segment_op!(SCIUnprepareRemoteSegmentForDMA, remote_seg, handles::Kind::RemoteSeg, |ch, s| {
     ch.unprepare(&s);
     Ok(())
 }, true);

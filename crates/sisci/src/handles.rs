@@ -3,9 +3,9 @@
 //! wrong-kind handle is simply not found and the call fails with
 //! `SCI_ERR_ILLEGAL_PARAMETER` instead of touching memory.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use vsci_client::{Client, DmaChannel, DmaQueue, LocalInterrupt, LocalSegment, Map, RemoteInterrupt, RemoteSegment, SciError};
 
@@ -130,30 +130,84 @@ pub fn dma_queues() -> Vec<Arc<DmaQueue>> {
         .unwrap_or_default()
 }
 
-// Handles released by SCITerminate. Programs written for Dolphin's library
-// call SCITerminate and then free their queues, maps, segments and
-// descriptors; those calls must succeed. SCITerminate releases everything
-// itself (so a program that stops there leaks nothing) and remembers the
-// handles it released here; the first release call that names one succeeds
-// (its object is gone already), and the handle is then forgotten like any
-// other released handle.
-static TERMINATED: std::sync::Mutex<Option<std::collections::HashSet<usize>>> = std::sync::Mutex::new(None);
+// Orphans: handles whose object SCIClose or SCITerminate released while
+// the program still held the handle. Dolphin's library keeps a handle's
+// user-space state until the program's own release call, so programs
+// written for it (GASNet's SISCI conduit, message-passing layers) close
+// their descriptors, call SCITerminate, and only then remove their queues,
+// maps, sequences and segments, looping until each call returns
+// SCI_ERR_OK. The object is gone already; the first release call of the
+// right kind that names an orphan succeeds and forgets it, after which the
+// handle is an ordinary released one (SCI_ERR_ILLEGAL_PARAMETER, as any
+// handle released twice). Handles are never reused (see NEXT), so an orphan
+// cannot alias a live object, and one of the wrong kind is refused like any
+// wrong-kind handle.
+//
+// Keyed by handle, which grows with age: past MAX_ORPHANS the oldest are
+// forgotten, so a program that closes descriptors in a loop and never
+// releases their children does not grow without bound.
+static ORPHANS: Mutex<BTreeMap<usize, Kind>> = Mutex::new(BTreeMap::new());
 
-/// Remember that SCITerminate released every handle in `hs`.
-pub fn mark_terminated(hs: impl IntoIterator<Item = usize>) {
-    let mut t = TERMINATED.lock().unwrap_or_else(|p| p.into_inner());
-    t.get_or_insert_with(Default::default).extend(hs);
+/// How many orphans are remembered (about 40 MiB at most).
+const MAX_ORPHANS: usize = 1 << 20;
+
+/// What kind of object a handle named.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    Desc,
+    LocalSeg,
+    RemoteSeg,
+    Map,
+    Seq,
+    LocalIntr,
+    RemoteIntr,
+    LocalDataIntr,
+    RemoteDataIntr,
+    DmaQueue,
+    DmaChannel,
 }
 
-/// Was `h` released by SCITerminate and not named by a release call since?
-/// Forgets it.
-pub fn take_terminated(h: usize) -> bool {
-    let mut t = TERMINATED.lock().unwrap_or_else(|p| p.into_inner());
-    t.as_mut().is_some_and(|s| s.remove(&h))
+impl Obj {
+    pub fn kind(&self) -> Kind {
+        match self {
+            Obj::Desc(_) => Kind::Desc,
+            Obj::LocalSeg(_) => Kind::LocalSeg,
+            Obj::RemoteSeg(_) => Kind::RemoteSeg,
+            Obj::Map(_) => Kind::Map,
+            Obj::Seq(_) => Kind::Seq,
+            Obj::LocalIntr(_) => Kind::LocalIntr,
+            Obj::RemoteIntr(_) => Kind::RemoteIntr,
+            Obj::LocalDataIntr(_) => Kind::LocalDataIntr,
+            Obj::RemoteDataIntr(_) => Kind::RemoteDataIntr,
+            Obj::DmaQueue(_) => Kind::DmaQueue,
+            Obj::DmaChannel(_) => Kind::DmaChannel,
+        }
+    }
 }
 
-/// Every handle of the table.
-pub fn all() -> Vec<usize> {
-    let t = TABLE.read().unwrap_or_else(|p| p.into_inner());
-    t.as_ref().map(|t| t.entries.keys().copied().collect()).unwrap_or_default()
+/// Remember that the objects behind `hs` were released by SCIClose or
+/// SCITerminate while the program still holds their handles.
+pub fn orphan(hs: impl IntoIterator<Item = (usize, Kind)>) {
+    let mut o = ORPHANS.lock().unwrap_or_else(|p| p.into_inner());
+    o.extend(hs);
+    while o.len() > MAX_ORPHANS {
+        o.pop_first();
+    }
+}
+
+/// Is `h` an orphan of kind `kind`? If so, forget it: this is its release.
+pub fn take_orphan(h: usize, kind: Kind) -> bool {
+    let mut o = ORPHANS.lock().unwrap_or_else(|p| p.into_inner());
+    if o.get(&h) == Some(&kind) {
+        o.remove(&h);
+        true
+    } else {
+        false
+    }
+}
+
+/// Is `h` an orphan of kind `kind` (kept: the call is not its release)?
+pub fn is_orphan(h: usize, kind: Kind) -> bool {
+    let o = ORPHANS.lock().unwrap_or_else(|p| p.into_inner());
+    o.get(&h) == Some(&kind)
 }

@@ -39,6 +39,9 @@ const FLAG_ASYNCHRONOUS_CONNECT: c_uint = 0x10000;
 const FLAG_FORCE_DISCONNECT: c_uint = 0x20000;
 const FLAG_NOTIFY: c_uint = 0x80000;
 const FLAG_THREAD_SAFE: c_uint = 0x40_0000;
+/// `SCI_FLAG_FORCE_REMOVE` (on `SCIRemoveSegment`; `SCIRemoveDMAQueue` has
+/// its own, the same bit).
+const FLAG_FORCE_REMOVE: c_uint = 0x20;
 const FLAG_FIXED_MAP_ADDR: c_uint = 0x1;
 const FLAG_READONLY_MAP: c_uint = 0x2;
 const FLAG_BROADCAST: c_uint = 0x40000;
@@ -227,11 +230,13 @@ pub unsafe extern "C" fn SCIInitialize(flags: c_uint, error: *mut SciErr) {
 pub extern "C" fn SCITerminate() {
     // Release everything the program still holds, and let the release calls
     // programs make after SCITerminate (as they may with Dolphin's library)
-    // succeed: see handles::mark_terminated.
-    handles::mark_terminated(handles::all());
-    for d in handles::descriptors() {
-        close_descriptor(d);
-    }
+    // succeed: every descriptor and everything made through it becomes an
+    // orphan (see handles::orphan). Nothing here may unwind into C.
+    let _ = std::panic::catch_unwind(|| {
+        for d in handles::descriptors() {
+            close_descriptor(d, true);
+        }
+    });
 }
 
 #[no_mangle]
@@ -250,9 +255,16 @@ pub unsafe extern "C" fn SCIOpen(sd: *mut Handle, flags: c_uint, error: *mut Sci
     }
 }
 
-fn close_descriptor(d: usize) {
+/// Release descriptor `d` and everything made through it. The children's
+/// handles become orphans, whose release calls succeed once (programs
+/// written for Dolphin's library free them after closing the descriptor);
+/// so does the descriptor's own handle if `orphan_desc` (SCITerminate
+/// closed it, not the program's SCIClose).
+fn close_descriptor(d: usize, orphan_desc: bool) {
     let Some(Entry { obj: Obj::Desc(desc), .. }) = handles::remove(d) else { return };
-    for (_, e) in handles::remove_children(d) {
+    let children = handles::remove_children(d);
+    handles::orphan(children.iter().map(|(hnd, e)| (*hnd, e.obj.kind())).chain(orphan_desc.then_some((d, handles::Kind::Desc))));
+    for (_, e) in children {
         match e.obj {
             Obj::Map(m) => m.unmap(),
             Obj::LocalIntr(i) | Obj::LocalDataIntr(i) => {
@@ -270,11 +282,11 @@ pub unsafe extern "C" fn SCIClose(sd: Handle, flags: c_uint, error: *mut SciErr)
     unsafe {
         report(error, (), || {
             check_flags(flags, 0)?;
-            if handles::desc(h(sd)).is_err() && handles::take_terminated(h(sd)) {
+            if handles::desc(h(sd)).is_err() && handles::take_orphan(h(sd), handles::Kind::Desc) {
                 return Ok(()); // closed by SCITerminate
             }
             handles::desc(h(sd))?;
-            close_descriptor(h(sd));
+            close_descriptor(h(sd), false);
             Ok(())
         })
     }
@@ -463,23 +475,31 @@ pub extern "C" fn SCIGetErrorString(error: SciErr) -> *const c_char {
 /// object and keep it.
 macro_rules! handle_op {
     ($name:ident, $getter:ident, |$x:ident| $body:expr) => {
-        handle_op!(@ $name, $getter, |$x| $body, false);
+        handle_op!(@ $name, $getter, None::<handles::Kind>, |$x| $body);
     };
-    (@ $name:ident, $getter:ident, |$x:ident| $body:expr, $release:expr) => {
+    (@ $name:ident, $getter:ident, $release:expr, |$x:ident| $body:expr) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(handle: Handle, flags: c_uint, error: *mut SciErr) {
             // SAFETY: see `set`.
             unsafe {
                 report(error, (), || {
                     check_flags(flags, 0)?;
+                    let release: Option<handles::Kind> = $release;
                     let $x = match handles::$getter(h(handle)) {
                         Ok(x) => x,
-                        // Released already by SCITerminate.
-                        Err(_) if $release && handles::take_terminated(h(handle)) => return Ok(()),
+                        // Released already by SCIClose or SCITerminate.
+                        Err(_) if release.is_some_and(|k| handles::take_orphan(h(handle), k)) => return Ok(()),
                         Err(e) => return Err(e),
                     };
-                    $body?;
-                    if $release {
+                    match $body {
+                        Ok(()) => {}
+                        // A release whose node is gone: what it named went
+                        // with the node, and a program that loops until
+                        // SCI_ERR_OK must be able to finish.
+                        Err(SciError::NoLinkAccess) if release.is_some() => {}
+                        Err(e) => return Err(e),
+                    }
+                    if release.is_some() {
                         handles::remove(h(handle));
                     }
                     Ok(())
@@ -489,12 +509,12 @@ macro_rules! handle_op {
     };
 }
 
-/// A call that ends a handle's life: as `handle_op`, then forget the
-/// handle (only once the release succeeded, so a `SCI_ERR_BUSY` leaves the
-/// handle usable).
+/// A call that ends the life of a handle of kind `$kind`: as `handle_op`,
+/// then forget the handle (only once the release succeeded, so a
+/// `SCI_ERR_BUSY` leaves the handle usable).
 macro_rules! release_op {
-    ($name:ident, $getter:ident, |$x:ident| $body:expr) => {
-        handle_op!(@ $name, $getter, |$x| $body, true);
+    ($name:ident, $getter:ident, $kind:ident, |$x:ident| $body:expr) => {
+        handle_op!(@ $name, $getter, Some(handles::Kind::$kind), |$x| $body);
     };
 }
 
@@ -632,7 +652,28 @@ seg_op!(SCISetSegmentAvailable, 0, |s, _f| s.set_available());
 seg_op!(SCISetSegmentUnavailable, FLAG_NOTIFY | FLAG_FORCE_DISCONNECT, |s, f| s
     .set_unavailable(f & FLAG_NOTIFY != 0, f & FLAG_FORCE_DISCONNECT != 0));
 
-release_op!(SCIRemoveSegment, local_seg, |s| s.remove());
+/// `SCIRemoveSegment`. `SCI_FLAG_FORCE_REMOVE`: remove it even while this
+/// program still maps it (its maps stay valid memory, no longer shared,
+/// until unmapped). Connected peers never block a removal: they get
+/// `SCI_CB_LOST` either way (docs/api.md, "Conformance").
+#[no_mangle]
+pub unsafe extern "C" fn SCIRemoveSegment(segment: Handle, flags: c_uint, error: *mut SciErr) {
+    // SAFETY: see `set`.
+    unsafe {
+        report(error, (), || {
+            check_flags(flags, FLAG_FORCE_REMOVE)?;
+            let s = match handles::local_seg(h(segment)) {
+                Ok(s) => s,
+                // Released already by SCIClose or SCITerminate.
+                Err(_) if handles::take_orphan(h(segment), handles::Kind::LocalSeg) => return Ok(()),
+                Err(e) => return Err(e),
+            };
+            s.remove_with(flags & FLAG_FORCE_REMOVE != 0)?;
+            handles::remove(h(segment));
+            Ok(())
+        })
+    }
+}
 
 #[no_mangle]
 pub extern "C" fn SCIGetLocalSegmentSize(segment: Handle) -> usize {
@@ -747,7 +788,7 @@ pub unsafe extern "C" fn SCIConnectSegment(
     }
 }
 
-release_op!(SCIDisconnectSegment, remote_seg, |s| s.disconnect());
+release_op!(SCIDisconnectSegment, remote_seg, RemoteSeg, |s| s.disconnect());
 
 #[no_mangle]
 pub extern "C" fn SCIGetRemoteSegmentSize(segment: Handle) -> usize {
@@ -879,8 +920,8 @@ pub unsafe extern "C" fn SCIUnmapSegment(map: Handle, flags: c_uint, error: *mut
     unsafe {
         report(error, (), || {
             check_flags(flags, 0)?;
-            if handles::map(h(map)).is_err() && handles::take_terminated(h(map)) {
-                return Ok(()); // unmapped by SCITerminate
+            if handles::map(h(map)).is_err() && handles::take_orphan(h(map), handles::Kind::Map) {
+                return Ok(()); // unmapped by SCIClose or SCITerminate
             }
             let m = handles::map(h(map))?;
             handles::remove(h(map));
@@ -1064,7 +1105,7 @@ pub unsafe extern "C" fn SCICreateMapSequence(map: Handle, sequence: *mut Handle
     }
 }
 
-release_op!(SCIRemoveSequence, seq, |_s| Ok::<(), SciError>(()));
+release_op!(SCIRemoveSequence, seq, Seq, |_s| Ok::<(), SciError>(()));
 
 unsafe fn sequence_status(sequence: Handle, flags: c_uint, error: *mut SciErr) -> c_uint {
     // SAFETY: see `set`.
@@ -1309,9 +1350,9 @@ pub unsafe extern "C" fn SCIWaitForDataInterrupt(
     }
 }
 
-release_op!(SCIRemoveInterrupt, local_intr, |i| i.intr.remove());
+release_op!(SCIRemoveInterrupt, local_intr, LocalIntr, |i| i.intr.remove());
 
-release_op!(SCIRemoveDataInterrupt, local_data_intr, |i| i.intr.remove());
+release_op!(SCIRemoveDataInterrupt, local_data_intr, LocalDataIntr, |i| i.intr.remove());
 
 unsafe fn connect_intr(
     kind: IntrKind,
@@ -1378,9 +1419,9 @@ pub unsafe extern "C" fn SCIConnectDataInterrupt(
     unsafe { report(error, (), || connect_intr(IntrKind::Data, sd, interrupt, node_id, adapter, interrupt_no, timeout, flags)) }
 }
 
-release_op!(SCIDisconnectInterrupt, remote_intr, |i| i.disconnect());
+release_op!(SCIDisconnectInterrupt, remote_intr, RemoteIntr, |i| i.disconnect());
 
-release_op!(SCIDisconnectDataInterrupt, remote_data_intr, |i| i.disconnect());
+release_op!(SCIDisconnectDataInterrupt, remote_data_intr, RemoteDataIntr, |i| i.disconnect());
 
 handle_op!(SCITriggerInterrupt, remote_intr, |i| i.trigger());
 

@@ -266,10 +266,23 @@ impl LocalSegment {
 
     /// Remove the segment. Fails with `SCI_ERR_BUSY` while we still map it.
     pub fn remove(&self) -> Result<()> {
-        if self.maps.load(Ordering::SeqCst) > 0 {
+        self.remove_with(false)
+    }
+
+    /// Remove the segment; `force` (`SCI_FLAG_FORCE_REMOVE`): even while we
+    /// still map it. Our maps then stay valid memory, no longer shared with
+    /// anyone (the node forgets the segment, its id is free again, and a
+    /// new segment under that id has other pages). Connected peers get
+    /// `SCI_CB_LOST` either way. With the node gone, the segment went with
+    /// it: that counts as removed.
+    pub fn remove_with(&self, force: bool) -> Result<()> {
+        if !force && self.maps.load(Ordering::SeqCst) > 0 {
             return Err(SciError::Busy);
         }
-        self.simple(Request::RemoveSegment { seg: self.id })?;
+        match self.simple(Request::RemoveSegment { seg: self.id }) {
+            Ok(()) | Err(SciError::NoLinkAccess) => {}
+            Err(e) => return Err(e),
+        }
         self.removed.store(true, Ordering::SeqCst);
         self.client.unregister(self.id);
         Ok(())

@@ -1,0 +1,620 @@
+/*
+ * t_conformance.c - docs/api.md "Conformance": the release calls in every
+ * handle state, and SCI_FLAG_FORCE_REMOVE with a connected peer.
+ *
+ * Programs written for Dolphin's library free their handles after closing
+ * their descriptors and calling SCITerminate, looping on each release until
+ * it returns SCI_ERR_OK (GASNet's SISCI conduit does exactly that at
+ * gasnet_exit).  The cases:
+ *
+ *   gasnet_exit            open two descriptors, make one object of every
+ *                          kind, SCIClose both, SCITerminate, then loop on
+ *                          each release until SCI_ERR_OK (a loop that needs
+ *                          more than RELEASE_CAP tries fails the case); the
+ *                          ids are free again afterwards
+ *   release_table          for every state of the table below, a fresh set
+ *                          of objects put in that state, then every release
+ *                          call, each checked against the table's code
+ *   wrong_kind_orphans     after SCIClose, a released handle passed to
+ *                          another kind's release call is refused, and the
+ *                          right call still succeeds
+ *   release_after_peer_gone  B connects to A's segment and interrupts; A
+ *                          exits without releasing; B's releases succeed
+ *   force_remove           A maps its segment, B connects and maps it; A's
+ *                          SCIRemoveSegment is BUSY without the flag and OK
+ *                          with SCI_FLAG_FORCE_REMOVE; B gets SCI_CB_LOST,
+ *                          its SCICheckSequence and its next checked store
+ *                          report the loss, a plain store does not crash,
+ *                          and none of its stores reaches the new segment A
+ *                          makes under the same id
+ *
+ * Roles for the tests across nodes (crates/vsci-systest/tests/conformance.rs):
+ *   t_conformance -role force_owner SEGID
+ *   t_conformance -role force_peer NODE SEGID
+ *   t_conformance -role nodegone        (releases after the node died; the
+ *                                        test kills the node after READY)
+ */
+#include "common/proc.h"
+
+/* Tries a release loop may take before the case fails (a loop that never
+ * ends is the bug this program exists for). */
+#define RELEASE_CAP 1000
+#define SEG_SIZE 8192
+#define WAIT_MS 60000
+
+/* ---- one object of every kind ------------------------------------------ */
+
+struct set {
+    sci_desc_t sd, sd2;
+    unsigned int node, segid, intno, dintno;
+    sci_local_segment_t lseg;     /* on sd */
+    sci_map_t lmap;
+    sci_remote_segment_t rseg;    /* on sd2: our own segment, connected */
+    sci_map_t rmap;
+    sci_sequence_t seq;           /* on rmap */
+    sci_local_interrupt_t lint;
+    sci_remote_interrupt_t rint;  /* on sd2 */
+    sci_local_data_interrupt_t ldint;
+    sci_remote_data_interrupt_t rdint; /* on sd2 */
+    sci_dma_queue_t dq;
+    sci_dma_channel_t ch;         /* lseg prepared on it */
+};
+
+static void make_set(struct set *s, unsigned int segid)
+{
+    sci_error_t err;
+    memset(s, 0, sizeof *s);
+    s->sd = open_sd(&s->node);
+    EXPECT(SCI_ERR_OK, SCIOpen(&s->sd2, NO_FLAGS, &err));
+    s->segid = segid;
+    EXPECT(SCI_ERR_OK, SCICreateSegment(s->sd, &s->lseg, segid, SEG_SIZE, NULL, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIPrepareSegment(s->lseg, 0, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCISetSegmentAvailable(s->lseg, 0, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, (void)SCIMapLocalSegment(s->lseg, &s->lmap, 0, SEG_SIZE, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIConnectSegment(s->sd2, &s->rseg, s->node, segid, 0, NULL, NULL,
+                                         WAIT_MS, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, (void)SCIMapRemoteSegment(s->rseg, &s->rmap, 0, SEG_SIZE, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCICreateMapSequence(s->rmap, &s->seq, NO_FLAGS, &err));
+    s->intno = 0;
+    EXPECT(SCI_ERR_OK, SCICreateInterrupt(s->sd, &s->lint, 0, &s->intno, NULL, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIConnectInterrupt(s->sd2, &s->rint, s->node, 0, s->intno, WAIT_MS, NO_FLAGS, &err));
+    s->dintno = 0;
+    EXPECT(SCI_ERR_OK, SCICreateDataInterrupt(s->sd, &s->ldint, 0, &s->dintno, NULL, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIConnectDataInterrupt(s->sd2, &s->rdint, s->node, 0, s->dintno, WAIT_MS,
+                                               NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCICreateDMAQueue(s->sd, &s->dq, 0, 4, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIRequestDMAChannel(s->sd, &s->ch, 0, SCI_DMA_TYPE_DONTCARE,
+                                            SCI_DMA_CHANNEL_ID_DONTCARE, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIPrepareLocalSegmentForDMA(s->ch, s->lseg, NO_FLAGS, &err));
+}
+
+/* ---- the release calls --------------------------------------------------- */
+
+enum rel {
+    R_SEQ, R_RMAP, R_LMAP, R_UNPREP, R_RSEG, R_LSEG, R_RINT, R_LINT, R_RDINT, R_LDINT,
+    R_DQ, R_CH, R_SD2, R_SD, R_COUNT
+};
+
+static const char *rel_names[R_COUNT] = {
+    "SCIRemoveSequence", "SCIUnmapSegment(remote map)", "SCIUnmapSegment(local map)",
+    "SCIUnprepareLocalSegmentForDMA", "SCIDisconnectSegment", "SCIRemoveSegment",
+    "SCIDisconnectInterrupt", "SCIRemoveInterrupt", "SCIDisconnectDataInterrupt",
+    "SCIRemoveDataInterrupt", "SCIRemoveDMAQueue", "SCIReturnDMAChannel",
+    "SCIClose(second descriptor)", "SCIClose",
+};
+
+/* The handle release `r` of set `s` names. */
+static void *rel_handle(const struct set *s, enum rel r)
+{
+    switch (r) {
+    case R_SEQ: return s->seq;
+    case R_RMAP: return s->rmap;
+    case R_LMAP: return s->lmap;
+    case R_UNPREP: return s->lseg;
+    case R_RSEG: return s->rseg;
+    case R_LSEG: return s->lseg;
+    case R_RINT: return s->rint;
+    case R_LINT: return s->lint;
+    case R_RDINT: return s->rdint;
+    case R_LDINT: return s->ldint;
+    case R_DQ: return s->dq;
+    case R_CH: return s->ch;
+    case R_SD2: return s->sd2;
+    case R_SD: return s->sd;
+    default: return NULL;
+    }
+}
+
+/* Make release call `r` on handle `h` (for the unprepare call: segment `h`
+ * on channel `ch`); returns its error. */
+static sci_error_t do_release(enum rel r, void *h, void *ch)
+{
+    sci_error_t err = ERR_SENTINEL;
+    switch (r) {
+    case R_SEQ: SCIRemoveSequence(h, NO_FLAGS, &err); break;
+    case R_RMAP:
+    case R_LMAP: SCIUnmapSegment(h, NO_FLAGS, &err); break;
+    case R_UNPREP: SCIUnprepareLocalSegmentForDMA(ch, h, NO_FLAGS, &err); break;
+    case R_RSEG: SCIDisconnectSegment(h, NO_FLAGS, &err); break;
+    case R_LSEG: SCIRemoveSegment(h, NO_FLAGS, &err); break;
+    case R_RINT: SCIDisconnectInterrupt(h, NO_FLAGS, &err); break;
+    case R_LINT: SCIRemoveInterrupt(h, NO_FLAGS, &err); break;
+    case R_RDINT: SCIDisconnectDataInterrupt(h, NO_FLAGS, &err); break;
+    case R_LDINT: SCIRemoveDataInterrupt(h, NO_FLAGS, &err); break;
+    case R_DQ: SCIRemoveDMAQueue(h, NO_FLAGS, &err); break;
+    case R_CH: SCIReturnDMAChannel(h, &err); break;
+    case R_SD2:
+    case R_SD: SCIClose(h, NO_FLAGS, &err); break;
+    default: break;
+    }
+    return err;
+}
+
+/* Call release `r` of `s` until it returns SCI_ERR_OK, as GASNet does; more
+ * than RELEASE_CAP tries fails. */
+static void release_until_ok(const struct set *s, enum rel r)
+{
+    for (int i = 0; i < RELEASE_CAP; i++) {
+        sci_error_t e = do_release(r, rel_handle(s, r), s->ch);
+        if (e == SCI_ERR_OK)
+            return;
+        if (i == 0)
+            printf("%s: %s, retrying\n", rel_names[r], err_name(e));
+    }
+    FAILF("%s never returned SCI_ERR_OK (%d tries)", rel_names[r], RELEASE_CAP);
+}
+
+/* The ids of `s` can be taken again (what the releases named is gone). */
+static void ids_free(const struct set *s)
+{
+    sci_error_t err;
+    sci_desc_t sd = open_sd(NULL);
+    sci_local_segment_t seg;
+    sci_local_interrupt_t li;
+    unsigned int no = s->intno;
+    EXPECT(SCI_ERR_OK, SCICreateSegment(sd, &seg, s->segid, SEG_SIZE, NULL, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCICreateInterrupt(sd, &li, 0, &no, NULL, NULL, SCI_FLAG_FIXED_INTNO, &err));
+    EXPECT(SCI_ERR_OK, SCIRemoveInterrupt(li, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIRemoveSegment(seg, NO_FLAGS, &err));
+    close_sd(sd);
+}
+
+/* GASNet's order at gasnet_exit: its DMA queues, its barrier segment, its
+ * map sequences; then the rest. */
+static const enum rel gasnet_order[R_COUNT] = {
+    R_DQ, R_LSEG, R_SEQ, R_RMAP, R_LMAP, R_UNPREP, R_RSEG, R_RINT, R_LINT, R_RDINT, R_LDINT,
+    R_CH, R_SD2, R_SD,
+};
+
+static void gasnet_exit(struct peer *p)
+{
+    (void)p;
+    struct set s;
+    sci_error_t err;
+    make_set(&s, 0x3401);
+    EXPECT(SCI_ERR_OK, SCIClose(s.sd, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIClose(s.sd2, NO_FLAGS, &err));
+    SCITerminate();
+    for (int i = 0; i < R_COUNT; i++) {
+        /* The program closed its descriptors itself: those are released. */
+        if (gasnet_order[i] == R_SD || gasnet_order[i] == R_SD2)
+            continue;
+        release_until_ok(&s, gasnet_order[i]);
+    }
+    /* The library starts again and the ids are free. */
+    ids_free(&s);
+    SCITerminate();
+    printf("gasnet_exit: every release returned SCI_ERR_OK\n");
+}
+
+/* ---- the table ----------------------------------------------------------- */
+
+enum state {
+    S_VALID,            /* live objects */
+    S_CLOSED,           /* the program SCIClosed both descriptors */
+    S_TERMINATED,       /* SCITerminate */
+    S_CLOSED_TERMINATED,/* both */
+    S_RELEASED,         /* released once already (validly) */
+    S_RELEASED_AFTER_TERMINATE, /* SCITerminate, released once, again */
+    S_NULL,             /* never valid: NULL */
+    S_FORGED,           /* never valid: made-up values */
+    S_WRONG_KIND,       /* never valid: a live handle of another kind */
+    S_COUNT
+};
+
+static const char *state_names[S_COUNT] = {
+    "valid", "descriptor closed", "after SCITerminate", "closed, then SCITerminate",
+    "already released", "released after SCITerminate, again", "NULL", "forged", "wrong kind",
+};
+
+#define OK SCI_ERR_OK
+#define IP SCI_ERR_ILLEGAL_PARAMETER
+
+/* expected[state][release]: docs/api.md's "Conformance" table. */
+static const sci_error_t expected[S_COUNT][R_COUNT] = {
+    /*                 SEQ RMAP LMAP UNPREP RSEG LSEG RINT LINT RDINT LDINT DQ  CH  SD2 SD */
+    [S_VALID]        = { OK, OK,  OK,  OK,    OK,  OK,  OK,  OK,  OK,   OK,   OK, OK, OK, OK },
+    /* Released by the program's SCIClose: the descriptors themselves are
+     * released handles. */
+    [S_CLOSED]       = { OK, OK,  OK,  OK,    OK,  OK,  OK,  OK,  OK,   OK,   OK, OK, IP, IP },
+    [S_TERMINATED]   = { OK, OK,  OK,  OK,    OK,  OK,  OK,  OK,  OK,   OK,   OK, OK, OK, OK },
+    [S_CLOSED_TERMINATED] = { OK, OK, OK, OK, OK,  OK,  OK,  OK,  OK,   OK,   OK, OK, IP, IP },
+    [S_RELEASED]     = { IP, IP,  IP,  IP,    IP,  IP,  IP,  IP,  IP,   IP,   IP, IP, IP, IP },
+    [S_RELEASED_AFTER_TERMINATE] = { IP, IP, IP, IP, IP, IP, IP, IP, IP,  IP,   IP, IP, IP, IP },
+    [S_NULL]         = { IP, IP,  IP,  IP,    IP,  IP,  IP,  IP,  IP,   IP,   IP, IP, IP, IP },
+    [S_FORGED]       = { IP, IP,  IP,  IP,    IP,  IP,  IP,  IP,  IP,   IP,   IP, IP, IP, IP },
+    [S_WRONG_KIND]   = { IP, IP,  IP,  IP,    IP,  IP,  IP,  IP,  IP,   IP,   IP, IP, IP, IP },
+};
+
+/* A handle of another kind than release `r`'s, live in `s`. */
+static void *other_kind(const struct set *s, enum rel r)
+{
+    switch (r) {
+    case R_SEQ: return s->rmap;
+    case R_RMAP: case R_LMAP: return s->seq;
+    case R_UNPREP: return s->rseg;
+    case R_RSEG: return s->lseg;
+    case R_LSEG: return s->rseg;
+    case R_RINT: return s->lint;
+    case R_LINT: return s->rint;
+    case R_RDINT: return s->rint;  /* a plain interrupt is not a data one */
+    case R_LDINT: return s->lint;
+    case R_DQ: return s->ch;
+    case R_CH: return s->dq;
+    case R_SD2: case R_SD: return s->lseg;
+    default: return NULL;
+    }
+}
+
+static void release_all_valid(const struct set *s)
+{
+    for (int r = 0; r < R_COUNT; r++) {
+        sci_error_t e = do_release((enum rel)r, rel_handle(s, (enum rel)r), s->ch);
+        CHECK_MSG(e == SCI_ERR_OK, "%s on a live handle: %s", rel_names[r], err_name(e));
+    }
+}
+
+static void release_table(struct peer *p)
+{
+    (void)p;
+    int failures = 0;
+    for (int st = 0; st < S_COUNT; st++) {
+        struct set s;
+        sci_error_t err;
+        make_set(&s, 0x3410 + (unsigned)st);
+        switch ((enum state)st) {
+        case S_CLOSED:
+            EXPECT(SCI_ERR_OK, SCIClose(s.sd, NO_FLAGS, &err));
+            EXPECT(SCI_ERR_OK, SCIClose(s.sd2, NO_FLAGS, &err));
+            break;
+        case S_TERMINATED:
+            SCITerminate();
+            break;
+        case S_CLOSED_TERMINATED:
+            EXPECT(SCI_ERR_OK, SCIClose(s.sd, NO_FLAGS, &err));
+            EXPECT(SCI_ERR_OK, SCIClose(s.sd2, NO_FLAGS, &err));
+            SCITerminate();
+            break;
+        case S_RELEASED:
+            release_all_valid(&s);
+            break;
+        case S_RELEASED_AFTER_TERMINATE:
+            SCITerminate();
+            release_all_valid(&s);
+            break;
+        default:
+            break;
+        }
+        for (int r = 0; r < R_COUNT; r++) {
+            void *h = rel_handle(&s, (enum rel)r), *ch = s.ch;
+            if (st == S_NULL) {
+                h = NULL;
+                ch = NULL;
+            } else if (st == S_FORGED) {
+                /* One value near the library's handles, one far away. */
+                h = (void *)(uintptr_t)(r & 1 ? 0x7a5c1008u : 0xdeadbeef0ull);
+                ch = h;
+            } else if (st == S_WRONG_KIND) {
+                h = other_kind(&s, (enum rel)r);
+                if (r == R_UNPREP)
+                    ch = s.dq;
+            }
+            sci_error_t e = do_release((enum rel)r, h, ch);
+            if (e != expected[st][r]) {
+                fprintf(stderr, "[A] %s, handle %s: expected %s, got %s\n", rel_names[r],
+                        state_names[st], err_name(expected[st][r]), err_name(e));
+                failures++;
+            } else {
+                printf("%-32s %-38s %s\n", rel_names[r], state_names[st], err_name(e));
+            }
+        }
+        if (st == S_NULL || st == S_FORGED || st == S_WRONG_KIND) {
+            /* Nothing was released by the bad calls. */
+            release_all_valid(&s);
+        }
+        /* Whatever the state, everything is gone now. */
+        ids_free(&s);
+    }
+    CHECK_MSG(failures == 0, "%d answers differ from the table", failures);
+}
+
+/* After SCIClose, a released handle of one kind passed to another kind's
+ * release is refused and stays releasable by the right call. */
+static void wrong_kind_orphans(struct peer *p)
+{
+    (void)p;
+    struct set s;
+    sci_error_t err;
+    make_set(&s, 0x3420);
+    EXPECT(SCI_ERR_OK, SCIClose(s.sd, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIClose(s.sd2, NO_FLAGS, &err));
+    for (int r = 0; r < R_SD2; r++) {
+        if (r == R_UNPREP)
+            continue; /* takes two handles; covered by the table */
+        void *h = other_kind(&s, (enum rel)r);
+        sci_error_t e = do_release((enum rel)r, h, s.ch);
+        CHECK_MSG(e == SCI_ERR_ILLEGAL_PARAMETER, "%s on a closed descriptor's handle of another kind: %s",
+                  rel_names[r], err_name(e));
+    }
+    for (int r = 0; r < R_SD2; r++)
+        release_until_ok(&s, (enum rel)r);
+    ids_free(&s);
+}
+
+/* ---- peer gone ------------------------------------------------------------ */
+
+static void peer_gone_a(struct peer *p)
+{
+    sci_error_t err;
+    unsigned int node;
+    sci_desc_t sd = open_sd(&node);
+    sci_local_segment_t seg;
+    sci_local_interrupt_t li;
+    sci_local_data_interrupt_t ldi;
+    unsigned int no = 0, dno = 0;
+    EXPECT(SCI_ERR_OK, SCICreateSegment(sd, &seg, 0x3430, SEG_SIZE, NULL, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIPrepareSegment(seg, 0, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCISetSegmentAvailable(seg, 0, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCICreateInterrupt(sd, &li, 0, &no, NULL, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCICreateDataInterrupt(sd, &ldi, 0, &dno, NULL, NULL, NO_FLAGS, &err));
+    peer_send(p, node);
+    peer_send(p, no);
+    peer_send(p, dno);
+    peer_barrier(p); /* B is connected */
+    _exit(0);        /* gone, releasing nothing itself */
+}
+
+static void peer_gone_b(struct peer *p)
+{
+    sci_error_t err;
+    sci_desc_t sd = open_sd(NULL);
+    unsigned int node = (unsigned int)peer_recv(p);
+    unsigned int no = (unsigned int)peer_recv(p), dno = (unsigned int)peer_recv(p);
+    sci_remote_segment_t rs;
+    sci_map_t map;
+    sci_sequence_t seq;
+    sci_remote_interrupt_t ri;
+    sci_remote_data_interrupt_t rdi;
+    EXPECT(SCI_ERR_OK, SCIConnectSegment(sd, &rs, node, 0x3430, 0, NULL, NULL, WAIT_MS, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, (void)SCIMapRemoteSegment(rs, &map, 0, SEG_SIZE, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCICreateMapSequence(map, &seq, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIConnectInterrupt(sd, &ri, node, 0, no, WAIT_MS, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIConnectDataInterrupt(sd, &rdi, node, 0, dno, WAIT_MS, NO_FLAGS, &err));
+    peer_barrier(p);
+    peer_wait_gone(p);
+    sci_error_t status;
+    sci_segment_cb_reason_t reason;
+    EXPECT(SCI_ERR_OK, reason = SCIWaitForRemoteSegmentEvent(rs, &status, WAIT_MS, NO_FLAGS, &err));
+    CHECK_EQ(reason, SCI_CB_LOST);
+    sci_sequence_status_t sst;
+    EXPECT(SCI_ERR_TRANSFER_FAILED, sst = SCICheckSequence(seq, NO_FLAGS, &err));
+    CHECK_EQ(sst, SCI_SEQ_NOT_RETRIABLE);
+    /* Every release succeeds with the owner gone. */
+    EXPECT(SCI_ERR_OK, SCIRemoveSequence(seq, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIUnmapSegment(map, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIDisconnectSegment(rs, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIDisconnectInterrupt(ri, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIDisconnectDataInterrupt(rdi, NO_FLAGS, &err));
+    close_sd(sd);
+}
+
+/* ---- SCI_FLAG_FORCE_REMOVE ------------------------------------------------ */
+
+static volatile unsigned char *map_remote(sci_desc_t sd, unsigned int node, unsigned int segid,
+                                          sci_remote_segment_t *rs, sci_map_t *map)
+{
+    sci_error_t err;
+    volatile unsigned char *q;
+    EXPECT(SCI_ERR_OK, SCIConnectSegment(sd, rs, node, segid, 0, NULL, NULL, WAIT_MS, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, q = (volatile unsigned char *)SCIMapRemoteSegment(*rs, map, 0, SEG_SIZE, NULL,
+                                                                        NO_FLAGS, &err));
+    return q;
+}
+
+/* The owner: waits for the peer's store, force-removes its segment while
+ * it still maps it itself, makes a new segment under the same id, and
+ * checks that nothing the peer stored after the removal reaches it. */
+static void force_owner(unsigned int segid)
+{
+    sci_error_t err;
+    sci_desc_t sd = open_sd(NULL);
+    sci_local_segment_t seg, seg2;
+    sci_map_t map, map2;
+    volatile unsigned char *a, *b;
+    EXPECT(SCI_ERR_OK, SCICreateSegment(sd, &seg, segid, SEG_SIZE, NULL, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIPrepareSegment(seg, 0, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, a = SCIMapLocalSegment(seg, &map, 0, SEG_SIZE, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCISetSegmentAvailable(seg, 0, NO_FLAGS, &err));
+    printf("OWNER READY\n");
+    unsigned int node, adapter;
+    sci_segment_cb_reason_t reason;
+    EXPECT(SCI_ERR_OK, reason = SCIWaitForLocalSegmentEvent(seg, &node, &adapter, WAIT_MS, NO_FLAGS, &err));
+    CHECK_EQ(reason, SCI_CB_CONNECT);
+    WAIT_UNTIL(a[0] == 0x11, WAIT_MS);
+    printf("OWNER SAW THE PEER'S STORE (peer node %u)\n", node);
+
+    /* We still map it: BUSY without the flag. */
+    EXPECT(SCI_ERR_BUSY, SCIRemoveSegment(seg, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_ILLEGAL_FLAG, SCIRemoveSegment(seg, SCI_FLAG_FORCE_REMOVE | BAD_FLAG, &err));
+    EXPECT(SCI_ERR_OK, SCIRemoveSegment(seg, SCI_FLAG_FORCE_REMOVE, &err));
+    EXPECT(SCI_ERR_ILLEGAL_PARAMETER, SCIRemoveSegment(seg, SCI_FLAG_FORCE_REMOVE, &err));
+    /* Our own map stays valid memory until we unmap it. */
+    a[100] = 5;
+    CHECK_EQ(a[100], 5);
+    printf("OWNER FORCE-REMOVED\n");
+
+    /* The id is free again at once; the new segment is fresh memory. */
+    EXPECT(SCI_ERR_OK, SCICreateSegment(sd, &seg2, segid, SEG_SIZE, NULL, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIPrepareSegment(seg2, 0, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, b = SCIMapLocalSegment(seg2, &map2, 0, SEG_SIZE, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCISetSegmentAvailable(seg2, 0, NO_FLAGS, &err));
+    /* The peer stores into its old map after its loss, then connects to the
+     * new segment and sets a marker there. */
+    WAIT_UNTIL(b[4096] == 0x22, WAIT_MS);
+    for (int i = 0; i < 4096; i++)
+        CHECK_MSG(b[i] == 0, "byte %d of the new segment is 0x%02x: a stale store reached it", i, b[i]);
+    printf("OWNER: NO STALE WRITES\n");
+    EXPECT(SCI_ERR_OK, reason = SCIWaitForLocalSegmentEvent(seg2, &node, &adapter, WAIT_MS, NO_FLAGS, &err));
+    CHECK_EQ(reason, SCI_CB_CONNECT);
+    EXPECT(SCI_ERR_OK, SCIUnmapSegment(map, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIUnmapSegment(map2, NO_FLAGS, &err));
+    /* Peer connected or gone by now: the segment goes either way. */
+    EXPECT(SCI_ERR_OK, SCIRemoveSegment(seg2, SCI_FLAG_FORCE_REMOVE, &err));
+    close_sd(sd);
+    printf("OWNER OK\n");
+}
+
+/* The peer: connects and maps, stores, and after the owner's forced
+ * removal finds the loss reported by SCI_CB_LOST, SCICheckSequence and its
+ * next checked store. */
+static void force_peer(unsigned int node, unsigned int segid)
+{
+    sci_error_t err;
+    sci_desc_t sd = open_sd(NULL);
+    sci_remote_segment_t rs, rs2;
+    sci_map_t map, map2;
+    sci_sequence_t seq, seq2;
+    volatile unsigned char *q = map_remote(sd, node, segid, &rs, &map);
+    EXPECT(SCI_ERR_OK, SCICreateMapSequence(map, &seq, NO_FLAGS, &err));
+    sci_sequence_status_t sst;
+    EXPECT(SCI_ERR_OK, sst = SCIStartSequence(seq, NO_FLAGS, &err));
+    CHECK_EQ(sst, SCI_SEQ_OK);
+    q[0] = 0x11;
+    SCIFlush(seq, NO_FLAGS);
+    EXPECT(SCI_ERR_OK, sst = SCICheckSequence(seq, NO_FLAGS, &err));
+    CHECK_EQ(sst, SCI_SEQ_OK);
+    printf("PEER STORED\n");
+
+    sci_error_t status = ERR_SENTINEL;
+    sci_segment_cb_reason_t reason;
+    EXPECT(SCI_ERR_OK, reason = SCIWaitForRemoteSegmentEvent(rs, &status, WAIT_MS, NO_FLAGS, &err));
+    CHECK_EQ(reason, SCI_CB_LOST);
+    printf("PEER GOT SCI_CB_LOST (status %s)\n", err_name(status));
+    EXPECT(SCI_ERR_TRANSFER_FAILED, sst = SCICheckSequence(seq, NO_FLAGS, &err));
+    CHECK_EQ(sst, SCI_SEQ_NOT_RETRIABLE);
+    /* A plain store does not crash (it reaches no one); a checked one
+     * reports the loss. */
+    q[0] = 0x33;
+    q[8] = 0x33;
+    SCIFlush(seq, NO_FLAGS);
+    unsigned char buf[16];
+    memset(buf, 0x44, sizeof buf);
+    err = ERR_SENTINEL;
+    SCIMemCpy(seq, buf, map, 16, sizeof buf, SCI_FLAG_ERROR_CHECK, &err);
+    printf("PEER CHECKED STORE AFTER THE LOSS: %s\n", err_name(err));
+    CHECK_MSG(err == SCI_ERR_TRANSFER_FAILED || err == SCI_ERR_NO_LINK_ACCESS,
+              "SCIMemCpy(SCI_FLAG_ERROR_CHECK) after the loss: %s", err_name(err));
+    EXPECT(SCI_ERR_TRANSFER_FAILED, sst = SCICheckSequence(seq, NO_FLAGS, &err));
+    CHECK_EQ(sst, SCI_SEQ_NOT_RETRIABLE);
+
+    /* The id again: the owner's new segment, untouched by the stores above. */
+    volatile unsigned char *q2 = map_remote(sd, node, segid, &rs2, &map2);
+    EXPECT(SCI_ERR_OK, SCICreateMapSequence(map2, &seq2, NO_FLAGS, &err));
+    q2[4096] = 0x22;
+    SCIFlush(seq2, NO_FLAGS);
+    EXPECT(SCI_ERR_OK, sst = SCICheckSequence(seq2, NO_FLAGS, &err));
+    CHECK_EQ(sst, SCI_SEQ_OK);
+    printf("PEER MARKED THE NEW SEGMENT\n");
+
+    EXPECT(SCI_ERR_OK, SCIRemoveSequence(seq, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIUnmapSegment(map, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIDisconnectSegment(rs, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIRemoveSequence(seq2, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIUnmapSegment(map2, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIDisconnectSegment(rs2, NO_FLAGS, &err));
+    close_sd(sd);
+    printf("PEER OK\n");
+}
+
+static void force_remove_a(struct peer *p)
+{
+    (void)p;
+    force_owner(0x3440);
+}
+
+static void force_remove_b(struct peer *p)
+{
+    (void)p;
+    unsigned int node;
+    sci_error_t err;
+    EXPECT(SCI_ERR_OK, SCIGetLocalNodeId(0, &node, NO_FLAGS, &err));
+    force_peer(node, 0x3440);
+}
+
+/* ---- the node dies --------------------------------------------------------- */
+
+/* Make every object, say READY, wait until the node is gone (the test kills
+ * it), then release everything: each release returns SCI_ERR_OK. */
+static void nodegone(void)
+{
+    struct set s;
+    sci_error_t err;
+    make_set(&s, 0x3450);
+    printf("READY\n");
+    uint64_t deadline = now_ms() + WAIT_MS;
+    for (;;) {
+        unsigned int n;
+        err = ERR_SENTINEL;
+        SCIGetLocalNodeId(0, &n, NO_FLAGS, &err);
+        if (err == SCI_ERR_NO_LINK_ACCESS)
+            break;
+        if (now_ms() > deadline)
+            FAILF("the node did not go away");
+        sleep_ms(20);
+    }
+    printf("NODE GONE\n");
+    for (int r = 0; r < R_COUNT; r++)
+        release_until_ok(&s, (enum rel)r);
+    SCITerminate();
+    printf("NODEGONE OK\n");
+}
+
+static const struct test_case cases[] = {
+    { "gasnet_exit", gasnet_exit, NULL, 0 },
+    { "release_table", release_table, NULL, 0 },
+    { "wrong_kind_orphans", wrong_kind_orphans, NULL, 0 },
+    { "release_after_peer_gone", peer_gone_a, peer_gone_b, 0 },
+    { "force_remove", force_remove_a, force_remove_b, 0 },
+    { NULL, NULL, NULL, 0 },
+};
+
+int main(int argc, char **argv)
+{
+    if (argc > 2 && strcmp(argv[1], "-role") == 0) {
+        setvbuf(stdout, NULL, _IOLBF, 0);
+        check_role = argv[2];
+        if (strcmp(argv[2], "force_owner") == 0 && argc == 4)
+            force_owner((unsigned int)strtoul(argv[3], NULL, 0));
+        else if (strcmp(argv[2], "force_peer") == 0 && argc == 5)
+            force_peer((unsigned int)strtoul(argv[3], NULL, 0), (unsigned int)strtoul(argv[4], NULL, 0));
+        else if (strcmp(argv[2], "nodegone") == 0)
+            nodegone();
+        else {
+            fprintf(stderr, "usage: %s [-l] [CASE...] | -role force_owner SEGID | "
+                            "-role force_peer NODE SEGID | -role nodegone\n", argv[0]);
+            return 2;
+        }
+        return 0;
+    }
+    return proc_main(argc, argv, cases);
+}
