@@ -146,16 +146,6 @@ pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old:
     unsafe { chain::sigaction(sig, act, old) }
 }
 
-/// `__sigaction`, glibc's other name for it, which some libraries call.
-///
-/// # Safety
-/// As `sigaction(2)`.
-#[no_mangle]
-pub unsafe extern "C" fn __sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
-    // SAFETY: the caller's contract.
-    unsafe { chain::sigaction(sig, act, old) }
-}
-
 /// `signal(3)` (glibc's: BSD semantics).
 ///
 /// # Safety

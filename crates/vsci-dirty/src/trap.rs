@@ -464,8 +464,12 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     // SAFETY: errno is thread-local; the handler saves and restores it so
     // the interrupted code never sees our ioctls' errors.
     let errno = unsafe { *libc::__errno_location() };
+    // SAFETY: as above.
+    let from_kernel = unsafe { (*info).si_code } > 0;
     let mut call = SigbusCall { addr, ctx, handled: false };
-    if may_be_trapped(addr, 1) {
+    // A SIGBUS sent by a process carries its pid and uid where a fault's
+    // address would be: only faults are looked up.
+    if from_kernel && may_be_trapped(addr, 1) {
         crate::chain::on_private_stack(dispatch_call, &mut call as *mut SigbusCall as *mut libc::c_void);
     }
     // SAFETY: as above.
@@ -536,6 +540,7 @@ mod fault_thread {
 
     fn epoll() -> Result<RawFd> {
         let ep = EPOLL.get_or_init(|| {
+            log::debug!("vsci: remote maps trap with a fault thread, no signal (VSCI_TRAP, or libsisci outside the program's symbol scope)");
             // SAFETY: epoll_create1 takes flags and returns a new fd.
             let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
             if fd < 0 {
