@@ -29,6 +29,7 @@ C_LIBS   := -L$(BUILD)/lib -Wl,-rpath,$(BUILD)/lib -lsisci -lpthread
 
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/*.c))
+SIGCHAIN_VARIANTS := $(BUILD)/tests/t_sigchain_static $(BUILD)/tests/t_sigchain_dlopen
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 TEST_PKGS := -p vsci-proto -p vscid -p vsci-client -p sisci -p vsci-cli -p vsci-fabric -p vsci-dirty -p vsci-vm -p vsci-fuzz -p vsci-devshare -p vsci-nbd -p vsci-lend -p vsci-systest
 C_COMMON := $(wildcard tests/c/common/*.h examples/common/*.h bench/common/*.h) $(HEADERS) $(DIS_HEADERS)
@@ -59,7 +60,7 @@ stage: rust
 	install -m 0644 $(DIS_HEADERS) $(BUILD)/include/dis/
 	scripts/sisci-dev-files.sh "" $(BUILD) lib lib/cmake/SISCI $(VERSION) > /dev/null
 
-c: stage $(EXAMPLES) $(CTESTS) $(BENCHES)
+c: stage $(EXAMPLES) $(CTESTS) $(SIGCHAIN_VARIANTS) $(BENCHES)
 
 $(BUILD)/examples/%: examples/%.c $(C_COMMON) | stage
 	@mkdir -p $(dir $@)
@@ -68,6 +69,21 @@ $(BUILD)/examples/%: examples/%.c $(C_COMMON) | stage
 $(BUILD)/tests/%: tests/c/%.c $(C_COMMON) | stage
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(C_INC) -Itests/c -o $@ $< $(C_LIBS)
+
+# t_sigchain (issue 33) is built two more ways: linked with libsisci.a
+# (and the libraries sisci.pc lists as private; relinked whenever stage
+# installs a new libsisci.a), and without libsisci at all (it dlopen()s
+# libsisci.so, found through the rpath, RTLD_LOCAL).
+$(BUILD)/lib/libsisci.a: | stage ;
+
+$(BUILD)/tests/t_sigchain_static: tests/c/t_sigchain.c $(C_COMMON) $(BUILD)/lib/libsisci.a | stage
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(C_INC) -Itests/c -DSIGCHAIN_STATIC -o $@ $< $(BUILD)/lib/libsisci.a \
+	    $$(sed -n 's/^Libs.private: //p' $(BUILD)/lib/pkgconfig/sisci.pc)
+
+$(BUILD)/tests/t_sigchain_dlopen: tests/c/t_sigchain.c $(C_COMMON) | stage
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(C_INC) -Itests/c -DSIGCHAIN_DLOPEN -o $@ $< -Wl,-rpath,$(BUILD)/lib -lpthread -ldl
 
 # The compatibility program is built as strictly as Dolphin's own sample
 # programs are by their users: any warning against our headers fails it.

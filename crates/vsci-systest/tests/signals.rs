@@ -1,0 +1,498 @@
+//! Remote maps in programs that handle their own fault signals (issue 33),
+//! across two nodes, each vscid in its own network namespace (netns/mod.rs).
+//!
+//! A store into a map of another node's segment is trapped by libsisci and
+//! shipped to the owner. Whatever a program does with SIGSEGV and SIGBUS,
+//! every such store must arrive, `sigaction` must report what the program
+//! installed, and a fault of the program's own must behave exactly as it
+//! would without libsisci: its handler runs, or the default action kills
+//! the process with that signal (and a core where the kernel dumps one).
+//!
+//! - the matrix: tests/c/t_sigchain.c's rows (one test each), every row
+//!   10,000 counter stores with SCIFlush after each and 10,000 with no call
+//!   at all, each acknowledged by the owner (t_sigchain owner, on the other
+//!   node) before the next, then the report-back check, then the program's
+//!   own fault (a NULL write, or a store past the end of a file mapping for
+//!   the SIGBUS rows); t_sigchain_static (libsisci.a) and t_sigchain_dlopen
+//!   (no libsisci at link time: dlopen RTLD_LOCAL after its handlers) are
+//!   the same source built two more ways (Makefile);
+//! - a program that handles signals as GASNet's gasnet_attach does, then a
+//!   10,000-round-trip ping-pong over remote maps (tests/c/t_gasnet_like.c);
+//! - Python with faulthandler enabled, libsisci loaded by ctypes
+//!   (tests/python/faulthandler_remote.py).
+//!
+//! Every wait inside the programs has a deadline, so a lost store fails the
+//! test with the value and slot instead of hanging; dropping the Cluster
+//! removes its namespaces and processes. One test at a time (SERIAL): the
+//! programs spin and the machines have 2 cores. Needs root for `ip netns`;
+//! without it every test prints SKIPPED and passes. Run after `make`:
+//!
+//!     VSCI_BUILD=$PWD/build cargo test --release -p vsci-systest --test signals -- --test-threads=1
+
+mod common;
+mod netns;
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+use netns::Cluster;
+
+/// Stores per phase (with SCIFlush, then without any call) of every row.
+const STORES: u32 = 10_000;
+/// The owner's deadline for each value (seconds without progress).
+const OWNER_WAIT_S: &str = "60";
+/// The writer waits longer, so that a lost store is reported by the owner.
+const WRITER_WAIT_S: &str = "90";
+/// Bound on one program (a hang beyond its own deadlines fails the test).
+const RUN: Duration = Duration::from_secs(300);
+/// Round trips of the GASNet-like ping-pong.
+const GASNET_ROUNDS: &str = "10000";
+/// Stores of each Python run.
+const PY_STORES: &str = "1000";
+
+const OWNER_SEG: &str = "0x5901";
+const WRITER_SEG: &str = "0x5902";
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How a row's own fault must end.
+#[derive(Clone, Copy, Debug)]
+enum End {
+    /// Its handler ran: these lines were printed and it called _exit(42).
+    Handled(&'static [&'static str]),
+    /// These lines were printed (its handler ran), then the process died of
+    /// the signal (SA_RESETHAND: the second fault takes the default action).
+    HandledThenDies(&'static [&'static str], i32),
+    /// No handler of the program runs; the process dies of the signal.
+    Dies(i32),
+}
+
+/// Wait for `p` until `timeout`; then kill it. Never panics.
+fn finish(mut p: Proc, timeout: Duration) -> (Output, bool) {
+    let deadline = Instant::now() + timeout;
+    let mut killed = false;
+    while p.try_wait().is_none() {
+        if Instant::now() > deadline {
+            p.signal(libc::SIGKILL);
+            killed = true;
+            break;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    (p.wait(Duration::from_secs(20)), killed)
+}
+
+fn sig_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGABRT => "SIGABRT",
+        _ => "another signal",
+    }
+}
+
+/// Whether a process that dies of SIGSEGV in `dir`, with its core limit
+/// raised to the hard limit as the writers raise theirs, dumps core here
+/// (core_pattern and limits are the host's): what the writers' deaths are
+/// compared with.
+fn cores_dumped_here(dir: &Path) -> bool {
+    let st = Command::new("sh")
+        .args(["-c", "ulimit -S -c \"$(ulimit -H -c)\" 2>/dev/null; kill -SEGV $$"])
+        .current_dir(dir)
+        .status()
+        .expect("run sh");
+    assert_eq!(st.signal(), Some(libc::SIGSEGV), "the control shell did not die of SIGSEGV: {st:?}");
+    remove_cores(dir);
+    st.core_dumped()
+}
+
+fn remove_cores(dir: &Path) {
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_name().to_string_lossy().starts_with("core") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// Check one program's end against `end`; push what is wrong onto `bad`.
+fn check_end(o: &Output, killed: bool, end: End, core_expected: bool, bad: &mut Vec<String>) {
+    let all = format!("{}{}", o.stdout, o.stderr);
+    if killed {
+        bad.push(format!("{} did not end within {RUN:?} and was killed", o.name));
+        return;
+    }
+    let lines: &[&str] = match end {
+        End::Handled(l) | End::HandledThenDies(l, _) => l,
+        End::Dies(_) => &[],
+    };
+    for l in lines {
+        if !all.contains(l) {
+            bad.push(format!("its own fault: no \"{l}\" in its output (its handler did not run as it asked)"));
+        }
+    }
+    match end {
+        End::Handled(_) => {
+            if o.status.code() != Some(42) {
+                bad.push(format!(
+                    "its own fault: its handler should have ended it with _exit(42); it ended with {}",
+                    describe_status(o.status)
+                ));
+            }
+        }
+        End::HandledThenDies(_, sig) | End::Dies(sig) => {
+            if matches!(end, End::Dies(_)) && (all.contains("OWN SIGSEGV HANDLED") || all.contains("OWN SIGBUS HANDLED")) {
+                bad.push("its own fault reached a handler; nothing of the program's should have run".into());
+            }
+            if o.status.signal() != Some(sig) {
+                bad.push(format!(
+                    "its own fault should have killed it with {} ({sig}), as without libsisci; it ended with {}",
+                    sig_name(sig),
+                    describe_status(o.status)
+                ));
+            } else if core_expected && !o.status.core_dumped() {
+                bad.push(format!(
+                    "it died of {} but dumped no core, where a process killed by {} here does (the default action, \
+                     re-raised by libsisci, must be the kernel's own)",
+                    sig_name(sig),
+                    sig_name(sig)
+                ));
+            }
+        }
+    }
+}
+
+/// One row of the matrix: t_sigchain owner on node 1, `bin` writer --row
+/// `row` on node 2 (in the cluster's directory, for its core).
+fn row(row: &str, bin: &str, slots: u32, end: End, env: &[(&str, &str)]) {
+    let _g = serial();
+    let Some(c) = Cluster::start(&[1, 2]) else { return };
+    let dir = c.dir.path.clone();
+    let core_expected = cores_dumped_here(&dir);
+    let extra = u32::from(row == "bus_adrerr"); // the store made by its SIGBUS handler
+    let total = (2 * STORES + extra).to_string();
+    let slots_s = slots.to_string();
+    let writer_target = format!("2:{WRITER_SEG}");
+    let owner_target = format!("1:{OWNER_SEG}");
+
+    let mut ocmd = c.client(1, &built("tests/t_sigchain"));
+    ocmd.args(["-wait", OWNER_WAIT_S, "owner", OWNER_SEG, &writer_target, &slots_s, &total]);
+    let owner = Proc::spawn(&format!("t_sigchain owner (node 1, for row {row})"), &mut ocmd);
+
+    let stores = STORES.to_string();
+    let mut wcmd = c.client(2, &built(bin));
+    wcmd.args(["-wait", WRITER_WAIT_S, "writer", "--row", row, "--stores", &stores, "--core", &owner_target, WRITER_SEG])
+        .current_dir(&dir)
+        .envs(env.iter().copied());
+    let writer = Proc::spawn(&format!("{} writer --row {row} (node 2{})", bin.trim_start_matches("tests/"), if env.is_empty() { String::new() } else { format!(", {env:?}") }), &mut wcmd);
+
+    let (wout, wkilled) = finish(writer, RUN);
+    // The owner finishes right after the last store arrives; if the writer
+    // never got that far, the owner has nothing left to wait for.
+    let stores_done = wout.stdout.contains("WRITER STORES DONE");
+    let (oout, okilled) = finish(owner, if stores_done || wkilled { RUN } else { Duration::from_secs(5) });
+    remove_cores(&dir);
+
+    let mut bad = Vec::new();
+    let wall = format!("{}{}", wout.stdout, wout.stderr);
+    if let Some(l) = wall.lines().find(|l| l.contains("UNEXPECTED")) {
+        bad.push(format!("a signal reached the program before its own fault: {l}"));
+    }
+    if !oout.status.success() || !oout.stdout.contains("OWNER DONE") {
+        let why = oout.stderr.lines().find(|l| l.contains("t_sigchain.c")).unwrap_or("");
+        bad.push(format!(
+            "not every store arrived: the owner ended with {}{} {why}",
+            describe_status(oout.status),
+            if okilled { " (killed: the writer had stopped storing)" } else { "" }
+        ));
+    }
+    if !stores_done {
+        bad.push("the writer did not finish its stores".into());
+    }
+    for l in wall.lines().filter(|l| l.contains("REPORT-BACK MISMATCH")) {
+        bad.push(format!("what the program is told is not what it installed: {l}"));
+    }
+    if stores_done && !wall.contains("REPORT-BACK OK") {
+        bad.push("no REPORT-BACK OK".into());
+    }
+    if stores_done {
+        check_end(&wout, wkilled, end, core_expected, &mut bad);
+    }
+    let timing: Vec<&str> = wout.stdout.lines().filter(|l| l.starts_with("THREAD ") || l.starts_with("WRITER STORES DONE")).collect();
+    if !bad.is_empty() {
+        panic!(
+            "row {row}: {} problem(s):\n  - {}\n\n{}\n\n{}\n\n(a process killed by SIGSEGV here {} core)",
+            bad.len(),
+            bad.join("\n  - "),
+            wout.describe(),
+            oout.describe(),
+            if core_expected { "dumps" } else { "dumps no" }
+        );
+    }
+    eprintln!("row {row}: every store arrived, report-back OK, own fault as without libsisci; {}", timing.join("; "));
+    c.wait_clean(1, &format!("after row {row}"));
+    c.wait_clean(2, &format!("after row {row}"));
+}
+
+#[test]
+fn handlers_after_map() {
+    row("handlers_after_map", "tests/t_sigchain", 1, End::Handled(&["OWN SIGSEGV HANDLED row=handlers_after_map signo=11 si_code=1 si_addr=(nil)"]), &[]);
+}
+
+#[test]
+fn handlers_before_map() {
+    row("handlers_before_map", "tests/t_sigchain", 1, End::Handled(&["OWN SIGSEGV HANDLED row=handlers_before_map signo=11 si_code=1 si_addr=(nil)"]), &[]);
+}
+
+/// SA_RESETHAND on both: libsisci's traps must not use up the program's
+/// one-shot handler; the first own fault runs it, the second (the handler
+/// returns and the write faults again) takes the default action.
+#[test]
+fn resethand() {
+    row(
+        "resethand",
+        "tests/t_sigchain",
+        1,
+        End::HandledThenDies(&["OWN SIGSEGV HANDLED row=resethand signo=11 si_code=1 si_addr=(nil)", "OWN SIGSEGV HANDLER RETURNS"], libc::SIGSEGV),
+        &[],
+    );
+}
+
+/// signal() handlers, and signal() save/restore around every 100 stores.
+#[test]
+fn signal_save_restore() {
+    row("signal_save_restore", "tests/t_sigchain", 1, End::Handled(&["OWN SIGSEGV HANDLED row=signal_save_restore signo=11 (a signal() handler)"]), &[]);
+}
+
+/// The storing thread blocks SIGSEGV and SIGBUS: its stores still arrive,
+/// its mask reads back as it set it, and its own (synchronous) SIGSEGV
+/// kills it, as the kernel does with a blocked synchronous fault.
+#[test]
+fn blocked() {
+    row("blocked", "tests/t_sigchain", 1, End::Dies(libc::SIGSEGV), &[]);
+}
+
+/// sigaltstack + SA_ONSTACK handlers; every 10th store made by a SIGUSR1
+/// handler running on the alternate stack; the own fault's handler runs on
+/// the alternate stack.
+#[test]
+fn altstack() {
+    row(
+        "altstack",
+        "tests/t_sigchain",
+        1,
+        End::Handled(&["OWN SIGSEGV HANDLED row=altstack signo=11 si_code=1 si_addr=(nil) on_altstack=1", "all on the alternate stack"]),
+        &[],
+    );
+}
+
+#[test]
+fn sig_ign() {
+    row("sig_ign", "tests/t_sigchain", 1, End::Dies(libc::SIGSEGV), &[]);
+}
+
+/// Handlers first, then libsisci by dlopen(RTLD_NOW | RTLD_LOCAL): loading
+/// it must leave the program's handlers in place.
+#[test]
+fn dlopen() {
+    row("dlopen", "tests/t_sigchain_dlopen", 1, End::Handled(&["OWN SIGSEGV HANDLED row=dlopen signo=11 si_code=1 si_addr=(nil)"]), &[]);
+}
+
+#[test]
+fn four_threads() {
+    row("four_threads", "tests/t_sigchain", 4, End::Handled(&["OWN SIGSEGV HANDLED row=four_threads signo=11 si_code=1 si_addr=(nil)"]), &[]);
+}
+
+/// Linked with libsisci.a.
+#[test]
+fn static_link() {
+    row("static", "tests/t_sigchain_static", 1, End::Handled(&["OWN SIGSEGV HANDLED row=static signo=11 si_code=1 si_addr=(nil)"]), &[]);
+}
+
+/// The baseline: nothing installed.
+#[test]
+fn no_handlers() {
+    row("no_handlers", "tests/t_sigchain", 1, End::Dies(libc::SIGSEGV), &[]);
+}
+
+/// A SIGBUS of the program's own (a store past the end of a file mapping)
+/// reaches its SA_SIGINFO handler with BUS_ADRERR and the address; a remote
+/// store made inside that handler (SIGBUS blocked there, as the program
+/// asked) arrives too.
+#[test]
+fn bus_adrerr() {
+    row(
+        "bus_adrerr",
+        "tests/t_sigchain",
+        1,
+        End::Handled(&[
+            "OWN SIGBUS HANDLED row=bus_adrerr signo=7 si_code=2 (BUS_ADRERR)",
+            "(the page past the file's end)",
+            "STORE FROM SIGBUS HANDLER ARRIVED",
+        ]),
+        &[],
+    );
+}
+
+/// Nothing installed; the program's own SIGBUS takes the default action.
+#[test]
+fn bus_dfl() {
+    row("bus_dfl", "tests/t_sigchain", 1, End::Dies(libc::SIGBUS), &[]);
+}
+
+/// SIG_IGN for both; the program's own SIGBUS (synchronous, so the kernel
+/// would not ignore it) kills it.
+#[test]
+fn sig_ign_bus() {
+    row("sig_ign_bus", "tests/t_sigchain", 1, End::Dies(libc::SIGBUS), &[]);
+}
+
+/// handlers_after_map with the trap forced to the handler thread
+/// (VSCI_TRAP=thread) in a program that links libsisci.
+#[test]
+fn handlers_after_map_thread_trap() {
+    row(
+        "handlers_after_map",
+        "tests/t_sigchain",
+        1,
+        End::Handled(&["OWN SIGSEGV HANDLED row=handlers_after_map signo=11 si_code=1 si_addr=(nil)"]),
+        &[("VSCI_TRAP", "thread")],
+    );
+}
+
+// ---- a GASNet-like program ------------------------------------------------------------
+
+/// Handlers for SIGSEGV, SIGBUS, SIGILL, SIGFPE and SIGABRT with signal()
+/// that print and re-raise, signal() save/restore around a backtrace (after
+/// mapping and every 1,000 rounds), then 10,000 round trips of a ping-pong
+/// over remote maps. Then ping makes a NULL write: its handler prints and
+/// re-raises, and it dies of SIGSEGV, as GASNet's does.
+#[test]
+fn gasnet_like_pingpong() {
+    let _g = serial();
+    let Some(c) = Cluster::start(&[1, 2]) else { return };
+    let dir = c.dir.path.clone();
+    let core_expected = cores_dumped_here(&dir);
+    let bin = built("tests/t_gasnet_like");
+    let mut pcmd = c.client(2, &bin);
+    pcmd.args(["-wait", OWNER_WAIT_S, "pong", GASNET_ROUNDS, "0x5911", "1:0x5910"]);
+    let pong = Proc::spawn("t_gasnet_like pong (node 2)", &mut pcmd);
+    let mut icmd = c.client(1, &bin);
+    icmd.args(["-wait", OWNER_WAIT_S, "ping", GASNET_ROUNDS, "0x5910", "2:0x5911", "fault"]).current_dir(&dir);
+    let ping = Proc::spawn("t_gasnet_like ping (node 1)", &mut icmd);
+    let (iout, ikilled) = finish(ping, RUN);
+    let (pout, pkilled) = finish(pong, if iout.stdout.contains("DONE") { RUN } else { Duration::from_secs(5) });
+    remove_cores(&dir);
+    let mut bad = Vec::new();
+    for (o, side) in [(&iout, "ping"), (&pout, "pong")] {
+        let all = format!("{}{}", o.stdout, o.stderr);
+        if !o.stdout.contains(&format!("GASNET {side} DONE round_trips={GASNET_ROUNDS}")) {
+            bad.push(format!("{side} did not finish its {GASNET_ROUNDS} round trips"));
+        }
+        if let Some(l) = all.lines().find(|l| l.contains("during the run")) {
+            bad.push(format!("{side}: a fatal signal reached the program's handler during the run: {l}"));
+        }
+        for l in all.lines().filter(|l| l.contains("REPORT-BACK MISMATCH")) {
+            bad.push(format!("{side}: {l}"));
+        }
+        if o.stdout.contains("DONE round_trips") && !o.stdout.contains("GASNET REPORT-BACK OK") {
+            bad.push(format!("{side}: no GASNET REPORT-BACK OK"));
+        }
+    }
+    if pkilled || !pout.status.success() {
+        bad.push(format!("pong ended with {}{}", describe_status(pout.status), if pkilled { " (killed)" } else { "" }));
+    }
+    if iout.stdout.contains("DONE round_trips") {
+        check_end(&iout, ikilled, End::HandledThenDies(&["*** Caught a fatal signal: SIGSEGV(11) on node 0/2 (the program's own fault)"], libc::SIGSEGV), core_expected, &mut bad);
+    }
+    if !bad.is_empty() {
+        panic!("GASNet-like ping-pong: {} problem(s):\n  - {}\n\n{}\n\n{}", bad.len(), bad.join("\n  - "), iout.describe(), pout.describe());
+    }
+    let line = iout.stdout.lines().find(|l| l.contains("GASNET ping DONE")).unwrap_or_default();
+    eprintln!("GASNet-like ping-pong: {line}");
+    c.wait_clean(1, "after the GASNet-like ping-pong");
+    c.wait_clean(2, "after the GASNet-like ping-pong");
+}
+
+// ---- Python with faulthandler ----------------------------------------------------------
+
+fn python_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/python/faulthandler_remote.py")
+}
+
+fn have_python() -> bool {
+    Command::new("python3")
+        .args(["-c", "import ctypes, faulthandler"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// python3 with faulthandler enabled before libsisci is loaded (ctypes:
+/// dlopen RTLD_LOCAL): 1,000 stores through a ctypes pointer into a remote
+/// map arrive (half with SCIFlush, half without a call), and a NULL read
+/// afterwards reaches faulthandler ("Fatal Python error: Segmentation
+/// fault"), which re-raises: the process dies of SIGSEGV. Then the same with
+/// faulthandler disabled and enabled again after the map.
+#[test]
+fn python_faulthandler() {
+    let _g = serial();
+    if !have_python() {
+        eprintln!("SKIPPED: no python3 with ctypes and faulthandler");
+        return;
+    }
+    let Some(c) = Cluster::start(&[1, 2]) else { return };
+    let dir = c.dir.path.clone();
+    let core_expected = cores_dumped_here(&dir);
+    let lib = built("lib/libsisci.so");
+    let script = python_script();
+    let mut bad = Vec::new();
+    let mut outs = Vec::new();
+    for (k, mode) in ["", "reenable"].iter().enumerate() {
+        let oseg = format!("0x{:x}", 0x5920 + 2 * k);
+        let wseg = format!("0x{:x}", 0x5921 + 2 * k);
+        let mut ocmd = c.client(1, &built("tests/t_sigchain"));
+        ocmd.args(["-wait", OWNER_WAIT_S, "owner", &oseg, &format!("2:{wseg}"), "1", PY_STORES]);
+        let owner = Proc::spawn(&format!("t_sigchain owner (node 1, for python {mode})"), &mut ocmd);
+        let mut pcmd = c.client(2, Path::new("python3"));
+        pcmd.arg(&script).args(["--wait", WRITER_WAIT_S]).arg(&lib).args([&format!("1:{oseg}"), &wseg, PY_STORES]);
+        if !mode.is_empty() {
+            pcmd.arg(mode);
+        }
+        pcmd.arg("fault").current_dir(&dir);
+        let py = Proc::spawn(&format!("faulthandler_remote.py {mode} (node 2)"), &mut pcmd);
+        let (pout, pkilled) = finish(py, RUN);
+        let done = pout.stdout.contains(&format!("PY STORES DONE stores={PY_STORES}"));
+        let (oout, okilled) = finish(owner, if done { RUN } else { Duration::from_secs(5) });
+        remove_cores(&dir);
+        let tag = if mode.is_empty() { "faulthandler enabled before loading libsisci" } else { "faulthandler enabled again after the map" };
+        if !oout.status.success() || !oout.stdout.contains("OWNER DONE") {
+            bad.push(format!("{tag}: not every store arrived (the owner ended with {}{})", describe_status(oout.status), if okilled { ", killed" } else { "" }));
+        }
+        if !done {
+            bad.push(format!("{tag}: python did not finish its stores"));
+        } else {
+            let mut b = Vec::new();
+            check_end(&pout, pkilled, End::HandledThenDies(&["Fatal Python error: Segmentation fault"], libc::SIGSEGV), core_expected, &mut b);
+            bad.extend(b.into_iter().map(|s| format!("{tag}: {s}")));
+        }
+        outs.push(pout);
+        outs.push(oout);
+    }
+    if !bad.is_empty() {
+        let all: Vec<String> = outs.iter().map(|o| o.describe()).collect();
+        panic!("python with faulthandler: {} problem(s):\n  - {}\n\n{}", bad.len(), bad.join("\n  - "), all.join("\n\n"));
+    }
+    c.wait_clean(1, "after the python runs");
+    c.wait_clean(2, "after the python runs");
+}
