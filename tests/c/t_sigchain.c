@@ -82,6 +82,19 @@
  *                       of the program's own (see above)
  *   bus_dfl             nothing installed; final fault SIGBUS of its own
  *   sig_ign_bus         SIG_IGN for both; final fault SIGBUS of its own
+ *   bus_nested          SA_SIGINFO handlers after mapping; final fault SIGBUS of
+ *                       its own, whose handler makes the same fault again:
+ *                       SIGBUS is blocked in the handler, the process dies of it
+ *   bus_nested_nodefer  the same with SA_NODEFER on SIGBUS: the handler runs
+ *                       again, nested ("NESTED OWN SIGBUS HANDLED"), _exit(42)
+ *   raw_syscall         handlers installed with syscall(SYS_rt_sigaction)
+ *                       (SA_RESTORER with a trampoline of its own) and read
+ *                       back the same way; x86_64 only
+ *   signalfd_blocked    nothing installed; SIGSEGV + SIGBUS blocked with
+ *                       sigprocmask and read from a signalfd, which must stay
+ *                       empty; the own SIGSEGV kills it
+ *   sysv_signal         sysv_signal(SIGSEGV, h) (SA_RESETHAND | SA_NODEFER) and
+ *                       sigset(SIGBUS, h) after mapping
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -315,6 +328,7 @@ static int owner(unsigned segid, const char *writer, unsigned slots, uint32_t to
 enum row {
     R_AFTER, R_BEFORE, R_RESETHAND, R_SAVE_RESTORE, R_BLOCKED, R_ALTSTACK, R_SIG_IGN,
     R_DLOPEN, R_FOUR_THREADS, R_STATIC, R_NONE, R_BUS_ADRERR, R_BUS_DFL, R_SIG_IGN_BUS,
+    R_BUS_NESTED, R_BUS_NESTED_NODEFER, R_RAW_SYSCALL, R_SIGNALFD, R_SYSV,
 };
 
 static const struct { const char *name; enum row row; } rows[] = {
@@ -323,8 +337,16 @@ static const struct { const char *name; enum row row; } rows[] = {
     { "blocked", R_BLOCKED }, { "altstack", R_ALTSTACK }, { "sig_ign", R_SIG_IGN },
     { "dlopen", R_DLOPEN }, { "four_threads", R_FOUR_THREADS }, { "static", R_STATIC },
     { "no_handlers", R_NONE }, { "bus_adrerr", R_BUS_ADRERR }, { "bus_dfl", R_BUS_DFL },
-    { "sig_ign_bus", R_SIG_IGN_BUS },
+    { "sig_ign_bus", R_SIG_IGN_BUS }, { "bus_nested", R_BUS_NESTED },
+    { "bus_nested_nodefer", R_BUS_NESTED_NODEFER }, { "raw_syscall", R_RAW_SYSCALL },
+    { "signalfd_blocked", R_SIGNALFD }, { "sysv_signal", R_SYSV },
 };
+
+static int bus_row(enum row r)
+{
+    return r == R_BUS_ADRERR || r == R_BUS_DFL || r == R_SIG_IGN_BUS || r == R_BUS_NESTED ||
+           r == R_BUS_NESTED_NODEFER;
+}
 
 static enum row row;
 static const char *row_name;
@@ -405,25 +427,40 @@ static void segv_plain(int sig)
     if (!final_fault)
         unexpected(sig, NULL);
     char b[160];
-    snprintf(b, sizeof b, "OWN SIGSEGV HANDLED row=%s signo=%d (a signal() handler)\n", row_name, sig);
+    snprintf(b, sizeof b, "OWN SIGSEGV HANDLED row=%s signo=%d (a handler without SA_SIGINFO)\n", row_name, sig);
     say(b);
     _exit(42);
 }
 
+static volatile sig_atomic_t bus_depth;
+
 static void bus_info(int sig, siginfo_t *si, void *uc)
 {
     (void)uc;
-    if (!final_fault || row != R_BUS_ADRERR)
+    if (!final_fault || !bus_row(row))
         unexpected(sig, si);
     char b[256];
     int addr_ok = si->si_addr == (void *)bus_page;
+    int depth = bus_depth++;
     snprintf(b, sizeof b,
-             "OWN SIGBUS HANDLED row=%s signo=%d si_code=%d%s si_addr=%p (%s)\n", row_name,
-             si->si_signo, si->si_code, si->si_code == BUS_ADRERR ? " (BUS_ADRERR)" : " (NOT BUS_ADRERR)",
-             si->si_addr, addr_ok ? "the page past the file's end" : "NOT the page it touched");
+             "%sOWN SIGBUS HANDLED row=%s signo=%d si_code=%d%s si_addr=%p (%s) depth=%d\n",
+             depth ? "NESTED " : "", row_name, si->si_signo, si->si_code,
+             si->si_code == BUS_ADRERR ? " (BUS_ADRERR)" : " (NOT BUS_ADRERR)", si->si_addr,
+             addr_ok ? "the page past the file's end" : "NOT the page it touched", depth);
     say(b);
     if (si->si_code != BUS_ADRERR || !addr_ok)
         _exit(5);
+    if (row == R_BUS_NESTED || row == R_BUS_NESTED_NODEFER) {
+        if (depth > 0)
+            _exit(42); /* SA_NODEFER: the handler ran again, nested */
+        /* The same fault again, inside the handler: with SA_NODEFER the
+         * handler runs again; without, SIGBUS is blocked here and the
+         * kernel kills the process with it. */
+        say("A SECOND OWN SIGBUS INSIDE THE HANDLER\n");
+        bus_page[0] = 2;
+        say("THE SECOND OWN SIGBUS DID NOT FAULT\n");
+        _exit(6);
+    }
     /* A remote store from inside the program's own SIGBUS handler (which
      * runs with SIGBUS blocked, as the program asked): libsisci traps it
      * all the same. */
@@ -597,6 +634,87 @@ static void check_mask_blocked(const char *who)
                  sigismember(&m, SIGBUS) == 1 ? "blocked" : "NOT blocked");
 }
 
+/* ---- row raw_syscall: rt_sigaction without the C library ------------------------ */
+
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+
+/* The kernel's struct sigaction (x86_64: handler, flags, restorer, mask). */
+struct ksigaction {
+    void *handler;
+    unsigned long flags;
+    void *restorer;
+    uint64_t mask;
+};
+
+#ifdef __x86_64__
+/* Our own rt_sigreturn trampoline (the kernel wants SA_RESTORER here). */
+void t_sigchain_restore_rt(void);
+__asm__(".text\n.globl t_sigchain_restore_rt\n.type t_sigchain_restore_rt,@function\n"
+        "t_sigchain_restore_rt:\n\tmovq $15, %rax\n\tsyscall\n");
+#define RAW_RESTORER ((void *)t_sigchain_restore_rt)
+#else
+#define RAW_RESTORER NULL
+#endif
+
+static struct ksigaction raw_installed[2]; /* SIGSEGV, SIGBUS */
+
+static long raw_rt_sigaction(int sig, const struct ksigaction *act, struct ksigaction *old)
+{
+    return syscall(SYS_rt_sigaction, sig, act, old, sizeof(uint64_t));
+}
+
+static void raw_install(int sig, void (*fn)(int, siginfo_t *, void *))
+{
+    struct ksigaction old, act = { .handler = (void *)fn,
+                                   .flags = SA_SIGINFO | SA_RESTORER,
+                                   .restorer = RAW_RESTORER,
+                                   .mask = 1ull << (SIGUSR2 - 1) };
+    memset(&old, 0xa5, sizeof old);
+    if (raw_rt_sigaction(sig, NULL, &old) != 0)
+        FAILF("syscall(SYS_rt_sigaction, %d, NULL, &old): %s", sig, strerror(errno));
+    if (old.handler != (void *)SIG_DFL)
+        mismatch("%s before the program installed a handler: syscall(SYS_rt_sigaction) reports "
+                 "handler %p flags 0x%lx, not SIG_DFL", sig == SIGBUS ? "SIGBUS" : "SIGSEGV",
+                 old.handler, old.flags);
+    if (raw_rt_sigaction(sig, &act, NULL) != 0)
+        FAILF("syscall(SYS_rt_sigaction, %d, &act): %s", sig, strerror(errno));
+    raw_installed[sig == SIGBUS] = act;
+}
+
+static void raw_check(int sig)
+{
+    struct ksigaction cur;
+    const struct ksigaction *want = &raw_installed[sig == SIGBUS];
+    memset(&cur, 0, sizeof cur);
+    if (raw_rt_sigaction(sig, NULL, &cur) != 0)
+        FAILF("syscall(SYS_rt_sigaction, %d, NULL, &cur): %s", sig, strerror(errno));
+    const char *n = sig == SIGBUS ? "SIGBUS" : "SIGSEGV";
+    if (cur.handler != want->handler)
+        mismatch("%s: syscall(SYS_rt_sigaction) reports handler %p, the program installed %p", n,
+                 cur.handler, want->handler);
+    if (cur.flags != want->flags)
+        mismatch("%s: syscall(SYS_rt_sigaction) reports flags 0x%lx, the program installed 0x%lx",
+                 n, cur.flags, want->flags);
+    if (cur.restorer != want->restorer)
+        mismatch("%s: syscall(SYS_rt_sigaction) reports restorer %p, the program installed %p", n,
+                 cur.restorer, want->restorer);
+    if (cur.mask != want->mask)
+        mismatch("%s: syscall(SYS_rt_sigaction) reports mask 0x%llx, the program installed 0x%llx",
+                 n, (unsigned long long)cur.mask, (unsigned long long)want->mask);
+    /* And the C library's sigaction() says the same handler. */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sigaction(sig, NULL, &sa);
+    if ((void *)sa.sa_sigaction != want->handler)
+        mismatch("%s: sigaction() reports handler %p after syscall(SYS_rt_sigaction) installed %p",
+                 n, (void *)sa.sa_sigaction, want->handler);
+}
+
+/* Row signalfd_blocked: the process blocks both with sigprocmask and reads
+ * them from a signalfd; libsisci's traps must not show up there. */
+static int sfd = -1;
+
 /* ---- the writer --------------------------------------------------------------- */
 
 struct counter {
@@ -731,6 +849,64 @@ static void install_row_handlers(void)
         check_default(SIGSEGV, "with nothing installed");
         check_default(SIGBUS, "with nothing installed");
         break;
+    case R_BUS_NESTED:
+        check_default(SIGSEGV, "before the program installed a handler");
+        check_default(SIGBUS, "before the program installed a handler");
+        install(SIGSEGV, segv_info, NULL, 0);
+        install(SIGBUS, bus_info, NULL, 0);
+        break;
+    case R_BUS_NESTED_NODEFER:
+        check_default(SIGSEGV, "before the program installed a handler");
+        check_default(SIGBUS, "before the program installed a handler");
+        install(SIGSEGV, segv_info, NULL, 0);
+        install(SIGBUS, bus_info, NULL, SA_NODEFER);
+        break;
+    case R_RAW_SYSCALL:
+#ifndef __x86_64__
+        FAILF("row raw_syscall needs x86_64 (its own rt_sigreturn trampoline)");
+#endif
+        raw_install(SIGSEGV, segv_info);
+        raw_install(SIGBUS, bus_info);
+        break;
+    case R_SIGNALFD: {
+        check_default(SIGSEGV, "with nothing installed");
+        check_default(SIGBUS, "with nothing installed");
+        sigset_t m;
+        sigemptyset(&m);
+        sigaddset(&m, SIGSEGV);
+        sigaddset(&m, SIGBUS);
+        CHECK_MSG(sigprocmask(SIG_BLOCK, &m, NULL) == 0, "sigprocmask: %s", strerror(errno));
+        sfd = signalfd(-1, &m, SFD_NONBLOCK | SFD_CLOEXEC);
+        CHECK_MSG(sfd >= 0, "signalfd: %s", strerror(errno));
+        check_mask_blocked("right after sigprocmask");
+        break;
+    }
+    case R_SYSV: {
+        check_default(SIGSEGV, "before the program installed a handler");
+        check_default(SIGBUS, "before the program installed a handler");
+        /* glibc: sysv_signal = SA_RESETHAND | SA_NODEFER, empty mask;
+         * sigset = flags 0, empty mask (and unblocks the signal). */
+        CHECK_MSG(sysv_signal(SIGSEGV, segv_plain) == SIG_DFL, "sysv_signal(SIGSEGV) did not return SIG_DFL");
+        struct installed *in = inst_of(SIGSEGV);
+        memset(&in->sa, 0, sizeof in->sa);
+        in->sa.sa_handler = segv_plain;
+        in->sa.sa_flags = SA_RESETHAND | SA_NODEFER;
+        sigemptyset(&in->sa.sa_mask);
+        in->set = 1;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+        void (*old)(int) = sigset(SIGBUS, bus_plain); /* old programs still call it */
+#pragma GCC diagnostic pop
+        if (old != SIG_DFL)
+            mismatch("SIGBUS: sigset() returned %p, not SIG_DFL", (void *)old);
+        in = inst_of(SIGBUS);
+        memset(&in->sa, 0, sizeof in->sa);
+        in->sa.sa_handler = bus_plain;
+        in->sa.sa_flags = 0;
+        sigemptyset(&in->sa.sa_mask);
+        in->set = 1;
+        break;
+    }
     }
 }
 
@@ -827,17 +1003,34 @@ static int writer(uint32_t n, int core, const char *owner_target, unsigned myseg
     }
 
     /* What the program is told is what it installed. */
-    check_reported(SIGSEGV);
-    check_reported(SIGBUS);
+    if (row != R_RAW_SYSCALL) {
+        check_reported(SIGSEGV);
+        check_reported(SIGBUS);
+    }
     if (row == R_ALTSTACK)
         check_reported(SIGUSR1);
-    if (row == R_BLOCKED)
+    if (row == R_BLOCKED || row == R_SIGNALFD)
         check_mask_blocked("after the stores");
+    if (row == R_RAW_SYSCALL) {
+        raw_check(SIGSEGV);
+        raw_check(SIGBUS);
+    }
+    if (row == R_SIGNALFD) {
+        struct signalfd_siginfo fi;
+        ssize_t r = read(sfd, &fi, sizeof fi);
+        if (r >= 0)
+            mismatch("the program's signalfd for SIGSEGV+SIGBUS holds signal %u (si_code %d, "
+                     "address 0x%llx): libsisci's trap showed up there",
+                     fi.ssi_signo, fi.ssi_code, (unsigned long long)fi.ssi_addr);
+        else if (errno != EAGAIN)
+            mismatch("read of the program's signalfd: %s (want EAGAIN: nothing queued)",
+                     strerror(errno));
+    }
     if (mismatches == 0)
         printf("REPORT-BACK OK row=%s: sigaction reports what the program installed\n", row_name);
 
     /* A fault of its own. */
-    if (row == R_BUS_ADRERR || row == R_BUS_DFL || row == R_SIG_IGN_BUS) {
+    if (bus_row(row)) {
         bus_page = page_past_eof();
         handler_slot = c[0].slot;
         handler_value = 2 * n + 1;

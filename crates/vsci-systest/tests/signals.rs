@@ -8,14 +8,17 @@
 //! would without libsisci: its handler runs, or the default action kills
 //! the process with that signal (and a core where the kernel dumps one).
 //!
-//! - the matrix: tests/c/t_sigchain.c's rows (one test each), every row
+//! - the matrix: tests/c/t_sigchain.c's rows (one test each), every row of
+//!   issue 33's list
 //!   10,000 counter stores with SCIFlush after each and 10,000 with no call
 //!   at all, each acknowledged by the owner (t_sigchain owner, on the other
 //!   node) before the next, then the report-back check, then the program's
 //!   own fault (a NULL write, or a store past the end of a file mapping for
 //!   the SIGBUS rows); t_sigchain_static (libsisci.a) and t_sigchain_dlopen
 //!   (no libsisci at link time: dlopen RTLD_LOCAL after its handlers) are
-//!   the same source built two more ways (Makefile);
+//!   the same source built two more ways (Makefile); further rows (a nested
+//!   own SIGBUS with and without SA_NODEFER, syscall(SYS_rt_sigaction),
+//!   a signalfd, sysv_signal/sigset) with 2,000 stores per phase;
 //! - a program that handles signals as GASNet's gasnet_attach does, then a
 //!   10,000-round-trip ping-pong over remote maps (tests/c/t_gasnet_like.c);
 //! - Python with faulthandler enabled, libsisci loaded by ctypes
@@ -42,8 +45,12 @@ use std::time::{Duration, Instant};
 use common::*;
 use netns::Cluster;
 
-/// Stores per phase (with SCIFlush, then without any call) of every row.
+/// Stores per phase (with SCIFlush, then without any call) of every row of
+/// issue 33's matrix.
 const STORES: u32 = 10_000;
+/// Stores per phase of the further rows (nested faults, raw syscall,
+/// signalfd, sysv_signal), which are about the program's own signals.
+const EXTRA_STORES: u32 = 2_000;
 /// The owner's deadline for each value (seconds without progress).
 const OWNER_WAIT_S: &str = "60";
 /// The writer waits longer, so that a lost store is reported by the owner.
@@ -175,12 +182,16 @@ fn check_end(o: &Output, killed: bool, end: End, core_expected: bool, bad: &mut 
 /// One row of the matrix: t_sigchain owner on node 1, `bin` writer --row
 /// `row` on node 2 (in the cluster's directory, for its core).
 fn row(row: &str, bin: &str, slots: u32, end: End, env: &[(&str, &str)]) {
+    row_with(row, bin, slots, STORES, end, env)
+}
+
+fn row_with(row: &str, bin: &str, slots: u32, stores: u32, end: End, env: &[(&str, &str)]) {
     let _g = serial();
     let Some(c) = Cluster::start(&[1, 2]) else { return };
     let dir = c.dir.path.clone();
     let core_expected = cores_dumped_here(&dir);
     let extra = u32::from(row == "bus_adrerr"); // the store made by its SIGBUS handler
-    let total = (2 * STORES + extra).to_string();
+    let total = (2 * stores + extra).to_string();
     let slots_s = slots.to_string();
     let writer_target = format!("2:{WRITER_SEG}");
     let owner_target = format!("1:{OWNER_SEG}");
@@ -189,7 +200,7 @@ fn row(row: &str, bin: &str, slots: u32, end: End, env: &[(&str, &str)]) {
     ocmd.args(["-wait", OWNER_WAIT_S, "owner", OWNER_SEG, &writer_target, &slots_s, &total]);
     let owner = Proc::spawn(&format!("t_sigchain owner (node 1, for row {row})"), &mut ocmd);
 
-    let stores = STORES.to_string();
+    let stores = stores.to_string();
     let mut wcmd = c.client(2, &built(bin));
     wcmd.args(["-wait", WRITER_WAIT_S, "writer", "--row", row, "--stores", &stores, "--core", &owner_target, WRITER_SEG])
         .current_dir(&dir)
@@ -271,7 +282,7 @@ fn resethand() {
 /// signal() handlers, and signal() save/restore around every 100 stores.
 #[test]
 fn signal_save_restore() {
-    row("signal_save_restore", "tests/t_sigchain", 1, End::Handled(&["OWN SIGSEGV HANDLED row=signal_save_restore signo=11 (a signal() handler)"]), &[]);
+    row("signal_save_restore", "tests/t_sigchain", 1, End::Handled(&["OWN SIGSEGV HANDLED row=signal_save_restore signo=11 (a handler without SA_SIGINFO)"]), &[]);
 }
 
 /// The storing thread blocks SIGSEGV and SIGBUS: its stores still arrive,
@@ -495,4 +506,70 @@ fn python_faulthandler() {
     }
     c.wait_clean(1, "after the python runs");
     c.wait_clean(2, "after the python runs");
+}
+
+// ---- further rows: the program's own signals, exactly as without libsisci ------------------
+
+/// The program's own SIGBUS handler (no SA_NODEFER) makes the same fault
+/// again: SIGBUS is blocked inside it, so the kernel kills the process with
+/// SIGBUS (the handler does not run nested).
+#[test]
+fn bus_nested() {
+    row_with(
+        "bus_nested",
+        "tests/t_sigchain",
+        1,
+        EXTRA_STORES,
+        End::HandledThenDies(
+            &["OWN SIGBUS HANDLED row=bus_nested signo=7 si_code=2 (BUS_ADRERR)", "depth=0", "A SECOND OWN SIGBUS INSIDE THE HANDLER"],
+            libc::SIGBUS,
+        ),
+        &[],
+    );
+}
+
+/// The same with SA_NODEFER: the handler runs again, nested.
+#[test]
+fn bus_nested_nodefer() {
+    row_with(
+        "bus_nested_nodefer",
+        "tests/t_sigchain",
+        1,
+        EXTRA_STORES,
+        End::Handled(&["NESTED OWN SIGBUS HANDLED row=bus_nested_nodefer signo=7 si_code=2 (BUS_ADRERR)", "depth=1"]),
+        &[],
+    );
+}
+
+/// Handlers installed and read back with syscall(SYS_rt_sigaction).
+#[test]
+fn raw_syscall() {
+    row_with(
+        "raw_syscall",
+        "tests/t_sigchain",
+        1,
+        EXTRA_STORES,
+        End::Handled(&["OWN SIGSEGV HANDLED row=raw_syscall signo=11 si_code=1 si_addr=(nil)"]),
+        &[],
+    );
+}
+
+/// SIGSEGV + SIGBUS blocked with sigprocmask and read from a signalfd:
+/// nothing of libsisci's shows up there; the own SIGSEGV kills.
+#[test]
+fn signalfd_blocked() {
+    row_with("signalfd_blocked", "tests/t_sigchain", 1, EXTRA_STORES, End::Dies(libc::SIGSEGV), &[]);
+}
+
+/// sysv_signal(SIGSEGV, h) and sigset(SIGBUS, h).
+#[test]
+fn sysv_signal() {
+    row_with(
+        "sysv_signal",
+        "tests/t_sigchain",
+        1,
+        EXTRA_STORES,
+        End::Handled(&["OWN SIGSEGV HANDLED row=sysv_signal signo=11 (a handler without SA_SIGINFO)"]),
+        &[],
+    );
 }
