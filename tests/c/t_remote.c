@@ -31,7 +31,9 @@
  *       connects to an owner's segment, its interrupt and data interrupt,
  *       prints "OBSERVER READY", then keeps storing into the data area (with
  *       `flush`, the default, also calling SCIFlush every 16th store) while
- *       polling for a segment event.  The event
+ *       polling for a segment event.  SCI_CB_NOT_OPERATIONAL and
+ *       SCI_CB_OPERATIONAL (the link dropped, or came back) are printed
+ *       and skipped; the next event
  *       must be SCI_CB_LOST with status SCI_ERR_NODE_NOT_RESPONDING
  *       ("OBSERVER GOT LOST ...") and SCIFlush must then return.  Then triggers to the owner's interrupts
  *       must fail with SCI_ERR_NOT_CONNECTED, and new connects to the node
@@ -422,6 +424,14 @@ static int observe(unsigned int owner_node, unsigned int segid, int flush)
         if (err == SCI_ERR_TIMEOUT)
             continue;
         CHECK_ERR(err, SCI_ERR_OK);
+        /* A link that drops before its node is declared dead says so first
+         * (SCI_CB_NOT_OPERATIONAL, and OPERATIONAL if it comes back). */
+        if (r == SCI_CB_NOT_OPERATIONAL || r == SCI_CB_OPERATIONAL) {
+            printf("OBSERVER GOT %s after %" PRIu64 " ms\n",
+                   r == SCI_CB_OPERATIONAL ? "OPERATIONAL" : "NOT_OPERATIONAL", now_ms() - t0);
+            fflush(stdout);
+            continue;
+        }
         break;
     }
     printf("OBSERVER GOT %s status=%s after %" PRIu64 " ms (%u stores)\n",

@@ -468,9 +468,11 @@ fn dispatch(inner: &Inner, q: Arc<EventQueue>, ev: SegEvent) {
     if ev.reason == SegmentEvent::Lost {
         q.lost.store(true, Ordering::SeqCst);
     }
-    if ev.status == SciError::NodeNotResponding {
-        // Stop waiting for RMA operations to that node (a silently cut link
-        // never completes them).
+    if ev.reason == SegmentEvent::Lost && ev.status == SciError::NodeNotResponding {
+        // The node was declared dead: stop waiting for RMA operations to it
+        // (a silently cut link never completes them). A link that is only
+        // down (SCI_CB_NOT_OPERATIONAL) keeps them waiting: they complete
+        // when it is back.
         crate::remote::node_down_queue(&q);
     }
     if let Some(tx) = inner.dispatch.lock().unwrap().as_ref() {

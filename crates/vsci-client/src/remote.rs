@@ -71,6 +71,11 @@ pub(crate) fn rma(provider: &str, first_peer: &[u8]) -> Result<Arc<Rma>> {
         // the memory): see ProgressMode::Initiator for why it does not block
         // on the provider's fd while writes are in flight.
         let progress = fabric.spawn_progress_thread_with(vsci_fabric::ProgressMode::Initiator);
+        // A store to a node that is paused (not dead) waits for it, however
+        // long: its node tells us when it is declared dead (SCI_CB_LOST with
+        // SCI_ERR_NODE_NOT_RESPONDING marks it down), and only then does an
+        // operation to it fail (issue 38: no store is lost silently).
+        fabric.set_patient(true);
         Ok(Arc::new(Rma { fabric, peers: Mutex::new(HashMap::new()), _progress: progress }))
     })
     .clone()

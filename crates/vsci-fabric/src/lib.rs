@@ -305,6 +305,9 @@ struct Inner {
     /// completes operations on its own (TCP retransmits for many minutes),
     /// so waits on them are abandoned instead.
     down: Mutex<std::collections::HashSet<u64>>,
+    /// Keep retrying a post that finds the peer's queue full for as long as
+    /// the peer is not declared down ([`Fabric::set_patient`]).
+    patient: AtomicBool,
     /// Operations posted and not yet completed, over every caller: the
     /// depth of this endpoint's work queue (see [`Fabric::stats`]).
     in_flight: AtomicUsize,
@@ -521,6 +524,7 @@ impl Fabric {
             repost: Mutex::new(Vec::new()),
             progress_threads: AtomicUsize::new(0),
             down: Mutex::new(std::collections::HashSet::new()),
+            patient: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
             received: AtomicU64::new(0),
             completions: AtomicU64::new(0),
@@ -926,7 +930,7 @@ impl Fabric {
                     )?;
                     raddr[i] = addr;
                 }
-                inner.post(slot, "fi_writemsg", |ctx| {
+                inner.post(slot, "fi_writemsg", peer.fi_addr, |ctx| {
                     // SAFETY: the buffers stay borrowed (the caller's runs
                     // outlive `finish`) and their registrations stay in
                     // `locals` until finish's wait_slot has seen every
@@ -979,6 +983,20 @@ impl Fabric {
         } else {
             d.remove(&peer.fi_addr);
         }
+    }
+
+    /// Make posts to a peer whose queue stays full wait for as long as the
+    /// peer is not declared down ([`set_peer_down`](Self::set_peer_down))
+    /// instead of failing after `POST_TIMEOUT`.
+    ///
+    /// Why: a peer whose node is paused (SIGSTOP, a VM paused by its host, a
+    /// host too loaded to run it) stops reading, its socket fills and the
+    /// provider answers FI_EAGAIN until it runs again, which may be minutes.
+    /// Failing the post then loses a store that would have arrived. A caller
+    /// that learns of dead peers (the client library, told by its node) sets
+    /// this; others keep the bounded wait.
+    pub fn set_patient(&self, patient: bool) {
+        self.inner.patient.store(patient, Ordering::Relaxed);
     }
 
     /// Was the peer declared down with [`set_peer_down`](Self::set_peer_down)?
@@ -1084,7 +1102,7 @@ impl Fabric {
             ffi::FI_SEND,
             &mut locals,
         )?;
-        let posted = inner.post(&slot, "fi_send", |ctx| {
+        let posted = inner.post(&slot, "fi_send", peer.fi_addr, |ctx| {
             // SAFETY: data stays borrowed until wait_slot has seen the
             // completion; desc's registration lives in `locals` as long.
             unsafe {
@@ -1422,6 +1440,7 @@ impl Inner {
         &self,
         slot: &Arc<OpSlot>,
         call: &'static str,
+        fi_addr: u64,
         mut f: impl FnMut(*mut c_void) -> isize,
     ) -> Result<()> {
         slot.pending.fetch_add(1, Ordering::AcqRel);
@@ -1436,7 +1455,8 @@ impl Inner {
                 return Ok(());
             }
             let waited = start.elapsed();
-            if ret == -ffi::FI_EAGAIN && waited < POST_TIMEOUT {
+            let patient = self.patient.load(Ordering::Relaxed) && !self.is_down(fi_addr);
+            if ret == -ffi::FI_EAGAIN && (waited < POST_TIMEOUT || patient) {
                 if self.progress().unwrap_or(0) == 0 {
                     idle += 1;
                     backoff(idle);
@@ -1466,7 +1486,7 @@ impl Inner {
     ) -> Result<()> {
         let desc = self.local_desc(buf.as_mut_ptr(), buf.len(), ffi::FI_READ, locals)?;
         let (ptr, len) = (buf.as_mut_ptr(), buf.len());
-        self.post(slot, "fi_readmsg", |ctx| {
+        self.post(slot, "fi_readmsg", peer.fi_addr, |ctx| {
             // SAFETY: the caller keeps buf borrowed (and the registration in
             // `locals`) until wait_slot has seen this operation complete.
             unsafe {

@@ -176,7 +176,7 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     }
     out.push(("node_link_frame", "sealed-frames".into(), sealed));
     let peer_msgs = vec![
-        PeerMsg::Info { node_id: 9, fabric_addr: vec![1, 2, 3] },
+        PeerMsg::Info { node_id: 9, fabric_addr: vec![1, 2, 3], incarnation: 5, knows: 0 },
         PeerMsg::Heartbeat,
         PeerMsg::ConnectSegment { req: 1, segment_id: 1, timeout_ms: 0, broadcast: false },
         PeerMsg::ConnectInterrupt { req: 2, kind: IntrKind::Plain, number: 1, timeout_ms: 0 },

@@ -49,8 +49,14 @@ pub struct RmaRegion {
 /// Messages on an authenticated node link.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum PeerMsg {
-    /// Sent right after authentication, and again if it changes.
-    Info { node_id: u32, fabric_addr: Vec<u8> },
+    /// Sent first on every link, right after authentication (and again if
+    /// the engine address changes). `incarnation`: a random non-zero number
+    /// the sender drew when it started, so a restarted node (with none of
+    /// its old state) is told from one whose link merely dropped; `knows`:
+    /// the receiver's incarnation whose connections the sender still holds
+    /// (0: none). A link continues the old connections only when both
+    /// sides hold each other's current incarnation.
+    Info { node_id: u32, fabric_addr: Vec<u8>, incarnation: u64, knows: u64 },
     Heartbeat,
     ConnectSegment { req: u64, segment_id: u32, timeout_ms: u32, broadcast: bool },
     ConnectSegmentReply { req: u64, result: Result<RemoteSegmentGrant, SciError> },

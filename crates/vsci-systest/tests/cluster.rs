@@ -547,7 +547,9 @@ fn node_killed_mid_run() {
 }
 
 /// Node 2's link is cut (its veth's bridge end down: packets vanish, no
-/// reset) while two clients on node 1 are connected to its segment and
+/// reset) for longer than `node_dead_after_ms` (5 s here; a shorter cut
+/// loses nothing, see stalls.rs) while two clients on node 1 are connected
+/// to its segment and
 /// storing into it (one also calls SCIFlush now and then, the other only
 /// stores): both get SCI_CB_LOST with SCI_ERR_NODE_NOT_RESPONDING, SCIFlush
 /// returns, new connects fail with SCI_ERR_NODE_NOT_RESPONDING, and each
@@ -556,7 +558,7 @@ fn node_killed_mid_run() {
 /// up again, and a new shmem run succeeds.
 #[test]
 fn link_cut_and_restored() {
-    let Some(mut c) = Cluster::start(&[1, 2]) else { return };
+    let Some(mut c) = Cluster::start_settings(&[1, 2], "node_dead_after_ms = 5000") else { return };
     let tr = t_remote();
     let mut failures = Vec::new();
     let mut owner = spawn(&c, 2, &tr, &["owner", "0x7705", "65536"]);

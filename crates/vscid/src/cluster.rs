@@ -24,9 +24,17 @@ struct File {
     /// RMA engine provider (libfabric provider string).
     #[serde(default)]
     fabric_provider: Option<String>,
-    /// Seconds of silence after which a node is reported not responding.
+    /// Silence after which a node is reported not responding (ms).
     #[serde(default)]
     node_timeout_ms: Option<u64>,
+    /// Time a node may be unreachable (silent, or its link down) before it
+    /// is declared dead and its connections lost (ms).
+    #[serde(default)]
+    node_dead_after_ms: Option<u64>,
+    /// TCP user timeout of node links: data unacknowledged this long ends
+    /// the link (ms).
+    #[serde(default)]
+    link_timeout_ms: Option<u64>,
     /// Group whose members may use the control socket (name or number).
     #[serde(default)]
     socket_group: Option<String>,
@@ -52,6 +60,8 @@ pub struct Cluster {
     pub key: Vec<u8>,
     pub provider: String,
     pub node_timeout_ms: u64,
+    pub node_dead_after_ms: u64,
+    pub link_timeout_ms: u64,
     /// Access to the control socket; `--socket-group` / `--socket-mode` override.
     pub socket_group: Option<String>,
     pub socket_mode: Option<u32>,
@@ -59,6 +69,19 @@ pub struct Cluster {
     pub lend: BTreeMap<u32, u64>,
 }
 
+
+/// Defaults of the liveness settings (docs/cluster.md, "Failures").
+///
+/// Sized for busy hosts: a node that did not get the CPU for seconds (a
+/// loaded 2-core machine stood still for 4.7 s at a time; a VM paused by
+/// its host, a SIGSTOP for a minute) is not dead. Silence only shows in
+/// `vsci status`; a link ends on transport evidence (the TCP user timeout,
+/// a reset) and comes back with its connections; only a node unreachable
+/// for `node_dead_after_ms`, refusing links (its vscid is gone) or back
+/// with new state loses them.
+pub const NODE_TIMEOUT_MS: u64 = 1500;
+pub const NODE_DEAD_AFTER_MS: u64 = 120_000;
+pub const LINK_TIMEOUT_MS: u64 = 20_000;
 
 /// Smallest accepted key, in bytes.
 const MIN_KEY: usize = 16;
@@ -101,11 +124,26 @@ impl Cluster {
         if key.len() < MIN_KEY {
             bail!("key file {} holds {} bytes; at least {MIN_KEY} are required", key_path.display(), key.len());
         }
+        let node_timeout_ms = file.node_timeout_ms.unwrap_or(NODE_TIMEOUT_MS);
+        let node_dead_after_ms = file.node_dead_after_ms.unwrap_or(NODE_DEAD_AFTER_MS.max(node_timeout_ms));
+        let link_timeout_ms = file.link_timeout_ms.unwrap_or(LINK_TIMEOUT_MS);
+        // A day bounds them all (a typo of a few zeros should not make a
+        // dead node hold its peers' memory for a year).
+        for (k, v) in [("node_timeout_ms", node_timeout_ms), ("node_dead_after_ms", node_dead_after_ms), ("link_timeout_ms", link_timeout_ms)] {
+            if !(100..=86_400_000).contains(&v) {
+                bail!("{k} = {v}: must be 100..=86400000 (ms)");
+            }
+        }
+        if node_dead_after_ms < node_timeout_ms {
+            bail!("node_dead_after_ms ({node_dead_after_ms}) is shorter than node_timeout_ms ({node_timeout_ms})");
+        }
         Ok(Cluster {
             nodes,
             key,
             provider: file.fabric_provider.unwrap_or_else(|| "tcp;ofi_rxm".into()),
-            node_timeout_ms: file.node_timeout_ms.unwrap_or(1500),
+            node_timeout_ms,
+            node_dead_after_ms,
+            link_timeout_ms,
             socket_group: file.socket_group,
             lend,
             socket_mode: match file.socket_mode.as_deref() {

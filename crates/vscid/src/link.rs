@@ -162,12 +162,27 @@ pub fn check_hello(hello: &LinkHello, me: u32, known: impl Fn(u32) -> bool) -> R
     Ok(())
 }
 
+/// What `accept` fails with when the other end closed without a word: a
+/// peer's liveness probe (see `peers.rs`), not an attack.
+const NO_HELLO: &str = "closed before its hello";
+
+/// Did `accept` fail because the other end closed without sending anything?
+pub fn is_probe(e: &anyhow::Error) -> bool {
+    e.to_string() == NO_HELLO && e.root_cause().downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::UnexpectedEof)
+}
+
+/// Did `dial` fail because nothing listens at the address (connection
+/// refused): no vscid runs there.
+pub fn is_refused(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused))
+}
+
 /// Authenticate an accepted connection. `known` says whether a node id is
 /// in the cluster.
 pub fn accept(mut s: TcpStream, me: u32, key: &[u8], known: impl Fn(u32) -> bool) -> Result<Link> {
     s.set_nodelay(true)?;
     s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
-    let hello: LinkHello = read_plain(&mut s)?;
+    let hello: LinkHello = read_plain(&mut s).context(NO_HELLO)?;
     check_hello(&hello, me, known)?;
     let ns = nonce();
     let idb = [hello.from.to_le_bytes(), me.to_le_bytes()].concat();

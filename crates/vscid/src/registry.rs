@@ -823,6 +823,18 @@ impl Registry {
         finish_wait(self, client, out);
     }
 
+    /// The link to `peer` went down (`up` false) or came back: our
+    /// programs' connections to its segments hear SCI_CB_NOT_OPERATIONAL or
+    /// SCI_CB_OPERATIONAL; nothing is released (`peer_down` does that when
+    /// the node is declared dead).
+    pub fn peer_link(&mut self, peer: u32, up: bool) {
+        let reason = if up { SegmentEvent::Operational } else { SegmentEvent::NotOperational };
+        let conns: Vec<(ClientId, ObjId)> = self.remote_segs.iter().filter(|(_, r)| r.peer == peer).map(|(k, r)| (r.client, *k)).collect();
+        for (client, conn) in conns {
+            self.send(client, Outgoing::event(Event::RemoteSegment { conn, reason, status: SciError::Ok }));
+        }
+    }
+
     pub fn peer_down(&mut self, peer: u32) {
         for client in self.loans.lender_down(peer) {
             self.uncharge(client);

@@ -106,8 +106,8 @@ fn random_key() -> String {
     b.iter().map(|x| format!("{x:02x}")).collect::<String>() + "\n"
 }
 
-fn cluster_toml(key_file: &str, nodes: &[(u32, String)]) -> String {
-    let mut s = format!("# written by crates/vsci-systest/tests/cluster.rs\nkey_file = \"{key_file}\"\n");
+fn cluster_toml(key_file: &str, settings: &str, nodes: &[(u32, String)]) -> String {
+    let mut s = format!("# written by crates/vsci-systest/tests/netns/mod.rs\nkey_file = \"{key_file}\"\n{settings}\n");
     for (id, addr) in nodes {
         s += &format!("\n[[node]]\nid = {id}\naddress = \"{addr}\"\n");
     }
@@ -150,16 +150,22 @@ impl Cluster {
     /// member of the same id) at the member's address.  Returns None (after
     /// printing why) when network namespaces cannot be made here.
     pub fn start_with(ids: &[u32], rogues: &[Rogue]) -> Option<Cluster> {
-        Cluster::start_full(ids, rogues, &[])
+        Cluster::start_full(ids, rogues, &[], "")
     }
 
     /// Members `ids`, member `id` started with the extra vscid arguments
     /// `args` given for it (e.g. `(2, &["--lend", "1G"])`).
     pub fn start_args(ids: &[u32], args: &[(u32, &[&str])]) -> Option<Cluster> {
-        Cluster::start_full(ids, &[], args)
+        Cluster::start_full(ids, &[], args, "")
     }
 
-    fn start_full(ids: &[u32], rogues: &[Rogue], node_args: &[(u32, &[&str])]) -> Option<Cluster> {
+    /// Members `ids` whose cluster file also holds `settings` (top-level
+    /// TOML lines such as `node_dead_after_ms = 5000`).
+    pub fn start_settings(ids: &[u32], settings: &str) -> Option<Cluster> {
+        Cluster::start_full(ids, &[], &[], settings)
+    }
+
+    fn start_full(ids: &[u32], rogues: &[Rogue], node_args: &[(u32, &[&str])], settings: &str) -> Option<Cluster> {
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let pid = std::process::id();
         let k = NEXT.fetch_add(1, Ordering::SeqCst);
@@ -225,7 +231,7 @@ impl Cluster {
             let n = c.nodes.iter().find(|n| !n.legit && n.id == r.id).unwrap();
             members.push((r.id, n.address()));
         }
-        fs::write(c.dir.path.join("cluster.toml"), cluster_toml("key", &members)).unwrap();
+        fs::write(c.dir.path.join("cluster.toml"), cluster_toml("key", settings, &members)).unwrap();
         for n in c.nodes.iter().filter(|n| !n.legit) {
             let kf = format!("{}.key", n.name);
             fs::write(c.dir.path.join(&kf), random_key()).unwrap();
@@ -233,7 +239,7 @@ impl Cluster {
                 c.nodes.iter().filter(|m| m.legit && m.id != n.id).map(|m| (m.id, m.address())).collect();
             list.push((n.id, n.address()));
             list.sort();
-            fs::write(&n.config, cluster_toml(&kf, &list)).unwrap();
+            fs::write(&n.config, cluster_toml(&kf, "", &list)).unwrap();
         }
 
         for i in 0..c.nodes.len() {

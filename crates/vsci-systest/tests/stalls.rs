@@ -1,0 +1,213 @@
+//! A busy or paused node is not a dead node (issue 38): a writer on node 1
+//! stores a counter into a segment of node 2 — one store per slot, so a lost
+//! store is a slot that never holds its value (tests/c/t_stall.c) — with
+//! `SCIFlush` after every store and with no call at all, while node 2 (its
+//! vscid and the owner program) is stopped with SIGSTOP, while node 1 is,
+//! and while node 2's cable is pulled (veth down). Afterwards every store
+//! has arrived, the sequence reports success and the connection still
+//! works. A link that does drop comes back with its connections
+//! (SCI_CB_NOT_OPERATIONAL, then SCI_CB_OPERATIONAL); a node declared dead
+//! loses them, and a program checking its sequence is told (never success).
+//!
+//! Needs root for `ip netns`; without it every test prints SKIPPED and
+//! passes. Run after `make`:
+//!
+//!     VSCI_BUILD=$PWD/build cargo test --release -p vsci-systest --test stalls -- --test-threads=1
+//!
+//! The pauses and cuts are what the tests are about, so they last a set
+//! time; everything else waits for an event, with deadlines that only bound
+//! hangs. The 60 s pause is `#[ignore]`d (it costs a minute of CI).
+
+mod common;
+mod netns;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::*;
+use netns::Cluster;
+
+/// Bound on one program (a hang fails the test instead of blocking it).
+const RUN: Duration = Duration::from_secs(300);
+/// Stores each writer makes, one every millisecond or so: longer than the
+/// 3 s stalls, so they fall in the middle of the run.
+const STORES: &str = "5000";
+
+fn t_stall() -> PathBuf {
+    built("tests/t_stall")
+}
+
+fn spawn(c: &Cluster, node: u32, args: &[&str]) -> Proc {
+    let name = format!("t_stall {} (node {node})", args.join(" "));
+    let mut cmd = c.client(node, &t_stall());
+    cmd.args(args);
+    Proc::spawn(&name, &mut cmd)
+}
+
+fn finish(p: Proc) -> Output {
+    let out = p.wait(RUN);
+    println!("=== {} ({}) ===\n{}{}", out.name, describe_status(out.status), out.stdout, out.stderr);
+    out.assert_success();
+    out
+}
+
+/// A running pair of writers (one flushing, one not) on node `writer_node`
+/// and their owners on node `owner_node`.
+struct Writers {
+    owners: Vec<Proc>,
+    writers: Vec<Proc>,
+}
+
+/// Start owners of segments `seg` and `seg + 1` on `owner_node` and a
+/// writer of each on `writer_node` (the first flushes after every store,
+/// the second makes no call); return once both are storing.
+fn start_writers(c: &Cluster, owner_node: u32, writer_node: u32, seg: u32, extra: &[&str]) -> Writers {
+    let mut owners = Vec::new();
+    let mut writers = Vec::new();
+    for (i, mode) in ["flush", "noflush"].iter().enumerate() {
+        let s = format!("{:#x}", seg + i as u32);
+        let mut o = spawn(c, owner_node, &["owner", &s, STORES]);
+        o.wait_line("OWNER READY", LINE_TIMEOUT);
+        owners.push(o);
+        let mut args = vec!["write".to_string(), owner_node.to_string(), s, STORES.into(), mode.to_string()];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        writers.push(spawn(c, writer_node, &args));
+    }
+    for w in &mut writers {
+        w.wait_line("WRITER STORING", LINE_TIMEOUT);
+    }
+    Writers { owners, writers }
+}
+
+/// Every store arrived, the sequence said so, the connection still worked
+/// (read back, acknowledged).
+fn all_arrived(w: Writers) -> Vec<Output> {
+    let mut outs = Vec::new();
+    for p in w.writers {
+        let o = finish(p);
+        o.assert_contains("WRITER DONE");
+        outs.push(o);
+    }
+    for p in w.owners {
+        finish(p).assert_contains(&format!("OWNER VERIFIED stores={STORES}")).assert_contains("OWNER DONE");
+    }
+    outs
+}
+
+/// No link was cut or declared dead: the logs say nothing of it and both
+/// nodes see each other up.
+fn links_kept(c: &Cluster) {
+    for id in [1, 2] {
+        let log = c.node(id).log_text();
+        for bad in ["link down", "declared dead", "closing its link"] {
+            assert!(!log.contains(bad), "node {id} logged {bad:?}:\n{log}");
+        }
+    }
+    c.wait_peer(1, 2, "\"up\"", LINE_TIMEOUT, |s| s == Some("up"));
+    c.wait_peer(2, 1, "\"up\"", LINE_TIMEOUT, |s| s == Some("up"));
+}
+
+/// The owner's node stops for 3 s, then for 10 s, in the middle of the
+/// writers' runs: nothing is lost, no link is cut.
+#[test]
+fn owner_node_paused_3s_and_10s() {
+    let Some(mut c) = Cluster::start(&[1, 2]) else { return };
+    for (k, secs) in [3u64, 10].into_iter().enumerate() {
+        let w = start_writers(&c, 2, 1, 0x7a00 + 2 * k as u32, &[]);
+        c.pause_nodes(&[2], Duration::from_secs(secs));
+        for o in all_arrived(w) {
+            assert!(!o.stdout.contains("EVENT reason=5"), "a connection was lost over a {secs} s pause:\n{}", o.stdout);
+        }
+        links_kept(&c);
+    }
+    c.assert_running(1);
+    c.assert_running(2);
+}
+
+/// The writer's node stops for 3 s mid-run (the writer with it): the same.
+#[test]
+fn writer_node_paused_3s() {
+    let Some(mut c) = Cluster::start(&[1, 2]) else { return };
+    let w = start_writers(&c, 2, 1, 0x7a10, &[]);
+    c.pause_nodes(&[1], Duration::from_secs(3));
+    all_arrived(w);
+    links_kept(&c);
+    c.assert_running(1);
+    c.assert_running(2);
+}
+
+/// The owner's node stops for a minute: its links, connections and the
+/// writers' stores all survive. Ignored in the test command (a minute of
+/// CI); run with `-- --ignored`.
+#[test]
+#[ignore = "a 60 s pause; run with -- --ignored"]
+fn owner_node_paused_60s() {
+    let Some(mut c) = Cluster::start(&[1, 2]) else { return };
+    let w = start_writers(&c, 2, 1, 0x7a20, &[]);
+    c.pause_nodes(&[2], Duration::from_secs(60));
+    all_arrived(w);
+    links_kept(&c);
+    c.assert_running(1);
+    c.assert_running(2);
+}
+
+/// Node 2's cable is pulled for 3 s (its veth down: packets vanish, nothing
+/// is reset) in the middle of the runs: TCP carries everything across, no
+/// link drops, nothing is lost.
+#[test]
+fn link_cut_for_3s() {
+    let Some(mut c) = Cluster::start(&[1, 2]) else { return };
+    let w = start_writers(&c, 2, 1, 0x7a30, &[]);
+    c.cut_link(2);
+    std::thread::sleep(Duration::from_secs(3));
+    c.restore_link(2);
+    all_arrived(w);
+    links_kept(&c);
+    c.assert_running(1);
+    c.assert_running(2);
+}
+
+/// With a 1 s TCP user timeout the same cut ends the node link: the
+/// writers' connections hear SCI_CB_NOT_OPERATIONAL; once the cable is
+/// back the link is dialled again, continues the old connections
+/// (SCI_CB_OPERATIONAL) and nothing is lost.
+#[test]
+fn link_dropped_and_back_keeps_connections() {
+    let Some(mut c) = Cluster::start_settings(&[1, 2], "link_timeout_ms = 1000") else { return };
+    let w = start_writers(&c, 2, 1, 0x7a40, &[]);
+    c.cut_link(2);
+    c.wait_peer(1, 2, "\"link down\"", Duration::from_secs(60), |s| s == Some("link down"));
+    c.restore_link(2);
+    c.wait_peer(1, 2, "\"up\" again", Duration::from_secs(60), |s| s == Some("up"));
+    c.wait_peer(2, 1, "\"up\" again", Duration::from_secs(60), |s| s == Some("up"));
+    for o in all_arrived(w) {
+        o.assert_contains("EVENT reason=3 "); // SCI_CB_NOT_OPERATIONAL
+        o.assert_contains("EVENT reason=4 "); // SCI_CB_OPERATIONAL
+        assert!(!o.stdout.contains("EVENT reason=5"), "a connection was lost:\n{}", o.stdout);
+    }
+    for id in [1, 2] {
+        let log = c.node(id).log_text();
+        assert!(!log.contains("declared dead"), "node {id} declared its peer dead:\n{log}");
+    }
+    c.assert_running(1);
+    c.assert_running(2);
+}
+
+/// A node unreachable for `node_dead_after_ms` (3 s here) is declared
+/// dead: the writers get SCI_CB_LOST, a blocked SCIFlush returns, and
+/// SCICheckSequence reports failure, never success.
+#[test]
+fn peer_declared_dead_is_reported() {
+    let Some(mut c) = Cluster::start_settings(&[1, 2], "node_dead_after_ms = 3000") else { return };
+    let w = start_writers(&c, 2, 1, 0x7a50, &["expect-lost"]);
+    c.cut_link(2);
+    for p in w.writers {
+        let o = finish(p);
+        o.assert_contains("EVENT reason=5 status=SCI_ERR_NODE_NOT_RESPONDING").assert_contains("WRITER SAW LOST").assert_contains("WRITER DONE");
+    }
+    let log = c.node(1).log_text();
+    assert!(log.contains("declared dead"), "node 1 did not declare node 2 dead:\n{log}");
+    drop(w.owners); // stuck behind the cut; the cluster's drop kills them
+    c.assert_running(1);
+}
