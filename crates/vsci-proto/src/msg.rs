@@ -273,7 +273,9 @@ pub struct StatusTotals {
 pub struct PeerInfo {
     pub node_id: u32,
     pub address: String,
-    /// "up", "down" or "not responding".
+    /// "up", "not responding" (link up, silent for `node_timeout_ms`),
+    /// "link down" (connections kept, waiting for it) or "down" (never
+    /// seen, or declared dead).
     pub state: String,
     /// Milliseconds since we last heard from it (0 if never).
     pub last_seen_ms: u64,

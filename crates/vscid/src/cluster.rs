@@ -171,6 +171,19 @@ mod tests {
     }
 
     #[test]
+    fn liveness_settings_have_busy_host_defaults_and_are_checked() {
+        let key = |_: &Path| Ok(b"0123456789abcdef0123".to_vec());
+        let nodes = "[[node]]\nid = 1\naddress = \"127.0.0.1:7100\"\n";
+        let c = Cluster::parse(&format!("key_file = \"k\"\n{nodes}"), Path::new("/c.toml"), key).unwrap();
+        assert_eq!((c.node_timeout_ms, c.node_dead_after_ms, c.link_timeout_ms), (1500, 120_000, 20_000));
+        let c = Cluster::parse(&format!("key_file = \"k\"\nnode_dead_after_ms = 5000\nlink_timeout_ms = 1000\n{nodes}"), Path::new("/c.toml"), key).unwrap();
+        assert_eq!((c.node_dead_after_ms, c.link_timeout_ms), (5000, 1000));
+        for bad in ["node_dead_after_ms = 1000\nnode_timeout_ms = 2000", "link_timeout_ms = 0", "node_dead_after_ms = 99999999999"] {
+            assert!(Cluster::parse(&format!("key_file = \"k\"\n{bad}\n{nodes}"), Path::new("/c.toml"), key).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn parses_and_validates() {
         let dir = std::env::temp_dir().join(format!("vsci-cluster-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
