@@ -361,6 +361,201 @@ static void wrong_kind_orphans(struct peer *p)
     ids_free(&s);
 }
 
+/* ---- every other call on released handles -------------------------------- */
+
+/* The calls that use a handle without releasing it.  On a handle SCIClose
+ * or SCITerminate released, or one released already, or one never valid,
+ * each answers as the table says (SCI_ERR_ILLEGAL_PARAMETER, a getter 0, a
+ * queue state SCI_DMAQUEUE_ERROR) -- and none of them uses up the first
+ * release call's SCI_ERR_OK. */
+enum use {
+    U_CREATE_SEG, U_CONNECT_SEG, U_CREATE_INT, U_CONNECT_INT, U_CREATE_DINT, U_CONNECT_DINT,
+    U_PROBE, U_CREATE_DQ, U_REQUEST_CH, U_ATTACH,
+    U_PREPARE, U_AVAILABLE, U_UNAVAILABLE, U_LSEG_EVENT, U_MAP_LOCAL, U_SHARE, U_REGISTER,
+    U_LSEG_SIZE, U_LSEG_ID, U_PREP_LOCAL_DMA,
+    U_RSEG_EVENT, U_MAP_REMOTE, U_RSEG_SIZE, U_RSEG_ID, U_RSEG_NODE, U_PREP_REMOTE_DMA,
+    U_MEMCPY, U_MEMCPY_READ, U_CREATE_SEQ, U_MAP_POINTER, U_CACHE_SYNC, U_MEMWRITE,
+    U_START_SEQ, U_CHECK_SEQ,
+    U_WAIT_INT, U_TRIGGER_INT, U_WAIT_DINT, U_TRIGGER_DINT,
+    U_ABORT_DQ, U_DQ_STATE, U_WAIT_DQ, U_START_DMA, U_START_DMA_MEM, U_START_DMA_VEC,
+    U_ENQUEUE, U_POST, U_RESET, U_ASSIGN_CH,
+    U_COUNT
+};
+
+static const char *use_names[U_COUNT] = {
+    "SCICreateSegment", "SCIConnectSegment", "SCICreateInterrupt", "SCIConnectInterrupt",
+    "SCICreateDataInterrupt", "SCIConnectDataInterrupt", "SCIProbeNode", "SCICreateDMAQueue",
+    "SCIRequestDMAChannel", "SCIAttachLocalSegment",
+    "SCIPrepareSegment", "SCISetSegmentAvailable", "SCISetSegmentUnavailable",
+    "SCIWaitForLocalSegmentEvent", "SCIMapLocalSegment", "SCIShareSegment",
+    "SCIRegisterSegmentMemory", "SCIGetLocalSegmentSize", "SCIGetLocalSegmentId",
+    "SCIPrepareLocalSegmentForDMA",
+    "SCIWaitForRemoteSegmentEvent", "SCIMapRemoteSegment", "SCIGetRemoteSegmentSize",
+    "SCIGetRemoteSegmentId", "SCIGetRemoteSegmentNodeId", "SCIPrepareRemoteSegmentForDMA",
+    "SCIMemCpy", "SCIMemCpy(SCI_FLAG_BLOCK_READ)", "SCICreateMapSequence", "SCIGetMapPointer",
+    "SCICacheSync", "SCIMemWrite",
+    "SCIStartSequence", "SCICheckSequence",
+    "SCIWaitForInterrupt", "SCITriggerInterrupt", "SCIWaitForDataInterrupt",
+    "SCITriggerDataInterrupt",
+    "SCIAbortDMAQueue", "SCIDMAQueueState", "SCIWaitForDMAQueue", "SCIStartDmaTransfer",
+    "SCIStartDmaTransferMem", "SCIStartDmaTransferVec", "SCIEnqueueDMATransfer",
+    "SCIPostDMAQueue", "SCIResetDMAQueue", "SCIAssignDMAChannel",
+};
+
+/* Make call `u` with the handles of `s` (released, or replaced by `bad`
+ * when not NULL); `addr` is where s's remote map was.  Returns its error;
+ * calls without one return SCI_ERR_ILLEGAL_PARAMETER when they answered as
+ * for a bad handle (0, NULL, SCI_DMAQUEUE_ERROR) and SCI_ERR_OK otherwise. */
+/* What the last do_use() call made, if it made something. */
+static void *last_out;
+
+static sci_error_t do_use(enum use u, const struct set *s, void *bad, void *addr)
+{
+#define H(x) (bad ? bad : (void *)(x))
+    sci_error_t err = ERR_SENTINEL;
+    char buf[64] = { 0 };
+    unsigned int no = 0, len = sizeof buf, node = 0, adapter = 0;
+    size_t size = 0;
+    void *out = NULL;
+    sci_error_t status;
+    dis_dma_vec_t vec = { 64, 0, 0, 0 };
+    switch (u) {
+    case U_CREATE_SEG: SCICreateSegment(H(s->sd), (sci_local_segment_t *)&out, 0x34ff, 4096, NULL, NULL, NO_FLAGS, &err); break;
+    case U_CONNECT_SEG: SCIConnectSegment(H(s->sd), (sci_remote_segment_t *)&out, s->node, s->segid, 0, NULL, NULL, 0, NO_FLAGS, &err); break;
+    case U_CREATE_INT: SCICreateInterrupt(H(s->sd), (sci_local_interrupt_t *)&out, 0, &no, NULL, NULL, NO_FLAGS, &err); break;
+    case U_CONNECT_INT: SCIConnectInterrupt(H(s->sd), (sci_remote_interrupt_t *)&out, s->node, 0, s->intno, 0, NO_FLAGS, &err); break;
+    case U_CREATE_DINT: SCICreateDataInterrupt(H(s->sd), (sci_local_data_interrupt_t *)&out, 0, &no, NULL, NULL, NO_FLAGS, &err); break;
+    case U_CONNECT_DINT: SCIConnectDataInterrupt(H(s->sd), (sci_remote_data_interrupt_t *)&out, s->node, 0, s->dintno, 0, NO_FLAGS, &err); break;
+    case U_PROBE: (void)SCIProbeNode(H(s->sd), 0, s->node, NO_FLAGS, &err); break;
+    case U_CREATE_DQ: SCICreateDMAQueue(H(s->sd), (sci_dma_queue_t *)&out, 0, 4, NO_FLAGS, &err); break;
+    case U_REQUEST_CH: SCIRequestDMAChannel(H(s->sd), (sci_dma_channel_t *)&out, 0, SCI_DMA_TYPE_DONTCARE, SCI_DMA_CHANNEL_ID_DONTCARE, NO_FLAGS, &err); break;
+    case U_ATTACH: SCIAttachLocalSegment(H(s->sd), (sci_local_segment_t *)&out, s->segid, &size, NULL, NULL, NO_FLAGS, &err); break;
+    case U_PREPARE: SCIPrepareSegment(H(s->lseg), 0, NO_FLAGS, &err); break;
+    case U_AVAILABLE: SCISetSegmentAvailable(H(s->lseg), 0, NO_FLAGS, &err); break;
+    case U_UNAVAILABLE: SCISetSegmentUnavailable(H(s->lseg), 0, NO_FLAGS, &err); break;
+    case U_LSEG_EVENT: (void)SCIWaitForLocalSegmentEvent(H(s->lseg), &node, &adapter, 0, NO_FLAGS, &err); break;
+    case U_MAP_LOCAL: (void)SCIMapLocalSegment(H(s->lseg), (sci_map_t *)&out, 0, 4096, NULL, NO_FLAGS, &err); break;
+    case U_SHARE: SCIShareSegment(H(s->lseg), NO_FLAGS, &err); break;
+    case U_REGISTER: {
+        static char page[8192] __attribute__((aligned(4096)));
+        SCIRegisterSegmentMemory(page, SEG_SIZE, H(s->lseg), NO_FLAGS, &err);
+        break;
+    }
+    case U_LSEG_SIZE: return SCIGetLocalSegmentSize(H(s->lseg)) == 0 ? SCI_ERR_ILLEGAL_PARAMETER : SCI_ERR_OK;
+    case U_LSEG_ID: return SCIGetLocalSegmentId(H(s->lseg)) == 0 ? SCI_ERR_ILLEGAL_PARAMETER : SCI_ERR_OK;
+    case U_PREP_LOCAL_DMA: SCIPrepareLocalSegmentForDMA(H(s->ch), H(s->lseg), NO_FLAGS, &err); break;
+    case U_RSEG_EVENT: (void)SCIWaitForRemoteSegmentEvent(H(s->rseg), &status, 0, NO_FLAGS, &err); break;
+    case U_MAP_REMOTE: (void)SCIMapRemoteSegment(H(s->rseg), (sci_map_t *)&out, 0, 4096, NULL, NO_FLAGS, &err); break;
+    case U_RSEG_SIZE: return SCIGetRemoteSegmentSize(H(s->rseg)) == 0 ? SCI_ERR_ILLEGAL_PARAMETER : SCI_ERR_OK;
+    case U_RSEG_ID: return SCIGetRemoteSegmentId(H(s->rseg)) == 0 ? SCI_ERR_ILLEGAL_PARAMETER : SCI_ERR_OK;
+    case U_RSEG_NODE: return SCIGetRemoteSegmentNodeId(H(s->rseg)) == 0 ? SCI_ERR_ILLEGAL_PARAMETER : SCI_ERR_OK;
+    case U_PREP_REMOTE_DMA: SCIPrepareRemoteSegmentForDMA(H(s->ch), H(s->rseg), NO_FLAGS, &err); break;
+    case U_MEMCPY: SCIMemCpy(NULL, buf, H(s->rmap), 0, 16, NO_FLAGS, &err); break;
+    case U_MEMCPY_READ: SCIMemCpy(NULL, buf, H(s->rmap), 0, 16, SCI_FLAG_BLOCK_READ, &err); break;
+    case U_CREATE_SEQ: SCICreateMapSequence(H(s->rmap), (sci_sequence_t *)&out, NO_FLAGS, &err); break;
+    case U_MAP_POINTER: return SCIGetMapPointer(H(s->rmap)) == NULL ? SCI_ERR_ILLEGAL_PARAMETER : SCI_ERR_OK;
+    case U_CACHE_SYNC: SCICacheSync(H(s->rmap), buf, 16, SCI_FLAG_CACHE_FLUSH, &err); break;
+    /* Takes an address, not a handle: one in no live map. */
+    case U_MEMWRITE: SCIMemWrite(buf, bad ? bad : addr, 16, NO_FLAGS, &err); break;
+    case U_START_SEQ: (void)SCIStartSequence(H(s->seq), NO_FLAGS, &err); break;
+    case U_CHECK_SEQ: (void)SCICheckSequence(H(s->seq), NO_FLAGS, &err); break;
+    case U_WAIT_INT: SCIWaitForInterrupt(H(s->lint), 0, NO_FLAGS, &err); break;
+    case U_TRIGGER_INT: SCITriggerInterrupt(H(s->rint), NO_FLAGS, &err); break;
+    case U_WAIT_DINT: SCIWaitForDataInterrupt(H(s->ldint), buf, &len, 0, NO_FLAGS, &err); break;
+    case U_TRIGGER_DINT: SCITriggerDataInterrupt(H(s->rdint), buf, 8, NO_FLAGS, &err); break;
+    case U_ABORT_DQ: SCIAbortDMAQueue(H(s->dq), NO_FLAGS, &err); break;
+    case U_DQ_STATE: return SCIDMAQueueState(H(s->dq)) == SCI_DMAQUEUE_ERROR ? SCI_ERR_ILLEGAL_PARAMETER : SCI_ERR_OK;
+    case U_WAIT_DQ: (void)SCIWaitForDMAQueue(H(s->dq), 0, NO_FLAGS, &err); break;
+    case U_START_DMA: SCIStartDmaTransfer(H(s->dq), H(s->lseg), H(s->rseg), 0, 64, 0, NULL, NULL, NO_FLAGS, &err); break;
+    case U_START_DMA_MEM: SCIStartDmaTransferMem(H(s->dq), buf, H(s->rseg), 64, 0, NULL, NULL, NO_FLAGS, &err); break;
+    case U_START_DMA_VEC: SCIStartDmaTransferVec(H(s->dq), H(s->lseg), H(s->rseg), 1, &vec, NULL, NULL, NO_FLAGS, &err); break;
+    case U_ENQUEUE: (void)SCIEnqueueDMATransfer(H(s->dq), H(s->lseg), H(s->rseg), 0, 0, 64, NO_FLAGS, &err); break;
+    case U_POST: SCIPostDMAQueue(H(s->dq), NULL, NULL, NO_FLAGS, &err); break;
+    case U_RESET: SCIResetDMAQueue(H(s->dq), NO_FLAGS, &err); break;
+    case U_ASSIGN_CH: SCIAssignDMAChannel(H(s->ch), H(s->dq), NO_FLAGS, &err); break;
+    default: break;
+    }
+    last_out = out;
+    return err;
+#undef H
+}
+
+/* The state of the handles: the same rows as release_table's. */
+static void calls_on_released_handles(struct peer *p)
+{
+    (void)p;
+    static const enum state states[] = {
+        S_CLOSED, S_TERMINATED, S_CLOSED_TERMINATED, S_RELEASED, S_NULL, S_FORGED,
+    };
+    int failures = 0;
+    for (size_t i = 0; i < sizeof states / sizeof states[0]; i++) {
+        enum state st = states[i];
+        struct set s;
+        sci_error_t err;
+        make_set(&s, 0x3470 + (unsigned)i);
+        void *addr = (void *)(uintptr_t)SCIGetMapPointer(s.rmap);
+        switch (st) {
+        case S_CLOSED:
+        case S_CLOSED_TERMINATED:
+            EXPECT(SCI_ERR_OK, SCIClose(s.sd, NO_FLAGS, &err));
+            EXPECT(SCI_ERR_OK, SCIClose(s.sd2, NO_FLAGS, &err));
+            if (st == S_CLOSED_TERMINATED)
+                SCITerminate();
+            break;
+        case S_TERMINATED:
+            SCITerminate();
+            break;
+        case S_RELEASED:
+            release_all_valid(&s);
+            break;
+        default:
+            break;
+        }
+        /* A descriptor for the calls that need a live one besides. */
+        void *bad = st == S_NULL ? NULL : st == S_FORGED ? (void *)(uintptr_t)0xdeadbeef0ull : NULL;
+        for (int u = 0; u < U_COUNT; u++) {
+            sci_error_t want = u == U_MEMWRITE ? SCI_ERR_ILLEGAL_ADDRESS : SCI_ERR_ILLEGAL_PARAMETER;
+            sci_error_t e;
+            if (st == S_NULL) {
+                /* Every handle argument NULL (and SCIMemWrite's address). */
+                struct set z;
+                memset(&z, 0, sizeof z);
+                z.node = s.node;
+                z.segid = s.segid;
+                z.intno = s.intno;
+                z.dintno = s.dintno;
+                e = do_use((enum use)u, &z, NULL, NULL);
+                if (u == U_CACHE_SYNC)
+                    want = SCI_ERR_OK; /* NULL map: the range need lie in no map */
+            } else {
+                e = do_use((enum use)u, &s, bad, addr);
+            }
+            if (e != want) {
+                fprintf(stderr, "[A] %s, handle %s: expected %s, got %s\n", use_names[u],
+                        state_names[st], err_name(want), err_name(e));
+                failures++;
+            } else {
+                printf("%-32s %-38s %s\n", use_names[u], state_names[st], err_name(e));
+            }
+        }
+        /* None of those calls was a release: the first release of each
+         * handle SCIClose or SCITerminate released still succeeds. */
+        for (int r = 0; r < R_COUNT; r++) {
+            sci_error_t e = do_release((enum rel)r, rel_handle(&s, (enum rel)r), s.ch);
+            sci_error_t want = expected[st][r];
+            if (st == S_NULL || st == S_FORGED)
+                want = SCI_ERR_OK; /* the objects are live: release them */
+            if (e != want) {
+                fprintf(stderr, "[A] %s after the other calls, handle %s: expected %s, got %s\n",
+                        rel_names[r], state_names[st], err_name(want), err_name(e));
+                failures++;
+            }
+        }
+        ids_free(&s);
+    }
+    CHECK_MSG(failures == 0, "%d answers differ from the table", failures);
+}
+
 /* ---- peer gone ------------------------------------------------------------ */
 
 static void peer_gone_a(struct peer *p)
@@ -409,6 +604,70 @@ static void peer_gone_b(struct peer *p)
     sci_sequence_status_t sst;
     EXPECT(SCI_ERR_TRANSFER_FAILED, sst = SCICheckSequence(seq, NO_FLAGS, &err));
     CHECK_EQ(sst, SCI_SEQ_NOT_RETRIABLE);
+    /* The other calls on handles whose peer is gone (docs/api.md's
+     * "peer gone" column). */
+    {
+        struct set s;
+        memset(&s, 0, sizeof s);
+        s.sd = sd;
+        s.node = node;
+        s.segid = 0x3430;
+        s.intno = no;
+        s.dintno = dno;
+        s.rseg = rs;
+        s.rmap = map;
+        s.seq = seq;
+        s.rint = ri;
+        s.rdint = rdi;
+        EXPECT(SCI_ERR_OK, SCICreateDMAQueue(sd, &s.dq, 0, 4, NO_FLAGS, &err));
+        EXPECT(SCI_ERR_OK, SCICreateSegment(sd, &s.lseg, 0x3431, SEG_SIZE, NULL, NULL, NO_FLAGS, &err));
+        EXPECT(SCI_ERR_OK, SCIRequestDMAChannel(sd, &s.ch, 0, SCI_DMA_TYPE_DONTCARE,
+                                                SCI_DMA_CHANNEL_ID_DONTCARE, NO_FLAGS, &err));
+        static const struct { enum use u; sci_error_t want; } rows[] = {
+            { U_CONNECT_SEG, SCI_ERR_NO_SUCH_SEGMENT },
+            { U_CONNECT_INT, SCI_ERR_CONNECTION_REFUSED },
+            { U_CONNECT_DINT, SCI_ERR_CONNECTION_REFUSED },
+            { U_RSEG_EVENT, SCI_ERR_TIMEOUT },
+            /* A new map of a lost connection is of its last memory, shared
+             * with no one (as the maps it already had). */
+            { U_MAP_REMOTE, SCI_ERR_OK },
+            { U_RSEG_SIZE, SCI_ERR_OK },
+            { U_RSEG_ID, SCI_ERR_OK },
+            { U_RSEG_NODE, SCI_ERR_OK },
+            { U_PREP_REMOTE_DMA, SCI_ERR_SEGMENT_NOT_CONNECTED },
+            /* Unchecked copies reach no one; SCI_FLAG_ERROR_CHECK and the
+             * sequence report the loss. */
+            { U_MEMCPY, SCI_ERR_OK },
+            { U_MEMCPY_READ, SCI_ERR_OK },
+            { U_CREATE_SEQ, SCI_ERR_OK },
+            { U_MAP_POINTER, SCI_ERR_OK },
+            { U_START_SEQ, SCI_ERR_TRANSFER_FAILED },
+            { U_CHECK_SEQ, SCI_ERR_TRANSFER_FAILED },
+            { U_TRIGGER_INT, SCI_ERR_NOT_CONNECTED },
+            { U_TRIGGER_DINT, SCI_ERR_NOT_CONNECTED },
+            { U_START_DMA, SCI_ERR_SEGMENT_NOT_CONNECTED },
+            { U_START_DMA_MEM, SCI_ERR_SEGMENT_NOT_CONNECTED },
+        };
+        int failures = 0;
+        for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+            sci_error_t e = do_use(rows[i].u, &s, NULL, NULL);
+            printf("%-32s %-38s %s\n", use_names[rows[i].u], "peer gone", err_name(e));
+            if (e != rows[i].want) {
+                fprintf(stderr, "[B] %s, peer gone: expected %s, got %s\n", use_names[rows[i].u],
+                        err_name(rows[i].want), err_name(e));
+                failures++;
+            }
+            /* Release what the row made. */
+            if (e == SCI_ERR_OK && rows[i].u == U_MAP_REMOTE)
+                EXPECT(SCI_ERR_OK, SCIUnmapSegment(last_out, NO_FLAGS, &err));
+            if (e == SCI_ERR_OK && rows[i].u == U_CREATE_SEQ)
+                EXPECT(SCI_ERR_OK, SCIRemoveSequence(last_out, NO_FLAGS, &err));
+        }
+        CHECK_MSG(failures == 0, "%d answers differ from the table", failures);
+        EXPECT(SCI_ERR_OK, SCIReturnDMAChannel(s.ch, &err));
+        EXPECT(SCI_ERR_OK, SCIRemoveSegment(s.lseg, NO_FLAGS, &err));
+        EXPECT(SCI_ERR_OK, SCIRemoveDMAQueue(s.dq, NO_FLAGS, &err));
+    }
     /* Every release succeeds with the owner gone. */
     EXPECT(SCI_ERR_OK, SCIRemoveSequence(seq, NO_FLAGS, &err));
     EXPECT(SCI_ERR_OK, SCIUnmapSegment(map, NO_FLAGS, &err));
@@ -563,6 +822,41 @@ static void force_remove_b(struct peer *p)
 
 /* ---- the node dies --------------------------------------------------------- */
 
+/* What each other call answers once the node is gone. */
+static sci_error_t node_gone_expected(int u)
+{
+    switch (u) {
+    /* Work without the node: local memory, DMA (run in the program), the
+     * handle's own state. */
+    case U_REQUEST_CH: case U_MAP_LOCAL: case U_LSEG_SIZE: case U_LSEG_ID:
+    case U_PREP_LOCAL_DMA: case U_MAP_REMOTE: case U_RSEG_SIZE: case U_RSEG_ID:
+    case U_RSEG_NODE: case U_MEMCPY: case U_MEMCPY_READ: case U_CREATE_SEQ:
+    case U_MAP_POINTER: case U_ABORT_DQ: case U_DQ_STATE: case U_WAIT_DQ:
+    case U_RESET: case U_ASSIGN_CH:
+        return SCI_ERR_OK;
+    /* Return the event that tells it: SCI_CB_LOST. */
+    case U_LSEG_EVENT: case U_RSEG_EVENT:
+        return SCI_ERR_OK;
+    /* The connection is lost with the node. */
+    case U_PREP_REMOTE_DMA: case U_START_DMA: case U_START_DMA_MEM: case U_START_DMA_VEC:
+    case U_ENQUEUE:
+        return SCI_ERR_SEGMENT_NOT_CONNECTED;
+    case U_START_SEQ: case U_CHECK_SEQ:
+        return SCI_ERR_TRANSFER_FAILED;
+    /* The interrupt went with the node. */
+    case U_TRIGGER_INT: case U_TRIGGER_DINT:
+        return SCI_ERR_NOT_CONNECTED;
+    /* Argument checks of do_use()'s values, whatever the state: a buffer
+     * outside the map; a segment that was not made SCI_FLAG_EMPTY; a
+     * queue with nothing enqueued. */
+    case U_CACHE_SYNC: return SCI_ERR_OUT_OF_RANGE;
+    case U_REGISTER: return SCI_ERR_ILLEGAL_OPERATION;
+    case U_POST: return SCI_ERR_ILLEGAL_OPERATION;
+    default:
+        return SCI_ERR_NO_LINK_ACCESS;
+    }
+}
+
 /* Make every object, say READY, wait until the node is gone (the test kills
  * it), then release everything: each release returns SCI_ERR_OK. */
 static void nodegone(void)
@@ -582,7 +876,43 @@ static void nodegone(void)
             FAILF("the node did not go away");
         sleep_ms(20);
     }
+    /* Until both descriptors learnt it from their sockets (each does at
+     * once, on a thread of its own), answers would depend on the race;
+     * then let their exit paths (LOST events, gone interrupts) finish. */
+    for (;;) {
+        sci_sequence_status_t sst = SCICheckSequence(s.seq, NO_FLAGS, &err);
+        (void)SCIProbeNode(s.sd, 0, s.node, NO_FLAGS, &err);
+        if (sst == SCI_SEQ_NOT_RETRIABLE && err == SCI_ERR_NO_LINK_ACCESS)
+            break;
+        if (now_ms() > deadline)
+            FAILF("the descriptors did not learn that the node went away");
+        sleep_ms(20);
+    }
+    sleep_ms(500);
     printf("NODE GONE\n");
+    void *addr = (void *)(uintptr_t)SCIGetMapPointer(s.rmap);
+    int failures = 0;
+    for (int u = 0; u < U_COUNT; u++) {
+        if (u == U_MEMWRITE)
+            continue; /* writes through the live map: covered in t_nodegone */
+        sci_error_t e = do_use((enum use)u, &s, NULL, addr);
+        sci_error_t want = node_gone_expected(u);
+        printf("%-32s %-38s %s\n", use_names[u], "node gone", err_name(e));
+        if (e != want) {
+            fprintf(stderr, "[nodegone] %s, node gone: expected %s, got %s\n", use_names[u],
+                    err_name(want), err_name(e));
+            failures++;
+        }
+        /* Release what the call made (the segment's removal waits for its
+         * maps to go). */
+        if (e == SCI_ERR_OK && (u == U_MAP_LOCAL || u == U_MAP_REMOTE))
+            EXPECT(SCI_ERR_OK, SCIUnmapSegment(last_out, NO_FLAGS, &err));
+        if (e == SCI_ERR_OK && u == U_CREATE_SEQ)
+            EXPECT(SCI_ERR_OK, SCIRemoveSequence(last_out, NO_FLAGS, &err));
+        if (e == SCI_ERR_OK && u == U_REQUEST_CH)
+            EXPECT(SCI_ERR_OK, SCIReturnDMAChannel(last_out, &err));
+    }
+    CHECK_MSG(failures == 0, "%d answers differ from the table", failures);
     for (int r = 0; r < R_COUNT; r++)
         release_until_ok(&s, (enum rel)r);
     SCITerminate();
@@ -593,6 +923,7 @@ static const struct test_case cases[] = {
     { "gasnet_exit", gasnet_exit, NULL, 0 },
     { "release_table", release_table, NULL, 0 },
     { "wrong_kind_orphans", wrong_kind_orphans, NULL, 0 },
+    { "calls_on_released_handles", calls_on_released_handles, NULL, 0 },
     { "release_after_peer_gone", peer_gone_a, peer_gone_b, 0 },
     { "force_remove", force_remove_a, force_remove_b, 0 },
     { NULL, NULL, NULL, 0 },

@@ -47,14 +47,16 @@ fn releases_after_close_and_terminate_finish() {
     run_cases(&["gasnet_exit"], 341);
 }
 
-/// Every release call in every handle state, against the table.
+/// Every release call in every handle state, and every other call that
+/// takes a handle in the released states, against the table.
 #[test]
 fn release_table() {
-    run_cases(&["release_table", "wrong_kind_orphans"], 342);
+    run_cases(&["release_table", "wrong_kind_orphans", "calls_on_released_handles"], 342);
 }
 
-/// The owner of everything a program is connected to exits: the
-/// program's releases succeed.
+/// The owner of everything a program is connected to exits: the other
+/// calls answer as the table's "peer gone" column says, and the program's
+/// releases succeed.
 #[test]
 fn releases_after_the_peer_is_gone() {
     run_cases(&["release_after_peer_gone"], 343);
@@ -67,7 +69,8 @@ fn force_remove_with_a_local_peer() {
     run_cases(&["force_remove"], 344);
 }
 
-/// The node dies while the program holds one object of every kind: every
+/// The node dies while the program holds one object of every kind: the
+/// other calls answer as the table's "node gone" column says, and every
 /// release returns SCI_ERR_OK (what it named went with the node).
 #[test]
 fn releases_after_the_node_is_gone() {
