@@ -95,6 +95,17 @@
  *                       empty; the own SIGSEGV kills it
  *   sysv_signal         sysv_signal(SIGSEGV, h) (SA_RESETHAND | SA_NODEFER) and
  *                       sigset(SIGBUS, h) after mapping
+ *   racing_installs     two threads store while the main thread, in a loop,
+ *                       installs SIGBUS/SIGSEGV handlers (sigaction, signal
+ *                       save/restore), reads them back and blocks/unblocks
+ *                       SIGBUS
+ *   fillset_blocked     handlers after mapping; the storing thread blocks every
+ *                       signal (sigfillset + pthread_sigmask SIG_SETMASK); the
+ *                       own SIGSEGV kills it
+ *   raised_sigbus       a SA_SIGINFO SIGBUS handler; every 1,000 stores the
+ *                       program sends itself SIGBUS with raise, kill and
+ *                       sigqueue: each reaches its handler with its si_code,
+ *                       si_pid and si_value
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -328,7 +339,8 @@ static int owner(unsigned segid, const char *writer, unsigned slots, uint32_t to
 enum row {
     R_AFTER, R_BEFORE, R_RESETHAND, R_SAVE_RESTORE, R_BLOCKED, R_ALTSTACK, R_SIG_IGN,
     R_DLOPEN, R_FOUR_THREADS, R_STATIC, R_NONE, R_BUS_ADRERR, R_BUS_DFL, R_SIG_IGN_BUS,
-    R_BUS_NESTED, R_BUS_NESTED_NODEFER, R_RAW_SYSCALL, R_SIGNALFD, R_SYSV,
+    R_BUS_NESTED, R_BUS_NESTED_NODEFER, R_RAW_SYSCALL, R_SIGNALFD, R_SYSV, R_RACING,
+    R_FILLSET, R_RAISED_BUS,
 };
 
 static const struct { const char *name; enum row row; } rows[] = {
@@ -340,6 +352,8 @@ static const struct { const char *name; enum row row; } rows[] = {
     { "sig_ign_bus", R_SIG_IGN_BUS }, { "bus_nested", R_BUS_NESTED },
     { "bus_nested_nodefer", R_BUS_NESTED_NODEFER }, { "raw_syscall", R_RAW_SYSCALL },
     { "signalfd_blocked", R_SIGNALFD }, { "sysv_signal", R_SYSV },
+    { "racing_installs", R_RACING }, { "fillset_blocked", R_FILLSET },
+    { "raised_sigbus", R_RAISED_BUS },
 };
 
 static int bus_row(enum row r)
@@ -467,6 +481,24 @@ static void bus_info(int sig, siginfo_t *si, void *uc)
     *handler_slot = handler_value;
     say("STORED FROM THE SIGBUS HANDLER\n");
     siglongjmp(bus_jump, 1);
+}
+
+/* Row raised_sigbus: SIGBUS sent by the program to itself (raise, kill,
+ * sigqueue) reaches its handler as sent; a kernel-generated one before the
+ * final fault is a leak. */
+static volatile sig_atomic_t user_bus, user_bus_bad;
+static volatile int queued_value;
+
+static void bus_counting(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
+    if (si->si_code > 0)
+        unexpected(sig, si);
+    user_bus++;
+    if (si->si_code == SI_QUEUE && si->si_value.sival_int != queued_value)
+        user_bus_bad = 1;
+    if ((si->si_code == SI_USER || si->si_code == SI_QUEUE) && si->si_pid != getpid())
+        user_bus_bad = 1;
 }
 
 static void bus_plain(int sig)
@@ -763,6 +795,17 @@ static void restore_around(uint32_t i)
 
 static void store(struct counter *c, uint32_t v)
 {
+    if (row == R_RAISED_BUS) {
+        if (v % 1000 == 250) {
+            raise(SIGBUS);
+        } else if (v % 1000 == 500) {
+            kill(getpid(), SIGBUS);
+        } else if (v % 1000 == 750) {
+            queued_value = (int)v;
+            union sigval sv = { .sival_int = (int)v };
+            sigqueue(getpid(), SIGBUS, sv);
+        }
+    }
     if (row == R_SAVE_RESTORE)
         save_around(v);
     if (row == R_ALTSTACK && v % 10 == 0) {
@@ -773,6 +816,8 @@ static void store(struct counter *c, uint32_t v)
         *c->slot = v;
     }
 }
+
+static unsigned counters_done;
 
 static void *run_counter(void *arg)
 {
@@ -796,6 +841,7 @@ static void *run_counter(void *arg)
     printf("THREAD %u: %u stores with SCIFlush, %.1f us per acknowledged store; %u without any "
            "call, %.1f us each\n", c->k, c->n, c->n ? (double)(t1 - t0) / c->n : 0.0, c->n,
            c->n ? (double)(t2 - t1) / c->n : 0.0);
+    __atomic_add_fetch(&counters_done, 1, __ATOMIC_SEQ_CST);
     return NULL;
 }
 
@@ -848,6 +894,19 @@ static void install_row_handlers(void)
     case R_BUS_DFL:
         check_default(SIGSEGV, "with nothing installed");
         check_default(SIGBUS, "with nothing installed");
+        break;
+    case R_RACING:
+    case R_FILLSET:
+        check_default(SIGSEGV, "before the program installed a handler");
+        check_default(SIGBUS, "before the program installed a handler");
+        install(SIGSEGV, segv_info, NULL, 0);
+        install(SIGBUS, bus_info, NULL, 0);
+        break;
+    case R_RAISED_BUS:
+        check_default(SIGSEGV, "before the program installed a handler");
+        check_default(SIGBUS, "before the program installed a handler");
+        install(SIGSEGV, segv_info, NULL, 0);
+        install(SIGBUS, bus_counting, NULL, 0);
         break;
     case R_BUS_NESTED:
         check_default(SIGSEGV, "before the program installed a handler");
@@ -961,7 +1020,7 @@ static int writer(uint32_t n, int core, const char *owner_target, unsigned myseg
     rseg_connect(sd, &box, owner_target);
     if (row != R_BEFORE && row != R_DLOPEN)
         install_row_handlers();
-    unsigned threads = row == R_FOUR_THREADS ? 4 : 1;
+    unsigned threads = row == R_FOUR_THREADS ? 4 : row == R_RACING ? 2 : 1;
     struct counter c[4];
     for (unsigned k = 0; k < threads; k++) {
         c[k].k = k;
@@ -973,6 +1032,13 @@ static int writer(uint32_t n, int core, const char *owner_target, unsigned myseg
     uint64_t t0 = now_ms();
     if (row == R_BLOCKED)
         block_both();
+    if (row == R_FILLSET) {
+        sigset_t all;
+        sigfillset(&all);
+        int e = pthread_sigmask(SIG_SETMASK, &all, NULL);
+        CHECK_MSG(e == 0, "pthread_sigmask(SIG_SETMASK, full): %s", strerror(e));
+        check_mask_blocked("right after blocking every signal");
+    }
     if (threads == 1) {
         run_counter(&c[0]);
     } else {
@@ -980,8 +1046,33 @@ static int writer(uint32_t n, int core, const char *owner_target, unsigned myseg
             int e = pthread_create(&c[k].th, NULL, run_counter, &c[k]);
             CHECK_MSG(e == 0, "pthread_create: %s", strerror(e));
         }
+        unsigned long races = 0;
+        while (row == R_RACING && __atomic_load_n(&counters_done, __ATOMIC_SEQ_CST) < threads) {
+            /* Install, read back, save/restore and block/unblock from this
+             * thread while the others store. */
+            install(SIGBUS, races & 1 ? bus_info : NULL, races & 1 ? NULL : bus_plain, 0);
+            install(SIGSEGV, segv_info, NULL, races & 2 ? SA_NODEFER : 0);
+            check_reported(SIGBUS);
+            void (*old)(int) = signal(SIGBUS, bus_saved);
+            signal(SIGBUS, old);
+            sigset_t m;
+            sigemptyset(&m);
+            sigaddset(&m, SIGBUS);
+            pthread_sigmask(SIG_BLOCK, &m, NULL);
+            pthread_sigmask(SIG_UNBLOCK, &m, NULL);
+            races++;
+            sleep_ms(1);
+        }
         for (unsigned k = 0; k < threads; k++)
             pthread_join(c[k].th, NULL);
+        if (row == R_RACING) {
+            install(SIGBUS, bus_info, NULL, 0);
+            install(SIGSEGV, segv_info, NULL, 0);
+            printf("RACING: %lu rounds of sigaction/signal/pthread_sigmask from the main thread "
+                   "while two threads stored\n", races);
+            if (races < 10)
+                mismatch("only %lu racing rounds: the test did not race", races);
+        }
     }
     uint64_t ms = now_ms() - t0;
     printf("WRITER STORES DONE stores=%u threads=%u ms=%" PRIu64 " (%.1f us per acknowledged store)\n",
@@ -1009,8 +1100,17 @@ static int writer(uint32_t n, int core, const char *owner_target, unsigned myseg
     }
     if (row == R_ALTSTACK)
         check_reported(SIGUSR1);
-    if (row == R_BLOCKED || row == R_SIGNALFD)
+    if (row == R_BLOCKED || row == R_SIGNALFD || row == R_FILLSET)
         check_mask_blocked("after the stores");
+    if (row == R_RAISED_BUS) {
+        unsigned want = 3 * (2 * n / 1000);
+        printf("RAISED SIGBUS: %d reached the program's handler as sent (want %u)%s\n",
+               (int)user_bus, want, user_bus_bad ? ", SOME WITH THE WRONG si_pid OR si_value" : "");
+        if ((unsigned)user_bus != want || user_bus_bad)
+            mismatch("the program's own raise/kill/sigqueue(SIGBUS): %d of %u reached its "
+                     "handler%s", (int)user_bus, want,
+                     user_bus_bad ? ", some with the wrong si_pid or si_value" : "");
+    }
     if (row == R_RAW_SYSCALL) {
         raw_check(SIGSEGV);
         raw_check(SIGBUS);

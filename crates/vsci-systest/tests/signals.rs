@@ -18,7 +18,9 @@
 //!   (no libsisci at link time: dlopen RTLD_LOCAL after its handlers) are
 //!   the same source built two more ways (Makefile); further rows (a nested
 //!   own SIGBUS with and without SA_NODEFER, syscall(SYS_rt_sigaction),
-//!   a signalfd, sysv_signal/sigset) with 2,000 stores per phase;
+//!   a signalfd, sysv_signal/sigset, handlers changed by one thread while
+//!   two store, every signal blocked, SIGBUS raised by the program itself)
+//!   with 2,000 stores per phase;
 //! - a program that handles signals as GASNet's gasnet_attach does, then a
 //!   10,000-round-trip ping-pong over remote maps (tests/c/t_gasnet_like.c);
 //! - Python with faulthandler enabled, libsisci loaded by ctypes
@@ -570,6 +572,40 @@ fn sysv_signal() {
         1,
         EXTRA_STORES,
         End::Handled(&["OWN SIGSEGV HANDLED row=sysv_signal signo=11 (a handler without SA_SIGINFO)"]),
+        &[],
+    );
+}
+
+/// Two threads store while the main thread installs, reads back, saves and
+/// restores SIGBUS/SIGSEGV handlers and blocks/unblocks SIGBUS in a loop.
+#[test]
+fn racing_installs() {
+    row_with(
+        "racing_installs",
+        "tests/t_sigchain",
+        2,
+        EXTRA_STORES,
+        End::Handled(&["OWN SIGSEGV HANDLED row=racing_installs signo=11 si_code=1 si_addr=(nil)"]),
+        &[],
+    );
+}
+
+/// The storing thread blocks every signal (sigfillset, SIG_SETMASK).
+#[test]
+fn fillset_blocked() {
+    row_with("fillset_blocked", "tests/t_sigchain", 1, EXTRA_STORES, End::Dies(libc::SIGSEGV), &[]);
+}
+
+/// SIGBUS the program sends itself (raise, kill, sigqueue) reaches its
+/// handler with its si_code, si_pid and si_value, among the trapped stores.
+#[test]
+fn raised_sigbus() {
+    row_with(
+        "raised_sigbus",
+        "tests/t_sigchain",
+        1,
+        EXTRA_STORES,
+        End::Handled(&["RAISED SIGBUS: 12 reached the program's handler as sent (want 12)", "OWN SIGSEGV HANDLED row=raised_sigbus signo=11"]),
         &[],
     );
 }
