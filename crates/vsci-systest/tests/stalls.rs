@@ -32,6 +32,9 @@ const RUN: Duration = Duration::from_secs(300);
 /// Stores each writer makes, one every millisecond or so: longer than the
 /// 3 s stalls, so they fall in the middle of the run.
 const STORES: &str = "5000";
+/// Stores of a writer whose owner's node dies under it (only the end
+/// matters: the failure it is told of).
+const LOST_STORES: &str = "2000";
 
 fn t_stall() -> PathBuf {
     built("tests/t_stall")
@@ -61,15 +64,15 @@ struct Writers {
 /// Start owners of segments `seg` and `seg + 1` on `owner_node` and a
 /// writer of each on `writer_node` (the first flushes after every store,
 /// the second makes no call); return once both are storing.
-fn start_writers(c: &Cluster, owner_node: u32, writer_node: u32, seg: u32, extra: &[&str]) -> Writers {
+fn start_writers(c: &Cluster, owner_node: u32, writer_node: u32, seg: u32, stores: &str, extra: &[&str]) -> Writers {
     let mut owners = Vec::new();
     let mut writers = Vec::new();
     for (i, mode) in ["flush", "noflush"].iter().enumerate() {
         let s = format!("{:#x}", seg + i as u32);
-        let mut o = spawn(c, owner_node, &["owner", &s, STORES]);
+        let mut o = spawn(c, owner_node, &["owner", &s, stores]);
         o.wait_line("OWNER READY", LINE_TIMEOUT);
         owners.push(o);
-        let mut args = vec!["write".to_string(), owner_node.to_string(), s, STORES.into(), mode.to_string()];
+        let mut args = vec!["write".to_string(), owner_node.to_string(), s, stores.into(), mode.to_string()];
         args.extend(extra.iter().map(|a| a.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         writers.push(spawn(c, writer_node, &args));
@@ -114,7 +117,7 @@ fn links_kept(c: &Cluster) {
 fn owner_node_paused_3s_and_10s() {
     let Some(mut c) = Cluster::start(&[1, 2]) else { return };
     for (k, secs) in [3u64, 10].into_iter().enumerate() {
-        let w = start_writers(&c, 2, 1, 0x7a00 + 2 * k as u32, &[]);
+        let w = start_writers(&c, 2, 1, 0x7a00 + 2 * k as u32, STORES, &[]);
         c.pause_nodes(&[2], Duration::from_secs(secs));
         for o in all_arrived(w) {
             assert!(!o.stdout.contains("EVENT reason=5"), "a connection was lost over a {secs} s pause:\n{}", o.stdout);
@@ -129,7 +132,7 @@ fn owner_node_paused_3s_and_10s() {
 #[test]
 fn writer_node_paused_3s() {
     let Some(mut c) = Cluster::start(&[1, 2]) else { return };
-    let w = start_writers(&c, 2, 1, 0x7a10, &[]);
+    let w = start_writers(&c, 2, 1, 0x7a10, STORES, &[]);
     c.pause_nodes(&[1], Duration::from_secs(3));
     all_arrived(w);
     links_kept(&c);
@@ -144,7 +147,7 @@ fn writer_node_paused_3s() {
 #[ignore = "a 60 s pause; run with -- --ignored"]
 fn owner_node_paused_60s() {
     let Some(mut c) = Cluster::start(&[1, 2]) else { return };
-    let w = start_writers(&c, 2, 1, 0x7a20, &[]);
+    let w = start_writers(&c, 2, 1, 0x7a20, STORES, &[]);
     c.pause_nodes(&[2], Duration::from_secs(60));
     all_arrived(w);
     links_kept(&c);
@@ -158,7 +161,7 @@ fn owner_node_paused_60s() {
 #[test]
 fn link_cut_for_3s() {
     let Some(mut c) = Cluster::start(&[1, 2]) else { return };
-    let w = start_writers(&c, 2, 1, 0x7a30, &[]);
+    let w = start_writers(&c, 2, 1, 0x7a30, STORES, &[]);
     c.cut_link(2);
     std::thread::sleep(Duration::from_secs(3));
     c.restore_link(2);
@@ -175,7 +178,7 @@ fn link_cut_for_3s() {
 #[test]
 fn link_dropped_and_back_keeps_connections() {
     let Some(mut c) = Cluster::start_settings(&[1, 2], "link_timeout_ms = 1000") else { return };
-    let w = start_writers(&c, 2, 1, 0x7a40, &[]);
+    let w = start_writers(&c, 2, 1, 0x7a40, STORES, &[]);
     c.cut_link(2);
     c.wait_peer(1, 2, "\"link down\"", Duration::from_secs(60), |s| s == Some("link down"));
     c.restore_link(2);
@@ -200,7 +203,7 @@ fn link_dropped_and_back_keeps_connections() {
 #[test]
 fn peer_declared_dead_is_reported() {
     let Some(mut c) = Cluster::start_settings(&[1, 2], "node_dead_after_ms = 3000") else { return };
-    let w = start_writers(&c, 2, 1, 0x7a50, &["expect-lost"]);
+    let w = start_writers(&c, 2, 1, 0x7a50, LOST_STORES, &["expect-lost"]);
     c.cut_link(2);
     for p in w.writers {
         let o = finish(p);
@@ -210,4 +213,29 @@ fn peer_declared_dead_is_reported() {
     assert!(log.contains("declared dead"), "node 1 did not declare node 2 dead:\n{log}");
     drop(w.owners); // stuck behind the cut; the cluster's drop kills them
     c.assert_running(1);
+}
+
+/// Node 2 is killed and started again behind a cut cable (so nobody sees
+/// a refused connection): when the cable is back, the link's introduction
+/// shows a new run of node 2, which holds none of the old state, and the
+/// writers' connections are lost (SCI_CB_LOST), never silently continued.
+#[test]
+fn peer_restarted_is_dead_to_its_old_connections() {
+    let Some(mut c) = Cluster::start(&[1, 2]) else { return };
+    let w = start_writers(&c, 2, 1, 0x7a60, LOST_STORES, &["expect-lost"]);
+    c.cut_link(2);
+    c.kill_node(2);
+    drop(w.owners); // died with their node
+    c.respawn_node(2);
+    c.restore_link(2);
+    for p in w.writers {
+        let o = finish(p);
+        o.assert_contains("EVENT reason=5 status=SCI_ERR_NODE_NOT_RESPONDING").assert_contains("WRITER SAW LOST").assert_contains("WRITER DONE");
+    }
+    let log = c.node(1).log_text();
+    assert!(log.contains("declared dead (it restarted"), "node 1 did not see node 2's restart:\n{log}");
+    c.wait_peer(1, 2, "\"up\" again", Duration::from_secs(60), |s| s == Some("up"));
+    c.assert_running(1);
+    c.assert_running(2);
+    c.wait_clean(1, "after its peer restarted");
 }

@@ -440,6 +440,15 @@ impl Cluster {
         self.wait_all_up();
     }
 
+    /// Start member `id` again after `kill_node` and wait only for its
+    /// control socket (its links may be cut).
+    pub fn respawn_node(&mut self, id: u32) {
+        let i = self.idx(id);
+        assert!(self.nodes[i].child.is_none(), "node {id} is still running");
+        self.spawn_daemon(i);
+        self.wait_socket(i);
+    }
+
     /// Pull member `id`'s cable: its veth's bridge end goes down, so its
     /// packets are dropped silently (no reset reaches anyone).
     pub fn cut_link(&self, id: u32) {
