@@ -140,6 +140,32 @@ fn writer_node_paused_3s() {
     c.assert_running(2);
 }
 
+/// Three nodes: writers on nodes 1 and 3 (one dials node 2, the other is
+/// dialled by it) store into node 2 while node 2 stops for 3 s; then node
+/// 3 stops for 3 s while both keep storing. Nothing is lost, no link cut.
+#[test]
+fn three_nodes_owner_then_writer_paused_3s() {
+    let Some(mut c) = Cluster::start(&[1, 2, 3]) else { return };
+    for (k, paused) in [2u32, 3].into_iter().enumerate() {
+        let seg = 0x7a70 + 4 * k as u32;
+        let w1 = start_writers(&c, 2, 1, seg, STORES, &[]);
+        let w3 = start_writers(&c, 2, 3, seg + 2, STORES, &[]);
+        c.pause_nodes(&[paused], Duration::from_secs(3));
+        all_arrived(w1);
+        all_arrived(w3);
+    }
+    for id in [1, 2, 3] {
+        let log = c.node(id).log_text();
+        for bad in ["link down", "declared dead"] {
+            assert!(!log.contains(bad), "node {id} logged {bad:?}:\n{log}");
+        }
+        for peer in [1, 2, 3].into_iter().filter(|p| *p != id) {
+            c.wait_peer(id, peer, "\"up\"", LINE_TIMEOUT, |s| s == Some("up"));
+        }
+        c.assert_running(id);
+    }
+}
+
 /// The owner's node stops for a minute: its links, connections and the
 /// writers' stores all survive. Ignored in the test command (a minute of
 /// CI); run with `-- --ignored`.

@@ -395,6 +395,7 @@ impl Peers {
 
         let generation = self.next_gen.fetch_add(1, Ordering::Relaxed);
         let (ftx, frx) = sync_channel::<PeerMsg>(LINK_QUEUE);
+        let was_down;
         let published = {
             let mut st = self.state.lock().unwrap();
             let s = st.entry(peer).or_default();
@@ -402,6 +403,9 @@ impl Peers {
             // peer was declared dead meanwhile, or another link took over):
             // the next link sorts it out.
             let view_ok = if continuing { s.incarnation == their_inc && s.pseudo.is_some() } else { s.incarnation == 0 };
+            // OPERATIONAL follows a NOT_OPERATIONAL only: a link replacing
+            // one we had not yet seen fail changes nothing for programs.
+            was_down = s.tx.is_none();
             if view_ok {
                 if let Some(p) = fresh {
                     s.pseudo = Some(p);
@@ -441,7 +445,9 @@ impl Peers {
         };
         if continuing {
             info!("node {peer}: link up again; its connections continue");
-            node.lock().peer_link(peer, true);
+            if was_down {
+                node.lock().peer_link(peer, true);
+            }
         } else {
             info!("node {peer}: link up");
         }
