@@ -407,6 +407,12 @@ unsafe fn rt_sigaction(sig: c_int, act: *const KernelSigaction, old: *mut Kernel
             a.sa_sigaction = k.handler;
             a.sa_flags = k.flags as c_int;
             a.sa_mask = to_set(k.mask);
+            // The program's own trampoline (SA_RESTORER), reported back.
+            a.sa_restorer = (k.restorer != 0).then(|| {
+                // SAFETY: a non-null code address the program gave as its
+                // trampoline; we only store and report it, never call it.
+                unsafe { std::mem::transmute::<usize, extern "C" fn()>(k.restorer) }
+            });
             a
         });
         // SAFETY: as above.

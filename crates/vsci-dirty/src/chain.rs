@@ -218,6 +218,41 @@ static MASK_HELD_BUS: [AtomicBool; 65] = [const { AtomicBool::new(false) }; 65];
 thread_local! {
     /// This thread's program believes SIGBUS blocked.
     static BLOCKED: Cell<bool> = const { Cell::new(false) };
+    /// While the program's own SIGBUS handler runs in this thread without
+    /// `SA_NODEFER` (the kernel would have blocked SIGBUS for it): an
+    /// address on that handler's stack, at its call; 0 otherwise.
+    static IN_HANDLER: Cell<usize> = const { Cell::new(0) };
+}
+
+/// How deep below the handler's call a fault still counts as inside it.
+const HANDLER_STACK_SPAN: usize = 64 << 20;
+
+/// Is the faulting code (stack pointer `sp`) inside the program's own
+/// SIGBUS handler that the kernel would have run with SIGBUS blocked? A
+/// handler left by `siglongjmp` leaves the mark behind; a fault above it on
+/// the stack shows that, and clears it.
+fn inside_blocking_handler(sp: usize) -> bool {
+    let mark = IN_HANDLER.with(|m| m.get());
+    if mark == 0 {
+        return false;
+    }
+    if sp < mark && mark - sp < HANDLER_STACK_SPAN {
+        return true;
+    }
+    IN_HANDLER.with(|m| m.set(0));
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
+fn fault_sp(ctx: *mut c_void) -> usize {
+    // SAFETY: for SA_SIGINFO handlers the third argument is the thread's
+    // ucontext_t; gregs[REG_RSP] is the interrupted stack pointer.
+    unsafe { (*(ctx as *const libc::ucontext_t)).uc_mcontext.gregs[libc::REG_RSP as usize] as usize }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn fault_sp(_ctx: *mut c_void) -> usize {
+    0
 }
 
 /// A SIGBUS sent to the process while a thread's program believed it
@@ -318,7 +353,9 @@ pub unsafe fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc:
 /// its own trampoline).
 fn reported(mut a: libc::sigaction) -> libc::sigaction {
     let r = RESTORER.load(Ordering::Relaxed);
-    if r != 0 {
+    // A program that gave its own trampoline (a direct rt_sigaction) reads
+    // back its own.
+    if r != 0 && a.sa_flags & SA_RESTORER == 0 {
         a.sa_flags |= SA_RESTORER;
         a.sa_restorer = Some(
             // SAFETY: `r` is the non-null trampoline the C library reported
@@ -474,7 +511,7 @@ pub(crate) fn pass_on(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) 
     // Kernel-generated (a fault): it repeats if we return, and cannot wait.
     let synchronous = code > 0;
     let h = act.sa_sigaction;
-    let blocked = program_blocks();
+    let blocked = program_blocks() || (synchronous && inside_blocking_handler(fault_sp(ctx)));
     if synchronous && (blocked || h == libc::SIG_DFL || h == libc::SIG_IGN) {
         // The kernel kills a thread whose synchronous signal is blocked or
         // ignored, with the default action: let the access repeat under it.
@@ -508,7 +545,8 @@ pub(crate) fn pass_on(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) 
     let mask = without_bus(&act.sa_mask);
     // SAFETY: blocking more signals in this thread; `mask` is valid.
     unsafe { real_sigmask(libc::SIG_BLOCK, &mask, std::ptr::null_mut()) };
-    let call = ProgramCall { h, siginfo: act.sa_flags & libc::SA_SIGINFO != 0, sig, info, ctx };
+    let defer = act.sa_flags & libc::SA_NODEFER == 0;
+    let call = ProgramCall { h, siginfo: act.sa_flags & libc::SA_SIGINFO != 0, defer, sig, info, ctx };
     let alt = if act.sa_flags & libc::SA_ONSTACK != 0 { alternate_stack_top() } else { None };
     match alt {
         // SAFETY: `top` is the top of the thread's alternate stack, which it
@@ -532,6 +570,8 @@ fn default_disposition() {
 struct ProgramCall {
     h: libc::sighandler_t,
     siginfo: bool,
+    /// Without SA_NODEFER: SIGBUS counts as blocked while it runs.
+    defer: bool,
     sig: c_int,
     info: *mut libc::siginfo_t,
     ctx: *mut c_void,
@@ -540,6 +580,11 @@ struct ProgramCall {
 extern "C" fn call_program(p: *mut c_void) {
     // SAFETY: `p` is the ProgramCall `pass_on` made, alive for this call.
     let c = unsafe { &*(p as *const ProgramCall) };
+    let here = 0u8;
+    let outer = IN_HANDLER.with(|m| m.get());
+    if c.defer {
+        IN_HANDLER.with(|m| m.set(std::ptr::addr_of!(here) as usize));
+    }
     // SAFETY: the program installed `h` with these flags: SA_SIGINFO
     // handlers take three arguments, others one; we call it as the kernel
     // would have, with the kernel's own siginfo and context.
@@ -552,6 +597,7 @@ extern "C" fn call_program(p: *mut c_void) {
             f(c.sig);
         }
     }
+    IN_HANDLER.with(|m| m.set(outer));
 }
 
 /// The top of this thread's alternate signal stack, if it has one and is

@@ -8,11 +8,33 @@
  * policy: the Rust side decides which hints to try, what to register and how
  * to wait; this side only translates structs and return codes.
  */
+#define _GNU_SOURCE /* dladdr, dlvsym */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/uio.h>
 #include <string.h>
+
+/*
+ * libfabric is opened by this file at first use (vf_load), not linked: the
+ * five functions it exports that we call are renamed here to wrappers that
+ * call through pointers.  Why: Debian's libfabric pulls in libinfinipath,
+ * whose load constructor replaces the handlers of SIGSEGV, SIGBUS, SIGILL,
+ * SIGABRT, SIGINT and SIGTERM with one that prints a backtrace and exits.
+ * Linked, that ran before anything of ours could save what the program had
+ * installed (a program that dlopen()s libsisci after installing its
+ * handlers lost them).  Opened here, the dispositions are saved just before
+ * and the replaced ones put back just after.
+ */
+#define fi_getinfo vf_dl_getinfo
+#define fi_freeinfo vf_dl_freeinfo
+#define fi_dupinfo vf_dl_dupinfo
+#define fi_fabric vf_dl_fabric
+#define fi_strerror vf_dl_strerror
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -23,6 +45,126 @@
 #include <rdma/fi_rma.h>
 
 #define VF_MAX_IOV 16
+
+/* ---- libfabric, opened at first use ------------------------------------ */
+
+static void *vf_lib;
+static char vf_load_error[256];
+static pthread_once_t vf_once = PTHREAD_ONCE_INIT;
+static int (*p_getinfo)(uint32_t, const char *, const char *, uint64_t,
+			const struct fi_info *, struct fi_info **);
+static void (*p_freeinfo)(struct fi_info *);
+static struct fi_info *(*p_dupinfo)(const struct fi_info *);
+static int (*p_fabric)(struct fi_fabric_attr *, struct fid_fabric **, void *);
+static const char *(*p_strerror)(int);
+
+/* glibc's own name of sigaction, which reaches the kernel past libsisci's
+ * exported sigaction (the program's view, crates/sisci/src/signals.rs). */
+extern int __sigaction(int, const struct sigaction *, struct sigaction *);
+
+static int from_backtrace_library(const struct sigaction *a)
+{
+	Dl_info i;
+
+	if (a->sa_handler == SIG_DFL || a->sa_handler == SIG_IGN)
+		return 0;
+	if (!dladdr((void *)a->sa_handler, &i) || !i.dli_fname)
+		return 0;
+	return strstr(i.dli_fname, "infinipath") || strstr(i.dli_fname, "libpsm");
+}
+
+/* Put back, for every signal a library loaded with libfabric took, what was
+ * there before: through `set` at the level `get` reads. */
+static void vf_put_back(const struct sigaction *before, const int *had,
+			int (*get_set)(int, const struct sigaction *, struct sigaction *))
+{
+	for (int s = 1; s < NSIG; s++) {
+		struct sigaction now;
+
+		if (!had[s] || get_set(s, NULL, &now))
+			continue;
+		if (now.sa_handler != before[s].sa_handler && from_backtrace_library(&now))
+			get_set(s, &before[s], NULL);
+	}
+}
+
+static void vf_load(void)
+{
+	/* Two levels: what the kernel holds, and what the program sees (the
+	 * process's `sigaction`: libsisci's, which records the program's
+	 * SIGBUS disposition while the kernel keeps the trap's handler). */
+	static struct sigaction kernel[NSIG], view[NSIG];
+	static int had_kernel[NSIG], had_view[NSIG];
+	int (*process_sigaction)(int, const struct sigaction *, struct sigaction *) =
+		(int (*)(int, const struct sigaction *, struct sigaction *))dlsym(RTLD_DEFAULT, "sigaction");
+
+	if (!process_sigaction)
+		process_sigaction = __sigaction;
+	for (int s = 1; s < NSIG; s++) {
+		had_kernel[s] = __sigaction(s, NULL, &kernel[s]) == 0;
+		had_view[s] = process_sigaction(s, NULL, &view[s]) == 0;
+	}
+	vf_lib = dlopen("libfabric.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (vf_lib) {
+		vf_put_back(view, had_view, process_sigaction);
+		vf_put_back(kernel, had_kernel, __sigaction);
+	} else {
+		snprintf(vf_load_error, sizeof vf_load_error, "%s", dlerror());
+		return;
+	}
+	/* The versions the headers we were built with name. */
+	p_getinfo = dlvsym(vf_lib, "fi_getinfo", "FABRIC_1.3");
+	p_freeinfo = dlvsym(vf_lib, "fi_freeinfo", "FABRIC_1.3");
+	p_dupinfo = dlvsym(vf_lib, "fi_dupinfo", "FABRIC_1.3");
+	p_fabric = dlvsym(vf_lib, "fi_fabric", "FABRIC_1.1");
+	p_strerror = dlvsym(vf_lib, "fi_strerror", "FABRIC_1.0");
+	if (!p_getinfo || !p_freeinfo || !p_dupinfo || !p_fabric || !p_strerror)
+		snprintf(vf_load_error, sizeof vf_load_error,
+			 "libfabric.so.1 lacks fi_getinfo@FABRIC_1.3 or a sibling: %s", dlerror());
+}
+
+/* 0 once libfabric is usable; otherwise -FI_ENOSYS (vf_load_failure says why). */
+static int vf_loaded(void)
+{
+	pthread_once(&vf_once, vf_load);
+	return vf_load_error[0] ? -FI_ENOSYS : 0;
+}
+
+const char *vf_load_failure(void)
+{
+	return vf_loaded() ? vf_load_error : NULL;
+}
+
+int vf_dl_getinfo(uint32_t version, const char *node, const char *service,
+		  uint64_t flags, const struct fi_info *hints, struct fi_info **info)
+{
+	int ret = vf_loaded();
+
+	return ret ? ret : p_getinfo(version, node, service, flags, hints, info);
+}
+
+void vf_dl_freeinfo(struct fi_info *info)
+{
+	if (!vf_loaded())
+		p_freeinfo(info);
+}
+
+struct fi_info *vf_dl_dupinfo(const struct fi_info *info)
+{
+	return vf_loaded() ? NULL : p_dupinfo(info);
+}
+
+int vf_dl_fabric(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *context)
+{
+	int ret = vf_loaded();
+
+	return ret ? ret : p_fabric(attr, fabric, context);
+}
+
+const char *vf_dl_strerror(int errnum)
+{
+	return vf_loaded() ? "libfabric could not be loaded" : p_strerror(errnum);
+}
 
 struct vf_ctx {
 	struct fi_info *info;

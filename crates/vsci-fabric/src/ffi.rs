@@ -87,6 +87,9 @@ pub struct VfComp {
 }
 
 extern "C" {
+    /// Why libfabric could not be opened (the shim opens it at first
+    /// use), or null when it is usable.
+    pub fn vf_load_failure() -> *const c_char;
     pub fn vf_open(h: *const VfHints, out: *mut *mut VfCtx, a: *mut VfAttrs) -> c_int;
     pub fn vf_close(c: *mut VfCtx, extra_mr: *mut FidMr);
     pub fn vf_getname(c: *mut VfCtx, buf: *mut c_void, len: *mut usize) -> c_int;

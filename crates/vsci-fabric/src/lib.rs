@@ -455,6 +455,14 @@ impl Fabric {
                 mr_mode,
                 want_cq_wait: 1,
             };
+            // SAFETY: no arguments; a NUL-terminated message the shim
+            // keeps for the life of the process, or null.
+            let failure = unsafe { ffi::vf_load_failure() };
+            if !failure.is_null() {
+                // SAFETY: as above.
+                let why = unsafe { CStr::from_ptr(failure) }.to_string_lossy().into_owned();
+                return Err(Error::Call { call: "dlopen(libfabric.so.1)", code: libc::ENOSYS, msg: format!("the RMA engine cannot be loaded: {why} (install libfabric1)") });
+            }
             let mut ctx = std::ptr::null_mut();
             // SAFETY: VfAttrs is plain data, all-zero is a valid value.
             let mut attrs: ffi::VfAttrs = unsafe { std::mem::zeroed() };
