@@ -4,6 +4,8 @@
 //! takes nothing away from the trap. A file of its own: the SIGBUS
 //! disposition is process-wide.
 
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -53,17 +55,7 @@ fn program_action(flags: libc::c_int) -> libc::sigaction {
 fn the_trap_stays_first_and_the_program_keeps_its_handler() {
     let page = vsci_dirty::page_size();
     let len = 2 * page;
-    // SAFETY: a private memfd and two shared mappings of it, owned here.
-    let (base, fill) = unsafe {
-        let fd = libc::memfd_create(c"chain-test".as_ptr(), libc::MFD_CLOEXEC);
-        assert!(fd >= 0);
-        assert_eq!(libc::ftruncate(fd, len as i64), 0);
-        let m = || libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
-        let (a, b) = (m(), m());
-        assert!(a != libc::MAP_FAILED && b != libc::MAP_FAILED);
-        libc::close(fd);
-        (a as usize, b as usize)
-    };
+    let (base, fill) = common::memfd_twice(c"chain-test", len);
     // What the process had before the trap (Rust's runtime installs a
     // SIGBUS handler of its own for stack overflows).
     // SAFETY: a query into a valid struct.
@@ -140,9 +132,5 @@ fn the_trap_stays_first_and_the_program_keeps_its_handler() {
 
     trap::unregister(&t);
     drop(t);
-    // SAFETY: unmapping the test's mappings after the trap is gone.
-    unsafe {
-        libc::munmap(base as *mut libc::c_void, len);
-        libc::munmap(fill as *mut libc::c_void, len);
-    }
+    common::unmap_both(base, fill, len);
 }

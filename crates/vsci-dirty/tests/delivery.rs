@@ -3,6 +3,8 @@
 //! handler replaced everything, still gets its faults resolved. A file of
 //! its own: the delivery choice is process-wide.
 
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -44,19 +46,9 @@ fn faults_reach_the_fault_thread_without_a_signal() {
     trap::set_delivery(Delivery::Thread);
     let page = vsci_dirty::page_size();
     let len = 4 * page;
-    // SAFETY: a private memfd and two shared mappings of it, owned here;
-    // the SIGBUS disposition of this test process is ours to set.
-    let (base, fill) = unsafe {
-        let fd = libc::memfd_create(c"delivery-test".as_ptr(), libc::MFD_CLOEXEC);
-        assert!(fd >= 0);
-        assert_eq!(libc::ftruncate(fd, len as i64), 0);
-        let m = || libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
-        let (a, b) = (m(), m());
-        assert!(a != libc::MAP_FAILED && b != libc::MAP_FAILED);
-        libc::close(fd);
-        libc::signal(libc::SIGBUS, die as extern "C" fn(libc::c_int) as libc::sighandler_t);
-        (a as usize, b as usize)
-    };
+    let (base, fill) = common::memfd_twice(c"delivery-test", len);
+    // SAFETY: the SIGBUS disposition of this test process is ours to set.
+    unsafe { libc::signal(libc::SIGBUS, die as extern "C" fn(libc::c_int) as libc::sighandler_t) };
     let h = Arc::new(Filler { fill, page, count: AtomicUsize::new(0), writes: AtomicUsize::new(0) });
     // SAFETY: the mapping outlives the trap (unregistered below).
     let t = unsafe { Trap::new(base as *mut u8, len, TrapOptions { writes: true }, h.clone()) }.unwrap();
@@ -106,9 +98,5 @@ fn faults_reach_the_fault_thread_without_a_signal() {
 
     trap::unregister(&t);
     drop(t);
-    // SAFETY: unmapping the test's mappings after the trap is gone.
-    unsafe {
-        libc::munmap(base as *mut libc::c_void, len);
-        libc::munmap(fill as *mut libc::c_void, len);
-    }
+    common::unmap_both(base, fill, len);
 }
