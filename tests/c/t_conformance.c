@@ -31,6 +31,9 @@
  * Roles for the tests across nodes (crates/vsci-systest/tests/conformance.rs):
  *   t_conformance -role force_owner SEGID
  *   t_conformance -role force_peer NODE SEGID
+ *   t_conformance -role gasnet_owner SEGID
+ *   t_conformance -role gasnet_remote NODE SEGID   (gasnet_exit with another
+ *                                        node's segment and interrupt)
  *   t_conformance -role nodegone        (releases after the node died; the
  *                                        test kills the node after READY)
  */
@@ -709,7 +712,8 @@ static void force_owner(unsigned int segid)
     sci_segment_cb_reason_t reason;
     EXPECT(SCI_ERR_OK, reason = SCIWaitForLocalSegmentEvent(seg, &node, &adapter, WAIT_MS, NO_FLAGS, &err));
     CHECK_EQ(reason, SCI_CB_CONNECT);
-    WAIT_UNTIL(a[0] == 0x11, WAIT_MS);
+    WAIT_UNTIL(a[1] == 0x12, WAIT_MS);
+    CHECK_EQ(a[0], 0x11);
     printf("OWNER SAW THE PEER'S STORE (peer node %u)\n", node);
 
     /* We still map it: BUSY without the flag. */
@@ -762,6 +766,10 @@ static void force_peer(unsigned int node, unsigned int segid)
     SCIFlush(seq, NO_FLAGS);
     EXPECT(SCI_ERR_OK, sst = SCICheckSequence(seq, NO_FLAGS, &err));
     CHECK_EQ(sst, SCI_SEQ_OK);
+    /* Only now tell the owner it may remove (a store travels at once: the
+     * owner would see the first one before our check). */
+    q[1] = 0x12;
+    SCIFlush(seq, NO_FLAGS);
     printf("PEER STORED\n");
 
     sci_error_t status = ERR_SENTINEL;
@@ -818,6 +826,86 @@ static void force_remove_b(struct peer *p)
     sci_error_t err;
     EXPECT(SCI_ERR_OK, SCIGetLocalNodeId(0, &node, NO_FLAGS, &err));
     force_peer(node, 0x3440);
+}
+
+/* ---- GASNet's exit across two nodes ------------------------------------------ */
+
+#define GASNET_INTNO 34
+
+/* The owner on one node: a segment and an interrupt the program on the other
+ * node uses; it sees the program's connection come and, at its SCIClose,
+ * go. */
+static void gasnet_owner(unsigned int segid)
+{
+    sci_error_t err;
+    sci_desc_t sd = open_sd(NULL);
+    sci_local_segment_t seg;
+    sci_local_interrupt_t li;
+    unsigned int no = GASNET_INTNO, node, adapter;
+    sci_segment_cb_reason_t reason;
+    EXPECT(SCI_ERR_OK, SCICreateSegment(sd, &seg, segid, SEG_SIZE, NULL, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIPrepareSegment(seg, 0, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCISetSegmentAvailable(seg, 0, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCICreateInterrupt(sd, &li, 0, &no, NULL, NULL, SCI_FLAG_FIXED_INTNO, &err));
+    printf("OWNER READY\n");
+    EXPECT(SCI_ERR_OK, reason = SCIWaitForLocalSegmentEvent(seg, &node, &adapter, WAIT_MS, NO_FLAGS, &err));
+    CHECK_EQ(reason, SCI_CB_CONNECT);
+    EXPECT(SCI_ERR_OK, SCIWaitForInterrupt(li, WAIT_MS, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, reason = SCIWaitForLocalSegmentEvent(seg, &node, &adapter, WAIT_MS, NO_FLAGS, &err));
+    CHECK_EQ(reason, SCI_CB_DISCONNECT);
+    printf("OWNER SAW THE PROGRAM CONNECT AND GO (node %u)\n", node);
+    EXPECT(SCI_ERR_OK, SCIRemoveInterrupt(li, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIRemoveSegment(seg, NO_FLAGS, &err));
+    close_sd(sd);
+    printf("OWNER OK\n");
+}
+
+/* The program on the other node: what GASNet's SISCI conduit holds (a
+ * local barrier segment, another node's segment mapped with a sequence, a
+ * remote interrupt, a DMA queue), used once, then gasnet_exit: SCIClose,
+ * SCITerminate, and each release looped on until SCI_ERR_OK. */
+static void gasnet_remote(unsigned int node, unsigned int segid)
+{
+    struct set s;
+    sci_error_t err;
+    memset(&s, 0, sizeof s);
+    s.sd = open_sd(&s.node);
+    EXPECT(SCI_ERR_OK, SCIOpen(&s.sd2, NO_FLAGS, &err));
+    s.segid = segid + 1;
+    EXPECT(SCI_ERR_OK, SCICreateSegment(s.sd, &s.lseg, s.segid, SEG_SIZE, NULL, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIPrepareSegment(s.lseg, 0, NO_FLAGS, &err));
+    volatile unsigned char *l;
+    EXPECT(SCI_ERR_OK, l = SCIMapLocalSegment(s.lseg, &s.lmap, 0, SEG_SIZE, NULL, NO_FLAGS, &err));
+    l[0] = 7;
+    volatile unsigned char *r = map_remote(s.sd2, node, segid, &s.rseg, &s.rmap);
+    EXPECT(SCI_ERR_OK, SCICreateMapSequence(s.rmap, &s.seq, NO_FLAGS, &err));
+    r[0] = 1;
+    SCIFlush(s.seq, NO_FLAGS);
+    sci_sequence_status_t sst;
+    EXPECT(SCI_ERR_OK, sst = SCICheckSequence(s.seq, NO_FLAGS, &err));
+    CHECK_EQ(sst, SCI_SEQ_OK);
+    EXPECT(SCI_ERR_OK, SCICreateDMAQueue(s.sd, &s.dq, 0, 4, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIStartDmaTransfer(s.dq, s.lseg, s.rseg, 0, 4096, 4096, NULL, NULL,
+                                           SCI_FLAG_DMA_WAIT, &err));
+    EXPECT(SCI_ERR_OK, SCIConnectInterrupt(s.sd2, &s.rint, node, 0, GASNET_INTNO, WAIT_MS, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCITriggerInterrupt(s.rint, NO_FLAGS, &err));
+    printf("PROGRAM USED EVERYTHING\n");
+
+    /* gasnet_exit */
+    EXPECT(SCI_ERR_OK, SCIClose(s.sd, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIClose(s.sd2, NO_FLAGS, &err));
+    SCITerminate();
+    static const enum rel order[] = { R_DQ, R_LSEG, R_SEQ, R_RMAP, R_LMAP, R_RSEG, R_RINT };
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        release_until_ok(&s, order[i]);
+    /* The ids are free again. */
+    sci_desc_t sd = open_sd(NULL);
+    sci_local_segment_t seg;
+    EXPECT(SCI_ERR_OK, SCICreateSegment(sd, &seg, s.segid, SEG_SIZE, NULL, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCIRemoveSegment(seg, NO_FLAGS, &err));
+    close_sd(sd);
+    SCITerminate();
+    printf("PROGRAM OK: every release returned SCI_ERR_OK\n");
 }
 
 /* ---- the node dies --------------------------------------------------------- */
@@ -938,11 +1026,16 @@ int main(int argc, char **argv)
             force_owner((unsigned int)strtoul(argv[3], NULL, 0));
         else if (strcmp(argv[2], "force_peer") == 0 && argc == 5)
             force_peer((unsigned int)strtoul(argv[3], NULL, 0), (unsigned int)strtoul(argv[4], NULL, 0));
+        else if (strcmp(argv[2], "gasnet_owner") == 0 && argc == 4)
+            gasnet_owner((unsigned int)strtoul(argv[3], NULL, 0));
+        else if (strcmp(argv[2], "gasnet_remote") == 0 && argc == 5)
+            gasnet_remote((unsigned int)strtoul(argv[3], NULL, 0), (unsigned int)strtoul(argv[4], NULL, 0));
         else if (strcmp(argv[2], "nodegone") == 0)
             nodegone();
         else {
             fprintf(stderr, "usage: %s [-l] [CASE...] | -role force_owner SEGID | "
-                            "-role force_peer NODE SEGID | -role nodegone\n", argv[0]);
+                            "-role force_peer NODE SEGID | -role gasnet_owner SEGID | "
+                            "-role gasnet_remote NODE SEGID | -role nodegone\n", argv[0]);
             return 2;
         }
         return 0;

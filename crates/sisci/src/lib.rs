@@ -263,7 +263,8 @@ pub unsafe extern "C" fn SCIOpen(sd: *mut Handle, flags: c_uint, error: *mut Sci
 fn close_descriptor(d: usize, orphan_desc: bool) {
     let Some(Entry { obj: Obj::Desc(desc), .. }) = handles::remove(d) else { return };
     let children = handles::remove_children(d);
-    handles::orphan(children.iter().map(|(hnd, e)| (*hnd, e.obj.kind())).chain(orphan_desc.then_some((d, handles::Kind::Desc))));
+    let orphans: Vec<(usize, handles::Kind)> =
+        children.iter().map(|(hnd, e)| (*hnd, e.obj.kind())).chain(orphan_desc.then_some((d, handles::Kind::Desc))).collect();
     for (_, e) in children {
         match e.obj {
             Obj::Map(m) => m.unmap(),
@@ -274,6 +275,11 @@ fn close_descriptor(d: usize, orphan_desc: bool) {
         }
     }
     desc.client.close();
+    // Only now, so a release call that succeeds means the node has freed
+    // what it named (its ids can be taken again); one racing this close
+    // from another thread gets SCI_ERR_ILLEGAL_PARAMETER meanwhile, and a
+    // program that loops until SCI_ERR_OK gets there.
+    handles::orphan(orphans);
 }
 
 #[no_mangle]

@@ -105,3 +105,24 @@ fn force_remove_with_a_peer_on_another_node() {
     c.wait_clean(1, "after the force-remove test");
     c.wait_clean(2, "after the force-remove test");
 }
+
+/// GASNet's exit with another node's segment and interrupt: the program on
+/// node 2 connects to node 1's segment (map, sequence, DMA) and interrupt,
+/// then closes its descriptors, calls SCITerminate and loops on each
+/// release until SCI_ERR_OK; the owner on node 1 sees the connection go at
+/// the program's SCIClose.
+#[test]
+fn releases_after_close_and_terminate_finish_across_nodes() {
+    let Some(c) = Cluster::start(&[1, 2]) else { return };
+    c.wait_all_up();
+    let segid = "0x3480";
+    let mut owner = Proc::spawn("gasnet_owner (node 1)", c.client(1, &t_conformance()).args(["-role", "gasnet_owner", segid]));
+    owner.wait_line("OWNER READY", LINE_TIMEOUT);
+    let program = Proc::spawn("gasnet_remote (node 2)", c.client(2, &t_conformance()).args(["-role", "gasnet_remote", "1", segid]));
+    let outs = run_together(vec![owner, program], Duration::from_secs(180));
+    outs[0].assert_contains("OWNER SAW THE PROGRAM CONNECT AND GO");
+    outs[0].assert_contains("OWNER OK");
+    outs[1].assert_contains("PROGRAM OK");
+    c.wait_clean(1, "after the GASNet exit test");
+    c.wait_clean(2, "after the GASNet exit test");
+}
