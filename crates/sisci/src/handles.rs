@@ -211,3 +211,31 @@ pub fn is_orphan(h: usize, kind: Kind) -> bool {
     let o = ORPHANS.lock().unwrap_or_else(|p| p.into_inner());
     o.get(&h) == Some(&kind)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One test, as ORPHANS is global: kinds, one release each, and the cap
+    /// dropping the oldest.
+    #[test]
+    fn orphans_are_released_once_by_their_own_kind() {
+        let base = 0x1_0000_0000usize;
+        orphan([(base, Kind::Map), (base + 16, Kind::Seq)]);
+        assert!(!take_orphan(base, Kind::Seq), "a sequence release must not take a map");
+        assert!(is_orphan(base, Kind::Map));
+        assert!(take_orphan(base, Kind::Map));
+        assert!(!take_orphan(base, Kind::Map), "released once only");
+        assert!(!is_orphan(base, Kind::Map));
+        assert!(take_orphan(base + 16, Kind::Seq));
+
+        // Past the cap the oldest (smallest) handles go first.
+        let n = MAX_ORPHANS + 3;
+        orphan((0..n).map(|i| (base + 16 * i, Kind::Desc)));
+        assert!(!is_orphan(base, Kind::Desc));
+        assert!(!is_orphan(base + 32, Kind::Desc));
+        assert!(is_orphan(base + 48, Kind::Desc));
+        assert!(is_orphan(base + 16 * (n - 1), Kind::Desc));
+        ORPHANS.lock().unwrap().clear();
+    }
+}
