@@ -130,27 +130,32 @@ static void *rel_handle(const struct set *s, enum rel r)
 
 /* Make release call `r` on handle `h` (for the unprepare call: segment `h`
  * on channel `ch`); returns its error. */
-static sci_error_t do_release(enum rel r, void *h, void *ch)
+static sci_error_t do_release_flags(enum rel r, void *h, void *ch, unsigned int flags)
 {
     sci_error_t err = ERR_SENTINEL;
     switch (r) {
-    case R_SEQ: SCIRemoveSequence(h, NO_FLAGS, &err); break;
+    case R_SEQ: SCIRemoveSequence(h, flags, &err); break;
     case R_RMAP:
-    case R_LMAP: SCIUnmapSegment(h, NO_FLAGS, &err); break;
-    case R_UNPREP: SCIUnprepareLocalSegmentForDMA(ch, h, NO_FLAGS, &err); break;
-    case R_RSEG: SCIDisconnectSegment(h, NO_FLAGS, &err); break;
-    case R_LSEG: SCIRemoveSegment(h, NO_FLAGS, &err); break;
-    case R_RINT: SCIDisconnectInterrupt(h, NO_FLAGS, &err); break;
-    case R_LINT: SCIRemoveInterrupt(h, NO_FLAGS, &err); break;
-    case R_RDINT: SCIDisconnectDataInterrupt(h, NO_FLAGS, &err); break;
-    case R_LDINT: SCIRemoveDataInterrupt(h, NO_FLAGS, &err); break;
-    case R_DQ: SCIRemoveDMAQueue(h, NO_FLAGS, &err); break;
-    case R_CH: SCIReturnDMAChannel(h, &err); break;
+    case R_LMAP: SCIUnmapSegment(h, flags, &err); break;
+    case R_UNPREP: SCIUnprepareLocalSegmentForDMA(ch, h, flags, &err); break;
+    case R_RSEG: SCIDisconnectSegment(h, flags, &err); break;
+    case R_LSEG: SCIRemoveSegment(h, flags, &err); break;
+    case R_RINT: SCIDisconnectInterrupt(h, flags, &err); break;
+    case R_LINT: SCIRemoveInterrupt(h, flags, &err); break;
+    case R_RDINT: SCIDisconnectDataInterrupt(h, flags, &err); break;
+    case R_LDINT: SCIRemoveDataInterrupt(h, flags, &err); break;
+    case R_DQ: SCIRemoveDMAQueue(h, flags, &err); break;
+    case R_CH: SCIReturnDMAChannel(h, &err); break; /* takes no flags */
     case R_SD2:
-    case R_SD: SCIClose(h, NO_FLAGS, &err); break;
+    case R_SD: SCIClose(h, flags, &err); break;
     default: break;
     }
     return err;
+}
+
+static sci_error_t do_release(enum rel r, void *h, void *ch)
+{
+    return do_release_flags(r, h, ch, NO_FLAGS);
 }
 
 /* Call release `r` of `s` until it returns SCI_ERR_OK, as GASNet does; more
@@ -362,6 +367,49 @@ static void wrong_kind_orphans(struct peer *p)
     for (int r = 0; r < R_SD2; r++)
         release_until_ok(&s, (enum rel)r);
     ids_free(&s);
+}
+
+/* The flags of the release calls: SCI_FLAG_FORCE_REMOVE on SCIRemoveSegment
+ * and SCIRemoveDMAQueue, nothing on the others; any other bit is
+ * SCI_ERR_ILLEGAL_FLAG, checked before the handle, so it releases nothing
+ * and does not use up a released handle's first SCI_ERR_OK. */
+static void release_flags(struct peer *p)
+{
+    (void)p;
+    for (int closed = 0; closed < 2; closed++) {
+        struct set s;
+        sci_error_t err;
+        make_set(&s, 0x34a0 + (unsigned)closed);
+        if (closed) {
+            EXPECT(SCI_ERR_OK, SCIClose(s.sd, NO_FLAGS, &err));
+            EXPECT(SCI_ERR_OK, SCIClose(s.sd2, NO_FLAGS, &err));
+        }
+        for (int r = 0; r < R_COUNT; r++) {
+            if (r == R_CH)
+                continue; /* SCIReturnDMAChannel has no flags argument */
+            if (closed && (r == R_SD || r == R_SD2))
+                continue; /* released by the program */
+            unsigned int bits[] = { BAD_FLAG, 0x1, SCI_FLAG_FORCE_REMOVE };
+            for (size_t b = 0; b < sizeof bits / sizeof bits[0]; b++) {
+                if (bits[b] == SCI_FLAG_FORCE_REMOVE && (r == R_LSEG || r == R_DQ))
+                    continue; /* honoured: below */
+                sci_error_t e = do_release_flags((enum rel)r, rel_handle(&s, (enum rel)r), s.ch, bits[b]);
+                CHECK_MSG(e == SCI_ERR_ILLEGAL_FLAG, "%s with flag 0x%x (%s): %s", rel_names[r], bits[b],
+                          closed ? "descriptor closed" : "valid", err_name(e));
+            }
+        }
+        /* Nothing went: each release still succeeds, the two that take it
+         * with SCI_FLAG_FORCE_REMOVE. */
+        for (int r = 0; r < R_COUNT; r++) {
+            if (closed && (r == R_SD || r == R_SD2))
+                continue;
+            unsigned int f = (r == R_LSEG || r == R_DQ) ? SCI_FLAG_FORCE_REMOVE : NO_FLAGS;
+            sci_error_t e = do_release_flags((enum rel)r, rel_handle(&s, (enum rel)r), s.ch, f);
+            CHECK_MSG(e == SCI_ERR_OK, "%s (%s): %s", rel_names[r], closed ? "descriptor closed" : "valid",
+                      err_name(e));
+        }
+        ids_free(&s);
+    }
 }
 
 /* ---- every other call on released handles -------------------------------- */
@@ -1012,6 +1060,7 @@ static const struct test_case cases[] = {
     { "release_table", release_table, NULL, 0 },
     { "wrong_kind_orphans", wrong_kind_orphans, NULL, 0 },
     { "calls_on_released_handles", calls_on_released_handles, NULL, 0 },
+    { "release_flags", release_flags, NULL, 0 },
     { "release_after_peer_gone", peer_gone_a, peer_gone_b, 0 },
     { "force_remove", force_remove_a, force_remove_b, 0 },
     { NULL, NULL, NULL, 0 },

@@ -51,7 +51,7 @@ fn releases_after_close_and_terminate_finish() {
 /// takes a handle in the released states, against the table.
 #[test]
 fn release_table() {
-    run_cases(&["release_table", "wrong_kind_orphans", "calls_on_released_handles"], 342);
+    run_cases(&["release_table", "wrong_kind_orphans", "calls_on_released_handles", "release_flags"], 342);
 }
 
 /// The owner of everything a program is connected to exits: the other
