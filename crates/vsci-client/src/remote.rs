@@ -71,11 +71,6 @@ pub(crate) fn rma(provider: &str, first_peer: &[u8]) -> Result<Arc<Rma>> {
         // the memory): see ProgressMode::Initiator for why it does not block
         // on the provider's fd while writes are in flight.
         let progress = fabric.spawn_progress_thread_with(vsci_fabric::ProgressMode::Initiator);
-        // A store to a node that is paused (not dead) waits for it, however
-        // long: its node tells us when it is declared dead (SCI_CB_LOST with
-        // SCI_ERR_NODE_NOT_RESPONDING marks it down), and only then does an
-        // operation to it fail (issue 38: no store is lost silently).
-        fabric.set_patient(true);
         Ok(Arc::new(Rma { fabric, peers: Mutex::new(HashMap::new()), _progress: progress }))
     })
     .clone()
@@ -112,6 +107,16 @@ impl Endpoint {
     fn set_down(&self) {
         self.rma.fabric.set_peer_down(&self.peer, true);
     }
+
+    /// A store, flush or trigger to this node while it is paused (not
+    /// dead) waits for it, however long: its node tells us when it is
+    /// declared dead (SCI_CB_LOST with SCI_ERR_NODE_NOT_RESPONDING marks
+    /// it down), and only then does an operation to it fail (issue 38: no
+    /// store is lost silently). Only for watched endpoints: others (a
+    /// borrower's loans) hear of no death and keep the bounded wait.
+    fn patient(&self) {
+        self.rma.fabric.set_patient(&self.peer);
+    }
 }
 
 /// Which endpoint each remote segment (by its event queue) and remote
@@ -130,6 +135,7 @@ fn watch() -> &'static Mutex<Watch> {
 }
 
 pub(crate) fn watch_segment(q: &Arc<crate::conn::EventQueue>, ep: &Endpoint) {
+    ep.patient();
     watch().lock().unwrap().segments.insert(Arc::as_ptr(q) as usize, ep.clone());
 }
 
@@ -138,6 +144,7 @@ pub(crate) fn unwatch_segment(q: &Arc<crate::conn::EventQueue>) {
 }
 
 pub(crate) fn watch_interrupt(conn: vsci_proto::ObjId, ep: &Endpoint) {
+    ep.patient();
     watch().lock().unwrap().interrupts.insert(conn, ep.clone());
 }
 

@@ -305,9 +305,9 @@ struct Inner {
     /// completes operations on its own (TCP retransmits for many minutes),
     /// so waits on them are abandoned instead.
     down: Mutex<std::collections::HashSet<u64>>,
-    /// Keep retrying a post that finds the peer's queue full for as long as
-    /// the peer is not declared down ([`Fabric::set_patient`]).
-    patient: AtomicBool,
+    /// Peers (fi_addr) to which a post that finds the queue full is retried
+    /// for as long as they are not declared down ([`Fabric::set_patient`]).
+    patient: Mutex<std::collections::HashSet<u64>>,
     /// Operations posted and not yet completed, over every caller: the
     /// depth of this endpoint's work queue (see [`Fabric::stats`]).
     in_flight: AtomicUsize,
@@ -532,7 +532,7 @@ impl Fabric {
             repost: Mutex::new(Vec::new()),
             progress_threads: AtomicUsize::new(0),
             down: Mutex::new(std::collections::HashSet::new()),
-            patient: AtomicBool::new(false),
+            patient: Mutex::new(std::collections::HashSet::new()),
             in_flight: AtomicUsize::new(0),
             received: AtomicU64::new(0),
             completions: AtomicU64::new(0),
@@ -993,18 +993,20 @@ impl Fabric {
         }
     }
 
-    /// Make posts to a peer whose queue stays full wait for as long as the
+    /// Make posts to `peer` whose queue stays full wait for as long as the
     /// peer is not declared down ([`set_peer_down`](Self::set_peer_down))
     /// instead of failing after `POST_TIMEOUT`.
     ///
     /// Why: a peer whose node is paused (SIGSTOP, a VM paused by its host, a
     /// host too loaded to run it) stops reading, its socket fills and the
     /// provider answers FI_EAGAIN until it runs again, which may be minutes.
-    /// Failing the post then loses a store that would have arrived. A caller
-    /// that learns of dead peers (the client library, told by its node) sets
-    /// this; others keep the bounded wait.
-    pub fn set_patient(&self, patient: bool) {
-        self.inner.patient.store(patient, Ordering::Relaxed);
+    /// Failing the post then loses a store that would have arrived. Only a
+    /// caller that will be told when the peer is dead may set this (the
+    /// client library, for peers of connections whose LOST event marks the
+    /// peer down): rxm also answers FI_EAGAIN for as long as it cannot
+    /// connect, which for a peer that is gone is forever.
+    pub fn set_patient(&self, peer: &Peer) {
+        self.inner.patient.lock().unwrap().insert(peer.fi_addr);
     }
 
     /// Was the peer declared down with [`set_peer_down`](Self::set_peer_down)?
@@ -1463,7 +1465,7 @@ impl Inner {
                 return Ok(());
             }
             let waited = start.elapsed();
-            let patient = self.patient.load(Ordering::Relaxed) && !self.is_down(fi_addr);
+            let patient = ret == -ffi::FI_EAGAIN && waited >= POST_TIMEOUT && self.patient.lock().unwrap().contains(&fi_addr) && !self.is_down(fi_addr);
             if ret == -ffi::FI_EAGAIN && (waited < POST_TIMEOUT || patient) {
                 if self.progress().unwrap_or(0) == 0 {
                     idle += 1;

@@ -31,7 +31,7 @@ use netns::Cluster;
 const RUN: Duration = Duration::from_secs(300);
 /// Stores each writer makes, one every millisecond or so: longer than the
 /// 3 s stalls, so they fall in the middle of the run.
-const STORES: &str = "5000";
+const STORES: &str = "4000";
 /// Stores of a writer whose owner's node dies under it (only the end
 /// matters: the failure it is told of).
 const LOST_STORES: &str = "2000";
@@ -253,6 +253,9 @@ fn peer_restarted_is_dead_to_its_old_connections() {
     c.kill_node(2);
     drop(w.owners); // died with their node
     c.respawn_node(2);
+    // Its link listener is bound (else node 1's redial could be refused,
+    // a different way of learning the same thing).
+    wait_for(Duration::from_secs(60), "node 2's link listener", || c.node(2).log_text().contains("links on").then_some(()));
     c.restore_link(2);
     for p in w.writers {
         let o = finish(p);
