@@ -25,8 +25,10 @@
  *       "WRITER STORING", then makes N rounds of: slot[i] = i + 1, counter =
  *       i + 1 (with `flush` also SCIFlush), sleep 1 ms.  Prints "WRITER
  *       STORED n=N ms=T", waits for the verdict (a remote load; up to 180 s),
- *       checks the sequence (must be SCI_SEQ_OK), acknowledges, reads the
- *       slots back with SCIMemCpy and compares: "WRITER DONE events=E".
+ *       checks the sequence (must be SCI_SEQ_OK), reads the slots back with
+ *       SCIMemCpy and compares, prints "WRITER ACK events=E lost=L" and
+ *       acknowledges (the owner may then remove its segment before we
+ *       disconnect: a LOST after this line is that race): "WRITER DONE".
  *       With expect-lost the owner's node is declared dead meanwhile: after
  *       storing, the writer waits for SCI_CB_LOST, then SCIFlush must
  *       return and SCICheckSequence must not say SCI_SEQ_OK: "WRITER SAW
@@ -194,6 +196,10 @@ static int writer(unsigned int owner_node, unsigned int segid, unsigned int n, i
     for (unsigned int i = 0; i < n; i++)
         CHECK_MSG(back[i] == i + 1, "slot %u reads back %u", i, back[i]);
     free(back);
+    /* Events after the acknowledgement are the owner's clean-up racing our
+     * disconnect (a LOST when it removes the segment first): not judged. */
+    printf("WRITER ACK events=%d lost=%d\n", atomic_load(&events), atomic_load(&lost));
+    fflush(stdout);
     base[W_ACK] = ACK;
     SCIFlush(NULL, NO_FLAGS);
     st = SCICheckSequence(seq, NO_FLAGS, &err);

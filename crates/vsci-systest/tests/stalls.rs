@@ -31,7 +31,7 @@ use netns::Cluster;
 const RUN: Duration = Duration::from_secs(300);
 /// Stores each writer makes, one every millisecond or so: longer than the
 /// 3 s stalls, so they fall in the middle of the run.
-const STORES: &str = "4000";
+const STORES: &str = "2500";
 /// Stores of a writer whose owner's node dies under it (only the end
 /// matters: the failure it is told of).
 const LOST_STORES: &str = "2000";
@@ -84,13 +84,18 @@ fn start_writers(c: &Cluster, owner_node: u32, writer_node: u32, seg: u32, store
 }
 
 /// Every store arrived, the sequence said so, the connection still worked
-/// (read back, acknowledged).
-fn all_arrived(w: Writers) -> Vec<Output> {
+/// (read back, acknowledged), and no connection was lost meanwhile.
+/// Returns each writer's output up to its acknowledgement (after it the
+/// owner removes its segment, which may reach the writer as a LOST before
+/// its own disconnect).
+fn all_arrived(w: Writers) -> Vec<String> {
     let mut outs = Vec::new();
     for p in w.writers {
         let o = finish(p);
-        o.assert_contains("WRITER DONE");
-        outs.push(o);
+        o.assert_contains("WRITER ACK events=").assert_contains("WRITER DONE");
+        let upto = o.stdout.split("WRITER ACK").next().unwrap_or_default().to_string();
+        assert!(!upto.contains("EVENT reason=5"), "a connection was lost:\n{}", o.stdout);
+        outs.push(upto);
     }
     for p in w.owners {
         finish(p).assert_contains(&format!("OWNER VERIFIED stores={STORES}")).assert_contains("OWNER DONE");
@@ -119,9 +124,8 @@ fn owner_node_paused_3s_and_10s() {
     for (k, secs) in [3u64, 10].into_iter().enumerate() {
         let w = start_writers(&c, 2, 1, 0x7a00 + 2 * k as u32, STORES, &[]);
         c.pause_nodes(&[2], Duration::from_secs(secs));
-        for o in all_arrived(w) {
-            assert!(!o.stdout.contains("EVENT reason=5"), "a connection was lost over a {secs} s pause:\n{}", o.stdout);
-        }
+        all_arrived(w);
+        eprintln!("{secs} s pause of the owner's node: every store arrived");
         links_kept(&c);
     }
     c.assert_running(1);
@@ -211,9 +215,8 @@ fn link_dropped_and_back_keeps_connections() {
     c.wait_peer(1, 2, "\"up\" again", Duration::from_secs(60), |s| s == Some("up"));
     c.wait_peer(2, 1, "\"up\" again", Duration::from_secs(60), |s| s == Some("up"));
     for o in all_arrived(w) {
-        o.assert_contains("EVENT reason=3 "); // SCI_CB_NOT_OPERATIONAL
-        o.assert_contains("EVENT reason=4 "); // SCI_CB_OPERATIONAL
-        assert!(!o.stdout.contains("EVENT reason=5"), "a connection was lost:\n{}", o.stdout);
+        assert!(o.contains("EVENT reason=3 "), "no SCI_CB_NOT_OPERATIONAL:\n{o}");
+        assert!(o.contains("EVENT reason=4 "), "no SCI_CB_OPERATIONAL:\n{o}");
     }
     for id in [1, 2] {
         let log = c.node(id).log_text();
