@@ -24,7 +24,11 @@
 //! - a program that handles signals as GASNet's gasnet_attach does, then a
 //!   10,000-round-trip ping-pong over remote maps (tests/c/t_gasnet_like.c);
 //! - Python with faulthandler enabled, libsisci loaded by ctypes
-//!   (tests/python/faulthandler_remote.py).
+//!   (tests/python/faulthandler_remote.py);
+//! - rows handlers_after_map and signal_save_restore run by a program in a
+//!   QEMU guest attached to node 2 (`vsci vm run`; 200 stores per phase
+//!   under TCG, 2,000 under KVM), against owners on node 1 (guest_rows,
+//!   ignored for now: see its attribute).
 //!
 //! Every wait inside the programs has a deadline, so a lost store fails the
 //! test with the value and slot instead of hanging; dropping the Cluster
@@ -39,7 +43,7 @@ mod netns;
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitStatus};
 use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -608,4 +612,187 @@ fn raised_sigbus() {
         End::Handled(&["RAISED SIGBUS: 12 reached the program's handler as sent (want 12)", "OWN SIGSEGV HANDLED row=raised_sigbus signo=11"]),
         &[],
     );
+}
+
+// ---- a guest program (issue 33, item 3) --------------------------------------------------
+
+/// Stores per phase of each guest row under software emulation (TCG):
+/// every store is trapped by the guest kernel's userfaultfd, emulated by
+/// the guest's libsisci and shipped through its host side, and every ack
+/// comes back the same way, tens of ms each in an emulated guest on a busy
+/// 2-core host. What the rows are about (the program's handlers installed
+/// or saved/restored around the stores, then its own fault) shows with a
+/// few hundred; signal_save_restore still swaps its handlers every 100.
+const GUEST_TCG_STORES: u32 = 200;
+/// The same under KVM.
+const GUEST_KVM_STORES: u32 = 2_000;
+/// The owners' deadline in the guest test: the first value comes only
+/// after the guest has booted (10-30 s under TCG).
+const GUEST_OWNER_WAIT_S: &str = "120";
+/// The guest writer's waits (longer than its owner's, as above).
+const GUEST_WRITER_WAIT_S: &str = "150";
+/// A guest row still running after this long is stuck (a row takes
+/// 20-40 s under TCG): described and killed by the guest's shell.
+const GUEST_ROW_WATCHDOG_S: u32 = 75;
+
+/// Rows handlers_after_map and signal_save_restore in a QEMU guest attached
+/// to node 2 (`vsci vm run`), one after the other in one guest, each against
+/// its own t_sigchain owner on node 1. The guest's libsisci traps the remote
+/// map with the guest kernel's userfaultfd (SIGBUS delivery: the program
+/// links libsisci, so its sigaction calls reach libsisci's); the program's
+/// handlers are installed (or swapped with signal()) after the map. Every
+/// store arrives at the owner, sigaction reports what the program installed,
+/// no trap reaches the program, and its NULL write reaches its own handler
+/// (its line, then _exit(42), as the guest's shell reports).
+///
+/// Ignored while guest remote stores hang (see the attribute); run it with
+/// `-- --ignored guest_rows`. `VSCI_SIGNALS_GUEST_ENV` puts NAME=VALUE
+/// words before each guest command (e.g. `VSCI_TRAP=thread`, `VSCI_LOG=debug`).
+#[test]
+#[ignore = "fails (2026-11-28): in a guest, the first trapped store never completes with SIGBUS delivery (the guest's \
+            libsisci waits in its SIGBUS handler for a reply that never comes; the host side is idle), as in \
+            remote_stores' mailbox_with_a_writer_in_a_guest; the watchdog lines of the failure show where"]
+fn guest_rows() {
+    let _g = serial();
+    if !netns::guests_possible() {
+        return;
+    }
+    let Some(c) = Cluster::start(&[1, 2]) else { return };
+    let kvm = vsci_vm::run::choose_accel(vsci_vm::Accel::Auto).kvm;
+    let stores = if kvm { GUEST_KVM_STORES } else { GUEST_TCG_STORES };
+    let total = (2 * stores).to_string();
+    let rows: [(&str, &str, &str, End); 2] = [
+        (
+            "handlers_after_map",
+            "0x5931",
+            "0x5932",
+            End::Handled(&["OWN SIGSEGV HANDLED row=handlers_after_map signo=11 si_code=1 si_addr=(nil)"]),
+        ),
+        (
+            "signal_save_restore",
+            "0x5933",
+            "0x5934",
+            End::Handled(&["OWN SIGSEGV HANDLED row=signal_save_restore signo=11 (a handler without SA_SIGINFO)"]),
+        ),
+    ];
+    let marker = |row: &str| format!("GUEST ROW {row} EXIT ");
+    // Each program runs under a watchdog: one stuck inside libsisci (where
+    // its own deadlines cannot fire) is described (each thread's wchan and
+    // /proc syscall line: number, arguments, stack pointer, pc) and killed,
+    // so the test fails with that instead of hanging until the guest's
+    // timeout, and the next row still runs.
+    let extra_env = std::env::var("VSCI_SIGNALS_GUEST_ENV").map(|e| e + " ").unwrap_or_default();
+    let script: Vec<String> = rows
+        .iter()
+        .map(|(row, oseg, wseg, _)| {
+            format!(
+                "{extra_env}t_sigchain -wait {GUEST_WRITER_WAIT_S} writer --row {row} --stores {stores} 1:{oseg} {wseg} & p=$!; \
+                 (sleep {GUEST_ROW_WATCHDOG_S}; if [ -d /proc/$p ]; then echo \"GUEST WATCHDOG row={row}: still running after {GUEST_ROW_WATCHDOG_S} s\"; \
+                 for t in /proc/$p/task/*; do echo \"GUEST WATCHDOG thread $(cat $t/comm): wchan=$(cat $t/wchan) syscall=$(cat $t/syscall)\"; done; \
+                 grep -E '^Sig(Blk|Cgt)' /proc/$p/status; kill -9 $p; fi) & w=$!; wait $p; echo \"{}$?\"; kill $w 2>/dev/null",
+                marker(row)
+            )
+        })
+        .collect();
+    let script = script.join("; ") + "; exit 0";
+    let owner = |row: &str, oseg: &str, wseg: &str| {
+        let mut ocmd = c.client(1, &built("tests/t_sigchain"));
+        ocmd.args(["-wait", GUEST_OWNER_WAIT_S, "owner", oseg, &format!("2:{wseg}"), "1", &total]);
+        Proc::spawn(&format!("t_sigchain owner (node 1, for guest row {row})"), &mut ocmd)
+    };
+    let t0 = Instant::now();
+    let mut owners = vec![owner(rows[0].0, rows[0].1, rows[0].2)];
+    let mut guest = c.guest(2, "sigchain", &[(built("tests/t_sigchain"), "t_sigchain")], &script);
+    // Each owner starts when its row does: an owner gives up on a writer
+    // segment that does not show up within 60 s, and the second row's
+    // comes only after the guest has booted and run the first.
+    let deadline = Instant::now() + RUN;
+    let mut row_times = Vec::new();
+    for (k, (row, ..)) in rows.iter().enumerate() {
+        while !guest.stdout_text().contains(&marker(row)) && guest.try_wait().is_none() && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(20));
+        }
+        if !guest.stdout_text().contains(&marker(row)) {
+            break;
+        }
+        let now = Instant::now();
+        row_times.push(format!("{row} done at {:.1} s", (now - t0).as_secs_f64()));
+        if let Some((next, oseg, wseg, _)) = rows.get(k + 1) {
+            owners.push(owner(next, oseg, wseg));
+        }
+    }
+    let (gout, gkilled) = finish(guest, RUN.saturating_sub(t0.elapsed()));
+    let oouts: Vec<(Output, bool)> = owners.into_iter().map(|o| finish(o, Duration::from_secs(5))).collect();
+
+    let mut bad = Vec::new();
+    if gkilled {
+        bad.push(format!("the guest did not end within {RUN:?} and was killed"));
+    } else if !gout.status.success() {
+        bad.push(format!("vsci vm run ended with {}", describe_status(gout.status)));
+    }
+    let mut rest: &str = &gout.stdout;
+    for (k, (row, _, _, end)) in rows.iter().enumerate() {
+        let m = marker(row);
+        let Some(at) = rest.find(&m) else {
+            bad.push(format!("row {row}: the guest's program did not end (no \"{m}\")"));
+            break;
+        };
+        let section = &rest[..at];
+        let code: i32 = rest[at + m.len()..].lines().next().unwrap_or("").trim().parse().unwrap_or(-1);
+        rest = &rest[at + m.len()..];
+        let mut rb = Vec::new();
+        match oouts.get(k) {
+            Some((o, killed)) if o.status.success() && o.stdout.contains("OWNER DONE") && !killed => {}
+            Some((o, killed)) => {
+                let why = o.stderr.lines().find(|l| l.contains("t_sigchain.c")).unwrap_or("");
+                rb.push(format!(
+                    "not every store arrived: the owner ended with {}{} {why}",
+                    describe_status(o.status),
+                    if *killed { " (killed)" } else { "" }
+                ));
+            }
+            None => rb.push("its owner never started".into()),
+        }
+        if let Some(l) = section.lines().find(|l| l.contains("UNEXPECTED")) {
+            rb.push(format!("a signal reached the program before its own fault: {l}"));
+        }
+        if section.contains("GUEST WATCHDOG") {
+            let threads: Vec<&str> = section.lines().filter(|l| l.starts_with("GUEST WATCHDOG") || l.starts_with("Sig")).collect();
+            rb.push(format!("the program was stuck and killed by the watchdog:\n      {}", threads.join("\n      ")));
+        }
+        let stores_done = section.contains("WRITER STORES DONE");
+        if !stores_done {
+            rb.push("the writer did not finish its stores".into());
+        }
+        for l in section.lines().filter(|l| l.contains("REPORT-BACK MISMATCH")) {
+            rb.push(format!("what the program is told is not what it installed: {l}"));
+        }
+        if stores_done && !section.contains("REPORT-BACK OK") {
+            rb.push("no REPORT-BACK OK".into());
+        }
+        if stores_done {
+            // The guest's shell reports the program's status as $? (an exit
+            // code, or 128 + the signal that killed it).
+            let o = Output {
+                name: format!("t_sigchain writer --row {row} (in a guest on node 2)"),
+                status: if code > 128 { ExitStatus::from_raw(code - 128) } else { ExitStatus::from_raw((code & 0xff) << 8) },
+                stdout: section.to_string(),
+                stderr: String::new(),
+            };
+            check_end(&o, false, *end, false, &mut rb);
+        }
+        bad.extend(rb.into_iter().map(|s| format!("guest row {row}: {s}")));
+    }
+    if !bad.is_empty() {
+        let owners: Vec<String> = oouts.iter().map(|(o, _)| o.describe()).collect();
+        panic!("guest rows: {} problem(s):\n  - {}\n\n{}\n\n{}", bad.len(), bad.join("\n  - "), gout.describe(), owners.join("\n\n"));
+    }
+    eprintln!(
+        "guest rows ({}, {stores} stores per phase): every store arrived, report-back OK, own fault handled; {}; {:.1} s in all",
+        if kvm { "KVM" } else { "TCG" },
+        row_times.join(", "),
+        t0.elapsed().as_secs_f64()
+    );
+    c.wait_clean(1, "after the guest rows");
+    c.wait_clean(2, "after the guest rows");
 }

@@ -268,6 +268,11 @@ impl Proc {
         )
     }
 
+    /// What the process wrote to stdout so far.
+    pub fn stdout_text(&self) -> String {
+        self.stdout.lock().unwrap().clone()
+    }
+
     /// What the process wrote to stderr so far (its log).
     pub fn stderr_text(&self) -> String {
         self.stderr.lock().unwrap().clone()
