@@ -387,6 +387,24 @@ impl Shadow {
         true
     }
 
+    /// Make the effect of the faulting store, if it decodes exactly, in
+    /// page `p` of the shadow (which the caller made present and dirty),
+    /// and resume the thread after it.
+    fn complete_store(&self, f: &Fault, p: usize) {
+        let Some(st) = f.decode_store(self.page) else { return };
+        let off = p * self.page + (st.addr & (self.page - 1));
+        if off + st.len > self.valid || (st.addr & !(self.page - 1)) != (f.addr & !(self.page - 1)) {
+            return;
+        }
+        // SAFETY: `off + len` lies in page `p` of the fill mapping (decode
+        // checked one page, `valid` the end); the program's thread that
+        // would store it is stopped in this handler, and the lock we hold
+        // keeps the flusher from reading the page meanwhile.
+        unsafe { std::ptr::copy_nonoverlapping(st.bytes.as_ptr(), (self.fill + off) as *mut u8, st.len) };
+        // SAFETY: the store's effect is made; the thread resumes after it.
+        unsafe { f.skip_store(st.insn_len) };
+    }
+
     /// A `REP MOVSB` / `REP STOSB` (glibc's `memcpy` and `memset` of 2 KiB
     /// to 1 MiB) into this map, done in one go: the bytes it has left to
     /// store inside the map go into the shadow and out to the owner as one
@@ -622,6 +640,16 @@ impl TrapHandler for Shadow {
             }
         }
         if f.write {
+            // The store that faulted is done here, under the lock, when it
+            // decodes: between this handler's return and the CPU retrying
+            // it, the flusher may ship the page (finding nothing new),
+            // write-protect it and drop it as clean, and the retry then
+            // faults again, for ever — a guest's vCPU under software
+            // emulation on a busy host, or any thread preempted there, saw
+            // every retry lose that race (the same page fetched 30,000
+            // times in a minute). Done, the store is in the shadow of a
+            // dirty page, which the next shipment diffs and sends.
+            self.complete_store(&f, p);
             // Before the lock goes: a shipment waiting for it must see this
             // fault (see `ship_due`).
             self.last_write_fault.store(now_ns(), Ordering::Release);
