@@ -27,8 +27,7 @@
 //!   (tests/python/faulthandler_remote.py);
 //! - rows handlers_after_map and signal_save_restore run by a program in a
 //!   QEMU guest attached to node 2 (`vsci vm run`; 200 stores per phase
-//!   under TCG, 2,000 under KVM), against owners on node 1 (guest_rows,
-//!   ignored for now: see its attribute).
+//!   under TCG, 2,000 under KVM), against owners on node 1 (guest_rows).
 //!
 //! Every wait inside the programs has a deadline, so a lost store fails the
 //! test with the value and slot instead of hanging; dropping the Cluster
@@ -645,13 +644,9 @@ const GUEST_ROW_WATCHDOG_S: u32 = 75;
 /// no trap reaches the program, and its NULL write reaches its own handler
 /// (its line, then _exit(42), as the guest's shell reports).
 ///
-/// Ignored while guest remote stores hang (see the attribute); run it with
-/// `-- --ignored guest_rows`. `VSCI_SIGNALS_GUEST_ENV` puts NAME=VALUE
-/// words before each guest command (e.g. `VSCI_TRAP=thread`, `VSCI_LOG=debug`).
+/// `VSCI_SIGNALS_GUEST_ENV` puts NAME=VALUE words before each guest
+/// command (e.g. `VSCI_TRAP=thread`, `VSCI_LOG=debug`).
 #[test]
-#[ignore = "fails (2026-11-28): in a guest, the first trapped store never completes with SIGBUS delivery (the guest's \
-            libsisci waits in its SIGBUS handler for a reply that never comes; the host side is idle), as in \
-            remote_stores' mailbox_with_a_writer_in_a_guest; the watchdog lines of the failure show where"]
 fn guest_rows() {
     let _g = serial();
     if !netns::guests_possible() {
