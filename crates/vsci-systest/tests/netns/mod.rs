@@ -132,7 +132,7 @@ impl Cluster {
         let vsci = built("bin/vsci");
         let socket = self.node(node).socket.to_string_lossy().to_string();
         let mut cmd = self.client(node, &vsci);
-        cmd.args(["vm", "run", "--socket", &socket, "--name", name, "--timeout", "240"]);
+        cmd.args(["vm", "run", "--socket", &socket, "--name", name, "--timeout", "450"]);
         for (path, e) in files {
             cmd.arg("--add").arg(format!("{}:/bin/{e}", path.display()));
         }
