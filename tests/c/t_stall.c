@@ -202,8 +202,12 @@ static int writer(unsigned int owner_node, unsigned int segid, unsigned int n, i
     fflush(stdout);
     base[W_ACK] = ACK;
     SCIFlush(NULL, NO_FLAGS);
+    /* The owner removes its segment once it sees the acknowledgement, which
+     * it checks itself: this check may find the segment gone already (a
+     * guest's slower calls made that race show), never any other error. */
     st = SCICheckSequence(seq, NO_FLAGS, &err);
-    CHECK_ERR(err, SCI_ERR_OK);
+    CHECK_MSG(err == SCI_ERR_OK || err == SCI_ERR_TRANSFER_FAILED, "SCICheckSequence after the acknowledgement: %s",
+              SCIGetErrorString(err));
     EXPECT(SCI_ERR_OK, SCIRemoveSequence(seq, NO_FLAGS, &err));
     EXPECT(SCI_ERR_OK, SCIUnmapSegment(map, NO_FLAGS, &err));
     EXPECT(SCI_ERR_OK, SCIDisconnectSegment(rs, NO_FLAGS, &err));
