@@ -323,10 +323,7 @@ impl Shadow {
         if st.len > 8 && g.long_copies.0 == p && now_ns() < g.long_copies.1 {
             return false;
         }
-        let off = p * self.page + (st.addr & (self.page - 1));
-        if off + st.len > self.valid {
-            return false;
-        }
+        let Some(off) = self.store_offset(&st, p) else { return false };
         if f.present != Some(true) {
             // Absent: fetch it (loads must see the owner's bytes) and map
             // it write-protected; the store itself is emulated below.
@@ -387,15 +384,19 @@ impl Shadow {
         true
     }
 
+    /// Where a store decoded at a fault in page `p` lands in the shadow (the
+    /// decoder keeps it inside that page), if inside the segment's bytes.
+    fn store_offset(&self, st: &vsci_dirty::emulate::Store, p: usize) -> Option<usize> {
+        let off = p * self.page + (st.addr & (self.page - 1));
+        (off + st.len <= self.valid).then_some(off)
+    }
+
     /// Make the effect of the faulting store, if it decodes exactly, in
     /// page `p` of the shadow (which the caller made present and dirty),
     /// and resume the thread after it.
     fn complete_store(&self, f: &Fault, p: usize) {
         let Some(st) = f.decode_store(self.page) else { return };
-        let off = p * self.page + (st.addr & (self.page - 1));
-        if off + st.len > self.valid || (st.addr & !(self.page - 1)) != (f.addr & !(self.page - 1)) {
-            return;
-        }
+        let Some(off) = self.store_offset(&st, p) else { return };
         // SAFETY: `off + len` lies in page `p` of the fill mapping (decode
         // checked one page, `valid` the end); the program's thread that
         // would store it is stopped in this handler, and the lock we hold
