@@ -68,7 +68,6 @@ type SigFn = unsafe extern "C" fn(c_int) -> c_int;
 type SiginterruptFn = unsafe extern "C" fn(c_int, c_int) -> c_int;
 
 static NEXT_SIGNAL: Next = Next::new(c"signal");
-static NEXT_BSD_SIGNAL: Next = Next::new(c"bsd_signal");
 static NEXT_SYSV_SIGNAL: Next = Next::new(c"sysv_signal");
 static NEXT_SIGSET: Next = Next::new(c"sigset");
 static NEXT_SIGIGNORE: Next = Next::new(c"sigignore");
@@ -168,14 +167,8 @@ pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc
 /// As `signal(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    if sig == BUS {
-        return bus_handler(handler, set_of(BUS), libc::SA_RESTART);
-    }
-    match NEXT_BSD_SIGNAL.get::<SignalFn>() {
-        // SAFETY: the C library's bsd_signal with the caller's arguments.
-        Some(f) => unsafe { f(sig, handler) },
-        None => libc::SIG_ERR,
-    }
+    // SAFETY: the caller's contract; glibc's `signal` is `bsd_signal`.
+    unsafe { signal(sig, handler) }
 }
 
 /// `sysv_signal(3)`: the handler is reset on delivery and not blocked.
@@ -535,7 +528,7 @@ fn choose_delivery() -> Delivery {
 
 extern "C" fn at_load() {
     chain::resolve();
-    for n in [&NEXT_SIGNAL, &NEXT_BSD_SIGNAL, &NEXT_SYSV_SIGNAL, &NEXT_SIGSET, &NEXT_SIGIGNORE, &NEXT_SIGHOLD, &NEXT_SIGRELSE, &NEXT_SIGINTERRUPT] {
+    for n in [&NEXT_SIGNAL, &NEXT_SYSV_SIGNAL, &NEXT_SIGSET, &NEXT_SIGIGNORE, &NEXT_SIGHOLD, &NEXT_SIGRELSE, &NEXT_SIGINTERRUPT] {
         n.resolve();
     }
     set_delivery(choose_delivery());
