@@ -8,7 +8,7 @@ use std::ffi::{c_uint, c_void};
 use vsci_client::{DmaChannel, DmaEntry, DmaLocal, QueueState, SciError, Transfer};
 
 use crate::handles::{self, Obj};
-use crate::{as_handle, check_adapter, check_flags, h, out, report, set, Handle, SciErr, FLAG_USE_CALLBACK};
+use crate::{as_handle, check_adapter, check_flags, guard, h, out, report, set, Handle, SciErr, FLAG_USE_CALLBACK};
 
 const FLAG_DMA_WAIT: c_uint = 0x4;
 const FLAG_DMA_POST: c_uint = 0x8;
@@ -58,7 +58,7 @@ pub unsafe extern "C" fn SCICreateDMAQueue(
 ) {
     // SAFETY: `out` NULL-checks `dq` before writing it.
     unsafe {
-        report(error, (), || {
+        report("SCICreateDMAQueue", error, (), || {
             check_flags(flags, FLAG_DMA_PHDMA | DMA_ENGINE_HINTS)?;
             if flags & FLAG_DMA_PHDMA != 0 {
                 return Err(SciError::FlagNotImplemented);
@@ -79,7 +79,7 @@ pub unsafe extern "C" fn SCICreateDMAQueue(
 pub unsafe extern "C" fn SCIRemoveDMAQueue(dq: Handle, flags: c_uint, error: *mut SciErr) {
     // SAFETY: see `set`.
     unsafe {
-        report(error, (), || {
+        report("SCIRemoveDMAQueue", error, (), || {
             check_flags(flags, FLAG_FORCE_REMOVE)?;
             if handles::dma_queue(h(dq)).is_err() && handles::take_orphan(h(dq), handles::Kind::DmaQueue) {
                 return Ok(()); // removed by SCIClose or SCITerminate
@@ -101,7 +101,7 @@ pub unsafe extern "C" fn SCIRemoveDMAQueue(dq: Handle, flags: c_uint, error: *mu
 pub unsafe extern "C" fn SCIAbortDMAQueue(dq: Handle, flags: c_uint, error: *mut SciErr) {
     // SAFETY: see `set`.
     unsafe {
-        report(error, (), || {
+        report("SCIAbortDMAQueue", error, (), || {
             check_flags(flags, 0)?;
             handles::dma_queue(h(dq))?.abort()
         })
@@ -111,20 +111,21 @@ pub unsafe extern "C" fn SCIAbortDMAQueue(dq: Handle, flags: c_uint, error: *mut
 #[no_mangle]
 pub extern "C" fn SCIDMAQueueState(dq: Handle) -> c_uint {
     // No error out-parameter: a bad handle reads as a queue in ERROR.
-    handles::dma_queue(h(dq)).map(|q| q.state() as c_uint).unwrap_or(QueueState::Error as c_uint)
+    guard::value("SCIDMAQueueState", QueueState::Error as c_uint, || {
+        handles::dma_queue(h(dq)).map(|q| q.state() as c_uint).unwrap_or(QueueState::Error as c_uint)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn SCIWaitForDMAQueue(dq: Handle, timeout: c_uint, flags: c_uint, error: *mut SciErr) -> c_uint {
-    let r = std::panic::catch_unwind(|| {
+    let r = guard::value("SCIWaitForDMAQueue", Err((QueueState::Error, SciError::System)), || {
         check_flags(flags, 0).map_err(|e| (QueueState::Error, e))?;
         let q = handles::dma_queue(h(dq)).map_err(|e| (QueueState::Error, e))?;
         q.wait(timeout)
     });
     let (state, e) = match r {
-        Ok(Ok(st)) => (st, SciError::Ok),
-        Ok(Err((st, e))) => (st, e),
-        Err(_) => (QueueState::Error, SciError::System),
+        Ok(st) => (st, SciError::Ok),
+        Err((st, e)) => (st, e),
     };
     // SAFETY: see `set`.
     unsafe { set(error, e) };
@@ -159,9 +160,11 @@ fn completion(dq: Handle, cb: Option<CbDma>, arg: *mut c_void) -> Option<vsci_cl
     let arg = arg as usize;
     cb.map(|f| {
         Box::new(move |status: SciError| {
-            // SAFETY: the program's callback, with the argument it gave and
-            // the handle of the queue, as SISCI specifies.
-            unsafe { f(arg as *mut c_void, as_handle(handle), status as c_uint) };
+            guard::void("cb_dma", || {
+                // SAFETY: the program's callback, with the argument it gave
+                // and the handle of the queue, as SISCI specifies.
+                unsafe { f(arg as *mut c_void, as_handle(handle), status as c_uint) };
+            })
         }) as vsci_client::Completion
     })
 }
@@ -187,7 +190,7 @@ pub unsafe extern "C" fn SCIStartDmaTransfer(
 ) {
     // SAFETY: see `set`; the callback is checked by `start_flags`.
     unsafe {
-        report(error, (), || {
+        report("SCIStartDmaTransfer", error, (), || {
             let cb = start_flags(flags, 0, callback)?;
             handles::dma_queue(h(dq))?;
             let ls = handles::local_seg(h(local_segment))?;
@@ -215,7 +218,7 @@ pub unsafe extern "C" fn SCIStartDmaTransferMem(
     // `local_address`, valid until the transfer ends (SISCI's contract);
     // the engine touches nothing outside them.
     unsafe {
-        report(error, (), || {
+        report("SCIStartDmaTransferMem", error, (), || {
             let cb = start_flags(flags, DMA_USER_MEM_HINTS, callback)?;
             handles::dma_queue(h(dq))?;
             let rs = handles::remote_seg(h(remote_segment))?;
@@ -246,7 +249,7 @@ pub unsafe extern "C" fn SCIStartDmaTransferVec(
     // checked against the queue's maxEntries, and only `vec_length` entries
     // of it, which the program promises are there.
     unsafe {
-        report(error, (), || {
+        report("SCIStartDmaTransferVec", error, (), || {
             let cb = start_flags(flags, 0, callback)?;
             let q = handles::dma_queue(h(dq))?;
             let ls = handles::local_seg(h(local_segment))?;
@@ -298,7 +301,7 @@ pub unsafe extern "C" fn SCIEnqueueDMATransfer(
     const FAILED: c_uint = c_uint::MAX;
     // SAFETY: see `set`.
     let r = unsafe {
-        report(error, FAILED, || {
+        report("SCIEnqueueDMATransfer", error, FAILED, || {
             check_flags(flags, FLAG_DMA_READ | FLAG_DMA_POST | FLAG_DMA_WAIT | FLAG_DMA_RESET | DMA_ENGINE_HINTS)?;
             let q = handles::dma_queue(h(dq))?;
             let ls = handles::local_seg(h(local_segment))?;
@@ -333,7 +336,7 @@ pub unsafe extern "C" fn SCIPostDMAQueue(
 ) {
     // SAFETY: see `set`; the callback is checked by `callback_of`.
     unsafe {
-        report(error, (), || {
+        report("SCIPostDMAQueue", error, (), || {
             check_flags(flags, FLAG_USE_CALLBACK | FLAG_DMA_WAIT)?;
             let cb = callback_of(flags, callback)?;
             let q = handles::dma_queue(h(dq))?;
@@ -346,7 +349,7 @@ pub unsafe extern "C" fn SCIPostDMAQueue(
 pub unsafe extern "C" fn SCIResetDMAQueue(dq: Handle, flags: c_uint, error: *mut SciErr) {
     // SAFETY: see `set`.
     unsafe {
-        report(error, (), || {
+        report("SCIResetDMAQueue", error, (), || {
             check_flags(flags, 0)?;
             handles::dma_queue(h(dq))?.reset()
         })
@@ -368,7 +371,7 @@ pub unsafe extern "C" fn SCIRequestDMAChannel(
 ) {
     // SAFETY: `out` NULL-checks `channel`.
     unsafe {
-        report(error, (), || {
+        report("SCIRequestDMAChannel", error, (), || {
             check_flags(flags, FLAG_DMA_CHANNEL_SHARED)?;
             if channel.is_null() || !DMA_TYPES.contains(&dma_type) {
                 return Err(SciError::IllegalParameter);
@@ -387,7 +390,7 @@ pub unsafe extern "C" fn SCIRequestDMAChannel(
 pub unsafe extern "C" fn SCIReturnDMAChannel(channel: Handle, error: *mut SciErr) {
     // SAFETY: see `set`.
     unsafe {
-        report(error, (), || {
+        report("SCIReturnDMAChannel", error, (), || {
             let ch = match handles::dma_channel(h(channel)) {
                 Ok(c) => c,
                 // Returned already by SCIClose or SCITerminate.
@@ -407,7 +410,7 @@ pub unsafe extern "C" fn SCIReturnDMAChannel(channel: Handle, error: *mut SciErr
 pub unsafe extern "C" fn SCIAssignDMAChannel(channel: Handle, dq: Handle, flags: c_uint, error: *mut SciErr) {
     // SAFETY: see `set`.
     unsafe {
-        report(error, (), || {
+        report("SCIAssignDMAChannel", error, (), || {
             check_flags(flags, 0)?;
             let ch = handles::dma_channel(h(channel))?;
             let q = handles::dma_queue(h(dq))?;
@@ -423,7 +426,7 @@ macro_rules! channel_segment_op {
         pub unsafe extern "C" fn $name(channel: Handle, segment: Handle, flags: c_uint, error: *mut SciErr) {
             // SAFETY: see `set`.
             unsafe {
-                report(error, (), || {
+                report(stringify!($name), error, (), || {
                     check_flags(flags, 0)?;
                     let looked_up = handles::dma_channel(h(channel)).and_then(|c| Ok((c, handles::$getter(h(segment))?)));
                     let ($ch, $s) = match looked_up {
@@ -471,7 +474,7 @@ pub unsafe extern "C" fn SCIphDmaEnqueue(
     error: *mut SciErr,
 ) {
     // SAFETY: see `set`.
-    unsafe { crate::set(error, SciError::NotImplemented) };
+    unsafe { crate::not_implemented("SCIphDmaEnqueue", error, ()) }
 }
 
 #[no_mangle]
@@ -483,6 +486,5 @@ pub unsafe extern "C" fn SCIphDmaStart(
     error: *mut SciErr,
 ) -> c_uint {
     // SAFETY: see `set`.
-    unsafe { crate::set(error, SciError::NotImplemented) };
-    QueueState::Error as c_uint
+    unsafe { crate::not_implemented("SCIphDmaStart", error, QueueState::Error as c_uint) }
 }

@@ -12,8 +12,8 @@
 //! elsewhere, so a `memcpy` of a megabyte or more into a remote map ran at
 //! 0.12x iperf3 (docs/benchmarks.md). This `memcpy` copies with `REP MOVSB`
 //! when the destination may lie in a remote map and the copy is at least
-//! `STRING_MIN` bytes, and is the C library's `memcpy` otherwise: two
-//! loads, a compare and a jump in front of it. `memmove` does the same when
+//! `STRING_MIN` bytes, and is the C library's `memcpy` otherwise: a few
+//! loads and compares in front of it (one of them `guard`'s test switch). `memmove` does the same when
 //! the two buffers do not overlap (C++'s `std::copy` of plain data is a
 //! `memmove`). `VSCI_MEMCPY=0` in the environment makes both the C
 //! library's always.
@@ -117,16 +117,13 @@ unsafe fn call(next: *mut c_void, dst: *mut c_void, src: *const c_void, n: usize
 /// As `memcpy`: `src` readable and `dst` writable for `n` bytes, not
 /// overlapping. Nothing here may call `memcpy` (Rust code compiled into
 /// this library calls this very function for its copies): only atomics,
-/// inline assembly and the C library's function pointer.
+/// inline assembly and the C library's function pointer. (Only a caught
+/// panic's log line copies through it again, and `guard` keeps that from
+/// panicking once more.)
 #[no_mangle]
 pub unsafe extern "C" fn memcpy(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
-    let next = NEXT.load(Ordering::Relaxed);
-    if !next.is_null() && not_ours(dst, n) {
-        // SAFETY: the C library's memcpy, with the caller's arguments.
-        return unsafe { call(next, dst, src, n) };
-    }
-    // SAFETY: the caller's contract.
-    unsafe { string_or_lookup(dst, src, n, &NEXT) }
+    // SAFETY: the caller's contract, passed on.
+    unsafe { copy_guarded("memcpy", dst, src, n, &NEXT) }
 }
 
 /// `memmove(3)`.
@@ -137,13 +134,51 @@ pub unsafe extern "C" fn memcpy(dst: *mut c_void, src: *const c_void, n: usize) 
 /// through the C library's function pointers.
 #[no_mangle]
 pub unsafe extern "C" fn memmove(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
-    let next = NEXT_MOVE.load(Ordering::Relaxed);
-    if !next.is_null() && not_ours(dst, n) {
-        // SAFETY: the C library's memmove, with the caller's arguments.
+    // SAFETY: the caller's contract, passed on.
+    unsafe { copy_guarded("memmove", dst, src, n, &NEXT_MOVE) }
+}
+
+/// `memcpy` and `memmove` (`slot` says which C library function stands
+/// behind). A panic of ours (see `crate::guard`) is logged and the copy
+/// made anyway, by the C library's function or with a string store.
+///
+/// # Safety
+/// As `memmove`.
+#[inline(always)]
+unsafe fn copy_guarded(name: &'static str, dst: *mut c_void, src: *const c_void, n: usize, slot: &AtomicPtr<c_void>) -> *mut c_void {
+    let r = std::panic::catch_unwind(|| {
+        crate::guard::test_panic(name);
+        let next = slot.load(Ordering::Relaxed);
+        if !next.is_null() && not_ours(dst, n) {
+            // SAFETY: the C library's function, with the caller's arguments.
+            return unsafe { call(next, dst, src, n) };
+        }
+        // SAFETY: the caller's contract.
+        unsafe { string_or_lookup(dst, src, n, slot) }
+    });
+    match r {
+        Ok(d) => d,
+        Err(p) => {
+            crate::guard::caught(name, p);
+            // SAFETY: the caller's contract.
+            unsafe { plain_copy(dst, src, n, slot) }
+        }
+    }
+}
+
+/// Copy with the C library's function if it is known, else with string
+/// stores in the direction overlapping buffers need.
+///
+/// # Safety
+/// As `memmove`.
+unsafe fn plain_copy(dst: *mut c_void, src: *const c_void, n: usize, slot: &AtomicPtr<c_void>) -> *mut c_void {
+    let next = slot.load(Ordering::Relaxed);
+    if !next.is_null() {
+        // SAFETY: the C library's function, with the caller's arguments.
         return unsafe { call(next, dst, src, n) };
     }
     // SAFETY: the caller's contract.
-    unsafe { string_or_lookup(dst, src, n, &NEXT_MOVE) }
+    unsafe { string_copy(dst, src, n) }
 }
 
 /// The rest of `memcpy` and `memmove` (`slot` says which C library
@@ -169,7 +204,17 @@ unsafe fn string_or_lookup(dst: *mut c_void, src: *const c_void, n: usize, slot:
         // SAFETY: the C library's function, with the caller's arguments.
         return unsafe { call(next, dst, src, n) };
     }
-    if !overlapping || (dst as usize) <= (src as usize) {
+    // SAFETY: the caller's contract.
+    unsafe { string_copy(dst, src, n) }
+}
+
+/// Copy with string stores, in the direction that reads every byte before
+/// overwriting it.
+///
+/// # Safety
+/// As `memmove`.
+unsafe fn string_copy(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
+    if !overlap(dst, src, n) || (dst as usize) <= (src as usize) {
         // SAFETY: the caller's contract; an upward byte copy reads every
         // byte before it is overwritten when the buffers do not overlap or
         // dst lies below src.
@@ -192,6 +237,11 @@ const RTLD_NEXT: *mut c_void = -1isize as *mut c_void;
 /// Find the C library's `memcpy` and `memmove` when the library is loaded, before the
 /// program's `main` (an ELF constructor), or at the first copy.
 extern "C" fn find_next() {
+    // A panic of ours leaves the copies on the string way (see `guard`).
+    crate::guard::void("find_next", find_next_now)
+}
+
+fn find_next_now() {
     if STATE.compare_exchange(UNKNOWN, LOOKING, Ordering::AcqRel, Ordering::Relaxed).is_err() {
         return;
     }

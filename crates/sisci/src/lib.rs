@@ -12,6 +12,7 @@ mod dma;
 #[allow(unused_imports)]
 pub(crate) use dma::*;
 mod dolphin_abi;
+mod guard;
 mod handles;
 #[cfg(target_arch = "x86_64")]
 mod interpose;
@@ -105,9 +106,14 @@ unsafe fn set(error: *mut SciErr, e: SciError) {
     }
 }
 
-/// Run `f` and report its outcome through `error`; on failure return `dflt`.
-unsafe fn report<T>(error: *mut SciErr, dflt: T, f: impl FnOnce() -> Result<T, SciError>) -> T {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+/// Run `f`, the body of exported call `name`, and report its outcome
+/// through `error`; on failure return `dflt`. A panic (a bug of ours) is
+/// logged and reported as `SCI_ERR_SYSTEM` (see `guard`).
+unsafe fn report<T>(name: &'static str, error: *mut SciErr, dflt: T, f: impl FnOnce() -> Result<T, SciError>) -> T {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        guard::test_panic(name);
+        f()
+    })) {
         Ok(Ok(v)) => {
             // SAFETY: see `set`.
             unsafe { set(error, SciError::Ok) };
@@ -118,13 +124,21 @@ unsafe fn report<T>(error: *mut SciErr, dflt: T, f: impl FnOnce() -> Result<T, S
             unsafe { set(error, e) };
             dflt
         }
-        Err(_) => {
+        Err(p) => {
             // A bug of ours must not unwind into C.
+            guard::caught(name, p);
             // SAFETY: see `set`.
             unsafe { set(error, SciError::System) };
             dflt
         }
     }
+}
+
+/// A call vsci does not offer: `SCI_ERR_NOT_IMPLEMENTED`, through the
+/// guard like every other call.
+unsafe fn not_implemented<T>(name: &'static str, error: *mut SciErr, dflt: T) -> T {
+    // SAFETY: see `set`.
+    unsafe { report(name, error, dflt, || Err(SciError::NotImplemented)) }
 }
 
 fn check_flags(flags: c_uint, allowed: c_uint) -> Result<(), SciError> {
@@ -223,7 +237,7 @@ fn open_client() -> Result<Client, SciError> {
 pub unsafe extern "C" fn SCIInitialize(flags: c_uint, error: *mut SciErr) {
     // Nothing to set up: SCIOpen connects lazily. No flags are defined.
     // SAFETY: see `set`.
-    unsafe { report(error, (), || check_flags(flags, 0)) }
+    unsafe { report("SCIInitialize", error, (), || check_flags(flags, 0)) }
 }
 
 #[no_mangle]
@@ -232,7 +246,7 @@ pub extern "C" fn SCITerminate() {
     // programs make after SCITerminate (as they may with Dolphin's library)
     // succeed: every descriptor and everything made through it becomes an
     // orphan (see handles::orphan). Nothing here may unwind into C.
-    let _ = std::panic::catch_unwind(|| {
+    guard::void("SCITerminate", || {
         for d in handles::descriptors() {
             close_descriptor(d, true);
         }
@@ -243,7 +257,7 @@ pub extern "C" fn SCITerminate() {
 pub unsafe extern "C" fn SCIOpen(sd: *mut Handle, flags: c_uint, error: *mut SciErr) {
     // SAFETY: report/out only write through caller pointers after NULL checks.
     unsafe {
-        report(error, (), || {
+        report("SCIOpen", error, (), || {
             check_flags(flags, FLAG_THREAD_SAFE)?;
             if sd.is_null() {
                 return Err(SciError::IllegalParameter);
@@ -286,7 +300,7 @@ fn close_descriptor(d: usize, orphan_desc: bool) {
 pub unsafe extern "C" fn SCIClose(sd: Handle, flags: c_uint, error: *mut SciErr) {
     // SAFETY: see `set`.
     unsafe {
-        report(error, (), || {
+        report("SCIClose", error, (), || {
             check_flags(flags, 0)?;
             if handles::desc(h(sd)).is_err() && handles::take_orphan(h(sd), handles::Kind::Desc) {
                 return Ok(()); // closed by SCITerminate
@@ -310,7 +324,7 @@ fn local_node_id() -> Result<u32, SciError> {
 pub unsafe extern "C" fn SCIGetLocalNodeId(adapter: c_uint, node_id: *mut c_uint, flags: c_uint, error: *mut SciErr) {
     // SAFETY: see `set` and `out`.
     unsafe {
-        report(error, (), || {
+        report("SCIGetLocalNodeId", error, (), || {
             check_flags(flags, 0)?;
             check_adapter(adapter)?;
             if node_id.is_null() {
@@ -325,7 +339,7 @@ pub unsafe extern "C" fn SCIGetLocalNodeId(adapter: c_uint, node_id: *mut c_uint
 pub unsafe extern "C" fn SCIProbeNode(sd: Handle, adapter: c_uint, node_id: c_uint, flags: c_uint, error: *mut SciErr) -> c_int {
     // SAFETY: see `set`.
     unsafe {
-        report(error, 0, || {
+        report("SCIProbeNode", error, 0, || {
             check_flags(flags, 0)?;
             check_adapter(adapter)?;
             let d = handles::desc(h(sd))?;
@@ -388,7 +402,7 @@ unsafe fn fill_string(q: *mut QueryString, text: &str) -> Result<(), SciError> {
 pub unsafe extern "C" fn SCIQuery(command: c_uint, data: *mut c_void, flags: c_uint, error: *mut SciErr) {
     // SAFETY: every pointer is NULL-checked before it is read or written.
     unsafe {
-        report(error, (), || {
+        report("SCIQuery", error, (), || {
             check_flags(flags, 0)?;
             match command {
                 Q_VENDORID => fill_string(data.cast(), "vsci (software SISCI interconnect)"),
@@ -463,18 +477,20 @@ static ERROR_STRINGS: std::sync::OnceLock<Vec<(u32, std::ffi::CString)>> = std::
 
 #[no_mangle]
 pub extern "C" fn SCIGetErrorString(error: SciErr) -> *const c_char {
-    let table = ERROR_STRINGS.get_or_init(|| {
-        SciError::ALL
-            .iter()
-            .map(|e| (*e as u32, std::ffi::CString::new(format!("{}: {}", e.c_name(), e.description())).unwrap()))
-            .collect()
-    });
     static UNKNOWN: &[u8] = b"Unknown SISCI error code\0";
-    table
-        .iter()
-        .find(|(v, _)| *v == error)
-        .map(|(_, s)| s.as_ptr())
-        .unwrap_or(UNKNOWN.as_ptr().cast())
+    guard::value("SCIGetErrorString", UNKNOWN.as_ptr().cast(), || {
+        let table = ERROR_STRINGS.get_or_init(|| {
+            SciError::ALL
+                .iter()
+                .map(|e| (*e as u32, std::ffi::CString::new(format!("{}: {}", e.c_name(), e.description())).unwrap()))
+                .collect()
+        });
+        table
+            .iter()
+            .find(|(v, _)| *v == error)
+            .map(|(_, s)| s.as_ptr())
+            .unwrap_or(UNKNOWN.as_ptr().cast())
+    })
 }
 
 /// `NAME(handle, flags, &error)` calls taking no flags that act on one
@@ -488,7 +504,7 @@ macro_rules! handle_op {
         pub unsafe extern "C" fn $name(handle: Handle, flags: c_uint, error: *mut SciErr) {
             // SAFETY: see `set`.
             unsafe {
-                report(error, (), || {
+                report(stringify!($name), error, (), || {
                     check_flags(flags, 0)?;
                     let release: Option<handles::Kind> = $release;
                     let $x = match handles::$getter(h(handle)) {
@@ -541,7 +557,7 @@ pub unsafe extern "C" fn SCICreateSegment(
     // SAFETY: pointers are NULL-checked; callbacks are called with the
     // argument the program gave us.
     unsafe {
-        report(error, (), || {
+        report("SCICreateSegment", error, (), || {
             check_flags(
                 flags,
                 FLAG_USE_CALLBACK
@@ -593,10 +609,13 @@ fn local_seg_handle(
     if let Some(cb) = callback {
         let arg = callback_arg as usize;
         seg.events.set_callback(Box::new(move |ev: SegEvent| {
-            // SAFETY: calling the program's callback with its own
-            // argument, as SISCI specifies.
-            let action = unsafe { cb(arg as *mut c_void, as_handle(hnd), ev.reason as c_uint, ev.node_id, 0, SciError::Ok as c_uint) };
-            action != CALLBACK_CANCEL
+            // A panic of ours here keeps the callback (see `guard`).
+            guard::value("cb_local_segment", true, || {
+                // SAFETY: calling the program's callback with its own
+                // argument, as SISCI specifies.
+                let action = unsafe { cb(arg as *mut c_void, as_handle(hnd), ev.reason as c_uint, ev.node_id, 0, SciError::Ok as c_uint) };
+                action != CALLBACK_CANCEL
+            })
         }));
     }
     as_handle(hnd)
@@ -618,7 +637,7 @@ pub unsafe extern "C" fn SCIAttachLocalSegment(
     // SAFETY: pointers are NULL-checked (`size` is optional); the callback
     // is called with the argument the program gave us.
     unsafe {
-        report(error, (), || {
+        report("SCIAttachLocalSegment", error, (), || {
             check_flags(flags, FLAG_USE_CALLBACK)?;
             if segment.is_null() {
                 return Err(SciError::IllegalParameter);
@@ -640,7 +659,7 @@ macro_rules! seg_op {
         pub unsafe extern "C" fn $name(segment: Handle, adapter: c_uint, $flags: c_uint, error: *mut SciErr) {
             // SAFETY: see `set`.
             unsafe {
-                report(error, (), || {
+                report(stringify!($name), error, (), || {
                     check_flags($flags, $allowed)?;
                     let $s = handles::local_seg(h(segment))?;
                     check_adapter(adapter)?;
@@ -666,7 +685,7 @@ seg_op!(SCISetSegmentUnavailable, FLAG_NOTIFY | FLAG_FORCE_DISCONNECT, |s, f| s
 pub unsafe extern "C" fn SCIRemoveSegment(segment: Handle, flags: c_uint, error: *mut SciErr) {
     // SAFETY: see `set`.
     unsafe {
-        report(error, (), || {
+        report("SCIRemoveSegment", error, (), || {
             check_flags(flags, FLAG_FORCE_REMOVE)?;
             let s = match handles::local_seg(h(segment)) {
                 Ok(s) => s,
@@ -683,12 +702,12 @@ pub unsafe extern "C" fn SCIRemoveSegment(segment: Handle, flags: c_uint, error:
 
 #[no_mangle]
 pub extern "C" fn SCIGetLocalSegmentSize(segment: Handle) -> usize {
-    handles::local_seg(h(segment)).map(|s| s.size as usize).unwrap_or(0)
+    guard::value("SCIGetLocalSegmentSize", 0, || handles::local_seg(h(segment)).map(|s| s.size as usize).unwrap_or(0))
 }
 
 #[no_mangle]
 pub extern "C" fn SCIGetLocalSegmentId(segment: Handle) -> c_uint {
-    handles::local_seg(h(segment)).map(|s| s.segment_id).unwrap_or(0)
+    guard::value("SCIGetLocalSegmentId", 0, || handles::local_seg(h(segment)).map(|s| s.segment_id).unwrap_or(0))
 }
 
 #[no_mangle]
@@ -702,7 +721,7 @@ pub unsafe extern "C" fn SCIWaitForLocalSegmentEvent(
 ) -> c_uint {
     // SAFETY: out-pointers are optional here and NULL-checked.
     unsafe {
-        report(error, 0, || {
+        report("SCIWaitForLocalSegmentEvent", error, 0, || {
             check_flags(flags, 0)?;
             let s = handles::local_seg(h(segment))?;
             if s.events.has_callback() {
@@ -731,7 +750,7 @@ pub unsafe extern "C" fn SCIRegisterSegmentMemory(
     // SAFETY: see `set`; the library checks the range is the program's own
     // plain memory before touching it.
     unsafe {
-        report(error, (), || {
+        report("SCIRegisterSegmentMemory", error, (), || {
             check_flags(flags, 0)?;
             handles::local_seg(h(segment))?.register_memory(address as usize, size)
         })
@@ -756,7 +775,7 @@ pub unsafe extern "C" fn SCIConnectSegment(
 ) {
     // SAFETY: see SCICreateSegment.
     unsafe {
-        report(error, (), || {
+        report("SCIConnectSegment", error, (), || {
             check_flags(flags, FLAG_USE_CALLBACK | FLAG_ASYNCHRONOUS_CONNECT | SEG_DMA_ENGINE_HINTS | FLAG_BROADCAST)?;
             if segment.is_null() {
                 return Err(SciError::IllegalParameter);
@@ -777,9 +796,11 @@ pub unsafe extern "C" fn SCIConnectSegment(
             if let Some(cb) = callback {
                 let arg = callback_arg as usize;
                 let f = move |ev: SegEvent| {
-                    // SAFETY: the program's callback with its own argument.
-                    let action = cb(arg as *mut c_void, as_handle(hnd), ev.reason as c_uint, ev.status as c_uint);
-                    action != CALLBACK_CANCEL
+                    guard::value("cb_remote_segment", true, || {
+                        // SAFETY: the program's callback with its own argument.
+                        let action = cb(arg as *mut c_void, as_handle(hnd), ev.reason as c_uint, ev.status as c_uint);
+                        action != CALLBACK_CANCEL
+                    })
                 };
                 rs.events.set_callback(Box::new(f));
             }
@@ -798,17 +819,17 @@ release_op!(SCIDisconnectSegment, remote_seg, RemoteSeg, |s| s.disconnect());
 
 #[no_mangle]
 pub extern "C" fn SCIGetRemoteSegmentSize(segment: Handle) -> usize {
-    handles::remote_seg(h(segment)).map(|s| s.size as usize).unwrap_or(0)
+    guard::value("SCIGetRemoteSegmentSize", 0, || handles::remote_seg(h(segment)).map(|s| s.size as usize).unwrap_or(0))
 }
 
 #[no_mangle]
 pub extern "C" fn SCIGetRemoteSegmentId(segment: Handle) -> c_uint {
-    handles::remote_seg(h(segment)).map(|s| s.segment_id).unwrap_or(0)
+    guard::value("SCIGetRemoteSegmentId", 0, || handles::remote_seg(h(segment)).map(|s| s.segment_id).unwrap_or(0))
 }
 
 #[no_mangle]
 pub extern "C" fn SCIGetRemoteSegmentNodeId(segment: Handle) -> c_uint {
-    handles::remote_seg(h(segment)).map(|s| s.node_id).unwrap_or(0)
+    guard::value("SCIGetRemoteSegmentNodeId", 0, || handles::remote_seg(h(segment)).map(|s| s.node_id).unwrap_or(0))
 }
 
 #[no_mangle]
@@ -821,7 +842,7 @@ pub unsafe extern "C" fn SCIWaitForRemoteSegmentEvent(
 ) -> c_uint {
     // SAFETY: `status` is optional and NULL-checked.
     unsafe {
-        report(error, 0, || {
+        report("SCIWaitForRemoteSegmentEvent", error, 0, || {
             check_flags(flags, 0)?;
             let s = handles::remote_seg(h(segment))?;
             if s.events.has_callback() {
@@ -894,7 +915,7 @@ pub unsafe extern "C" fn SCIMapLocalSegment(
 ) -> *mut c_void {
     // SAFETY: see `do_map`.
     unsafe {
-        report(error, std::ptr::null_mut(), || {
+        report("SCIMapLocalSegment", error, std::ptr::null_mut(), || {
             let s = handles::local_seg(h(segment))?;
             do_map(MapTarget::Local(s), owner_desc(h(segment)), map, offset, size, addr, flags)
         })
@@ -913,7 +934,7 @@ pub unsafe extern "C" fn SCIMapRemoteSegment(
 ) -> *mut c_void {
     // SAFETY: see `do_map`.
     unsafe {
-        report(error, std::ptr::null_mut(), || {
+        report("SCIMapRemoteSegment", error, std::ptr::null_mut(), || {
             let s = handles::remote_seg(h(segment))?;
             do_map(MapTarget::Remote(s), owner_desc(h(segment)), map, offset, size, addr, flags)
         })
@@ -924,7 +945,7 @@ pub unsafe extern "C" fn SCIMapRemoteSegment(
 pub unsafe extern "C" fn SCIUnmapSegment(map: Handle, flags: c_uint, error: *mut SciErr) {
     // SAFETY: see `set`.
     unsafe {
-        report(error, (), || {
+        report("SCIUnmapSegment", error, (), || {
             check_flags(flags, 0)?;
             if handles::map(h(map)).is_err() && handles::take_orphan(h(map), handles::Kind::Map) {
                 return Ok(()); // unmapped by SCIClose or SCITerminate
@@ -961,7 +982,7 @@ pub unsafe extern "C" fn SCIMemCpy(
     // SAFETY: the map range is bounds-checked against the live mapping; the
     // program vouches for `mem_addr..+size` as SISCI requires.
     unsafe {
-        report(error, (), || {
+        report("SCIMemCpy", error, (), || {
             check_flags(flags, FLAG_BLOCK_READ | FLAG_ERROR_CHECK)?;
             if !sequence.is_null() {
                 handles::seq(h(sequence))?;
@@ -1011,7 +1032,7 @@ pub unsafe extern "C" fn SCIMemWrite(mem_addr: *mut c_void, remote_addr: *mut c_
     // SAFETY: the destination must lie inside one live map of ours, which
     // we check; the source is the program's own memory.
     unsafe {
-        report(error, (), || {
+        report("SCIMemWrite", error, (), || {
             check_flags(flags, FLAG_ERROR_CHECK)?;
             if size == 0 {
                 return Ok(());
@@ -1040,14 +1061,18 @@ pub unsafe extern "C" fn SCIMemWrite(mem_addr: *mut c_void, remote_addr: *mut c_
 /// `SCICheckSequence` and `SCI_FLAG_ERROR_CHECK`.
 #[no_mangle]
 pub extern "C" fn SCIFlush(_sequence: Handle, _flags: c_uint) {
-    vsci_client::store_fence();
-    let _ = vsci_client::flush_remote_stores();
+    guard::void("SCIFlush", || {
+        vsci_client::store_fence();
+        let _ = vsci_client::flush_remote_stores();
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn SCIStoreBarrier(_sequence: Handle, _flags: c_uint) {
-    vsci_client::store_fence();
-    let _ = vsci_client::flush_remote_stores();
+    guard::void("SCIStoreBarrier", || {
+        vsci_client::store_fence();
+        let _ = vsci_client::flush_remote_stores();
+    })
 }
 
 /// Cache line size every x86-64 and aarch64 CPU we run on uses; a smaller
@@ -1060,7 +1085,7 @@ pub unsafe extern "C" fn SCICacheSync(map: Handle, addr: *mut c_void, length: us
     // without one, the program vouches for `addr..+length` (as SISCI
     // requires), and CLFLUSH neither reads nor writes the bytes.
     unsafe {
-        report(error, (), || {
+        report("SCICacheSync", error, (), || {
             check_flags(flags, FLAG_CACHE_FLUSH | FLAG_CACHE_INVALIDATE)?;
             if flags == 0 || (addr.is_null() && length > 0) {
                 return Err(SciError::IllegalParameter);
@@ -1099,7 +1124,7 @@ pub unsafe extern "C" fn SCICacheSync(map: Handle, addr: *mut c_void, length: us
 pub unsafe extern "C" fn SCICreateMapSequence(map: Handle, sequence: *mut Handle, flags: c_uint, error: *mut SciErr) {
     // SAFETY: see `out`.
     unsafe {
-        report(error, (), || {
+        report("SCICreateMapSequence", error, (), || {
             check_flags(flags, FLAG_FAST_BARRIER)?;
             if sequence.is_null() {
                 return Err(SciError::IllegalParameter);
@@ -1113,10 +1138,11 @@ pub unsafe extern "C" fn SCICreateMapSequence(map: Handle, sequence: *mut Handle
 
 release_op!(SCIRemoveSequence, seq, Seq, |_s| Ok::<(), SciError>(()));
 
-unsafe fn sequence_status(sequence: Handle, flags: c_uint, error: *mut SciErr) -> c_uint {
+unsafe fn sequence_status(name: &'static str, sequence: Handle, flags: c_uint, error: *mut SciErr) -> c_uint {
     // SAFETY: see `set`.
     unsafe {
-        let r = (|| {
+        // A panic of ours is an error the sequence cannot recover from.
+        let r = guard::value(name, Err(SciError::System), || {
             check_flags(flags, FLAG_NO_FLUSH | FLAG_NO_STORE_BARRIER | FLAG_FLUSH_CPU_BUFFERS_ONLY)?;
             let s = handles::seq(h(sequence))?;
             if flags & FLAG_NO_STORE_BARRIER == 0 {
@@ -1126,7 +1152,7 @@ unsafe fn sequence_status(sequence: Handle, flags: c_uint, error: *mut SciErr) -
                 s.map.flush().map_err(|_| SciError::TransferFailed)?;
             }
             Ok::<_, SciError>(s)
-        })();
+        });
         match r {
             Err(e) => {
                 set(error, e);
@@ -1149,13 +1175,13 @@ unsafe fn sequence_status(sequence: Handle, flags: c_uint, error: *mut SciErr) -
 #[no_mangle]
 pub unsafe extern "C" fn SCIStartSequence(sequence: Handle, flags: c_uint, error: *mut SciErr) -> c_uint {
     // SAFETY: see `sequence_status`.
-    unsafe { sequence_status(sequence, flags, error) }
+    unsafe { sequence_status("SCIStartSequence", sequence, flags, error) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn SCICheckSequence(sequence: Handle, flags: c_uint, error: *mut SciErr) -> c_uint {
     // SAFETY: see `sequence_status`.
-    unsafe { sequence_status(sequence, flags, error) }
+    unsafe { sequence_status("SCICheckSequence", sequence, flags, error) }
 }
 
 // ---------------------------------------------------------------------------
@@ -1212,7 +1238,7 @@ pub unsafe extern "C" fn SCICreateInterrupt(
 ) {
     // SAFETY: see `create_intr`; the callback runs with the program's arg.
     unsafe {
-        report(error, (), || {
+        report("SCICreateInterrupt", error, (), || {
             let (hnd, li) = create_intr(IntrKind::Plain, sd, interrupt, adapter, interrupt_no, callback.is_some(), flags)?;
             if flags & FLAG_USE_CALLBACK != 0 {
                 let cb = callback.expect("checked");
@@ -1222,7 +1248,9 @@ pub unsafe extern "C" fn SCICreateInterrupt(
                 std::thread::Builder::new()
                     .name("vsci-intr-cb".into())
                     .spawn(move || {
-                        loop {
+                        // A panic of ours ends the callbacks (logged); the
+                        // interrupt can then be waited on.
+                        guard::void("cb_interrupt", || loop {
                             match li2.intr.wait(vsci_client::INFINITE) {
                                 Ok(()) => {
                                     // SAFETY: the program's callback with its own argument.
@@ -1239,7 +1267,7 @@ pub unsafe extern "C" fn SCICreateInterrupt(
                                 }
                                 Err(_) => break,
                             }
-                        }
+                        });
                         li2.callback_active.store(false, Ordering::SeqCst);
                     })
                     .map_err(|_| SciError::System)?;
@@ -1262,7 +1290,7 @@ pub unsafe extern "C" fn SCICreateDataInterrupt(
 ) {
     // SAFETY: see SCICreateInterrupt.
     unsafe {
-        report(error, (), || {
+        report("SCICreateDataInterrupt", error, (), || {
             let (hnd, li) = create_intr(IntrKind::Data, sd, interrupt, adapter, interrupt_no, callback.is_some(), flags)?;
             if flags & FLAG_USE_CALLBACK != 0 {
                 let cb = callback.expect("checked");
@@ -1272,26 +1300,29 @@ pub unsafe extern "C" fn SCICreateDataInterrupt(
                 std::thread::Builder::new()
                     .name("vsci-dintr-cb".into())
                     .spawn(move || {
-                        let mut buf = vec![0u8; vsci_proto::intr::DATA_MAX];
-                        loop {
-                            match li2.intr.wait_data(&mut buf, vsci_client::INFINITE) {
-                                Ok(vsci_client::DataWait::Got(n)) => {
-                                    // SAFETY: the program's callback with its own
-                                    // argument and a buffer valid for the call.
-                                    let action = cb(arg as *mut c_void, as_handle(hnd), buf.as_mut_ptr().cast(), n as c_uint, SciError::Ok as c_uint);
-                                    if action == CALLBACK_CANCEL {
+                        // As for SCICreateInterrupt's callbacks.
+                        guard::void("cb_data_interrupt", || {
+                            let mut buf = vec![0u8; vsci_proto::intr::DATA_MAX];
+                            loop {
+                                match li2.intr.wait_data(&mut buf, vsci_client::INFINITE) {
+                                    Ok(vsci_client::DataWait::Got(n)) => {
+                                        // SAFETY: the program's callback with its own
+                                        // argument and a buffer valid for the call.
+                                        let action = cb(arg as *mut c_void, as_handle(hnd), buf.as_mut_ptr().cast(), n as c_uint, SciError::Ok as c_uint);
+                                        if action == CALLBACK_CANCEL {
+                                            break;
+                                        }
+                                    }
+                                    Err(e @ SciError::NoLinkAccess) => {
+                                        // The node went away: report it once (no data).
+                                        // SAFETY: as above, with a zero length.
+                                        cb(arg as *mut c_void, as_handle(hnd), buf.as_mut_ptr().cast(), 0, e as c_uint);
                                         break;
                                     }
+                                    _ => break,
                                 }
-                                Err(e @ SciError::NoLinkAccess) => {
-                                    // The node went away: report it once (no data).
-                                    // SAFETY: as above, with a zero length.
-                                    cb(arg as *mut c_void, as_handle(hnd), buf.as_mut_ptr().cast(), 0, e as c_uint);
-                                    break;
-                                }
-                                _ => break,
                             }
-                        }
+                        });
                         li2.callback_active.store(false, Ordering::SeqCst);
                     })
                     .map_err(|_| SciError::System)?;
@@ -1305,7 +1336,7 @@ pub unsafe extern "C" fn SCICreateDataInterrupt(
 pub unsafe extern "C" fn SCIWaitForInterrupt(interrupt: Handle, timeout: c_uint, flags: c_uint, error: *mut SciErr) {
     // SAFETY: see `set`.
     unsafe {
-        report(error, (), || {
+        report("SCIWaitForInterrupt", error, (), || {
             check_flags(flags, 0)?;
             let li = handles::local_intr(h(interrupt))?;
             if li.callback_active.load(Ordering::SeqCst) {
@@ -1328,7 +1359,7 @@ pub unsafe extern "C" fn SCIWaitForDataInterrupt(
     // SAFETY: `length` and `data` are NULL-checked; the program promises
     // `*length` writable bytes at `data`.
     unsafe {
-        report(error, (), || {
+        report("SCIWaitForDataInterrupt", error, (), || {
             check_flags(flags, 0)?;
             let li = handles::local_data_intr(h(interrupt))?;
             if li.callback_active.load(Ordering::SeqCst) {
@@ -1407,7 +1438,7 @@ pub unsafe extern "C" fn SCIConnectInterrupt(
     error: *mut SciErr,
 ) {
     // SAFETY: see `connect_intr`.
-    unsafe { report(error, (), || connect_intr(IntrKind::Plain, sd, interrupt, node_id, adapter, interrupt_no, timeout, flags)) }
+    unsafe { report("SCIConnectInterrupt", error, (), || connect_intr(IntrKind::Plain, sd, interrupt, node_id, adapter, interrupt_no, timeout, flags)) }
 }
 
 #[no_mangle]
@@ -1422,7 +1453,7 @@ pub unsafe extern "C" fn SCIConnectDataInterrupt(
     error: *mut SciErr,
 ) {
     // SAFETY: see `connect_intr`.
-    unsafe { report(error, (), || connect_intr(IntrKind::Data, sd, interrupt, node_id, adapter, interrupt_no, timeout, flags)) }
+    unsafe { report("SCIConnectDataInterrupt", error, (), || connect_intr(IntrKind::Data, sd, interrupt, node_id, adapter, interrupt_no, timeout, flags)) }
 }
 
 release_op!(SCIDisconnectInterrupt, remote_intr, RemoteIntr, |i| i.disconnect());
@@ -1448,7 +1479,7 @@ pub unsafe extern "C" fn SCIRegisterInterruptFlag(
     error: *mut SciErr,
 ) {
     // SAFETY: see `set`.
-    unsafe { set(error, SciError::NotImplemented) };
+    unsafe { crate::not_implemented("SCIRegisterInterruptFlag", error, ()) }
 }
 
 macro_rules! conditional_interrupt_op {
@@ -1457,7 +1488,7 @@ macro_rules! conditional_interrupt_op {
         pub unsafe extern "C" fn $name(_interrupt: Handle, $($extra: $ty,)? _flags: c_uint, error: *mut SciErr) {
             $(let _ = $extra;)?
             // SAFETY: see `set`.
-            unsafe { set(error, SciError::NotImplemented) };
+            unsafe { crate::not_implemented(stringify!($name), error, ()) }
         }
     };
 }
@@ -1476,7 +1507,7 @@ pub unsafe extern "C" fn SCITriggerDataInterrupt(
 ) {
     // SAFETY: the program promises `length` readable bytes at `data`.
     unsafe {
-        report(error, (), || {
+        report("SCITriggerDataInterrupt", error, (), || {
             check_flags(flags, 0)?;
             let ri = handles::remote_data_intr(h(interrupt))?;
             if length as usize > vsci_proto::intr::DATA_MAX {
@@ -1496,7 +1527,9 @@ pub unsafe extern "C" fn SCITriggerDataInterrupt(
 
 #[no_mangle]
 pub extern "C" fn SCIGetMapPointer(map: Handle) -> *mut c_void {
-    handles::map(h(map)).map(|m| m.addr.cast::<c_void>()).unwrap_or(std::ptr::null_mut())
+    guard::value("SCIGetMapPointer", std::ptr::null_mut(), || {
+        handles::map(h(map)).map(|m| m.addr.cast::<c_void>()).unwrap_or(std::ptr::null_mut())
+    })
 }
 
 /// `sci_address_t`: a node id and a 48-bit address in its SCI space.
@@ -1517,27 +1550,25 @@ pub struct SciAddress {
 #[no_mangle]
 pub unsafe extern "C" fn SCIGetCSRRegister(_sd: Handle, _adapter: c_uint, _node: c_uint, _off: c_uint, _flags: c_uint, error: *mut SciErr) -> c_uint {
     // SAFETY: see `set`.
-    unsafe { set(error, SciError::NotImplemented) };
-    0
+    unsafe { crate::not_implemented("SCIGetCSRRegister", error, 0) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn SCISetCSRRegister(_sd: Handle, _adapter: c_uint, _node: c_uint, _off: c_uint, _value: c_uint, _flags: c_uint, error: *mut SciErr) {
     // SAFETY: see `set`.
-    unsafe { set(error, SciError::NotImplemented) };
+    unsafe { crate::not_implemented("SCISetCSRRegister", error, ()) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn SCIGetLocalCSR(_sd: Handle, _adapter: c_uint, _off: c_uint, _flags: c_uint, error: *mut SciErr) -> c_uint {
     // SAFETY: see `set`.
-    unsafe { set(error, SciError::NotImplemented) };
-    0
+    unsafe { crate::not_implemented("SCIGetLocalCSR", error, 0) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn SCISetLocalCSR(_sd: Handle, _adapter: c_uint, _off: c_uint, _value: c_uint, _flags: c_uint, error: *mut SciErr) {
     // SAFETY: see `set`.
-    unsafe { set(error, SciError::NotImplemented) };
+    unsafe { crate::not_implemented("SCISetLocalCSR", error, ()) }
 }
 
 #[no_mangle]
@@ -1551,7 +1582,7 @@ pub unsafe extern "C" fn SCIAttachPhysicalMemory(
     error: *mut SciErr,
 ) {
     // SAFETY: see `set`.
-    unsafe { set(error, SciError::NotImplemented) };
+    unsafe { crate::not_implemented("SCIAttachPhysicalMemory", error, ()) }
 }
 
 #[no_mangle]
@@ -1565,5 +1596,5 @@ pub unsafe extern "C" fn SCIConnectSCISpace(
     error: *mut SciErr,
 ) {
     // SAFETY: see `set`.
-    unsafe { set(error, SciError::NotImplemented) };
+    unsafe { crate::not_implemented("SCIConnectSCISpace", error, ()) }
 }

@@ -28,12 +28,12 @@ const LAST: c_uint = 2;
 
 #[no_mangle]
 pub extern "C" fn SetSciMemCopyFunction(func: c_uint) {
-    SELECTED.store(if func <= LAST { func } else { 0 }, Ordering::Relaxed);
+    crate::guard::void("SetSciMemCopyFunction", || SELECTED.store(if func <= LAST { func } else { 0 }, Ordering::Relaxed))
 }
 
 #[no_mangle]
 pub extern "C" fn GetSciMemCopyFunction() -> c_uint {
-    SELECTED.load(Ordering::Relaxed)
+    crate::guard::value("GetSciMemCopyFunction", 0, || SELECTED.load(Ordering::Relaxed))
 }
 
 /// Copy `n` bytes from `src` to `dst` with the selected routine.

@@ -83,6 +83,20 @@ fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
+/// Run the body of interposer `name`. A panic of ours (see `crate::guard`)
+/// fails the call as the C library's fails it: `fail` (`-1`, `SIG_ERR`)
+/// with errno `EINVAL`.
+#[inline(always)]
+fn errno_guard<T>(name: &'static str, fail: T, f: impl FnOnce() -> T) -> T {
+    match crate::guard::value(name, None, || Some(f())) {
+        Some(v) => v,
+        None => {
+            set_errno(libc::EINVAL);
+            fail
+        }
+    }
+}
+
 fn empty_set() -> libc::sigset_t {
     // SAFETY: an all-zero sigset_t is valid; sigemptyset writes it.
     let mut s: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -140,9 +154,11 @@ fn bus_mask(how: c_int) -> bool {
 /// As `sigaction(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old: *mut libc::sigaction) -> c_int {
-    PROBE.fetch_add(1, Ordering::Relaxed);
-    // SAFETY: the caller's contract.
-    unsafe { chain::sigaction(sig, act, old) }
+    errno_guard("sigaction", -1, || {
+        PROBE.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract.
+        unsafe { chain::sigaction(sig, act, old) }
+    })
 }
 
 /// `signal(3)` (glibc's: BSD semantics).
@@ -151,14 +167,16 @@ pub unsafe extern "C" fn sigaction(sig: c_int, act: *const libc::sigaction, old:
 /// As `signal(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    if sig == BUS {
-        return bus_handler(handler, set_of(BUS), libc::SA_RESTART);
-    }
-    match NEXT_SIGNAL.get::<SignalFn>() {
-        // SAFETY: the C library's signal with the caller's arguments.
-        Some(f) => unsafe { f(sig, handler) },
-        None => libc::SIG_ERR,
-    }
+    errno_guard("signal", libc::SIG_ERR, || {
+        if sig == BUS {
+            return bus_handler(handler, set_of(BUS), libc::SA_RESTART);
+        }
+        match NEXT_SIGNAL.get::<SignalFn>() {
+            // SAFETY: the C library's signal with the caller's arguments.
+            Some(f) => unsafe { f(sig, handler) },
+            None => libc::SIG_ERR,
+        }
+    })
 }
 
 /// `bsd_signal(3)`.
@@ -167,8 +185,10 @@ pub unsafe extern "C" fn signal(sig: c_int, handler: libc::sighandler_t) -> libc
 /// As `signal(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    // SAFETY: the caller's contract; glibc's `signal` is `bsd_signal`.
-    unsafe { signal(sig, handler) }
+    errno_guard("bsd_signal", libc::SIG_ERR, || {
+        // SAFETY: the caller's contract; glibc's `signal` is `bsd_signal`.
+        unsafe { signal(sig, handler) }
+    })
 }
 
 /// `sysv_signal(3)`: the handler is reset on delivery and not blocked.
@@ -177,14 +197,16 @@ pub unsafe extern "C" fn bsd_signal(sig: c_int, handler: libc::sighandler_t) -> 
 /// As `sysv_signal(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn sysv_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    if sig == BUS {
-        return bus_handler(handler, empty_set(), libc::SA_RESETHAND | libc::SA_NODEFER);
-    }
-    match NEXT_SYSV_SIGNAL.get::<SignalFn>() {
-        // SAFETY: the C library's sysv_signal with the caller's arguments.
-        Some(f) => unsafe { f(sig, handler) },
-        None => libc::SIG_ERR,
-    }
+    errno_guard("sysv_signal", libc::SIG_ERR, || {
+        if sig == BUS {
+            return bus_handler(handler, empty_set(), libc::SA_RESETHAND | libc::SA_NODEFER);
+        }
+        match NEXT_SYSV_SIGNAL.get::<SignalFn>() {
+            // SAFETY: the C library's sysv_signal with the caller's arguments.
+            Some(f) => unsafe { f(sig, handler) },
+            None => libc::SIG_ERR,
+        }
+    })
 }
 
 /// `__sysv_signal`, what `signal` becomes under `_XOPEN_SOURCE` without
@@ -194,8 +216,10 @@ pub unsafe extern "C" fn sysv_signal(sig: c_int, handler: libc::sighandler_t) ->
 /// As `sysv_signal(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn __sysv_signal(sig: c_int, handler: libc::sighandler_t) -> libc::sighandler_t {
-    // SAFETY: the caller's contract.
-    unsafe { sysv_signal(sig, handler) }
+    errno_guard("__sysv_signal", libc::SIG_ERR, || {
+        // SAFETY: the caller's contract.
+        unsafe { sysv_signal(sig, handler) }
+    })
 }
 
 /// `sigset(3)` (System V): `SIG_HOLD` blocks; any other disposition is
@@ -205,22 +229,24 @@ pub unsafe extern "C" fn __sysv_signal(sig: c_int, handler: libc::sighandler_t) 
 /// As `sigset(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn sigset(sig: c_int, disp: libc::sighandler_t) -> libc::sighandler_t {
-    if sig == BUS {
-        if disp == SIG_HOLD {
-            let old = bus_current().sa_sigaction;
-            return if bus_mask(libc::SIG_BLOCK) { SIG_HOLD } else { old };
+    errno_guard("sigset", libc::SIG_ERR, || {
+        if sig == BUS {
+            if disp == SIG_HOLD {
+                let old = bus_current().sa_sigaction;
+                return if bus_mask(libc::SIG_BLOCK) { SIG_HOLD } else { old };
+            }
+            let old = bus_handler(disp, empty_set(), 0);
+            if old == libc::SIG_ERR {
+                return old;
+            }
+            return if bus_mask(libc::SIG_UNBLOCK) { SIG_HOLD } else { old };
         }
-        let old = bus_handler(disp, empty_set(), 0);
-        if old == libc::SIG_ERR {
-            return old;
+        match NEXT_SIGSET.get::<SignalFn>() {
+            // SAFETY: the C library's sigset with the caller's arguments.
+            Some(f) => unsafe { f(sig, disp) },
+            None => libc::SIG_ERR,
         }
-        return if bus_mask(libc::SIG_UNBLOCK) { SIG_HOLD } else { old };
-    }
-    match NEXT_SIGSET.get::<SignalFn>() {
-        // SAFETY: the C library's sigset with the caller's arguments.
-        Some(f) => unsafe { f(sig, disp) },
-        None => libc::SIG_ERR,
-    }
+    })
 }
 
 /// `sigignore(3)`.
@@ -229,11 +255,13 @@ pub unsafe extern "C" fn sigset(sig: c_int, disp: libc::sighandler_t) -> libc::s
 /// As `sigignore(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn sigignore(sig: c_int) -> c_int {
-    if sig == BUS {
-        return if bus_handler(libc::SIG_IGN, empty_set(), 0) == libc::SIG_ERR { -1 } else { 0 };
-    }
-    // SAFETY: the C library's sigignore with the caller's argument.
-    NEXT_SIGIGNORE.get::<SigFn>().map_or(-1, |f| unsafe { f(sig) })
+    errno_guard("sigignore", -1, || {
+        if sig == BUS {
+            return if bus_handler(libc::SIG_IGN, empty_set(), 0) == libc::SIG_ERR { -1 } else { 0 };
+        }
+        // SAFETY: the C library's sigignore with the caller's argument.
+        NEXT_SIGIGNORE.get::<SigFn>().map_or(-1, |f| unsafe { f(sig) })
+    })
 }
 
 /// `sighold(3)`.
@@ -242,12 +270,14 @@ pub unsafe extern "C" fn sigignore(sig: c_int) -> c_int {
 /// As `sighold(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn sighold(sig: c_int) -> c_int {
-    if sig == BUS {
-        bus_mask(libc::SIG_BLOCK);
-        return 0;
-    }
-    // SAFETY: the C library's sighold with the caller's argument.
-    NEXT_SIGHOLD.get::<SigFn>().map_or(-1, |f| unsafe { f(sig) })
+    errno_guard("sighold", -1, || {
+        if sig == BUS {
+            bus_mask(libc::SIG_BLOCK);
+            return 0;
+        }
+        // SAFETY: the C library's sighold with the caller's argument.
+        NEXT_SIGHOLD.get::<SigFn>().map_or(-1, |f| unsafe { f(sig) })
+    })
 }
 
 /// `sigrelse(3)`.
@@ -256,12 +286,14 @@ pub unsafe extern "C" fn sighold(sig: c_int) -> c_int {
 /// As `sigrelse(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn sigrelse(sig: c_int) -> c_int {
-    if sig == BUS {
-        bus_mask(libc::SIG_UNBLOCK);
-        return 0;
-    }
-    // SAFETY: the C library's sigrelse with the caller's argument.
-    NEXT_SIGRELSE.get::<SigFn>().map_or(-1, |f| unsafe { f(sig) })
+    errno_guard("sigrelse", -1, || {
+        if sig == BUS {
+            bus_mask(libc::SIG_UNBLOCK);
+            return 0;
+        }
+        // SAFETY: the C library's sigrelse with the caller's argument.
+        NEXT_SIGRELSE.get::<SigFn>().map_or(-1, |f| unsafe { f(sig) })
+    })
 }
 
 /// `siginterrupt(3)`: whether the signal interrupts system calls.
@@ -270,18 +302,20 @@ pub unsafe extern "C" fn sigrelse(sig: c_int) -> c_int {
 /// As `siginterrupt(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn siginterrupt(sig: c_int, flag: c_int) -> c_int {
-    if sig == BUS {
-        let mut act = bus_current();
-        if flag != 0 {
-            act.sa_flags &= !libc::SA_RESTART;
-        } else {
-            act.sa_flags |= libc::SA_RESTART;
+    errno_guard("siginterrupt", -1, || {
+        if sig == BUS {
+            let mut act = bus_current();
+            if flag != 0 {
+                act.sa_flags &= !libc::SA_RESTART;
+            } else {
+                act.sa_flags |= libc::SA_RESTART;
+            }
+            // SAFETY: `act` is a valid sigaction.
+            return unsafe { chain::sigaction(BUS, &act, std::ptr::null_mut()) };
         }
-        // SAFETY: `act` is a valid sigaction.
-        return unsafe { chain::sigaction(BUS, &act, std::ptr::null_mut()) };
-    }
-    // SAFETY: the C library's siginterrupt with the caller's arguments.
-    NEXT_SIGINTERRUPT.get::<SiginterruptFn>().map_or(-1, |f| unsafe { f(sig, flag) })
+        // SAFETY: the C library's siginterrupt with the caller's arguments.
+        NEXT_SIGINTERRUPT.get::<SiginterruptFn>().map_or(-1, |f| unsafe { f(sig, flag) })
+    })
 }
 
 /// `sigprocmask(2)`.
@@ -290,14 +324,16 @@ pub unsafe extern "C" fn siginterrupt(sig: c_int, flag: c_int) -> c_int {
 /// As `sigprocmask(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn sigprocmask(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> c_int {
-    // SAFETY: the caller's contract.
-    match unsafe { chain::sigmask(how, set, old) } {
-        0 => 0,
-        e => {
-            set_errno(e);
-            -1
+    errno_guard("sigprocmask", -1, || {
+        // SAFETY: the caller's contract.
+        match unsafe { chain::sigmask(how, set, old) } {
+            0 => 0,
+            e => {
+                set_errno(e);
+                -1
+            }
         }
-    }
+    })
 }
 
 /// `pthread_sigmask(3)`.
@@ -306,8 +342,10 @@ pub unsafe extern "C" fn sigprocmask(how: c_int, set: *const libc::sigset_t, old
 /// As `pthread_sigmask(3)`.
 #[no_mangle]
 pub unsafe extern "C" fn pthread_sigmask(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> c_int {
-    // SAFETY: the caller's contract.
-    unsafe { chain::sigmask(how, set, old) }
+    crate::guard::value("pthread_sigmask", libc::EINVAL, || {
+        // SAFETY: the caller's contract.
+        unsafe { chain::sigmask(how, set, old) }
+    })
 }
 
 /// `sigsuspend(2)`.
@@ -316,8 +354,10 @@ pub unsafe extern "C" fn pthread_sigmask(how: c_int, set: *const libc::sigset_t,
 /// As `sigsuspend(2)`.
 #[no_mangle]
 pub unsafe extern "C" fn sigsuspend(set: *const libc::sigset_t) -> c_int {
-    // SAFETY: the caller's contract.
-    unsafe { chain::sigsuspend(set) }
+    errno_guard("sigsuspend", -1, || {
+        // SAFETY: the caller's contract.
+        unsafe { chain::sigsuspend(set) }
+    })
 }
 
 /// The kernel's `struct sigaction` (x86-64), as `rt_sigaction` takes it.
@@ -357,32 +397,34 @@ fn from_set(s: &libc::sigset_t) -> u64 {
 #[cfg(target_arch = "x86_64")]
 #[no_mangle]
 pub unsafe extern "C" fn syscall(n: c_long, a: c_long, b: c_long, c: c_long, d: c_long, e: c_long, f: c_long) -> c_long {
-    let r = match n {
-        // SAFETY: the caller's contract, per system call.
-        libc::SYS_rt_sigaction if d == 8 => unsafe { rt_sigaction(a as c_int, b as *const KernelSigaction, c as *mut KernelSigaction) },
-        // SAFETY: as above.
-        libc::SYS_rt_sigprocmask if d == 8 => unsafe { rt_sigprocmask(a as c_int, b as *const u64, c as *mut u64) },
-        libc::SYS_rt_sigsuspend if b == 8 && a != 0 => {
-            // SAFETY: the caller's 8-byte set, read once.
-            let s = to_set(unsafe { *(a as *const u64) });
-            // SAFETY: `s` is a valid set.
-            let r = unsafe { chain::sigsuspend(&s) };
-            if r < 0 {
-                // SAFETY: errno is thread-local.
-                -(unsafe { *libc::__errno_location() } as c_long)
-            } else {
-                r as c_long
+    errno_guard("syscall", -1, || {
+        let r = match n {
+            // SAFETY: the caller's contract, per system call.
+            libc::SYS_rt_sigaction if d == 8 => unsafe { rt_sigaction(a as c_int, b as *const KernelSigaction, c as *mut KernelSigaction) },
+            // SAFETY: as above.
+            libc::SYS_rt_sigprocmask if d == 8 => unsafe { rt_sigprocmask(a as c_int, b as *const u64, c as *mut u64) },
+            libc::SYS_rt_sigsuspend if b == 8 && a != 0 => {
+                // SAFETY: the caller's 8-byte set, read once.
+                let s = to_set(unsafe { *(a as *const u64) });
+                // SAFETY: `s` is a valid set.
+                let r = unsafe { chain::sigsuspend(&s) };
+                if r < 0 {
+                    // SAFETY: errno is thread-local.
+                    -(unsafe { *libc::__errno_location() } as c_long)
+                } else {
+                    r as c_long
+                }
             }
+            // SAFETY: the caller's contract.
+            _ => unsafe { vsci_dirty::sys::raw_syscall(n, [a, b, c, d, e, f]) },
+        };
+        if (-4095..0).contains(&r) {
+            set_errno(-r as c_int);
+            -1
+        } else {
+            r
         }
-        // SAFETY: the caller's contract.
-        _ => unsafe { vsci_dirty::sys::raw_syscall(n, [a, b, c, d, e, f]) },
-    };
-    if (-4095..0).contains(&r) {
-        set_errno(-r as c_int);
-        -1
-    } else {
-        r
-    }
+    })
 }
 
 /// `rt_sigaction` made directly: SIGBUS through the chain; other signals
@@ -471,20 +513,23 @@ unsafe fn rt_sigprocmask(how: c_int, set: *const u64, old: *mut u64) -> c_long {
 /// Is `addr` in the program's executable (libsisci linked statically)?
 fn in_executable(addr: usize) -> bool {
     unsafe extern "C" fn first(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
-        // SAFETY: the loader passes a valid info; `data` is the (addr,
-        // found) pair `in_executable` passed, alive for the whole walk.
-        unsafe {
-            let (addr, found) = &mut *(data as *mut (usize, bool));
-            let info = &*info;
-            for i in 0..info.dlpi_phnum as usize {
-                let ph = &*info.dlpi_phdr.add(i);
-                let start = info.dlpi_addr as usize + ph.p_vaddr as usize;
-                if ph.p_type == libc::PT_LOAD && *addr >= start && *addr < start + ph.p_memsz as usize {
-                    *found = true;
+        // Called by the C library: a panic of ours stops the walk.
+        crate::guard::value("in_executable", 1, || {
+            // SAFETY: the loader passes a valid info; `data` is the (addr,
+            // found) pair `in_executable` passed, alive for the whole walk.
+            unsafe {
+                let (addr, found) = &mut *(data as *mut (usize, bool));
+                let info = &*info;
+                for i in 0..info.dlpi_phnum as usize {
+                    let ph = &*info.dlpi_phdr.add(i);
+                    let start = info.dlpi_addr as usize + ph.p_vaddr as usize;
+                    if ph.p_type == libc::PT_LOAD && *addr >= start && *addr < start + ph.p_memsz as usize {
+                        *found = true;
+                    }
                 }
             }
-        }
-        1 // the first object is the executable: stop there
+            1 // the first object is the executable: stop there
+        })
     }
     let mut data = (addr, false);
     // SAFETY: the callback only reads the loader's info and writes `data`.
@@ -527,11 +572,15 @@ fn choose_delivery() -> Delivery {
 }
 
 extern "C" fn at_load() {
-    chain::resolve();
-    for n in [&NEXT_SIGNAL, &NEXT_SYSV_SIGNAL, &NEXT_SIGSET, &NEXT_SIGIGNORE, &NEXT_SIGHOLD, &NEXT_SIGRELSE, &NEXT_SIGINTERRUPT] {
-        n.resolve();
-    }
-    set_delivery(choose_delivery());
+    // Run by the loader: a panic of ours is logged, and the trap keeps its
+    // default delivery.
+    crate::guard::void("at_load", || {
+        chain::resolve();
+        for n in [&NEXT_SIGNAL, &NEXT_SYSV_SIGNAL, &NEXT_SIGSET, &NEXT_SIGIGNORE, &NEXT_SIGHOLD, &NEXT_SIGRELSE, &NEXT_SIGINTERRUPT] {
+            n.resolve();
+        }
+        set_delivery(choose_delivery());
+    })
 }
 
 // Before the program's main (or when dlopen returns).

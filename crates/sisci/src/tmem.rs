@@ -92,24 +92,26 @@ pub unsafe extern "C" fn vsci_tmem_open(lenders: *const c_uint, nlenders: c_uint
         Ok(t as *mut c_void)
     };
     // SAFETY: report only writes through `error` after a NULL check.
-    unsafe { report(error, std::ptr::null_mut(), f) }
+    unsafe { report("vsci_tmem_open", error, std::ptr::null_mut(), f) }
 }
 
 #[no_mangle]
 pub extern "C" fn vsci_tmem_close(t: *mut c_void) {
-    let gone = table().as_mut().and_then(|m| m.remove(&(t as usize)));
-    // Outside the table's lock: returning the loans talks to the node. A
-    // call still running in another thread holds its own reference; the
-    // store goes when that call is done. A bug of ours must not unwind
-    // into C.
-    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(gone)));
+    // A bug of ours must not unwind into C (see `guard`).
+    crate::guard::void("vsci_tmem_close", || {
+        let gone = table().as_mut().and_then(|m| m.remove(&(t as usize)));
+        // Outside the table's lock: returning the loans talks to the node.
+        // A call still running in another thread holds its own reference;
+        // the store goes when that call is done.
+        drop(gone);
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn vsci_tmem_new_pool(t: *mut c_void, persistent: c_int, error: *mut SciErr) -> c_int {
     // SAFETY: see `report`.
     unsafe {
-        report(error, -1, || {
+        report("vsci_tmem_new_pool", error, -1, || {
             let kind = if persistent != 0 { PoolKind::Persistent } else { PoolKind::Ephemeral };
             let id = lookup(t)?.store().new_pool(kind)?;
             c_int::try_from(id).map_err(|_| SciError::Nospc)
@@ -120,7 +122,7 @@ pub unsafe extern "C" fn vsci_tmem_new_pool(t: *mut c_void, persistent: c_int, e
 #[no_mangle]
 pub unsafe extern "C" fn vsci_tmem_destroy_pool(t: *mut c_void, pool: c_int, error: *mut SciErr) {
     // SAFETY: see `report`.
-    unsafe { report(error, (), || lookup(t)?.store().destroy_pool(pool_id(pool)?)) }
+    unsafe { report("vsci_tmem_destroy_pool", error, (), || lookup(t)?.store().destroy_pool(pool_id(pool)?)) }
 }
 
 #[no_mangle]
@@ -138,7 +140,7 @@ pub unsafe extern "C" fn vsci_tmem_put(t: *mut c_void, pool: c_int, object: c_ul
         tm.store().put(pool, object, index, page)
     };
     // SAFETY: see `report`.
-    unsafe { report(error, (), f) }
+    unsafe { report("vsci_tmem_put", error, (), f) }
 }
 
 #[no_mangle]
@@ -157,25 +159,25 @@ pub unsafe extern "C" fn vsci_tmem_get(t: *mut c_void, pool: c_int, object: c_ul
         Ok(c_int::from(tm.store().get(pool, object, index, page)?))
     };
     // SAFETY: see `report`.
-    unsafe { report(error, -1, f) }
+    unsafe { report("vsci_tmem_get", error, -1, f) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn vsci_tmem_flush_page(t: *mut c_void, pool: c_int, object: c_ulonglong, index: c_uint, error: *mut SciErr) {
     // SAFETY: see `report`.
-    unsafe { report(error, (), || lookup(t)?.store().flush_page(pool_id(pool)?, object, index).map(drop)) }
+    unsafe { report("vsci_tmem_flush_page", error, (), || lookup(t)?.store().flush_page(pool_id(pool)?, object, index).map(drop)) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn vsci_tmem_flush_object(t: *mut c_void, pool: c_int, object: c_ulonglong, error: *mut SciErr) {
     // SAFETY: see `report`.
-    unsafe { report(error, (), || lookup(t)?.store().flush_object(pool_id(pool)?, object).map(drop)) }
+    unsafe { report("vsci_tmem_flush_object", error, (), || lookup(t)?.store().flush_object(pool_id(pool)?, object).map(drop)) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn vsci_tmem_page_node(t: *mut c_void, pool: c_int, object: c_ulonglong, index: c_uint, error: *mut SciErr) -> c_uint {
     // SAFETY: see `report`.
-    unsafe { report(error, 0, || Ok(lookup(t)?.store().node_of(pool_id(pool)?, object, index)?.unwrap_or(0))) }
+    unsafe { report("vsci_tmem_page_node", error, 0, || Ok(lookup(t)?.store().node_of(pool_id(pool)?, object, index)?.unwrap_or(0))) }
 }
 
 #[no_mangle]
@@ -199,5 +201,5 @@ pub unsafe extern "C" fn vsci_tmem_stats(t: *mut c_void, stats: *mut TmemStats, 
         unsafe { out(stats, v) }
     };
     // SAFETY: see `report`.
-    unsafe { report(error, (), f) }
+    unsafe { report("vsci_tmem_stats", error, (), f) }
 }
