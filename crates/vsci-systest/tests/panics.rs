@@ -2,9 +2,10 @@
 //! vscid (issue 36). libsisci: tests/c/t_panic.c with `VSCI_TEST_PANIC`
 //! naming the entry points that must panic (crates/sisci/src/guard.rs);
 //! every function libsisci exports must be among those seen to catch a
-//! panic. vscid: a test build's debug request that panics in its handler
-//! (crates/vscid/src/registry.rs) must answer that one request with an
-//! error and leave the node serving.
+//! panic. vscid: with `VSCID_TEST_PANIC` naming a request, its handler
+//! panics with the registry locked (crates/vscid/src/recover.rs); each
+//! such request must be answered with an error, and the node, its workers
+//! and the client must go on.
 
 mod common;
 
@@ -13,6 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
+use vsci_client::{Client, SciError};
 
 /// The interposers and what `t_panic interposers` calls them with.
 const INTERPOSERS: &str = "memcpy,memmove,sigaction,signal,bsd_signal,sysv_signal,__sysv_signal,sigset,sigignore,sighold,sigrelse,siginterrupt,sigprocmask,pthread_sigmask,sigsuspend,syscall";
@@ -94,4 +96,32 @@ fn panics_in_flush_callbacks_and_constructors_leave_the_program_running() {
     assert!(caught.contains("in_executable"), "{caught:?}");
     d.assert_running();
     d.wait_counts(base, "after the t_panic runs");
+}
+
+/// A request whose handler panics (with the registry locked) is answered
+/// SCI_ERR_SYSTEM, ten times over on two workers: no worker is lost, the
+/// lock it poisoned is taken again, the same client and new ones are
+/// served, and the panics are logged.
+#[test]
+fn a_panicking_request_handler_ends_only_that_request() {
+    let mut d = Daemon::start_wrapped(62, &["env", "VSCID_TEST_PANIC=ProbeNode"], &["--workers", "2"]);
+    let base = d.counts();
+    let c = Client::connect(&d.socket, "panics").expect("connect");
+    for _ in 0..10 {
+        assert_eq!(c.probe_node(62), Err(SciError::System));
+    }
+    // The same client goes on, with requests that need the registry.
+    let seg = c.create_segment_opts(Some(0x62), 4096, false, false).expect("create a segment after the panics");
+    assert_eq!(c.probe_node(62), Err(SciError::System));
+    seg.remove_with(false).expect("remove it");
+    // Other clients are served (`vsci status` too).
+    for i in 0..4 {
+        let other = Client::connect(&d.socket, &format!("other{i}")).expect("another client");
+        other.close();
+    }
+    c.close();
+    d.assert_running();
+    d.wait_counts(base, "after the panicking requests");
+    let log = d.log_text();
+    assert_eq!(log.matches("panicked (VSCID_TEST_PANIC").count(), 11, "{log}");
 }

@@ -18,6 +18,9 @@
 //!   queue is empty and the socket takes it; otherwise it waits in the
 //!   client's bounded queue and `EPOLLOUT` drains it. A client whose queue
 //!   overflows is disconnected rather than allowed to stall the node.
+//! - A request handler that panics (a bug of ours) ends that request, which
+//!   is answered `SCI_ERR_SYSTEM` and logged; the client and the worker go
+//!   on (crate::recover).
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
@@ -33,6 +36,7 @@ use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use vsci_proto::wire::{self, WireError};
 use vsci_proto::{ClientInfo, ClientMsg, Reply, Request, SciError, MAX_NAME, PROTOCOL_VERSION};
 
+use crate::recover::{self, Recover};
 use crate::registry::{ClientId, Handled, Node, Outgoing};
 
 /// Messages that may wait for one client before it is considered stuck.
@@ -72,7 +76,7 @@ impl Conn {
     /// Queue (or send at once) a message for this client. Never blocks: it
     /// is called with the registry locked.
     pub fn try_send(&self, out: Outgoing) -> Result<(), TrySendError<Outgoing>> {
-        let mut st = self.st.lock().unwrap();
+        let mut st = self.st.locked();
         if st.closed {
             return Err(TrySendError::Disconnected(out));
         }
@@ -206,8 +210,8 @@ impl Server {
                     self.accept_all(&listener, &mut handshakes, &mut fd_warned);
                     continue;
                 }
-                let Some(conn) = self.conns.lock().unwrap().get(&ev.data()).cloned() else { continue };
-                let mut st = conn.st.lock().unwrap();
+                let Some(conn) = self.conns.locked().get(&ev.data()).cloned() else { continue };
+                let mut st = conn.st.locked();
                 st.events |= ev.events();
                 if !st.busy {
                     st.busy = true;
@@ -221,8 +225,8 @@ impl Server {
             let now = Instant::now();
             while handshakes.front().is_some_and(|(d, _)| *d <= now) {
                 let (_, token) = handshakes.pop_front().expect("checked");
-                let Some(conn) = self.conns.lock().unwrap().get(&token).cloned() else { continue };
-                let st = conn.st.lock().unwrap();
+                let Some(conn) = self.conns.locked().get(&token).cloned() else { continue };
+                let st = conn.st.locked();
                 if matches!(st.phase, Phase::Handshake) {
                     let pid = getsockopt(&*conn.sock, PeerCredentials).map(|c| c.pid()).unwrap_or(0);
                     warn!(
@@ -275,11 +279,11 @@ impl Server {
             st: Mutex::new(State { busy: false, events: EpollFlags::empty(), out: VecDeque::new(), phase: Phase::Handshake, closed: false }),
             server: Arc::downgrade(self),
         });
-        self.conns.lock().unwrap().insert(token, Arc::clone(&conn));
+        self.conns.locked().insert(token, Arc::clone(&conn));
         let ev = EpollEvent::new(EpollFlags::EPOLLIN | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLONESHOT, token);
         if let Err(e) = self.epoll.add(conn.sock.as_fd(), ev) {
             warn!("cannot watch a new connection: {e}");
-            self.conns.lock().unwrap().remove(&token);
+            self.conns.locked().remove(&token);
             return;
         }
         handshakes.push_back((deadline, token));
@@ -287,11 +291,18 @@ impl Server {
 
     fn worker(&self, rx: &Mutex<Receiver<Arc<Conn>>>) {
         loop {
-            let conn = match rx.lock().unwrap().recv() {
+            let conn = match rx.locked().recv() {
                 Ok(c) => c,
                 Err(_) => return,
             };
-            self.serve(&conn);
+            // A panic outside a request handler (those answer it, see
+            // `request`) costs this connection, never the worker.
+            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.serve(&conn))) {
+                error!("a panic while serving connection {} ({}); dropping it", conn.token, recover::message(&*p));
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.close(&conn))).is_err() {
+                    error!("a panic while dropping connection {}", conn.token);
+                }
+            }
         }
     }
 
@@ -299,7 +310,7 @@ impl Server {
     fn serve(&self, conn: &Arc<Conn>) {
         loop {
             let events = {
-                let mut st = conn.st.lock().unwrap();
+                let mut st = conn.st.locked();
                 let e = std::mem::replace(&mut st.events, EpollFlags::empty());
                 if e.is_empty() {
                     st.busy = false;
@@ -338,7 +349,7 @@ impl Server {
                     return false;
                 }
             };
-            let handshake = matches!(conn.st.lock().unwrap().phase, Phase::Handshake);
+            let handshake = matches!(conn.st.locked().phase, Phase::Handshake);
             let ok = if handshake { self.hello(conn, msg) } else { self.request(conn, msg) };
             if !ok {
                 return false;
@@ -350,7 +361,7 @@ impl Server {
     }
 
     fn who(&self, conn: &Conn) -> String {
-        match conn.st.lock().unwrap().phase {
+        match conn.st.locked().phase {
             Phase::Client { id, pid } => format!("client {id} (pid {pid})"),
             Phase::Handshake => {
                 let pid = getsockopt(&*conn.sock, PeerCredentials).map(|c| c.pid()).unwrap_or(0);
@@ -401,7 +412,7 @@ impl Server {
             return false;
         }
         let id = reg.register_client(info.clone(), crate::registry::Tx::Conn(Arc::clone(conn)), Arc::clone(&conn.sock));
-        conn.st.lock().unwrap().phase = Phase::Client { id, pid: info.pid };
+        conn.st.locked().phase = Phase::Client { id, pid: info.pid };
         reg.send_to(id, Outgoing::reply(tag, Ok(hello)));
         drop(reg);
         info!("client {id} connected: pid {} uid {} {:?}", info.pid, info.uid, info.name);
@@ -409,7 +420,7 @@ impl Server {
     }
 
     fn request(&self, conn: &Arc<Conn>, msg: wire::Received) -> bool {
-        let Phase::Client { id, pid } = conn.st.lock().unwrap().phase else { return false };
+        let Phase::Client { id, pid } = conn.st.locked().phase else { return false };
         let (tag, req, wake) = match check_request(msg) {
             Ok(r) => r,
             Err(why) => {
@@ -427,7 +438,14 @@ impl Server {
             let _ = send_now(&conn.sock, &Outgoing::reply(tag, Ok(Reply::Done)));
             return false;
         }
-        match self.node.handle_with(id, tag, req, wake) {
+        // A handler's panic (a bug of ours) ends this request: it is
+        // answered SCI_ERR_SYSTEM and the client and the worker go on.
+        let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.node.handle_with(id, tag, req, wake)));
+        let handled = handled.unwrap_or_else(|p| {
+            error!("client {id} (pid {pid}): the handler of its request (tag {tag}) panicked ({}); answering SCI_ERR_SYSTEM", recover::message(&*p));
+            Handled::Reply(Outgoing::reply(tag, Err(SciError::System)))
+        });
+        match handled {
             Handled::Reply(out) => {
                 let reg = self.node.lock();
                 if let Some(c) = reg.clients.get(&id) {
@@ -446,7 +464,7 @@ impl Server {
     /// goes back to having no client (a `Close` request, then the end of
     /// the connection, release only at the first).
     fn release_client(&self, conn: &Conn) {
-        let phase = std::mem::replace(&mut conn.st.lock().unwrap().phase, Phase::Handshake);
+        let phase = std::mem::replace(&mut conn.st.locked().phase, Phase::Handshake);
         if let Phase::Client { id, .. } = phase {
             self.node.lock().remove_client(&self.node.cfg, id);
             self.node.changed.notify_all();
@@ -456,14 +474,14 @@ impl Server {
     /// Forget a finished connection and release what its client held.
     fn close(&self, conn: &Arc<Conn>) {
         {
-            let mut st = conn.st.lock().unwrap();
+            let mut st = conn.st.locked();
             st.closed = true;
             st.out.clear();
         }
         self.release_client(conn);
         let _ = self.epoll.delete(conn.sock.as_fd());
         conn.hang_up();
-        self.conns.lock().unwrap().remove(&conn.token);
+        self.conns.locked().remove(&conn.token);
     }
 }
 

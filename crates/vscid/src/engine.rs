@@ -24,6 +24,8 @@ use vsci_proto::intr::{self, EnqueueError};
 use vsci_proto::peer::{RmaRegion, TriggerMsg};
 use vsci_proto::{ObjId, SciError};
 
+use crate::recover::Recover;
+
 /// A shared mapping owned by the engine.
 struct Mapping {
     ptr: NonNull<libc::c_void>,
@@ -124,14 +126,14 @@ impl Engine {
     /// The endpoint's queue depths and totals, plus what the engine holds:
     /// segments registered for other nodes and live trigger tokens.
     pub fn stats(&self) -> EngineStats {
-        let t = self.tables.lock().unwrap();
+        let t = self.tables.locked();
         EngineStats { fabric: self.fabric.stats(), regions: t.segments.len(), trigger_tokens: t.conn_token.len() }
     }
 
     /// Expose a segment to a remote connection; returns where to reach it.
     pub fn register_segment_conn(&self, conn: ObjId, memfd: OwnedFd, size: u64) -> Result<RmaRegion, SciError> {
         let ino = nix::sys::stat::fstat(memfd.as_raw_fd()).map_err(|_| SciError::System)?.st_ino;
-        let mut t = self.tables.lock().unwrap();
+        let mut t = self.tables.locked();
         if !t.segments.contains_key(&ino) {
             let map = Mapping::new(&memfd, size as usize)?;
             // SAFETY: the region covers exactly the mapping it is stored
@@ -152,7 +154,7 @@ impl Engine {
     /// A remote connection ended: when it was the last one, the region is
     /// closed and the key stops working.
     pub fn release_segment_conn(&self, conn: ObjId) {
-        let mut t = self.tables.lock().unwrap();
+        let mut t = self.tables.locked();
         let Some(ino) = t.conn_segment.remove(&conn) else { return };
         let last = t.segments.get_mut(&ino).map(|s| {
             s.conns -= 1;
@@ -173,21 +175,21 @@ impl Engine {
         let mut token = [0u8; 8];
         getrandom::getrandom(&mut token).map_err(|_| SciError::System)?;
         let token = u64::from_ne_bytes(token);
-        let mut t = self.tables.lock().unwrap();
+        let mut t = self.tables.locked();
         t.triggers.insert(token, target);
         t.conn_token.insert(conn, token);
         Ok(token)
     }
 
     pub fn remove_trigger_conn(&self, conn: ObjId) {
-        let mut t = self.tables.lock().unwrap();
+        let mut t = self.tables.locked();
         if let Some(tok) = t.conn_token.remove(&conn) {
             t.retiring.push((Instant::now() + TOKEN_GRACE, tok));
         }
     }
 
     fn retire_expired(&self) {
-        let mut t = self.tables.lock().unwrap();
+        let mut t = self.tables.locked();
         let now = Instant::now();
         let expired: Vec<u64> = t.retiring.iter().filter(|(d, _)| *d <= now).map(|(_, tok)| *tok).collect();
         if expired.is_empty() {
@@ -215,7 +217,7 @@ impl Engine {
                     continue;
                 }
             };
-            let target = self.tables.lock().unwrap().triggers.get(&msg.token).cloned();
+            let target = self.tables.locked().triggers.get(&msg.token).cloned();
             let Some(target) = target else {
                 bad += 1;
                 crate::metrics::get().remote_trigger("unknown_token");

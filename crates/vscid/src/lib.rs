@@ -13,4 +13,5 @@ pub mod loans;
 pub mod memory;
 pub mod metrics;
 pub mod peers;
+pub mod recover;
 pub mod registry;

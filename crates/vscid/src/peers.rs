@@ -30,6 +30,7 @@ use vsci_proto::{
 };
 
 use crate::cluster::Cluster;
+use crate::recover::Recover;
 use crate::engine::Engine;
 use crate::link::{self, Link};
 use crate::registry::{ClientId, Handled, Node, Outgoing};
@@ -163,7 +164,7 @@ impl Peers {
     }
 
     pub fn is_up(&self, node_id: u32) -> bool {
-        self.state.lock().unwrap().get(&node_id).is_some_and(|s| s.tx.is_some())
+        self.state.locked().get(&node_id).is_some_and(|s| s.tx.is_some())
     }
 
     /// Queue a frame for a peer; false if the peer is dead to us, or its
@@ -172,7 +173,7 @@ impl Peers {
     /// when the link is back: an owner's LOST event or an importer's
     /// disconnect must reach the other side, or both keep stale state.
     pub fn send(&self, peer: u32, msg: PeerMsg) -> bool {
-        let mut st = self.state.lock().unwrap();
+        let mut st = self.state.locked();
         let Some(s) = st.get_mut(&peer) else { return false };
         match &s.tx {
             Some(tx) => tx.try_send(msg).is_ok(),
@@ -187,13 +188,13 @@ impl Peers {
     /// Queue a frame only if the link is up now (requests whose answer
     /// someone waits for: held for later, the answer would find nobody).
     fn send_now(&self, peer: u32, msg: PeerMsg) -> bool {
-        let st = self.state.lock().unwrap();
+        let st = self.state.locked();
         st.get(&peer).and_then(|s| s.tx.as_ref()).is_some_and(|tx| tx.try_send(msg).is_ok())
     }
 
     pub fn status(&self, imports: &HashMap<u32, u32>) -> Vec<PeerInfo> {
         let silent = Duration::from_millis(self.cluster.node_timeout_ms);
-        let st = self.state.lock().unwrap();
+        let st = self.state.locked();
         let mut v: Vec<PeerInfo> = st
             .iter()
             .map(|(id, s)| PeerInfo {
@@ -267,7 +268,7 @@ impl Peers {
     fn probe_loop(self: &Arc<Self>, node: &Arc<Node>, peer: u32, addr: SocketAddr) {
         loop {
             std::thread::sleep(PROBE);
-            let holding_down = self.state.lock().unwrap().get(&peer).is_some_and(|s| s.tx.is_none() && s.incarnation != 0);
+            let holding_down = self.state.locked().get(&peer).is_some_and(|s| s.tx.is_none() && s.incarnation != 0);
             if !holding_down {
                 continue;
             }
@@ -282,7 +283,7 @@ impl Peers {
     /// Nothing listens at a peer's link address: its vscid is gone, and
     /// with it every connection and map it served.
     fn refused(&self, node: &Arc<Node>, peer: u32, addr: SocketAddr) {
-        let holding = self.state.lock().unwrap().get(&peer).is_some_and(|s| s.tx.is_none() && s.incarnation != 0);
+        let holding = self.state.locked().get(&peer).is_some_and(|s| s.tx.is_none() && s.incarnation != 0);
         if holding {
             self.declare_dead(node, peer, &format!("its link address {addr} refuses connections: its vscid is not running"));
         }
@@ -294,7 +295,7 @@ impl Peers {
     /// is cut; a later link starts afresh.
     fn declare_dead(&self, node: &Arc<Node>, peer: u32, why: &str) {
         let pseudo = {
-            let mut st = self.state.lock().unwrap();
+            let mut st = self.state.locked();
             let Some(s) = st.get_mut(&peer) else { return };
             if s.incarnation == 0 && s.pseudo.is_none() && s.tx.is_none() {
                 return;
@@ -358,7 +359,7 @@ impl Peers {
         let Ok(mut wstream) = stream.try_clone() else { return };
 
         // Introductions: who each side is now, and whose state it holds.
-        let knows = self.state.lock().unwrap().get(&peer).map_or(0, |s| s.incarnation);
+        let knows = self.state.locked().get(&peer).map_or(0, |s| s.incarnation);
         let intro = PeerMsg::Info { node_id: self.me, fabric_addr: self.engine.address(), incarnation: self.incarnation, knows };
         if let Err(e) = tx.write(&mut wstream, &intro) {
             debug!("node {peer}: link ended before its introduction: {e:#}");
@@ -397,7 +398,7 @@ impl Peers {
         let (ftx, frx) = sync_channel::<PeerMsg>(LINK_QUEUE);
         let was_down;
         let published = {
-            let mut st = self.state.lock().unwrap();
+            let mut st = self.state.locked();
             let s = st.entry(peer).or_default();
             // Our view must not have changed since our introduction (the
             // peer was declared dead meanwhile, or another link took over):
@@ -483,7 +484,7 @@ impl Peers {
                     break;
                 }
             };
-            if let Some(s) = self.state.lock().unwrap().get_mut(&peer) {
+            if let Some(s) = self.state.locked().get_mut(&peer) {
                 if s.generation == generation {
                     s.last_seen = Some(Instant::now());
                 }
@@ -503,7 +504,7 @@ impl Peers {
         // their connections to it are not operational for now. Frames for
         // it wait in the backlog. Only `declare_dead` releases.
         let current = {
-            let mut st = self.state.lock().unwrap();
+            let mut st = self.state.locked();
             match st.get_mut(&peer) {
                 Some(s) if s.generation == generation => {
                     s.tx = None;
@@ -560,7 +561,7 @@ impl Peers {
             last_check = now;
             let mut dead = Vec::new();
             {
-                let mut st = self.state.lock().unwrap();
+                let mut st = self.state.locked();
                 if late >= PAUSED {
                     info!("this node did not run for {} ms; its peers' silence meanwhile is not held against them", late.as_millis());
                     for s in st.values_mut() {
@@ -603,7 +604,7 @@ impl Peers {
                     warn!("node {peer} calls itself {node_id}; ignoring its info");
                     return;
                 }
-                if let Some(s) = self.state.lock().unwrap().get_mut(&peer) {
+                if let Some(s) = self.state.locked().get_mut(&peer) {
                     s.fabric_addr = Some(fabric_addr);
                 }
                 self.changed.notify_all();
@@ -652,7 +653,7 @@ impl Peers {
     /// Hand a reply to the request waiting for it; returns a grant that
     /// found nobody waiting.
     fn complete(&self, req: u64, r: Result<PeerReply, SciError>) -> Option<PeerReply> {
-        let slot = self.pending.lock().unwrap().remove(&req);
+        let slot = self.pending.locked().remove(&req);
         match (slot, r) {
             (Some(slot), r) => match slot.try_send(r) {
                 Ok(()) => None,
@@ -727,7 +728,7 @@ impl Peers {
 
     /// Wait until `peer`'s link is up and its engine address known.
     fn wait_ready(&self, peer: u32, deadline: Option<Instant>) -> Result<Vec<u8>, SciError> {
-        let mut st = self.state.lock().unwrap();
+        let mut st = self.state.locked();
         loop {
             if let Some(s) = st.get(&peer) {
                 if let (Some(_), Some(addr)) = (&s.tx, &s.fabric_addr) {
@@ -741,7 +742,7 @@ impl Peers {
                     _ => return Err(SciError::NodeNotResponding),
                 },
             };
-            st = self.changed.wait_timeout(st, wait.min(Duration::from_millis(200))).unwrap().0;
+            st = crate::recover::wait_timeout(&self.changed, st, wait.min(Duration::from_millis(200)));
         }
     }
 
@@ -749,9 +750,9 @@ impl Peers {
     fn ask(&self, peer: u32, deadline: Option<Instant>, make: impl FnOnce(u64) -> PeerMsg) -> Result<PeerReply, SciError> {
         let req = self.next_req.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = sync_channel(1);
-        self.pending.lock().unwrap().insert(req, tx);
+        self.pending.locked().insert(req, tx);
         if !self.send_now(peer, make(req)) {
-            self.pending.lock().unwrap().remove(&req);
+            self.pending.locked().remove(&req);
             return Err(SciError::NodeNotResponding);
         }
         // The owner enforces the timeout; allow for the round trip, and
@@ -762,7 +763,7 @@ impl Peers {
                 Ok(r) => return r,
                 Err(_) => {
                     if !self.is_up(peer) || hard.is_some_and(|h| Instant::now() > h) {
-                        self.pending.lock().unwrap().remove(&req);
+                        self.pending.locked().remove(&req);
                         return Err(SciError::NodeNotResponding);
                     }
                 }
@@ -925,7 +926,7 @@ fn set_user_timeout(s: &TcpStream, ms: u64) {
 /// host retries every few hundred milliseconds; the log must stay readable).
 fn rate_limited_warn(key: &str, text: &str) {
     static LAST: Mutex<Option<HashMap<String, Instant>>> = Mutex::new(None);
-    let mut last = LAST.lock().unwrap();
+    let mut last = LAST.locked();
     let map = last.get_or_insert_with(HashMap::new);
     let now = Instant::now();
     match map.get(key) {

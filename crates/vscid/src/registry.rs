@@ -21,6 +21,7 @@ use vsci_proto::{
 };
 
 use crate::memory::{self, Arena, IntrObjects};
+use crate::recover::Recover;
 
 pub type ClientId = u64;
 
@@ -1072,10 +1073,10 @@ impl Node {
     }
 
     pub fn lock(&self) -> MutexGuard<'_, Registry> {
-        // A panic while holding the lock would leave the registry in an
-        // unknown state; the handlers do not panic, and if one ever did the
-        // node should keep serving rather than cascade.
-        self.reg.lock().unwrap_or_else(|p| p.into_inner())
+        // A panic while holding the lock leaves the registry as the handler
+        // left it; the node keeps serving rather than cascade (see
+        // crate::recover).
+        self.reg.locked()
     }
 
     fn check_node(&self, node_id: u32) -> Result<(), SciError> {
@@ -1097,6 +1098,7 @@ impl Node {
         use vsci_proto::Request as R;
         let cfg = &self.cfg;
         let mut reg = self.lock();
+        crate::recover::test_panic(&req);
         let result: Result<Outgoing, SciError> = match req {
             // Close ends the connection, which the connection's server does
             // (`client::Server::request`); it never reaches the registry.
@@ -1311,7 +1313,13 @@ impl Node {
                 if !reg.clients.contains_key(&client) {
                     return; // client gone; nothing to answer
                 }
-                match attempt(&mut reg, &node.cfg) {
+                // A panic of the attempt ends this request, not the node
+                // (see crate::recover).
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| attempt(&mut reg, &node.cfg))).unwrap_or_else(|p| {
+                    log::error!("client {client}: a waiting request (tag {tag}) panicked ({}); answering SCI_ERR_SYSTEM", crate::recover::message(&*p));
+                    Err(SciError::System)
+                });
+                match r {
                     Ok(out) => {
                         finish_wait(&mut reg, client, tagged(out, tag));
                         return;
