@@ -213,18 +213,11 @@ pub fn decode<T: for<'de> Deserialize<'de>>(b: &[u8]) -> Option<T> {
     postcard::from_bytes(b).ok()
 }
 
-/// The cluster key from its file (hex, as vscid reads it, or raw bytes).
+/// The cluster key from its file, read as vscid reads it
+/// (`vsci_proto::cluster_key`).
 pub fn read_key(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
     let raw = std::fs::read(path).map_err(|e| anyhow::anyhow!("cannot read the key file {}: {e}", path.display()))?;
-    let text = String::from_utf8_lossy(&raw);
-    let t = text.trim();
-    let key = if !t.is_empty() && t.len() % 2 == 0 && t.bytes().all(|b| b.is_ascii_hexdigit()) {
-        (0..t.len()).step_by(2).map(|i| u8::from_str_radix(&t[i..i + 2], 16).expect("hex")).collect()
-    } else {
-        raw
-    };
-    anyhow::ensure!(key.len() >= 16, "the key file {} holds {} bytes; at least 16 are needed", path.display(), key.len());
-    Ok(key)
+    vsci_proto::cluster_key(&raw).map_err(|e| anyhow::anyhow!("the key file {} {e}", path.display()))
 }
 
 #[cfg(test)]
@@ -241,6 +234,17 @@ mod tests {
         let mut t = s.clone();
         t.body[0] ^= 1;
         assert_eq!(open::<Request>(key, &t).unwrap_err(), OpenError::BadMac);
+    }
+
+    #[test]
+    fn the_key_file_reads_as_vscid_reads_it() {
+        let f = std::env::temp_dir().join(format!("vsci-devshare-key-{}", std::process::id()));
+        // 16 hex digits: vscid's key, refused here when hex was decoded.
+        std::fs::write(&f, "0123456789abcdef\n").unwrap();
+        assert_eq!(read_key(&f).unwrap(), vsci_proto::cluster_key(b"0123456789abcdef\n").unwrap());
+        std::fs::write(&f, "short\n").unwrap();
+        assert!(read_key(&f).is_err());
+        std::fs::remove_file(&f).unwrap();
     }
 
     #[test]

@@ -49,6 +49,24 @@ pub fn socket_path() -> std::path::PathBuf {
         .unwrap_or_else(|| DEFAULT_SOCKET.into())
 }
 
+/// Smallest cluster key accepted, in bytes.
+pub const MIN_CLUSTER_KEY: usize = 16;
+
+/// The cluster key a key file holds (docs/cluster.md): its bytes with
+/// surrounding ASCII whitespace (a trailing newline) left out, at least
+/// [`MIN_CLUSTER_KEY`] of them, taken as they are (a key written in hex is
+/// its hex text). The one reading of a key file: vscid's node links
+/// (`cluster.rs`) and `vsci device`'s signed requests
+/// (`vsci_devshare::msg::read_key`) both use it, so a key one accepts the
+/// other accepts too, and they agree on its bytes.
+pub fn cluster_key(file: &[u8]) -> Result<Vec<u8>, String> {
+    let key = file.trim_ascii();
+    if key.len() < MIN_CLUSTER_KEY {
+        return Err(format!("holds {} bytes; at least {MIN_CLUSTER_KEY} are required", key.len()));
+    }
+    Ok(key.to_vec())
+}
+
 /// A size in bytes with an optional K/M/G suffix (powers of 1024), as
 /// flags and the cluster file write them ("16G", "512M", "4096").
 pub fn parse_size(s: &str) -> Result<u64, String> {
@@ -60,4 +78,33 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         _ => (s, 1),
     };
     num.parse::<u64>().ok().and_then(|n| n.checked_mul(mult)).ok_or_else(|| format!("bad size {s:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What vscid (which took the trimmed bytes) and `vsci device` (which
+    /// hex-decoded a hex file and kept any other untrimmed) each accepted:
+    /// now one reading for both.
+    #[test]
+    fn a_key_file_reads_one_way() {
+        let ok: &[(&[u8], &[u8])] = &[
+            // A raw key with the newline an editor or `echo` adds.
+            (b"0123456789abcdef0123\n", b"0123456789abcdef0123"),
+            (b"  0123456789abcdef0123 \r\n\t", b"0123456789abcdef0123"),
+            // Hex text is the key as written (vsci device used to decode it
+            // to half as many bytes, and refused 16..31 hex digits).
+            (b"00112233445566778899aabbccddeeff\n", b"00112233445566778899aabbccddeeff"),
+            (b"0123456789abcdef", b"0123456789abcdef"),
+            // Binary keys: whitespace inside is key.
+            (b"\x01\x02 \x03\n\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10", b"\x01\x02 \x03\n\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10"),
+        ];
+        for (file, key) in ok {
+            assert_eq!(cluster_key(file).as_deref(), Ok(*key), "{file:?}");
+        }
+        for bad in [&b""[..], b" \n\n ", b"0123456789abcde\n", b"  short  "] {
+            assert!(cluster_key(bad).is_err(), "{bad:?}");
+        }
+    }
 }

@@ -83,9 +83,6 @@ pub const NODE_TIMEOUT_MS: u64 = 1500;
 pub const NODE_DEAD_AFTER_MS: u64 = 120_000;
 pub const LINK_TIMEOUT_MS: u64 = 20_000;
 
-/// Smallest accepted key, in bytes.
-const MIN_KEY: usize = 16;
-
 impl Cluster {
     pub fn load(path: &Path) -> Result<Cluster> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading cluster file {}", path.display()))?;
@@ -120,10 +117,7 @@ impl Cluster {
             path.parent().unwrap_or(Path::new(".")).join(&file.key_file)
         };
         let key = read_key(&key_path).with_context(|| format!("reading key file {}", key_path.display()))?;
-        let key: Vec<u8> = key.trim_ascii().to_vec();
-        if key.len() < MIN_KEY {
-            bail!("key file {} holds {} bytes; at least {MIN_KEY} are required", key_path.display(), key.len());
-        }
+        let key = vsci_proto::cluster_key(&key).map_err(|e| anyhow::anyhow!("key file {} {e}", key_path.display()))?;
         let node_timeout_ms = file.node_timeout_ms.unwrap_or(NODE_TIMEOUT_MS);
         let node_dead_after_ms = file.node_dead_after_ms.unwrap_or(NODE_DEAD_AFTER_MS.max(node_timeout_ms));
         let link_timeout_ms = file.link_timeout_ms.unwrap_or(LINK_TIMEOUT_MS);
@@ -201,6 +195,11 @@ mod tests {
         assert!(Cluster::load(&f).is_err());
         std::fs::write(&f, "key_file = \"k\"\n[[node]]\nid = 1\naddress = \"nope\"\n").unwrap();
         assert!(Cluster::load(&f).is_err());
+        // A key in hex is its text, as `vsci device` reads it too
+        // (vsci_proto::cluster_key).
+        std::fs::write(dir.join("k"), "0123456789abcdef\n").unwrap();
+        std::fs::write(&f, "key_file = \"k\"\n[[node]]\nid = 1\naddress = \"127.0.0.1:1\"\n").unwrap();
+        assert_eq!(Cluster::load(&f).unwrap().key, b"0123456789abcdef");
         std::fs::write(dir.join("k"), "short").unwrap();
         std::fs::write(&f, "key_file = \"k\"\n[[node]]\nid = 1\naddress = \"127.0.0.1:1\"\n").unwrap();
         assert!(Cluster::load(&f).is_err());
