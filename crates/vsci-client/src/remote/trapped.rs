@@ -203,6 +203,14 @@ pub(crate) struct Shadow {
     /// The last store fault continued a long sequential stream
     /// (`stream_run`): background shipments wait for it to pause.
     in_stream: AtomicBool,
+    /// Least quiet time before a background shipment (ns): for a map
+    /// reached through the guest's host side, twice the recent fetch round
+    /// trip (see `note_fetch`); 0 for a map of this process's own RMA
+    /// endpoint.
+    settle_floor: AtomicU64,
+    /// Reached through the guest's host side (`Owner::Agent`, or a group
+    /// whose members are).
+    via_agent: bool,
 }
 
 /// CLOCK_MONOTONIC in nanoseconds (a vDSO call: fine in a signal handler).
@@ -485,8 +493,9 @@ impl Shadow {
         let n = self.valid.saturating_sub(p * self.page).min(count * self.page);
         let twin = g.twin.slice_mut(p * self.page, count * self.page);
         if n > 0 {
+            let t0 = now_ns();
             match self.owner.read_direct(&mut twin[..n], self.seg_off + (p * self.page) as u64) {
-                Ok(()) => {}
+                Ok(()) => self.note_fetch(now_ns().saturating_sub(t0)),
                 Err(e) => {
                     self.failed.store(true, Ordering::SeqCst);
                     g.abandon_twin(&e);
@@ -499,6 +508,28 @@ impl Shadow {
             self.fill_page(q).copy_from_slice(twin);
         }
         true
+    }
+
+    /// A fetch took `ns`. Through a guest's host side a round trip is a
+    /// control message each way, milliseconds under software emulation,
+    /// where 20 µs of quiet is a few dozen of the program's stores: a page
+    /// being filled byte by byte was shipped, write-protected and fetched
+    /// again at its next store every few dozen bytes (a guest's 2 MiB write
+    /// took 40,000 fetch-and-ship rounds and minutes). Waiting for quiet at
+    /// least twice the round trip keeps the program storing for two thirds
+    /// of the time at the worst. Not for this process's own RMA maps: there
+    /// a store fault is tens of µs and the settle time is what bounds how
+    /// late a store made with no call arrives.
+    fn note_fetch(&self, ns: u64) {
+        if !self.via_agent {
+            return;
+        }
+        // A moving average (1/4 new): one slow round trip (the host was
+        // busy) does not hold shipments back for long.
+        let old = self.settle_floor.load(Ordering::Relaxed);
+        let new = (2 * ns).min(self.stream_cap / 2);
+        let avg = if old == 0 { new } else { old - old / 4 + new / 4 };
+        self.settle_floor.store(avg, Ordering::Relaxed);
     }
 
     /// Which pages a store fault on clean page `p` fetches and makes
@@ -709,6 +740,8 @@ impl Trapped {
             oldest_dirty: AtomicU64::new(0),
             last_write_fault: AtomicU64::new(0),
             in_stream: AtomicBool::new(false),
+            settle_floor: AtomicU64::new(0),
+            via_agent: owner_kind == OwnerKind::Agent,
             stream_cap: match owner_kind {
                 OwnerKind::Rma => STREAM_CAP_RMA,
                 OwnerKind::Agent => STREAM_CAP_AGENT,
@@ -779,6 +812,7 @@ impl Trapped {
         // between two runs, each shipment holding the next fault for a
         // write round trip. While a long stream runs, quiet means a quarter
         // of the cap without a store fault.
+        let settle = settle.max(s.settle_floor.load(Ordering::Relaxed));
         let quiet_for = if s.in_stream.load(Ordering::Acquire) { settle.max(s.stream_cap / 4) } else { settle };
         let quiet = s.last_write_fault.load(Ordering::Acquire).max(since) + quiet_for;
         let due = quiet.min(since + settle.max(s.stream_cap));
@@ -984,6 +1018,7 @@ const STREAM_AHEAD_MAX: usize = 32;
 const STREAM_LONG: usize = 8;
 
 /// Which way a map reaches its owner (sets how long shipments may wait).
+#[derive(PartialEq, Eq, Clone, Copy)]
 enum OwnerKind {
     Rma,
     Agent,
