@@ -15,7 +15,7 @@
 //! packet through it: the seed's MRIOV.
 
 use std::collections::VecDeque;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
@@ -463,14 +463,23 @@ fn relay(public: std::os::unix::net::UnixListener, inner: &Path) -> std::io::Res
         // A message: 12-byte header (request, flags, size) then the body;
         // descriptors ride with the header's bytes.
         let mut hdr = [0u8; 12];
-        let mut space = nix::cmsg_space!([std::os::fd::RawFd; 8]);
+        let mut space = nix::cmsg_space!([RawFd; 8]);
+        // The descriptors that came with it, owned from here on: closed
+        // when dropped, on every way out of this loop.
         let (n, fds) = {
             let mut iov = [std::io::IoSliceMut::new(&mut hdr)];
-            let m = nix::sys::socket::recvmsg::<()>(qemu.as_raw_fd(), &mut iov, Some(&mut space), nix::sys::socket::MsgFlags::MSG_WAITALL)?;
-            let fds: Vec<std::os::fd::RawFd> = m.cmsgs()?.flat_map(|c| match c {
-                nix::sys::socket::ControlMessageOwned::ScmRights(f) => f,
-                _ => Vec::new(),
-            }).collect();
+            let flags = nix::sys::socket::MsgFlags::MSG_WAITALL | nix::sys::socket::MsgFlags::MSG_CMSG_CLOEXEC;
+            let m = nix::sys::socket::recvmsg::<()>(qemu.as_raw_fd(), &mut iov, Some(&mut space), flags)?;
+            let fds: Vec<OwnedFd> = m
+                .cmsgs()?
+                .flat_map(|c| match c {
+                    nix::sys::socket::ControlMessageOwned::ScmRights(f) => f,
+                    _ => Vec::new(),
+                })
+                // SAFETY: SCM_RIGHTS gave us these new descriptors; nothing
+                // else in the process knows them.
+                .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) })
+                .collect();
             (m.bytes, fds)
         };
         if n == 0 {
@@ -493,9 +502,7 @@ fn relay(public: std::os::unix::net::UnixListener, inner: &Path) -> std::io::Res
             features_set = true;
         }
         if req == SET_VRING_ENABLE && !features_set {
-            for fd in fds {
-                let _ = nix::unistd::close(fd);
-            }
+            drop(fds);
             if body.len() == 8 {
                 let ring = u32::from_le_bytes(body[0..4].try_into().expect("4"));
                 let mut m = req.to_le_bytes().to_vec();
@@ -516,16 +523,53 @@ fn relay(public: std::os::unix::net::UnixListener, inner: &Path) -> std::io::Res
         }
         let mut msg = hdr.to_vec();
         msg.extend_from_slice(&body);
-        let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
-        let cm: &[nix::sys::socket::ControlMessage] = if fds.is_empty() { &[] } else { &cmsg };
+        let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+        let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&raw)];
+        let cm: &[nix::sys::socket::ControlMessage] = if raw.is_empty() { &[] } else { &cmsg };
         nix::sys::socket::sendmsg::<()>(backend.as_raw_fd(), &[std::io::IoSlice::new(&msg)], cm, nix::sys::socket::MsgFlags::MSG_NOSIGNAL, None)?;
-        for fd in fds {
-            let _ = nix::unistd::close(fd);
-        }
+        // Passed on (the backend has its own copies): ours close here.
+        drop(fds);
         if req == SET_FEATURES {
             for (_, m) in std::mem::take(&mut early) {
                 backend.write_all(&m)?;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::net::{UnixListener, UnixStream};
+
+    use super::*;
+
+    /// A message the relay refuses (too long) ends it; the descriptor that
+    /// came with it is closed, not leaked: the pipe it is the write end of
+    /// reads end-of-file once ours is closed too.
+    #[test]
+    fn the_descriptors_of_a_refused_message_are_closed() {
+        let dir = std::env::temp_dir().join(format!("vsci-vhost-relay-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (public_path, inner_path) = (dir.join("public"), dir.join("inner"));
+        let public = UnixListener::bind(&public_path).unwrap();
+        let inner = UnixListener::bind(&inner_path).unwrap();
+        let relay = std::thread::spawn(move || relay(public, &inner_path));
+        let qemu = UnixStream::connect(&public_path).unwrap();
+        let (_backend, _) = inner.accept().unwrap();
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let mut hdr = Vec::new();
+        for word in [1u32, 1, 8192] {
+            hdr.extend_from_slice(&word.to_le_bytes());
+        }
+        let fds = [w.as_raw_fd()];
+        let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
+        nix::sys::socket::sendmsg::<()>(qemu.as_raw_fd(), &[std::io::IoSlice::new(&hdr)], &cmsg, nix::sys::socket::MsgFlags::empty(), None).unwrap();
+        drop(w);
+        assert!(relay.join().unwrap().is_err(), "an 8192-byte message is refused");
+        nix::fcntl::fcntl(r.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK)).unwrap();
+        let mut b = [0u8; 1];
+        assert_eq!(nix::unistd::read(r.as_raw_fd(), &mut b), Ok(0), "the relay still holds the write end");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
