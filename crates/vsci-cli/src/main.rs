@@ -153,6 +153,13 @@ fn status(socket: Option<PathBuf>, json: bool) -> Result<()> {
     // The status request itself is a client; do not list it.
     let clients: Vec<_> = st.clients.iter().filter(|c| c.name != "vsci-status").collect();
     let more = |shown: usize, total: u64| if (shown as u64) < total { format!(", first {shown} shown") } else { String::new() };
+    if !st.peers.is_empty() {
+        println!("\nnodes ({})", st.peers.len());
+        for p in &st.peers {
+            let seen = if p.last_seen_ms == 0 { "never heard from".to_string() } else { format!("last heard {:.1} s ago", p.last_seen_ms as f64 / 1000.0) };
+            println!("  node {:<5} {:<22} {:<15} {}  connections {}", p.node_id, p.address, p.state, seen, p.imports);
+        }
+    }
     println!("\nclients ({}{})", st.totals.clients.saturating_sub(1), more(st.clients.len(), st.totals.clients));
     for c in clients {
         println!("  #{:<5} pid {:<7} uid {:<6} {}", c.client, c.pid, c.uid, c.name);

@@ -268,6 +268,8 @@ fn link_dropped_and_back_keeps_connections() {
     let w = start_writers(&c, 2, 1, 0x7a40, STORES, &[]);
     c.cut_link(2);
     c.wait_peer(1, 2, "\"link down\"", Duration::from_secs(60), |s| s == Some("link down"));
+    let text = c.status_text(1);
+    assert!(text.lines().any(|l| l.contains("node 2") && l.contains("link down")), "vsci status does not show the link down:\n{text}");
     c.restore_link(2);
     c.wait_peer(1, 2, "\"up\" again", Duration::from_secs(60), |s| s == Some("up"));
     c.wait_peer(2, 1, "\"up\" again", Duration::from_secs(60), |s| s == Some("up"));

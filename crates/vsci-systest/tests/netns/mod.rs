@@ -344,6 +344,14 @@ impl Cluster {
             .unwrap_or_else(|e| panic!("vsci status --json of {} printed no JSON ({e}):\n{}", n.name, out.stdout))
     }
 
+    /// `vsci status` of member `id` as a person reads it (no `--json`).
+    pub fn status_text(&self, id: u32) -> String {
+        let n = self.node(id);
+        let out = run("vsci status", Command::new(built("bin/vsci")).arg("status").arg("--socket").arg(&n.socket).stdin(Stdio::null()), Duration::from_secs(60));
+        assert!(out.status.success(), "vsci status of {} failed:\n{}", n.name, out.describe());
+        out.stdout
+    }
+
     pub fn status(&self, id: u32) -> serde_json::Value {
         Cluster::status_of(self.node(id))
     }
