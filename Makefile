@@ -15,6 +15,10 @@ VERSION  := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 # settings and of a cluster file in $(PREFIX)/share/vsci.
 SYSTEMD_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
 SYSUSERS_DIR     ?= $(PREFIX)/lib/sysusers.d
+# Where `make install` puts the library and the CMake package, below
+# $(PREFIX) (the Debian packages use lib/<multiarch> and share/cmake/SISCI).
+LIBDIR           ?= lib
+CMAKEDIR         ?= lib/cmake/SISCI
 
 # `make install-dis`: libsisci and the headers in Dolphin's layout (see
 # scripts/install-dis.sh and README.md).
@@ -34,7 +38,7 @@ BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 TEST_PKGS := -p vsci-proto -p vscid -p vsci-client -p sisci -p vsci-cli -p vsci-fabric -p vsci-dirty -p vsci-vm -p vsci-fuzz -p vsci-devshare -p vsci-nbd -p vsci-lend -p vsci-systest
 C_COMMON := $(wildcard tests/c/common/*.h examples/common/*.h bench/common/*.h) $(HEADERS) $(DIS_HEADERS)
 
-.PHONY: all rust stage c test demo bench bench-report install install-dis uninstall-dis clean
+.PHONY: all rust stage c test demo bench bench-report install install-dis uninstall-dis deb clean
 
 all: c
 
@@ -108,13 +112,13 @@ bench-report: all
 	$(BUILD)/bin/vsci bench --paths local,remote,reflective,guest,guest-host,guest-guest,guest-remote --report docs
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/dis
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/$(LIBDIR) $(DESTDIR)$(PREFIX)/include/dis
 	install -m 0755 $(BUILD)/bin/vscid $(BUILD)/bin/vsci $(DESTDIR)$(PREFIX)/bin/
-	install -m 0755 $(BUILD)/lib/libsisci.so $(DESTDIR)$(PREFIX)/lib/
-	install -m 0644 $(BUILD)/lib/libsisci.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 0755 $(BUILD)/lib/libsisci.so $(DESTDIR)$(PREFIX)/$(LIBDIR)/
+	install -m 0644 $(BUILD)/lib/libsisci.a $(DESTDIR)$(PREFIX)/$(LIBDIR)/
 	install -m 0644 $(HEADERS) $(DESTDIR)$(PREFIX)/include/
 	install -m 0644 $(DIS_HEADERS) $(DESTDIR)$(PREFIX)/include/dis/
-	scripts/sisci-dev-files.sh "$(DESTDIR)" $(PREFIX) lib lib/cmake/SISCI $(VERSION)
+	scripts/sisci-dev-files.sh "$(DESTDIR)" $(PREFIX) $(LIBDIR) $(CMAKEDIR) $(VERSION)
 	install -d $(DESTDIR)$(SYSTEMD_UNIT_DIR) $(DESTDIR)$(SYSUSERS_DIR) $(DESTDIR)$(PREFIX)/share/vsci $(DESTDIR)$(PREFIX)/share/doc/vsci
 	sed 's|@PREFIX@|$(PREFIX)|g' dist/vscid.service.in > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/vscid.service
 	chmod 0644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/vscid.service
@@ -131,6 +135,15 @@ install: all
 install-dis uninstall-dis:
 	BUILD='$(BUILD)' DESTDIR='$(DESTDIR)' DIS_PREFIX='$(DIS_PREFIX)' LDSO_CONF='$(LDSO_CONF)' \
 	    FORCE='$(FORCE)' VERSION='$(VERSION)' scripts/install-dis.sh $(patsubst %-dis,%,$@)
+
+# Debian packages (docs/packages.md): vsci (the node), libsisci, libsisci-dev
+# and vsci-dis (Dolphin's /opt/DIS layout) in $(DEB_OUT), from a
+# `make install DESTDIR=...` with PREFIX=/usr.  Like install-dis, the script
+# builds nothing itself: `make -o all deb` packages what is built.
+DEB_OUT ?= $(BUILD)/deb
+
+deb: all
+	BUILD='$(BUILD)' VERSION='$(VERSION)' DEB_OUT='$(DEB_OUT)' scripts/build-debs.sh
 
 clean:
 	rm -rf $(BUILD)

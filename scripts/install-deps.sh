@@ -18,7 +18,11 @@ PKGS=(build-essential pkg-config make gcc libc6-dev curl ca-certificates iproute
       # tools, and the benchmarks compare it with nbdkit / nbd-server under fio
       qemu-utils libnbd-bin nbdkit nbd-server fio
       # the kernel's NBD client (nbd-client), run in a guest whose kernel has nbd
-      nbd-client)
+      nbd-client
+      # make deb: man pages from --help (dpkg-dev, for dpkg-shlibdeps and
+      # dpkg-gencontrol, comes with build-essential); the packages test runs
+      # lintian on them
+      help2man dpkg-dev lintian)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -24,8 +24,17 @@ case "$cmakedir" in
 esac
 src=$(cd "$(dirname "$0")/.." && pwd)
 
+# sisci.pc gives programs an rpath to the library, except where the loader
+# looks anyway (/usr/lib/<multiarch> of the Debian packages, /usr/lib, /lib):
+# an rpath to a system directory only gets in the way of the distribution's
+# tools (lintian's custom-library-search-path on the programs built with it).
+rpath=(-e "s|@RPATH@|-Wl,-rpath,\${libdir} |")
+case "$prefix/$libdir" in
+    /usr/lib|/lib|/usr/lib64|/lib64|/usr/lib/*-linux-gnu*|/lib/*-linux-gnu*) rpath=(-e "s|@RPATH@||") ;;
+esac
+
 subst() {
-    sed -e "s|@PREFIX@|$prefix|g" -e "s|@LIBDIR@|$libdir|g" -e "s|@VERSION@|$version|g" "$1" > "$2.tmp"
+    sed -e "s|@PREFIX@|$prefix|g" -e "s|@LIBDIR@|$libdir|g" -e "s|@VERSION@|$version|g" "${rpath[@]}" "$1" > "$2.tmp"
     chmod 0644 "$2.tmp"
     mv "$2.tmp" "$2"
     echo "$2"

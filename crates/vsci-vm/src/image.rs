@@ -202,14 +202,17 @@ fn base_libs() -> Result<Vec<PathBuf>> {
 }
 
 /// The libsisci the image carries: `$VSCI_LIBSISCI` (empty: none), else the
-/// one installed next to this program (`BIN/../lib/libsisci.so`), if any.
+/// one installed next to this program (`BIN/../lib/libsisci.so` as `make
+/// install` puts it, or `BIN/../lib/<multiarch>/libsisci.so` as the Debian
+/// package libsisci does), if any.
 pub fn libsisci() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("VSCI_LIBSISCI") {
         return (!p.is_empty()).then(|| PathBuf::from(p)).filter(|p| p.is_file());
     }
     let exe = std::env::current_exe().ok()?;
-    let p = exe.parent()?.join("../lib/libsisci.so");
-    p.is_file().then_some(p)
+    let bin = exe.parent()?;
+    let multiarch = format!("../lib/{}-linux-gnu/libsisci.so", std::env::consts::ARCH);
+    ["../lib/libsisci.so", multiarch.as_str()].iter().map(|p| bin.join(p)).find(|p| p.is_file())
 }
 
 fn hex(d: &[u8]) -> String {
