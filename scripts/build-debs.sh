@@ -165,7 +165,7 @@ gzip -9n "$mandir/man1/vsci.1" "$mandir/man8/vscid.8"
 
 # 5. Every package's documentation directory: copyright and changelog.
 date=$(date -u -R -d "@$SOURCE_DATE_EPOCH")
-first=$(git -C "$src" log --reverse --format=%ad --date=format:%Y 2>/dev/null | sed -n 1p)
+first=$( (git -C "$src" log --reverse --format=%ad --date=format:%Y 2>/dev/null || true) | sed -n 1p)
 last=$(date -u +%Y -d "@$SOURCE_DATE_EPOCH")
 years=${first:-$last}
 if [ "$years" != "$last" ]; then years="$years-$last"; fi
