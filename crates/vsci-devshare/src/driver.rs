@@ -208,21 +208,15 @@ pub fn run(o: DriverOptions, stop: Arc<AtomicBool>) -> Result<DriverStats> {
             } else {
                 let n = (d.len as usize).min(BUF);
                 match vm.cfg.mode {
-                    Mode::ZeroCopy => {
-                        let p = vm.mem.ptr(lay.rx_buf(rx_clean), n)?;
-                        // SAFETY: the device wrote this buffer and set DD
-                        // before we read it (acquire above); until we post
-                        // it again nothing writes it.
-                        let s = unsafe { std::slice::from_raw_parts(p, n) };
-                        tap.send(s)?;
-                    }
+                    // The device wrote this buffer and set DD before we
+                    // read it (acquire above); the buffers are VM memory
+                    // other parties can write, so read as volatile.
+                    Mode::ZeroCopy => tap.send_volatile(&vm.mem.slice(lay.rx_buf(rx_clean), n)?)?,
                     Mode::Bounce => {
                         vm.mem.read(lay.rx_buf(rx_clean), &mut frame[..n])?;
                         vm.mem.write(lay.private_rx(rx_clean), &frame[..n])?;
                         st.copies += 1;
-                        let p = vm.mem.ptr(lay.private_rx(rx_clean), n)?;
-                        // SAFETY: our private buffer, written just above.
-                        tap.send(unsafe { std::slice::from_raw_parts(p, n) })?;
+                        tap.send_volatile(&vm.mem.slice(lay.private_rx(rx_clean), n)?)?;
                     }
                 }
                 st.rx += 1;
@@ -244,40 +238,34 @@ pub fn run(o: DriverOptions, stop: Arc<AtomicBool>) -> Result<DriverStats> {
         let mut posted = false;
         while tx_tail.wrapping_sub(tx_clean) < RING {
             let (slot, n) = match vm.cfg.mode {
-                Mode::ZeroCopy => {
-                    let p = vm.mem.ptr(lay.tx_buf(tx_tail), BUF)?;
-                    // SAFETY: this slot's buffer is ours until its
-                    // descriptor is posted (the device finished it: DD).
-                    let s = unsafe { std::slice::from_raw_parts_mut(p, BUF) };
-                    match tap.recv(s)? {
-                        Some(n) => (lay.tx_buf(tx_tail), n),
-                        None => break,
+                // This slot's buffer is ours until its descriptor is posted
+                // (the device finished it: DD), but VM memory all the same.
+                Mode::ZeroCopy => match tap.recv_volatile(&vm.mem.slice(lay.tx_buf(tx_tail), BUF)?)? {
+                    Some(n) => (lay.tx_buf(tx_tail), n),
+                    None => break,
+                },
+                Mode::Bounce => match tap.recv_volatile(&vm.mem.slice(lay.private_tx(tx_tail), BUF)?)? {
+                    Some(n) => {
+                        vm.mem.read(lay.private_tx(tx_tail), &mut frame[..n])?;
+                        vm.mem.write(lay.tx_buf(tx_tail), &frame[..n])?;
+                        st.copies += 1;
+                        (lay.tx_buf(tx_tail), n)
                     }
-                }
-                Mode::Bounce => {
-                    let p = vm.mem.ptr(lay.private_tx(tx_tail), BUF)?;
-                    // SAFETY: a private buffer of ours, outside the window.
-                    let s = unsafe { std::slice::from_raw_parts_mut(p, BUF) };
-                    match tap.recv(s)? {
-                        Some(n) => {
-                            vm.mem.read(lay.private_tx(tx_tail), &mut frame[..n])?;
-                            vm.mem.write(lay.tx_buf(tx_tail), &frame[..n])?;
-                            st.copies += 1;
-                            (lay.tx_buf(tx_tail), n)
-                        }
-                        None => break,
-                    }
-                }
+                    None => break,
+                },
             };
             let d = Desc { addr: slot, len: n as u32, status: 0 };
             vm.set_desc(lay.tx_ring, tx_tail, d);
             // Each descriptor is also pushed to the device (regs::TX_PUSH),
-            // a small frame with its bytes, so the device reads nothing back
-            // for it across the fabric.
-            let p = vm.mem.ptr(slot, n)?;
-            // SAFETY: the frame just stored in this slot's buffer, which is
-            // ours until the device sets DD.
-            regs::push_frame(d, unsafe { std::slice::from_raw_parts(p, n) }, &mut w);
+            // a small frame with its bytes (copied out of the buffer), so
+            // the device reads nothing back for it across the fabric.
+            if n <= regs::INLINE_MAX {
+                let mut small = [0u8; regs::INLINE_MAX];
+                vm.mem.read(slot, &mut small[..n])?;
+                regs::push_frame(d, &small[..n], &mut w);
+            } else {
+                w.push((regs::TX_PUSH, regs::push(d, false)));
+            }
             tx_tail = tx_tail.wrapping_add(1);
             st.tx += 1;
             posted = true;

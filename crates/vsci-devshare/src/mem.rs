@@ -6,16 +6,20 @@ use std::os::fd::BorrowedFd;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
+use vm_memory::VolatileSlice;
 use vsci_client::{PostedDma, RemoteInterrupt, RemoteSegment, SciError};
 
-/// A shared mapping of a memfd, unmapped on drop.
+/// A shared mapping of a memfd, unmapped on drop. Other parties write the
+/// memory at any time (the device's engine, the hypervisor, the VM), so it
+/// is reached only through [`VolatileSlice`]s ([`slice`](Self::slice)),
+/// never as a Rust slice, whose bytes the compiler may assume unchanging.
 pub struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
 }
 
 // SAFETY: the mapping is plain shared memory; every access goes through
-// raw copies whose bounds are checked, and concurrent access to shared
+// volatile slices whose bounds are checked, and concurrent access to shared
 // memory is what it is for (the other side is another process anyway).
 unsafe impl Send for Mapping {}
 // SAFETY: as above; no method hands out references into the memory.
@@ -48,18 +52,21 @@ impl Mapping {
         Ok(o)
     }
 
+    /// The mapped bytes `[off, off + n)`.
+    pub fn slice(&self, off: u64, n: usize) -> Result<VolatileSlice<'_>, SciError> {
+        let o = self.check(off, n)?;
+        // SAFETY: in bounds of our mapping (checked), which stays mapped
+        // while `self` is borrowed; nothing makes Rust references to it.
+        Ok(unsafe { VolatileSlice::new(self.ptr.as_ptr().add(o), n) })
+    }
+
     pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), SciError> {
-        let o = self.check(off, buf.len())?;
-        // SAFETY: bounds checked; source is our live mapping, destination a
-        // distinct Rust buffer.
-        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(o), buf.as_mut_ptr(), buf.len()) };
+        self.slice(off, buf.len())?.copy_to(buf);
         Ok(())
     }
 
     pub fn write(&self, off: u64, data: &[u8]) -> Result<(), SciError> {
-        let o = self.check(off, data.len())?;
-        // SAFETY: bounds checked; destination is our live writable mapping.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.ptr.as_ptr().add(o), data.len()) };
+        self.slice(off, data.len())?.copy_from(data);
         Ok(())
     }
 
@@ -74,14 +81,6 @@ impl Mapping {
 
     pub fn set_desc(&self, ring: u64, len: u32, idx: u32, d: crate::regs::Desc) {
         self.write(ring + u64::from(idx % len) * crate::regs::DESC as u64, &d.encode()).expect("rings lie inside the mapping");
-    }
-
-    /// The mapped bytes `[off, off + n)` as a raw pointer (for a driver that
-    /// hands its own buffers to a system call without copying them).
-    pub fn ptr(&self, off: u64, n: usize) -> Result<*mut u8, SciError> {
-        let o = self.check(off, n)?;
-        // SAFETY: in bounds of the mapping.
-        Ok(unsafe { self.ptr.as_ptr().add(o) })
     }
 }
 
@@ -217,5 +216,27 @@ impl VmMemory {
                 Err(e)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mapping_is_reached_through_bounds_checked_volatile_slices() {
+        let fd = nix::sys::memfd::memfd_create(c"vsci-mem-test", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC).unwrap();
+        nix::unistd::ftruncate(&fd, 8192).unwrap();
+        let m = Mapping::new(std::os::fd::AsFd::as_fd(&fd), 8192).unwrap();
+        m.write(4090, b"abcdef").unwrap();
+        let mut b = [0u8; 6];
+        assert_eq!(m.slice(4090, 6).unwrap().copy_to(&mut b), 6);
+        assert_eq!(&b, b"abcdef");
+        m.slice(8191, 1).unwrap().copy_from(b"z");
+        m.read(8191, &mut b[..1]).unwrap();
+        assert_eq!(b[0], b'z');
+        assert_eq!(m.slice(8190, 3).unwrap_err(), SciError::OutOfRange);
+        assert_eq!(m.read(u64::MAX, &mut b).unwrap_err(), SciError::OutOfRange);
+        assert_eq!(m.write(8192, b"x").unwrap_err(), SciError::OutOfRange);
     }
 }

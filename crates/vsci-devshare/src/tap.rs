@@ -4,6 +4,7 @@
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use anyhow::{Context as _, Result};
+use vm_memory::VolatileSlice;
 
 const IFF_TAP: libc::c_short = 0x0002;
 const IFF_NO_PI: libc::c_short = 0x1000;
@@ -41,8 +42,19 @@ impl Tap {
 
     /// One frame into `buf`; Ok(None) when none is waiting (nonblocking).
     pub fn recv(&self, buf: &mut [u8]) -> Result<Option<usize>> {
-        match nix::unistd::read(self.fd.as_raw_fd(), buf) {
-            Ok(n) => Ok(Some(n)),
+        self.recv_volatile(&VolatileSlice::from(buf))
+    }
+
+    /// One frame into memory another party may write too (a VM's buffer,
+    /// which its device reads): never a Rust slice.
+    pub fn recv_volatile(&self, buf: &VolatileSlice<'_>) -> Result<Option<usize>> {
+        let p = buf.ptr_guard_mut();
+        // SAFETY: read(2) writes at most `buf.len()` bytes at the slice's
+        // address, all of which the VolatileSlice covers; no Rust reference
+        // to them exists.
+        let r = unsafe { libc::read(self.fd.as_raw_fd(), p.as_ptr().cast(), buf.len()) };
+        match nix::errno::Errno::result(r) {
+            Ok(n) => Ok(Some(n as usize)),
             Err(nix::errno::Errno::EAGAIN) => Ok(None),
             Err(nix::errno::Errno::EINTR) => Ok(None),
             Err(e) => Err(e).context("read from the TAP"),
@@ -51,13 +63,16 @@ impl Tap {
 
     /// Send one frame. A full queue drops it, as a wire would.
     pub fn send(&self, frame: &[u8]) -> Result<()> {
-        match nix::unistd::write(&self.fd, frame) {
-            Ok(_) | Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::ENOBUFS) => Ok(()),
-            // The interface is down (EIO): frames are dropped, as by a NIC
-            // whose link is down.
-            Err(nix::errno::Errno::EIO) => Ok(()),
-            Err(e) => Err(e).context("write to the TAP"),
-        }
+        sent(nix::unistd::write(&self.fd, frame))
+    }
+
+    /// [`send`](Self::send) from memory another party may write too.
+    pub fn send_volatile(&self, frame: &VolatileSlice<'_>) -> Result<()> {
+        let p = frame.ptr_guard();
+        // SAFETY: write(2) reads `frame.len()` bytes at the slice's
+        // address, all of which the VolatileSlice covers.
+        let r = unsafe { libc::write(self.fd.as_raw_fd(), p.as_ptr().cast(), frame.len()) };
+        sent(nix::errno::Errno::result(r).map(|n| n as usize))
     }
 
     pub fn set_nonblocking(&self, on: bool) -> Result<()> {
@@ -72,6 +87,17 @@ impl Tap {
     pub fn wait_readable(&self, ms: u16) -> bool {
         let mut p = [nix::poll::PollFd::new(self.fd.as_fd(), nix::poll::PollFlags::POLLIN)];
         matches!(nix::poll::poll(&mut p, nix::poll::PollTimeout::from(ms)), Ok(n) if n > 0)
+    }
+}
+
+/// A frame's send: a full queue drops it, as a wire would.
+fn sent(r: nix::Result<usize>) -> Result<()> {
+    match r {
+        Ok(_) | Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::ENOBUFS) => Ok(()),
+        // The interface is down (EIO): frames are dropped, as by a NIC
+        // whose link is down.
+        Err(nix::errno::Errno::EIO) => Ok(()),
+        Err(e) => Err(e).context("write to the TAP"),
     }
 }
 
