@@ -22,7 +22,10 @@ PKGS=(build-essential pkg-config make gcc libc6-dev curl ca-certificates iproute
       # make deb: man pages from --help (dpkg-dev, for dpkg-shlibdeps and
       # dpkg-gencontrol, comes with build-essential); the packages test runs
       # lintian on them
-      help2man dpkg-dev lintian)
+      help2man dpkg-dev lintian
+      # the Python binding (python/): cffi over libsisci, numpy for zero-copy
+      # arrays, pytest for its tests, venv + pip for the `pip install ./python` test
+      python3 python3-cffi python3-numpy python3-pytest python3-venv python3-pip)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
