@@ -10,41 +10,41 @@ use vsci_client::{DmaChannel, DmaEntry, DmaLocal, QueueState, SciError, Transfer
 use crate::handles::{self, Obj};
 use crate::{as_handle, check_adapter, check_flags, guard, h, out, report, set, Handle, SciErr, FLAG_USE_CALLBACK};
 
-const FLAG_DMA_WAIT: c_uint = 0x4;
-const FLAG_DMA_POST: c_uint = 0x8;
-const FLAG_DMA_READ: c_uint = 0x10;
-const FLAG_DMA_PHDMA: c_uint = 0x20;
-const FLAG_DMA_RESET: c_uint = 0x1000;
+pub(crate) const FLAG_DMA_WAIT: c_uint = 0x4;
+pub(crate) const FLAG_DMA_POST: c_uint = 0x8;
+pub(crate) const FLAG_DMA_READ: c_uint = 0x10;
+pub(crate) const FLAG_DMA_PHDMA: c_uint = 0x20;
+pub(crate) const FLAG_DMA_RESET: c_uint = 0x1000;
 /// `SCI_FLAG_FORCE_REMOVE` (same bit as `SCI_FLAG_DMA_PHDMA`, which only
 /// `SCICreateDMAQueue` takes).
-const FLAG_FORCE_REMOVE: c_uint = 0x20;
-const FLAG_DMA_CHANNEL_SHARED: c_uint = 0x1;
+pub(crate) const FLAG_FORCE_REMOVE: c_uint = 0x20;
+pub(crate) const FLAG_DMA_CHANNEL_SHARED: c_uint = 0x1;
 /// Reflective memory (broadcast) DMA and its unicast fallback
 /// (`SCI_FLAG_BROADCAST`, `SCI_FLAG_ALLOW_UNICAST`): a transfer to a group
 /// connection writes every member whatever the flags say, and one to a
 /// single node's segment is unicast, which both flags allow.
-const DMA_BROADCAST_FLAGS: c_uint = 0x4_0000 | 0x80;
+pub(crate) const DMA_BROADCAST_FLAGS: c_uint = 0x4_0000 | 0x80;
 /// `SCI_DMA_TYPE_DONTCARE` .. `SCI_DMA_TYPE_TRANSPARENT`.
-const DMA_TYPES: std::ops::RangeInclusive<c_uint> = 1..=5;
-const DMA_CHANNEL_ID_DONTCARE: c_uint = 0xFFFF_FFFF;
+pub(crate) const DMA_TYPES: std::ops::RangeInclusive<c_uint> = 1..=5;
+pub(crate) const DMA_CHANNEL_ID_DONTCARE: c_uint = 0xFFFF_FFFF;
 /// Which hardware engine to use (`SCI_FLAG_DMA_GLOBAL`, `_SYSDMA`,
 /// `_ADAPTER`): vsci has one engine, so these are accepted and change
 /// nothing.
-const DMA_ENGINE_HINTS: c_uint = 0x40 | 0x100 | 0x800;
+pub(crate) const DMA_ENGINE_HINTS: c_uint = 0x40 | 0x100 | 0x800;
 /// `SCI_FLAG_DMA_USER_MEM`, `SCI_FLAG_LOCK_USER_MEM`: hints about program
 /// memory; it needs no pinning here.
-const DMA_USER_MEM_HINTS: c_uint = 0x200 | 0x400;
+pub(crate) const DMA_USER_MEM_HINTS: c_uint = 0x200 | 0x400;
 
 type CbDma = unsafe extern "C" fn(*mut c_void, Handle, SciErr) -> c_uint;
 
 /// `dis_dma_vec_t`.
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct DisDmaVec {
-    size: usize,
-    local_offset: usize,
-    remote_offset: usize,
-    flags: c_uint,
+pub(crate) struct DisDmaVec {
+    pub(crate) size: usize,
+    pub(crate) local_offset: usize,
+    pub(crate) remote_offset: usize,
+    pub(crate) flags: c_uint,
 }
 
 #[no_mangle]

@@ -120,12 +120,18 @@ forward! {
 }
 
 macro_rules! constants {
-    ($( $name:ident = $v:expr; )*) => { $(
-        const _: () = {
-            #[export_name = concat!("_SISCI_PUBLIC_CONST_", stringify!($name))]
-            pub static C: c_uint = $v;
-        };
-    )* };
+    ($( $name:ident = $v:expr; )*) => {
+        $(
+            const _: () = {
+                #[export_name = concat!("_SISCI_PUBLIC_CONST_", stringify!($name))]
+                pub static C: c_uint = $v;
+            };
+        )*
+        /// Every exported constant by its header name (c_headers.rs
+        /// checks them against sisci_types.h).
+        #[cfg(test)]
+        pub(crate) const EXPORTED: &[(&str, c_uint)] = &[$((stringify!($name), $v)),*];
+    };
 }
 
 constants! {

@@ -8,6 +8,8 @@
 
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
+#[cfg(test)]
+mod c_headers;
 mod dma;
 #[allow(unused_imports)]
 pub(crate) use dma::*;
@@ -30,7 +32,8 @@ use vsci_client::{Client, IntrKind, Map, MapFlags, MapTarget, SciError, SegEvent
 type SciErr = c_uint;
 type Handle = *mut c_void;
 
-// Flag values, as in sisci_types.h.
+// Flag values, as in sisci_types.h (c_headers.rs checks every value here,
+// in dma.rs and in dolphin_abi.rs against the headers).
 const FLAG_USE_CALLBACK: c_uint = 0x1;
 const FLAG_EMPTY: c_uint = 0x2;
 const FLAG_PRIVATE: c_uint = 0x4;
@@ -90,6 +93,28 @@ const Q_LOCAL_SEGMENT: c_uint = 5;
 const Q_REMOTE_SEGMENT: c_uint = 6;
 const Q_MAP: c_uint = 7;
 const Q_MAP_MAPPED_TO_LOCAL_TARGET: c_uint = 0x500;
+const Q_ADAPTER_DMA_SIZE_ALIGNMENT: c_uint = 0x100;
+const Q_ADAPTER_DMA_OFFSET_ALIGNMENT: c_uint = 0x101;
+const Q_ADAPTER_DMA_MTU: c_uint = 0x102;
+const Q_ADAPTER_SUGGESTED_MIN_DMA_SIZE: c_uint = 0x103;
+const Q_ADAPTER_SUGGESTED_MIN_BLOCK_SIZE: c_uint = 0x104;
+const Q_ADAPTER_NODEID: c_uint = 0x105;
+const Q_ADAPTER_SERIAL_NUMBER: c_uint = 0x106;
+const Q_ADAPTER_CARD_TYPE: c_uint = 0x107;
+const Q_ADAPTER_NUMBER_OF_STREAMS: c_uint = 0x108;
+const Q_ADAPTER_STREAM_BUFFER_SIZE: c_uint = 0x109;
+const Q_ADAPTER_CONFIGURED: c_uint = 0x10A;
+const Q_ADAPTER_LINK_OPERATIONAL: c_uint = 0x10B;
+const Q_ADAPTER_HW_LINK_STATUS_IS_OK: c_uint = 0x10C;
+const Q_ADAPTER_NUMBER: c_uint = 0x10D;
+const Q_ADAPTER_INSTANCE_NUMBER: c_uint = 0x10E;
+const Q_ADAPTER_FIRMWARE_OK: c_uint = 0x10F;
+const Q_ADAPTER_CONNECTED_TO_SWITCH: c_uint = 0x110;
+const Q_ADAPTER_ATT_PAGE_SIZE: c_uint = 0x111;
+const Q_ADAPTER_DMA_AVAILABLE: c_uint = 0x114;
+const Q_SYSTEM_HOSTBRIDGE: c_uint = 0x200;
+const Q_SYSTEM_WRITE_POSTING_ENABLED: c_uint = 0x201;
+const Q_SYSTEM_WRITE_COMBINING_ENABLED: c_uint = 0x202;
 const ADAPTER_CARD_TYPE_VSCI: c_uint = 0x7653;
 
 type CbLocalSeg = Option<unsafe extern "C" fn(*mut c_void, Handle, c_uint, c_uint, c_uint, SciErr) -> c_uint>;
@@ -415,19 +440,20 @@ pub unsafe extern "C" fn SCIQuery(command: c_uint, data: *mut c_void, flags: c_u
                     let qa = q.read_unaligned();
                     check_adapter(qa.local_adapter_no)?;
                     let value: c_uint = match qa.subcommand {
-                        0x100 | 0x101 => vsci_client::DMA_ALIGN as c_uint, // DMA size / offset alignment: none
-                        0x102 => 1 << 20,           // DMA MTU
-                        0x103 | 0x104 => 4096,      // suggested min DMA / block size
-                        0x105 => local_node_id()?,  // NODEID
-                        0x106 => 0x7653_0000 | local_node_id()?, // SERIAL_NUMBER
-                        0x107 => ADAPTER_CARD_TYPE_VSCI,
-                        0x108 => 1,                 // NUMBER_OF_STREAMS
-                        0x109 => 4096,              // STREAM_BUFFER_SIZE
-                        0x10A | 0x10B | 0x10C | 0x10F => 1, // CONFIGURED, LINK_OPERATIONAL, HW_LINK_STATUS_IS_OK, FIRMWARE_OK
-                        0x10D | 0x10E => 0,         // adapter NUMBER / INSTANCE_NUMBER
-                        0x110 => 0,                 // CONNECTED_TO_SWITCH
-                        0x111 => 4096,              // ATT_PAGE_SIZE
-                        0x114 => 1,                 // DMA_AVAILABLE
+                        // No alignment needed.
+                        Q_ADAPTER_DMA_SIZE_ALIGNMENT | Q_ADAPTER_DMA_OFFSET_ALIGNMENT => vsci_client::DMA_ALIGN as c_uint,
+                        Q_ADAPTER_DMA_MTU => 1 << 20,
+                        Q_ADAPTER_SUGGESTED_MIN_DMA_SIZE | Q_ADAPTER_SUGGESTED_MIN_BLOCK_SIZE => 4096,
+                        Q_ADAPTER_NODEID => local_node_id()?,
+                        Q_ADAPTER_SERIAL_NUMBER => 0x7653_0000 | local_node_id()?,
+                        Q_ADAPTER_CARD_TYPE => ADAPTER_CARD_TYPE_VSCI,
+                        Q_ADAPTER_NUMBER_OF_STREAMS => 1,
+                        Q_ADAPTER_STREAM_BUFFER_SIZE => 4096,
+                        Q_ADAPTER_CONFIGURED | Q_ADAPTER_LINK_OPERATIONAL | Q_ADAPTER_HW_LINK_STATUS_IS_OK | Q_ADAPTER_FIRMWARE_OK => 1,
+                        Q_ADAPTER_NUMBER | Q_ADAPTER_INSTANCE_NUMBER => 0,
+                        Q_ADAPTER_CONNECTED_TO_SWITCH => 0,
+                        Q_ADAPTER_ATT_PAGE_SIZE => 4096,
+                        Q_ADAPTER_DMA_AVAILABLE => 1,
                         _ => return Err(SciError::IllegalQuery),
                     };
                     out(qa.data.cast::<c_uint>(), value)
@@ -439,8 +465,9 @@ pub unsafe extern "C" fn SCIQuery(command: c_uint, data: *mut c_void, flags: c_u
                     }
                     let qs = q.read_unaligned();
                     let value: c_uint = match qs.subcommand {
-                        0x200 => 1,         // HOSTBRIDGE: unknown
-                        0x201 | 0x202 => 1, // write posting / combining: stores are posted
+                        Q_SYSTEM_HOSTBRIDGE => 1, // unknown
+                        // Stores are posted.
+                        Q_SYSTEM_WRITE_POSTING_ENABLED | Q_SYSTEM_WRITE_COMBINING_ENABLED => 1,
                         _ => return Err(SciError::IllegalQuery),
                     };
                     out(qs.data.cast::<c_uint>(), value)

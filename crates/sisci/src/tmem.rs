@@ -58,16 +58,16 @@ fn pool_id(pool: c_int) -> Result<u32, SciError> {
 /// `vsci_tmem_stats_t`, as laid out in vsci_tmem.h.
 #[repr(C)]
 pub struct TmemStats {
-    puts: c_ulonglong,
-    puts_refused: c_ulonglong,
-    gets: c_ulonglong,
-    hits: c_ulonglong,
-    misses: c_ulonglong,
-    evictions: c_ulonglong,
-    transfer_errors: c_ulonglong,
-    pages_used: c_ulonglong,
-    pages_lost: c_ulonglong,
-    capacity_pages: c_ulonglong,
+    pub(crate) puts: c_ulonglong,
+    pub(crate) puts_refused: c_ulonglong,
+    pub(crate) gets: c_ulonglong,
+    pub(crate) hits: c_ulonglong,
+    pub(crate) misses: c_ulonglong,
+    pub(crate) evictions: c_ulonglong,
+    pub(crate) transfer_errors: c_ulonglong,
+    pub(crate) pages_used: c_ulonglong,
+    pub(crate) pages_lost: c_ulonglong,
+    pub(crate) capacity_pages: c_ulonglong,
 }
 
 #[no_mangle]

@@ -147,11 +147,21 @@ struct VsciInfo {
     pci_address: [u8; 32],
 }
 
-nix::ioctl_read!(ioc_info, b'v', 0x80, VsciInfo);
-nix::ioctl_write_ptr!(ioc_ring, b'v', 0x81, VsciRing);
-nix::ioctl_read!(ioc_session, b'v', 0x83, VsciSession);
-nix::ioctl_write_ptr!(ioc_bind_vector, b'v', 0x84, u32);
-nix::ioctl_write_ptr!(ioc_bind_doorbell, b'v', 0x85, VsciRing);
+// VSCI_IOC_MAGIC and the ioctls' numbers (the tests below check the
+// request codes, the structures and vsci_proto::guest's layout constants
+// against the header).
+const IOC_MAGIC: u8 = b'v';
+const IOC_INFO: u8 = 0x80;
+const IOC_RING: u8 = 0x81;
+const IOC_SESSION: u8 = 0x83;
+const IOC_BIND_VECTOR: u8 = 0x84;
+const IOC_BIND_DOORBELL: u8 = 0x85;
+
+nix::ioctl_read!(ioc_info, IOC_MAGIC, IOC_INFO, VsciInfo);
+nix::ioctl_write_ptr!(ioc_ring, IOC_MAGIC, IOC_RING, VsciRing);
+nix::ioctl_read!(ioc_session, IOC_MAGIC, IOC_SESSION, VsciSession);
+nix::ioctl_write_ptr!(ioc_bind_vector, IOC_MAGIC, IOC_BIND_VECTOR, u32);
+nix::ioctl_write_ptr!(ioc_bind_doorbell, IOC_MAGIC, IOC_BIND_DOORBELL, VsciRing);
 
 fn open_ctl() -> std::io::Result<File> {
     OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC).open(CTL_DEVICE)
@@ -352,5 +362,55 @@ fn attach(a: Attachment) -> std::io::Result<OwnedFd> {
             unsafe { ioc_bind_doorbell(f.as_raw_fd(), &r) }?;
             Ok(f.into())
         }
+    }
+}
+
+#[cfg(test)]
+mod c_header {
+    use std::mem::{offset_of, size_of};
+
+    use super::*;
+
+    /// The ioctls and structures above, and vsci_proto::guest's control
+    /// region layout, as guest/driver/vsci_guest.h defines them.
+    #[test]
+    fn ioctls_structures_and_layout_match_vsci_guest_h() {
+        let owned: Vec<(String, u64)> = vec![
+            ("VSCI_IOC_INFO".into(), nix::request_code_read!(IOC_MAGIC, IOC_INFO, size_of::<VsciInfo>()) as u64),
+            ("VSCI_IOC_RING".into(), nix::request_code_write!(IOC_MAGIC, IOC_RING, size_of::<VsciRing>()) as u64),
+            ("VSCI_IOC_SESSION".into(), nix::request_code_read!(IOC_MAGIC, IOC_SESSION, size_of::<VsciSession>()) as u64),
+            ("VSCI_IOC_BIND_VECTOR".into(), nix::request_code_write!(IOC_MAGIC, IOC_BIND_VECTOR, size_of::<u32>()) as u64),
+            ("VSCI_IOC_BIND_DOORBELL".into(), nix::request_code_write!(IOC_MAGIC, IOC_BIND_DOORBELL, size_of::<VsciRing>()) as u64),
+            ("sizeof(struct vsci_info)".into(), size_of::<VsciInfo>() as u64),
+            ("offsetof(struct vsci_info, kind)".into(), offset_of!(VsciInfo, kind) as u64),
+            ("offsetof(struct vsci_info, ivposition)".into(), offset_of!(VsciInfo, ivposition) as u64),
+            ("offsetof(struct vsci_info, vectors)".into(), offset_of!(VsciInfo, vectors) as u64),
+            ("offsetof(struct vsci_info, regs_mappable)".into(), offset_of!(VsciInfo, regs_mappable) as u64),
+            ("offsetof(struct vsci_info, regs_size)".into(), offset_of!(VsciInfo, regs_size) as u64),
+            ("offsetof(struct vsci_info, shm_size)".into(), offset_of!(VsciInfo, shm_size) as u64),
+            ("offsetof(struct vsci_info, pci_address)".into(), offset_of!(VsciInfo, pci_address) as u64),
+            ("sizeof(((struct vsci_info *)0)->pci_address)".into(), 32),
+            ("sizeof(struct vsci_ring)".into(), size_of::<VsciRing>() as u64),
+            ("offsetof(struct vsci_ring, peer)".into(), offset_of!(VsciRing, peer) as u64),
+            ("offsetof(struct vsci_ring, vector)".into(), offset_of!(VsciRing, vector) as u64),
+            ("sizeof(struct vsci_session)".into(), size_of::<VsciSession>() as u64),
+            ("offsetof(struct vsci_session, index)".into(), offset_of!(VsciSession, index) as u64),
+            ("offsetof(struct vsci_session, generation)".into(), offset_of!(VsciSession, generation) as u64),
+            ("offsetof(struct vsci_session, size)".into(), offset_of!(VsciSession, size) as u64),
+            ("VSCI_CTL_MAGIC".into(), u64::from(guest::MAGIC)),
+            ("VSCI_CTL_WINDOWS".into(), guest::WINDOWS_OFFSET as u64),
+            ("VSCI_CTL_MAX_WINDOWS".into(), guest::MAX_WINDOWS as u64),
+            ("VSCI_CTL_SESSIONS".into(), guest::SESSIONS_OFFSET as u64),
+            ("VSCI_CTL_MAX_SESSIONS".into(), guest::MAX_SESSIONS as u64),
+            ("VSCI_SESSION_SIZE".into(), guest::SESSION_SIZE as u64),
+            ("VSCI_CTL_SESSION_AREA(5)".into(), guest::session_offset(5) as u64),
+            (format!("VSCI_CTL_MIN_SIZE <= {}ULL", guest::REGION_SIZE), 1),
+            ("VSCI_SESSION_FREE".into(), u64::from(guest::SESSION_FREE)),
+            ("VSCI_SESSION_OPEN".into(), u64::from(guest::SESSION_OPEN)),
+            ("VSCI_SESSION_CLOSING".into(), u64::from(guest::SESSION_CLOSING)),
+            ("VSCI_CTL_VECTOR".into(), u64::from(guest::CTL_VECTOR)),
+        ];
+        let pairs: Vec<(&str, u64)> = owned.iter().map(|(e, v)| (e.as_str(), *v)).collect();
+        vsci_cprobe::check(&[vsci_cprobe::workspace().join("guest/driver")], &["vsci_guest.h"], &pairs);
     }
 }

@@ -239,7 +239,9 @@ impl Clock {
     }
 }
 
-/// The userfaultfd calls the extension makes (linux/userfaultfd.h).
+/// The userfaultfd calls the extension makes (linux/userfaultfd.h, which
+/// the test at the end of this module checks every number and structure
+/// against).
 mod uffd {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
@@ -412,6 +414,48 @@ mod uffd {
                 n as usize / std::mem::size_of::<Msg>()
             }
         }
+    }
+
+    /// Every number and structure above, as <linux/userfaultfd.h> has it.
+    #[cfg(test)]
+    #[test]
+    fn the_userfaultfd_abi_matches_the_kernel_header() {
+        use std::mem::{offset_of, size_of};
+        macro_rules! layout {
+            ($c:literal: $rust:ty { $($cf:literal => $rf:ident),* }) => {
+                [(concat!("sizeof(struct ", $c, ")"), size_of::<$rust>() as u64)]
+                    .into_iter()
+                    .chain([$((concat!("offsetof(struct ", $c, ", ", $cf, ")"), offset_of!($rust, $rf) as u64)),*])
+            };
+        }
+        let pairs: Vec<(&str, u64)> = [
+            ("UFFD_API", UFFD_API),
+            ("UFFD_USER_MODE_ONLY", UFFD_USER_MODE_ONLY as u64),
+            ("UFFD_EVENT_PAGEFAULT", u64::from(EVENT_PAGEFAULT)),
+            ("UFFD_PAGEFAULT_FLAG_WRITE", FLAG_WRITE),
+            ("UFFD_PAGEFAULT_FLAG_WP", FLAG_WP),
+            ("UFFDIO_REGISTER_MODE_MISSING", MODE_MISSING),
+            ("UFFDIO_REGISTER_MODE_WP", MODE_WP),
+            ("UFFDIO_COPY_MODE_WP", COPY_MODE_WP),
+            ("UFFDIO_WRITEPROTECT_MODE_WP", WRITEPROTECT_MODE_WP),
+            ("UFFDIO_API", API),
+            ("UFFDIO_REGISTER", REGISTER),
+            ("UFFDIO_WAKE", WAKE),
+            ("UFFDIO_COPY", COPY),
+            ("UFFDIO_ZEROPAGE", ZEROPAGE),
+            ("UFFDIO_WRITEPROTECT", WRITEPROTECT),
+            ("1ULL << _UFFDIO_WAKE | 1ULL << _UFFDIO_COPY | 1ULL << _UFFDIO_ZEROPAGE | 1ULL << _UFFDIO_WRITEPROTECT", NEEDED),
+        ]
+        .into_iter()
+        .chain(layout!("uffdio_api": Api { "api" => api, "features" => features, "ioctls" => ioctls }))
+        .chain(layout!("uffdio_range": Range { "start" => start, "len" => len }))
+        .chain(layout!("uffdio_register": Register { "range" => range, "mode" => mode, "ioctls" => ioctls }))
+        .chain(layout!("uffdio_copy": Copy { "dst" => dst, "src" => src, "len" => len, "mode" => mode, "copy" => copy }))
+        .chain(layout!("uffdio_zeropage": ZeroPage { "range" => range, "mode" => mode, "zeropage" => zeropage }))
+        .chain(layout!("uffdio_writeprotect": WriteProtect { "range" => range, "mode" => mode }))
+        .chain(layout!("uffd_msg": Msg { "event" => event, "arg.pagefault.flags" => flags, "arg.pagefault.address" => address, "arg.pagefault.feat.ptid" => _ptid }))
+        .collect();
+        vsci_cprobe::check(&[], &["sys/ioctl.h", "linux/userfaultfd.h"], &pairs);
     }
 }
 
