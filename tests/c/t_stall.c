@@ -33,6 +33,10 @@
  *       storing, the writer waits for SCI_CB_LOST, then SCIFlush must
  *       return and SCICheckSequence must not say SCI_SEQ_OK: "WRITER SAW
  *       LOST seq=Q err=E".
+ *   t_stall link NODE
+ *       prints what a program can ask about the links: "LINK operational=O
+ *       hw_ok=H probe=P err=E" (SCIQuery SCI_Q_ADAPTER_LINK_OPERATIONAL and
+ *       SCI_Q_ADAPTER_HW_LINK_STATUS_IS_OK, SCIProbeNode of NODE).
  */
 #include <signal.h>
 #include <stdatomic.h>
@@ -221,6 +225,28 @@ static unsigned int arg_u(char **argv, int i)
     return (unsigned int)strtoul(argv[i], NULL, 0);
 }
 
+static int link_state(unsigned int node)
+{
+    sci_error_t err;
+    unsigned int operational = 99, hw_ok = 99;
+    sci_query_adapter_t q;
+    sci_desc_t sd = open_sd(NULL);
+    q.localAdapterNo = 0;
+    q.subcommand = SCI_Q_ADAPTER_LINK_OPERATIONAL;
+    q.data = &operational;
+    SCIQuery(SCI_Q_ADAPTER, &q, NO_FLAGS, &err);
+    CHECK_EQ(err, SCI_ERR_OK);
+    q.subcommand = SCI_Q_ADAPTER_HW_LINK_STATUS_IS_OK;
+    q.data = &hw_ok;
+    SCIQuery(SCI_Q_ADAPTER, &q, NO_FLAGS, &err);
+    CHECK_EQ(err, SCI_ERR_OK);
+    int probe = SCIProbeNode(sd, 0, node, NO_FLAGS, &err);
+    printf("LINK operational=%u hw_ok=%u probe=%d err=%s\n", operational, hw_ok, probe,
+           SCIGetErrorString(err));
+    close_sd(sd);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -230,6 +256,9 @@ int main(int argc, char **argv)
         return writer(arg_u(argv, 2), arg_u(argv, 3), arg_u(argv, 4),
                       strcmp(argv[5], "noflush") != 0,
                       argc >= 7 && strcmp(argv[6], "expect-lost") == 0);
-    fprintf(stderr, "usage: t_stall owner SEG N | t_stall write NODE SEG N flush|noflush [expect-lost]\n");
+    if (argc >= 3 && strcmp(argv[1], "link") == 0)
+        return link_state(arg_u(argv, 2));
+    fprintf(stderr, "usage: t_stall owner SEG N | t_stall write NODE SEG N flush|noflush [expect-lost] | "
+                    "t_stall link NODE\n");
     return 2;
 }

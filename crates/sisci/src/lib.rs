@@ -449,7 +449,15 @@ pub unsafe extern "C" fn SCIQuery(command: c_uint, data: *mut c_void, flags: c_u
                         Q_ADAPTER_CARD_TYPE => ADAPTER_CARD_TYPE_VSCI,
                         Q_ADAPTER_NUMBER_OF_STREAMS => 1,
                         Q_ADAPTER_STREAM_BUFFER_SIZE => 4096,
-                        Q_ADAPTER_CONFIGURED | Q_ADAPTER_LINK_OPERATIONAL | Q_ADAPTER_HW_LINK_STATUS_IS_OK | Q_ADAPTER_FIRMWARE_OK => 1,
+                        Q_ADAPTER_CONFIGURED | Q_ADAPTER_FIRMWARE_OK => 1,
+                        // What a pulled cable changes: the node's links
+                        // (docs/cluster.md, "Failures").
+                        Q_ADAPTER_LINK_OPERATIONAL | Q_ADAPTER_HW_LINK_STATUS_IS_OK => {
+                            let c = open_client()?;
+                            let up = c.link_operational();
+                            c.close();
+                            up? as c_uint
+                        }
                         Q_ADAPTER_NUMBER | Q_ADAPTER_INSTANCE_NUMBER => 0,
                         Q_ADAPTER_CONNECTED_TO_SWITCH => 0,
                         Q_ADAPTER_ATT_PAGE_SIZE => 4096,

@@ -301,6 +301,15 @@ impl Client {
         }
     }
 
+    /// Is this node's link to the cluster working: it has no other
+    /// member, or the link to at least one of them is up (a member may be
+    /// silent, `not responding`, with its link up)? What a pulled cable
+    /// changes on Dolphin's adapter (`SCI_Q_ADAPTER_LINK_OPERATIONAL`).
+    pub fn link_operational(&self) -> Result<bool> {
+        let st = self.status()?;
+        Ok(st.peers.is_empty() || st.peers.iter().any(|p| p.state == "up" || p.state == "not responding"))
+    }
+
     pub fn probe_node(&self, node_id: u32) -> Result<bool> {
         match self.call(Request::ProbeNode { node_id })? {
             (Reply::Probe { reachable }, _) => Ok(reachable),

@@ -270,9 +270,12 @@ fn link_dropped_and_back_keeps_connections() {
     c.wait_peer(1, 2, "\"link down\"", Duration::from_secs(60), |s| s == Some("link down"));
     let text = c.status_text(1);
     assert!(text.lines().any(|l| l.contains("node 2") && l.contains("link down")), "vsci status does not show the link down:\n{text}");
+    // What a program asks: the adapter's link and a probe of the node.
+    finish(spawn(&c, 1, &["link", "2"])).assert_contains("LINK operational=0 hw_ok=0 probe=0 err=SCI_ERR_NODE_NOT_RESPONDING");
     c.restore_link(2);
     c.wait_peer(1, 2, "\"up\" again", Duration::from_secs(60), |s| s == Some("up"));
     c.wait_peer(2, 1, "\"up\" again", Duration::from_secs(60), |s| s == Some("up"));
+    finish(spawn(&c, 1, &["link", "2"])).assert_contains("LINK operational=1 hw_ok=1 probe=1 err=SCI_ERR_OK");
     for o in all_arrived(w) {
         assert!(o.contains("EVENT reason=3 "), "no SCI_CB_NOT_OPERATIONAL:\n{o}");
         assert!(o.contains("EVENT reason=4 "), "no SCI_CB_OPERATIONAL:\n{o}");
