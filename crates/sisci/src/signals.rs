@@ -1,7 +1,7 @@
 //! The library's signal calls, in front of the C library's for the whole
 //! program, so that a program's own signal handling never takes away the
 //! trap that ships its stores into remote maps (docs/design.md "Signals",
-//! `vsci_dirty::chain` for what each call does with `SIGBUS`).
+//! `vsci_trap::chain` for what each call does with `SIGBUS`).
 //!
 //! Every call here that does not concern `SIGBUS` is the C library's, with
 //! one change: `SIGBUS` is taken out of any mask the kernel would see (and
@@ -19,8 +19,8 @@
 use std::ffi::{c_int, c_long, c_void};
 use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 
-use vsci_dirty::chain;
-use vsci_dirty::trap::{set_delivery, Delivery};
+use vsci_trap::chain;
+use vsci_trap::trap::{set_delivery, Delivery};
 
 const BUS: c_int = chain::TRAP_SIGNAL;
 /// `SIG_HOLD` (glibc: `((__sighandler_t) 2)`).
@@ -416,7 +416,7 @@ pub unsafe extern "C" fn syscall(n: c_long, a: c_long, b: c_long, c: c_long, d: 
                 }
             }
             // SAFETY: the caller's contract.
-            _ => unsafe { vsci_dirty::sys::raw_syscall(n, [a, b, c, d, e, f]) },
+            _ => unsafe { vsci_trap::sys::raw_syscall(n, [a, b, c, d, e, f]) },
         };
         if (-4095..0).contains(&r) {
             set_errno(-r as c_int);
@@ -477,7 +477,7 @@ unsafe fn rt_sigaction(sig: c_int, act: *const KernelSigaction, old: *mut Kernel
     });
     let p = stripped.as_ref().map_or(std::ptr::null(), |k| k as *const _);
     // SAFETY: `p` null or our valid copy; `old` the caller's.
-    let r = unsafe { vsci_dirty::sys::raw_syscall(libc::SYS_rt_sigaction, [sig as _, p as _, old as _, 8, 0, 0]) };
+    let r = unsafe { vsci_trap::sys::raw_syscall(libc::SYS_rt_sigaction, [sig as _, p as _, old as _, 8, 0, 0]) };
     if r == 0 && (1..=64).contains(&sig) {
         let held = chain::note_mask_held(sig, new.map(|k| k.mask & bus_bit != 0));
         if held && !old.is_null() {

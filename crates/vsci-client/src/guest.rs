@@ -82,7 +82,7 @@ impl AgentPath {
     /// `seg_off`): their bytes are put in the window and the host side
     /// writes them to the owner, the highest word last, in pieces of at
     /// most `MAX_SHIP_RUNS` runs, each delivered before the next is sent.
-    pub(crate) fn ship<'a>(&self, seg_off: u64, runs: &[vsci_dirty::Run], bytes: impl Fn(vsci_dirty::Run) -> &'a [u8]) -> crate::Result<()> {
+    pub(crate) fn ship<'a>(&self, seg_off: u64, runs: &[vsci_trap::Run], bytes: impl Fn(vsci_trap::Run) -> &'a [u8]) -> crate::Result<()> {
         let _g = self.staging.lock().unwrap_or_else(|e| e.into_inner());
         for piece in runs.chunks(vsci_proto::MAX_SHIP_RUNS) {
             let mut sent = Vec::with_capacity(piece.len());

@@ -28,7 +28,7 @@ pub use vsci_proto::{IntrKind, SciError, SegmentEvent, WaitMode};
 pub use wait::WaitPolicy;
 /// May a copy to `addr..addr + len` reach another node's segment through
 /// a map (a trapped range)? False only when it certainly cannot.
-pub use vsci_dirty::trap::may_be_trapped as may_reach_remote_map;
+pub use vsci_trap::trap::may_be_trapped as may_reach_remote_map;
 
 /// Make every store to another node's segment made so far visible at its
 /// owner (what SCIFlush, SCIStoreBarrier and SCICheckSequence promise).

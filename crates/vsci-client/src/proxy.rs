@@ -120,7 +120,7 @@ impl ProxiedSegment {
         if runs.is_empty() || runs.len() > vsci_proto::MAX_SHIP_RUNS {
             return Err(SciError::IllegalParameter);
         }
-        let mut checked: Vec<vsci_dirty::Run> = Vec::with_capacity(runs.len());
+        let mut checked: Vec<vsci_trap::Run> = Vec::with_capacity(runs.len());
         for &(off, len) in runs {
             if len == 0 {
                 return Err(SciError::IllegalParameter);

@@ -245,9 +245,9 @@ impl RemoteTarget {
     /// so a flag stored after its data, above it — the usual "data, then a
     /// flag at the end" — could otherwise become visible before part of
     /// that data, although both came from one consistent snapshot.
-    pub(crate) fn write_shipment<'a>(&self, seg_off: u64, runs: &[vsci_dirty::Run], bytes: impl Fn(vsci_dirty::Run) -> &'a [u8]) -> std::result::Result<(), vsci_fabric::Error> {
+    pub(crate) fn write_shipment<'a>(&self, seg_off: u64, runs: &[vsci_trap::Run], bytes: impl Fn(vsci_trap::Run) -> &'a [u8]) -> std::result::Result<(), vsci_fabric::Error> {
         let (first, last) = split_last_word(runs);
-        let ops = |rs: &[vsci_dirty::Run]| -> Vec<(&[u8], u64)> { rs.iter().map(|&run| (bytes(run), seg_off + run.0 as u64)).collect() };
+        let ops = |rs: &[vsci_trap::Run]| -> Vec<(&[u8], u64)> { rs.iter().map(|&run| (bytes(run), seg_off + run.0 as u64)).collect() };
         self.ep.rma.fabric.write_many_ordered(&self.ep.peer, &ops(&first), &ops(&[last]), &self.region)
     }
 }
@@ -299,7 +299,7 @@ impl Owner {
     }
 
     /// A shipment: see [`RemoteTarget::write_shipment`].
-    pub(crate) fn write_shipment<'a>(&self, seg_off: u64, runs: &[vsci_dirty::Run], bytes: impl Fn(vsci_dirty::Run) -> &'a [u8]) -> std::result::Result<(), OwnerError> {
+    pub(crate) fn write_shipment<'a>(&self, seg_off: u64, runs: &[vsci_trap::Run], bytes: impl Fn(vsci_trap::Run) -> &'a [u8]) -> std::result::Result<(), OwnerError> {
         match self {
             Owner::Rma(t) => Ok(t.write_shipment(seg_off, runs, bytes)?),
             Owner::Agent(a) => a.ship(seg_off, runs, bytes).map_err(OwnerError::Agent),
@@ -395,7 +395,7 @@ const REFRESH_IDLE: Duration = Duration::from_millis(5);
 /// last 8-byte boundary (or from its start, if shorter). A word-sized tail
 /// is placed by the owner's side with one or two overlapping stores, so it
 /// is never seen before the bytes below it in the same word either.
-fn split_last_word(runs: &[vsci_dirty::Run]) -> (Vec<vsci_dirty::Run>, vsci_dirty::Run) {
+fn split_last_word(runs: &[vsci_trap::Run]) -> (Vec<vsci_trap::Run>, vsci_trap::Run) {
     let (&(start, len), rest) = runs.split_last().expect("runs to ship");
     let end = start + len;
     let tail = ((end - 1) & !7).max(start);

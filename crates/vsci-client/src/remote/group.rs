@@ -255,11 +255,11 @@ impl Group {
         &self,
         loopback: bool,
         seg_off: u64,
-        runs: &[vsci_dirty::Run],
-        bytes: impl Fn(vsci_dirty::Run) -> &'a [u8],
+        runs: &[vsci_trap::Run],
+        bytes: impl Fn(vsci_trap::Run) -> &'a [u8],
     ) -> std::result::Result<(), OwnerError> {
         let (first, last) = super::split_last_word(runs);
-        let ops = |rs: &[vsci_dirty::Run]| -> Vec<(&[u8], u64)> { rs.iter().map(|&run| (bytes(run), seg_off + run.0 as u64)).collect() };
+        let ops = |rs: &[vsci_trap::Run]| -> Vec<(&[u8], u64)> { rs.iter().map(|&run| (bytes(run), seg_off + run.0 as u64)).collect() };
         let (first_ops, last_ops) = (ops(&first), ops(&[last]));
         let mut rma = Vec::new();
         let mut delivered = false;

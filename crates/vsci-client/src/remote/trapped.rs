@@ -1,5 +1,5 @@
 //! A host process's map of another node's segment, kept by trapping first
-//! accesses (see `vsci_dirty::trap`).
+//! accesses (see `vsci_trap::trap`).
 //!
 //! The map is a private memfd (the *shadow*) mapped twice: the program's
 //! mapping, trapped, and an untracked *fill* mapping the library writes
@@ -29,7 +29,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use vsci_dirty::trap::{self, Fault, Trap, TrapHandler, TrapOptions};
+use vsci_trap::trap::{self, Fault, Trap, TrapHandler, TrapOptions};
 
 use super::{Owner, OwnerError};
 use crate::Result;
@@ -280,7 +280,7 @@ impl Shadow {
     /// no other thread woken (the twin's way costs a read round trip and a
     /// wake-up of the flusher before the write). Only for maps reached over
     /// this process's RMA endpoint (a group's: every member gets the write
-    /// posted, this node's a copy), only plain stores `vsci_dirty::emulate`
+    /// posted, this node's a copy), only plain stores `vsci_trap::emulate`
     /// decodes exactly, only while no map has unshipped stores (they would
     /// arrive after this one), and at most `EMULATE_MAX` per page per
     /// background round: a page stored to many times is a page being
@@ -394,7 +394,7 @@ impl Shadow {
 
     /// Where a store decoded at a fault in page `p` lands in the shadow (the
     /// decoder keeps it inside that page), if inside the segment's bytes.
-    fn store_offset(&self, st: &vsci_dirty::emulate::Store, p: usize) -> Option<usize> {
+    fn store_offset(&self, st: &vsci_trap::emulate::Store, p: usize) -> Option<usize> {
         let off = p * self.page + (st.addr & (self.page - 1));
         (off + st.len <= self.valid).then_some(off)
     }
@@ -442,7 +442,7 @@ impl Shadow {
             // nested fault here. A source that cannot be read so is left to
             // the CPU, which faults at the program's own instruction.
             Some(src) => {
-                if vsci_dirty::sys::read_own(src, &mut data) != n {
+                if vsci_trap::sys::read_own(src, &mut data) != n {
                     super::keep_buffer(data);
                     return false;
                 }
@@ -704,7 +704,7 @@ impl Trapped {
     /// Trap `base..base+len` (the program's mapping of a fresh private
     /// memfd, also mapped at `fill`).
     pub(crate) fn new(owner: Owner, base: *mut u8, len: usize, seg_off: u64, valid: usize, fill: *mut u8, readonly: bool) -> Result<Trapped> {
-        let page = vsci_dirty::page_size();
+        let page = vsci_trap::page_size();
         let npages = len / page;
         let words = npages.div_ceil(64);
         let pages = Pages {
@@ -838,7 +838,7 @@ impl Trapped {
                 return Err(SciError::System);
             }
         }
-        let mut runs: Vec<vsci_dirty::Run> = Vec::new();
+        let mut runs: Vec<vsci_trap::Run> = Vec::new();
         for &p in &g.dirty_list {
             let p = p as usize;
             let n = s.page_valid(p);
@@ -1041,7 +1041,7 @@ fn page_runs(pages: &[u32]) -> Vec<(usize, usize)> {
 /// joining a run to one in `out` that it continues. Runs are never widened
 /// over unchanged bytes: those carry this process's view of bytes it did
 /// not store, and another writer may have stored there since.
-fn diff_into(now: &[u8], twin: &[u8], base: usize, out: &mut Vec<vsci_dirty::Run>) {
+fn diff_into(now: &[u8], twin: &[u8], base: usize, out: &mut Vec<vsci_trap::Run>) {
     let n = now.len();
     let mut i = 0;
     while i < n {

@@ -1,10 +1,10 @@
-//! `vsci_dirty::trap` on a real memfd: which faults arrive, in which thread,
+//! `vsci_trap::trap` on a real memfd: which faults arrive, in which thread,
 //! and what each resolution does.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use vsci_dirty::trap::{self, Fault, Trap, TrapHandler, TrapOptions};
+use vsci_trap::trap::{self, Fault, Trap, TrapHandler, TrapOptions};
 
 const PAGES: usize = 8;
 
@@ -67,7 +67,7 @@ fn write(p: *mut u8, v: u8) {
 
 #[test]
 fn first_accesses_trap_and_are_resolved() {
-    let page = vsci_dirty::page_size();
+    let page = vsci_trap::page_size();
     let m = map(PAGES * page);
     let source: Vec<u8> = (0..m.len).map(|i| (i / page) as u8 + 1).collect();
     let rec = Arc::new(Recorder { fill: m.fill as usize, page, source: Mutex::new(source), faults: Mutex::new(Vec::new()), count: AtomicUsize::new(0) });
@@ -126,7 +126,7 @@ fn first_accesses_trap_and_are_resolved() {
 
 #[test]
 fn read_only_ranges_trap_loads() {
-    let page = vsci_dirty::page_size();
+    let page = vsci_trap::page_size();
     let m = map(2 * page);
     // SAFETY: the program's mapping becomes read-only, as a
     // SCI_FLAG_READONLY_MAP map is.
@@ -142,7 +142,7 @@ fn read_only_ranges_trap_loads() {
 
 #[test]
 fn misaligned_or_empty_ranges_are_refused() {
-    let page = vsci_dirty::page_size();
+    let page = vsci_trap::page_size();
     let m = map(page * 2);
     let rec = Arc::new(Recorder { fill: m.fill as usize, page, source: Mutex::new(vec![0; page * 2]), faults: Mutex::new(Vec::new()), count: AtomicUsize::new(0) });
     // SAFETY: the calls fail before registering anything.
@@ -177,7 +177,7 @@ impl TrapHandler for Emulator {
             // lies inside the test's mapping).
             let mut data = vec![r.value; r.count];
             if let Some(src) = r.src {
-                assert_eq!(vsci_dirty::sys::read_own(src, &mut data), r.count);
+                assert_eq!(vsci_trap::sys::read_own(src, &mut data), r.count);
             }
             // SAFETY: inside the fill mapping of the same memfd; the bytes'
             // effect is made before the registers move on.
@@ -215,7 +215,7 @@ impl TrapHandler for Emulator {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn stores_are_emulated_in_place() {
-    let page = vsci_dirty::page_size();
+    let page = vsci_trap::page_size();
     let m = map(PAGES * page);
     let em = Arc::new(Emulator { fill: m.fill as usize, base: m.base as usize, page, emulated: AtomicUsize::new(0), other: AtomicUsize::new(0) });
     // SAFETY: the mapping outlives the trap (unregistered below).
@@ -250,7 +250,7 @@ fn stores_are_emulated_in_place() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn vector_stores_are_emulated_in_place() {
-    let page = vsci_dirty::page_size();
+    let page = vsci_trap::page_size();
     let m = map(PAGES * page);
     let em = Arc::new(Emulator { fill: m.fill as usize, base: m.base as usize, page, emulated: AtomicUsize::new(0), other: AtomicUsize::new(0) });
     // SAFETY: the mapping outlives the trap (unregistered below).
@@ -289,7 +289,7 @@ fn vector_stores_are_emulated_in_place() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn string_stores_are_emulated_whole() {
-    let page = vsci_dirty::page_size();
+    let page = vsci_trap::page_size();
     let m = map(PAGES * page);
     let em = Arc::new(Emulator { fill: m.fill as usize, base: m.base as usize, page, emulated: AtomicUsize::new(0), other: AtomicUsize::new(0) });
     // SAFETY: the mapping outlives the trap (unregistered below).

@@ -4,7 +4,7 @@
 //! protected again. Prints the median and 10th percentile of the cost per
 //! trapped store over ROUNDS rounds of BATCH stores (nanoseconds).
 //!
-//!     cargo run --release -p vsci-dirty --example trap_cost [ROUNDS] [BATCH]
+//!     cargo run --release -p vsci-trap --example trap_cost [ROUNDS] [BATCH]
 //!
 //! `VSCI_TRAP=thread` measures the fault-thread delivery instead. Used to
 //! show that signal chaining (chain.rs) adds nothing measurable per store
@@ -13,7 +13,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use vsci_dirty::trap::{self, Delivery, Fault, Trap, TrapHandler, TrapOptions};
+use vsci_trap::trap::{self, Delivery, Fault, Trap, TrapHandler, TrapOptions};
 
 struct Unprotect {
     page: usize,
@@ -37,7 +37,7 @@ fn main() {
     if std::env::var("VSCI_TRAP").as_deref() == Ok("thread") {
         trap::set_delivery(Delivery::Thread);
     }
-    let page = vsci_dirty::page_size();
+    let page = vsci_trap::page_size();
     // SAFETY: a private memfd and one shared mapping of it, owned here.
     let base = unsafe {
         let fd = libc::memfd_create(c"trap-cost".as_ptr(), libc::MFD_CLOEXEC);

@@ -1,4 +1,4 @@
-//! Signal chaining (`vsci_dirty::chain`) in one process: once the trap's
+//! Signal chaining (`vsci_trap::chain`) in one process: once the trap's
 //! handler is installed, a program's SIGBUS handler set through the chain is
 //! reported back exactly, gets the SIGBUS that are not the trap's, and
 //! takes nothing away from the trap. A file of its own: the SIGBUS
@@ -9,8 +9,8 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use vsci_dirty::chain;
-use vsci_dirty::trap::{self, Fault, Trap, TrapHandler, TrapOptions};
+use vsci_trap::chain;
+use vsci_trap::trap::{self, Fault, Trap, TrapHandler, TrapOptions};
 
 struct Filler {
     fill: usize,
@@ -53,7 +53,7 @@ fn program_action(flags: libc::c_int) -> libc::sigaction {
 
 #[test]
 fn the_trap_stays_first_and_the_program_keeps_its_handler() {
-    let page = vsci_dirty::page_size();
+    let page = vsci_trap::page_size();
     let len = 2 * page;
     let (base, fill) = common::memfd_twice(c"chain-test", len);
     // What the process had before the trap (Rust's runtime installs a

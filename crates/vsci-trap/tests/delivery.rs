@@ -8,7 +8,7 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use vsci_dirty::trap::{self, Delivery, Fault, Trap, TrapHandler, TrapOptions};
+use vsci_trap::trap::{self, Delivery, Fault, Trap, TrapHandler, TrapOptions};
 
 struct Filler {
     fill: usize,
@@ -44,7 +44,7 @@ extern "C" fn die(_: libc::c_int) {
 #[test]
 fn faults_reach_the_fault_thread_without_a_signal() {
     trap::set_delivery(Delivery::Thread);
-    let page = vsci_dirty::page_size();
+    let page = vsci_trap::page_size();
     let len = 4 * page;
     let (base, fill) = common::memfd_twice(c"delivery-test", len);
     // SAFETY: the SIGBUS disposition of this test process is ours to set.
