@@ -313,9 +313,11 @@ def finish(p: subprocess.Popen, what: str, timeout: float = 60, cluster: Optiona
     return out
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    """Nodes 1 and 2, each in its own network namespace."""
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory) -> Iterator[Cluster]:
+    """Nodes 1 and 2, each in its own network namespace (one cluster per
+    test module)."""
+    tmp_path = tmp_path_factory.mktemp("cluster")
     if os.geteuid() != 0 or shutil.which("ip") is None:
         pytest.skip("network namespaces need root and iproute2")
     probe = _ip("netns", "add", f"vsci-py{os.getpid()}-probe", check=False)
