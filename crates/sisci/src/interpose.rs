@@ -122,6 +122,12 @@ unsafe fn call(next: *mut c_void, dst: *mut c_void, src: *const c_void, n: usize
 /// panicking once more.)
 #[no_mangle]
 pub unsafe extern "C" fn memcpy(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
+    let next = NEXT.load(Ordering::Relaxed);
+    // Atomic loads and compares only: nothing here can panic.
+    if crate::guard::switch_off() && !next.is_null() && not_ours(dst, n) {
+        // SAFETY: the C library's memcpy, with the caller's arguments.
+        return unsafe { call(next, dst, src, n) };
+    }
     // SAFETY: the caller's contract, passed on.
     unsafe { copy_guarded("memcpy", dst, src, n, &NEXT) }
 }
@@ -134,17 +140,24 @@ pub unsafe extern "C" fn memcpy(dst: *mut c_void, src: *const c_void, n: usize) 
 /// through the C library's function pointers.
 #[no_mangle]
 pub unsafe extern "C" fn memmove(dst: *mut c_void, src: *const c_void, n: usize) -> *mut c_void {
+    let next = NEXT_MOVE.load(Ordering::Relaxed);
+    // As in memcpy.
+    if crate::guard::switch_off() && !next.is_null() && not_ours(dst, n) {
+        // SAFETY: the C library's memmove, with the caller's arguments.
+        return unsafe { call(next, dst, src, n) };
+    }
     // SAFETY: the caller's contract, passed on.
     unsafe { copy_guarded("memmove", dst, src, n, &NEXT_MOVE) }
 }
 
-/// `memcpy` and `memmove` (`slot` says which C library function stands
-/// behind). A panic of ours (see `crate::guard`) is logged and the copy
-/// made anyway, by the C library's function or with a string store.
+/// The rest of `memcpy` and `memmove` (`slot` says which C library
+/// function stands behind), under a guard: a panic of ours (see
+/// `crate::guard`) is logged and the copy made anyway, by the C library's
+/// function or with a string store.
 ///
 /// # Safety
 /// As `memmove`.
-#[inline(always)]
+#[inline(never)]
 unsafe fn copy_guarded(name: &'static str, dst: *mut c_void, src: *const c_void, n: usize, slot: &AtomicPtr<c_void>) -> *mut c_void {
     let r = std::panic::catch_unwind(|| {
         crate::guard::test_panic(name);
