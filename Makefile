@@ -38,7 +38,7 @@ BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 TEST_PKGS := -p vsci-proto -p vscid -p vsci-client -p sisci -p vsci-cli -p vsci-fabric -p vsci-trap -p vsci-vm -p vsci-fuzz -p vsci-devshare -p vsci-nbd -p vsci-lend -p vsci-cprobe -p vsci-systest
 C_COMMON := $(wildcard tests/c/common/*.h examples/common/*.h bench/common/*.h) $(HEADERS) $(DIS_HEADERS)
 
-.PHONY: all rust stage c test demo bench bench-report install install-dis uninstall-dis deb clean
+.PHONY: all rust stage c test test-python demo bench bench-report install install-dis uninstall-dis deb clean
 
 all: c
 
@@ -63,6 +63,8 @@ stage: rust
 	install -m 0644 $(HEADERS) $(BUILD)/include/
 	install -m 0644 $(DIS_HEADERS) $(BUILD)/include/dis/
 	scripts/sisci-dev-files.sh "" $(BUILD) lib lib/cmake/SISCI $(VERSION) > /dev/null
+	@mkdir -p $(BUILD)/python/sisci
+	install -m 0644 python/sisci/*.py python/sisci/py.typed $(BUILD)/python/sisci/
 
 c: stage $(EXAMPLES) $(CTESTS) $(SIGCHAIN_VARIANTS) $(BENCHES)
 
@@ -99,6 +101,14 @@ $(BUILD)/bench/%: bench/%.c $(C_COMMON) | stage
 
 test: all
 	VSCI_BUILD=$(BUILD) $(CARGO) test --release --no-fail-fast $(TEST_PKGS) -- --test-threads=2
+
+# The Python binding's tests alone (python/tests; `make test` runs them too,
+# through crates/vsci-systest/tests/python.rs).  `make` stages the package in
+# $(BUILD)/python, where `vsci bench` finds it.
+PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
+
+test-python: all
+	VSCI_BUILD=$(BUILD) PYTHONDONTWRITEBYTECODE=1 $(PYTHON) -m pytest -q -p no:cacheprovider python/tests
 
 demo: all
 	$(BUILD)/bin/vsci demo
