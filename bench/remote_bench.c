@@ -37,9 +37,24 @@
  *   h) mailbox: payload word (the same value two rounds running), SCIFlush,
  *      flag (always the same value), SCIFlush, spin for the ack; the server
  *      checks the payload and clears both in its own memory before it acks.
- *      Rounds per second, wrong payloads.
+ *      Rounds per second, wrong payloads;
+ *   i) message ring, what a message-passing layer over SISCI does (issue 35):
+ *      a ring of 16 slots in each side's segment; per message the sender
+ *      memcpy's the payload (new data every message) into the receiver's
+ *      slot through its remote map, stores a header (length, sequence) above
+ *      it, then a flag word above that; the receiver spins on the flag in
+ *      its own segment, checks every payload byte and stores its consumed
+ *      counter (the ack) into the sender's segment through its own remote
+ *      map; the sender spins on acks when the ring is full.  Plain loops, no
+ *      call, and a variant with SCIFlush after the flag.  8 B .. 8 KiB;
+ *      ping-pong (one-way latency) and streaming (messages per second), with
+ *      the bytes that crossed the link per message;
+ *   j) per trapped store: isolated 8-byte stores into clean pages of a
+ *      remote map, one per millisecond: CPU of the storing thread and of the
+ *      process per store, time in the store, and delay until the owner sees
+ *      it, beside one RMA write (SCIMemCpy of the same 8 bytes) timed alike.
  *
- * Usage: remote_bench -server|-client -rn NODE [-quick] [-json FILE] [-s abcdefgh]
+ * Usage: remote_bench -server|-client -rn NODE [-quick] [-json FILE] [-s abcdefghij]
  *                     [-id SEGID] [-timeout S] [-yield N] [-h]
  * See bench/README.md ("remote_bench").
  */
@@ -90,18 +105,31 @@
 #define MB_FLAG       1ull            /* h: the flag's only value            */
 #define MB_A          0x1111111111111111ull   /* h: the two payload values   */
 #define MB_B          0x2222222222222222ull
-#define ALL_SECTIONS  "abcdefgh"
+#define ALL_SECTIONS  "abcdefghij"
+#define RING_SEGID    0x30u           /* i: segid + 0x30 (server), +0x31 (client) */
+#define RING_SLOTS    16u             /* i: messages in flight at most       */
+#define RING_MAX      8192u           /* i: largest payload                  */
+#define RING_STRIDE   (RING_MAX + 64u) /* i: one slot: payload, header, flag  */
+#define RING_OFF      4096u           /* i: the ring; the ack word at 0      */
+#define RING_SEG      (RING_OFF + RING_SLOTS * RING_STRIDE)
+#define RING_SIZES    5
+#define TS_SEGID      0x40u           /* j: segid + 0x40 (server)            */
+#define TS_SIZE       (1u << 20)      /* j: 256 pages                        */
+#define TS_PAGES      (TS_SIZE / 4096u)
+#define TS_PACE_US    1000u           /* j: one store per millisecond        */
 
 static const size_t spin_sizes[SPIN_SIZES] = { 4096, 16u << 20, 1u << 30 };
 static const size_t fl_sizes[2] = { 1, 4096 };
 
 static const unsigned di_sizes[2] = { 4, 1024 };
+static const size_t ring_sizes[RING_SIZES] = { 8, 64, 256, 1024, 8192 };
 
 /* Commands from the client to the server (high byte of a control value). */
 enum {
     CMD_HELLO = 1, CMD_PP, CMD_BW_CHECK, CMD_VIS, CMD_INTR_SETUP, CMD_INTR_LOOP,
     CMD_INTR_END, CMD_DONE, CMD_SPIN_SETUP, CMD_SPIN_LOOP, CMD_SPIN_END, CMD_FLUSH_CHECK,
-    CMD_IDLE_SETUP, CMD_IDLE_CHECK, CMD_IDLE_END, CMD_MBOX
+    CMD_IDLE_SETUP, CMD_IDLE_CHECK, CMD_IDLE_END, CMD_MBOX, CMD_RING_SETUP, CMD_RING_PP,
+    CMD_RING_STREAM, CMD_RING_END, CMD_TS_SETUP, CMD_TS_RUN, CMD_TS_END
 };
 #define CMD(c, arg) (((uint64_t)(c) << 56) | (uint64_t)(arg))
 #define HELLO_MAGIC 0x524246u         /* "RBF" */
@@ -110,11 +138,12 @@ enum { K_INTR, K_DINTR };
 
 /* Sections (and the phases the JSON reports) */
 enum { PH_SETUP, PH_PP, PH_BW, PH_VIS, PH_INTR, PH_SPIN, PH_FLUSH, PH_IDLE, PH_MBOX,
-       PH_TEARDOWN, NPHASES };
+       PH_RING, PH_TS, PH_TEARDOWN, NPHASES };
 static const char *const phase_names[NPHASES] = {
     "setup", "a: remote ping-pong", "b: remote write bandwidth",
     "c: store-to-visibility", "d: remote interrupts", "e: spinning ping-pong",
-    "f: store + SCIFlush", "g: idle 1 GiB map", "h: mailbox", "teardown"
+    "f: store + SCIFlush", "g: idle 1 GiB map", "h: mailbox", "i: message ring",
+    "j: per trapped store", "teardown"
 };
 
 /* ------------------------------------------------------------------------ */
@@ -130,6 +159,31 @@ typedef struct {
 } lat_t;
 
 #include "common/stats.h"
+
+/* i: one row of the message ring */
+typedef struct {
+    size_t   size;              /* payload bytes                             */
+    int      flush;             /* SCIFlush after the flag                   */
+    lat_t    pp;                /* ping-pong: RTT/2                          */
+    uint64_t pp_msgs;           /* messages in the timed ping-pong (2/round) */
+    uint64_t pp_link;           /* link bytes (rx + tx) meanwhile; 0 = n/a   */
+    uint32_t pp_late, pp_wrong;
+    uint64_t st_msgs;           /* streaming: messages timed                 */
+    double   st_secs;           /* first send to the last ack                */
+    uint64_t st_link;
+    uint32_t st_late, st_wrong;
+    int      link_ok;           /* /proc/net/dev was readable               */
+} ring_row_t;
+
+/* j: one way of making an isolated 8-byte write */
+typedef struct {
+    lat_t    cpu;               /* thread CPU per store (not halved)         */
+    lat_t    wall;              /* time spent in the store                   */
+    lat_t    vis;               /* store to seen at the owner                */
+    double   proc_cpu_us;       /* process CPU (all threads) per store       */
+    uint32_t lost;              /* never seen by the owner                   */
+    int      ran;
+} ts_row_t;
 
 /* g: what one sleep cost the client */
 typedef struct {
@@ -169,6 +223,10 @@ static struct {
     uint32_t mb_wrong;                         /* payloads the server saw wrong */
     uint32_t mb_ack_wrong;                     /* acks with an unexpected value */
     double   mb_elapsed_s;                     /* the timed rounds              */
+    int      ring_n;
+    ring_row_t ring[2 * RING_SIZES];           /* no call, then SCIFlush        */
+    ts_row_t ts[3];                            /* store, SCIMemCpy, local floor */
+    unsigned ts_count;
     int      ran[NPHASES], ok[NPHASES];
     char     err[NPHASES][400];
 } R;
@@ -204,6 +262,11 @@ static struct {
     double      idle_secs;
     int         mb_warm, mb_min, mb_max;
     double      mb_budget;
+    size_t      ring_sizes[RING_SIZES];
+    int         n_ring;
+    int         ring_warm, ring_min, ring_max;
+    double      ring_budget;
+    unsigned    ts_count;
 } opt;
 
 /* ------------------------------------------------------------------------ */
@@ -1370,6 +1433,452 @@ static void section_mbox(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* i) message ring                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* Each side's ring segment: the ack word (the peer's consumed counter of the
+ * messages this side sent) at 0, then RING_SLOTS slots of RING_STRIDE bytes.
+ * A message of `len` bytes sits at the top of its slot: payload, then the
+ * header {len, seq} above it, then the flag (= seq) in the slot's last
+ * 8 bytes, the highest word of the message and stored last, as a transport
+ * written for a write-combining PCIe window lays it out.  Sequences run on
+ * across rows, so a flag is never seen twice in a slot. */
+typedef struct {
+    sci_local_segment_t     seg;
+    sci_map_t               lmap, rmap;
+    sci_remote_segment_t    rseg;
+    volatile unsigned char *local, *remote;
+    uint64_t                sent, rcvd;        /* my messages, the peer's    */
+    unsigned char          *src;               /* the message being sent     */
+} ring_t;
+
+static ring_t g_ring;
+
+/* Word i of message seq: new in every message. */
+static inline uint64_t ring_word(uint64_t seq, size_t i)
+{
+    return (seq * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)i * 0xd6e8feb86659fd93ull) ^
+           0x5851f42d4c957f2dull;
+}
+
+static inline volatile unsigned char *ring_slot_end(volatile unsigned char *base, uint64_t seq)
+{
+    return base + RING_OFF + (seq % RING_SLOTS + 1) * RING_STRIDE;
+}
+
+static void ring_open(void)
+{
+    sci_error_t e;
+    ring_t *r = &g_ring;
+    uint32_t base = opt.segid + RING_SEGID;
+    uint32_t mine = base + (opt.server ? 0 : 1), theirs = base + (opt.server ? 1 : 0);
+    memset(r, 0, sizeof *r);
+    r->seg = make_segment(mine, RING_SEG, &r->lmap, &r->local);
+    connect_peer(theirs, RING_SEG, &r->rseg);
+    r->remote = SCIMapRemoteSegment(r->rseg, &r->rmap, 0, RING_SEG, NULL, 0, &e);
+    sci_check("SCIMapRemoteSegment (message ring)", e);
+    r->src = xalloc(RING_MAX);
+    ctl_send(0x6e);                          /* both mapped */
+    ctl_expect(0x6e, "message ring setup");
+}
+
+static void ring_close(void)
+{
+    sci_error_t e;
+    ring_t *r = &g_ring;
+    SCIUnmapSegment(r->rmap, 0, &e);
+    sci_check("SCIUnmapSegment (message ring)", e);
+    SCIDisconnectSegment(r->rseg, 0, &e);
+    sci_check("SCIDisconnectSegment (message ring)", e);
+    ctl_send(0x6f);                          /* both disconnected */
+    ctl_expect(0x6f, "message ring teardown");
+    remove_own_segment(r->seg, r->lmap, "SCIRemoveSegment (message ring)");
+    munmap(r->src, RING_MAX);
+}
+
+/* Send one message of `len` bytes: wait for a free slot (plain spin on the
+ * ack word of the own segment), make the payload, copy it into the peer's
+ * slot, store the header, then the flag; SCIFlush after it with `flush`. */
+static inline void ring_send(ring_t *r, size_t len, int flush)
+{
+    uint64_t s = ++r->sent;
+    const volatile uint64_t *ack = (const volatile uint64_t *)r->local;
+    uint64_t n = 0, deadline = 0;
+    while (s - *ack > RING_SLOTS)
+        if (spin_late(&n, &deadline))
+            fail("message ring: no free slot for message %llu within %.0f s (acked %llu)",
+                 (unsigned long long)s, opt.timeout, (unsigned long long)*ack);
+    uint64_t *w = (uint64_t *)r->src;
+    for (size_t i = 0; i < len / 8; i++)
+        w[i] = ring_word(s, i);
+    volatile unsigned char *end = ring_slot_end(r->remote, s);
+    memcpy((void *)(end - 16 - len), r->src, len);
+    *(volatile uint64_t *)(end - 16) = (uint64_t)len | (s << 32);
+    __atomic_store_n((uint64_t *)(end - 8), s, __ATOMIC_RELEASE);
+    if (flush)
+        SCIFlush(NULL, 0);
+}
+
+static inline int ring_ok(const volatile unsigned char *end, size_t len, uint64_t s)
+{
+    if (*(const volatile uint64_t *)(end - 16) != ((uint64_t)len | (s << 32)))
+        return 0;
+    const volatile uint64_t *p = (const volatile uint64_t *)(end - 16 - len);
+    for (size_t i = 0; i < len / 8; i++)
+        if (p[i] != ring_word(s, i))
+            return 0;
+    return 1;
+}
+
+/* Receive the next message: plain spin on its flag in the own segment,
+ * check the header and every payload byte, store the ack (the consumed
+ * counter) into the sender's segment.  Returns 0 if the message was right
+ * when the flag showed, 1 if it completed within 0.5 s after (the flag
+ * overtook part of it), 2 if it stayed wrong. */
+static inline int ring_recv(ring_t *r, size_t len)
+{
+    uint64_t s = ++r->rcvd;
+    const volatile unsigned char *end = ring_slot_end(r->local, s);
+    uint64_t n = 0, deadline = 0;
+    while (__atomic_load_n((const uint64_t *)(end - 8), __ATOMIC_ACQUIRE) != s)
+        if (spin_late(&n, &deadline))
+            fail("message ring: message %llu of %zu B did not arrive within %.0f s (the flag "
+                 "holds %llu)", (unsigned long long)s, len, opt.timeout,
+                 (unsigned long long)*(const volatile uint64_t *)(end - 8));
+    int ret = 0;
+    if (!ring_ok(end, len, s)) {
+        ret = 2;
+        uint64_t until = now_ns() + 500000000ull;
+        while (now_ns() < until)
+            if (ring_ok(end, len, s)) {
+                ret = 1;
+                break;
+            }
+        if (ret == 2)
+            fprintf(stderr, "remote_bench %s: message ring: message %llu (%zu B) still wrong "
+                    "0.5 s after its flag (header 0x%llx)\n", opt.server ? "server" : "client",
+                    (unsigned long long)s, len,
+                    (unsigned long long)*(const volatile uint64_t *)(end - 16));
+    }
+    *(volatile uint64_t *)r->remote = s;     /* the ack */
+    return ret;
+}
+
+/* `count` round trips (client: send, then receive the echo; server: the
+ * reverse).  Returns (late << 32) | wrong of the messages this side got. */
+static uint64_t ring_pp_loop(size_t len, int flush, uint32_t count, uint64_t *samples)
+{
+    static const uint64_t add[3] = { 0, 1ull << 32, 1 };
+    ring_t *r = &g_ring;
+    uint64_t bad = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        if (!opt.server) {
+            uint64_t a = now_ns();
+            ring_send(r, len, flush);
+            bad += add[ring_recv(r, len)];
+            uint64_t b = now_ns();
+            if (samples)
+                samples[i] = b - a;
+        } else {
+            bad += add[ring_recv(r, len)];
+            ring_send(r, len, flush);
+        }
+    }
+    return bad;
+}
+
+/* Client: `count` messages as fast as the ring lets them go, then a spin
+ * until the last is acknowledged (received and checked).  Server: receive
+ * them.  Returns the server's (late << 32) | wrong. */
+static uint64_t ring_stream_loop(size_t len, int flush, uint32_t count)
+{
+    static const uint64_t add[3] = { 0, 1ull << 32, 1 };
+    ring_t *r = &g_ring;
+    uint64_t bad = 0;
+    if (!opt.server) {
+        for (uint32_t i = 0; i < count; i++)
+            ring_send(r, len, flush);
+        const volatile uint64_t *ack = (const volatile uint64_t *)r->local;
+        uint64_t n = 0, deadline = 0;
+        while (*ack != r->sent)
+            if (spin_late(&n, &deadline))
+                fail("message ring: the last message (%llu) was not acknowledged within %.0f s "
+                     "(acked %llu)", (unsigned long long)r->sent, opt.timeout,
+                     (unsigned long long)*ack);
+    } else {
+        for (uint32_t i = 0; i < count; i++)
+            bad += add[ring_recv(r, len)];
+    }
+    return bad;
+}
+
+/* Client: one command = one loop; returns the server's count of late and
+ * wrong messages (for ping-pong plus this side's). */
+static uint64_t ring_remote(int cmd, size_t len, int flush, uint32_t count, uint64_t *samples,
+                            uint64_t *link, int *link_ok, double *secs)
+{
+    ctl_send(CMD(cmd, (uint64_t)len | ((uint64_t)flush << 32)));
+    ctl_send(count);
+    uint64_t rx0 = 0, tx0 = 0, rx1 = 0, tx1 = 0;
+    int ok = net_bytes(&rx0, &tx0);
+    uint64_t t0 = now_ns(), bad = 0;
+    if (cmd == CMD_RING_PP)
+        bad = ring_pp_loop(len, flush, count, samples);
+    else
+        bad = ring_stream_loop(len, flush, count);
+    uint64_t t1 = now_ns();
+    ok = net_bytes(&rx1, &tx1) && ok;
+    if (link)
+        *link = ok ? (rx1 - rx0) + (tx1 - tx0) : 0;
+    if (link_ok)
+        *link_ok = ok;
+    if (secs)
+        *secs = (double)(t1 - t0) / 1e9;
+    return bad + ctl_recv();
+}
+
+static void section_ring(void)
+{
+    phase_begin(PH_RING);
+    uint64_t *samples = xalloc(sizeof(uint64_t) * (size_t)opt.ring_max);
+    ctl_send(CMD(CMD_RING_SETUP, 0));
+    ring_open();
+    R.ring_n = 0;
+    for (int flush = 0; flush < 2; flush++) {
+        for (int k = 0; k < opt.n_ring; k++) {
+            size_t len = opt.ring_sizes[k];
+            ring_row_t *row = &R.ring[R.ring_n];
+            memset(row, 0, sizeof *row);
+            row->size = len;
+            row->flush = flush;
+            /* ping-pong: warm-up, then as many round trips as fit the budget */
+            uint64_t t0 = now_ns();
+            ring_remote(CMD_RING_PP, len, flush, (uint32_t)opt.ring_warm, NULL, NULL, NULL, NULL);
+            uint32_t n = pick_iters(now_ns() - t0, opt.ring_warm, opt.ring_min, opt.ring_max,
+                                    opt.ring_budget);
+            uint64_t bad = ring_remote(CMD_RING_PP, len, flush, n, samples, &row->pp_link,
+                                       &row->link_ok, NULL);
+            row->pp_wrong = (uint32_t)bad;
+            row->pp_late = (uint32_t)(bad >> 32);
+            row->pp_msgs = 2ull * n;
+            make_stats(&row->pp, samples, n, row->pp_wrong, 2.0);
+            /* streaming: the same, window = the ring */
+            t0 = now_ns();
+            ring_remote(CMD_RING_STREAM, len, flush, (uint32_t)opt.ring_warm, NULL, NULL, NULL,
+                        NULL);
+            n = pick_iters(now_ns() - t0, opt.ring_warm, opt.ring_min, opt.ring_max,
+                           opt.ring_budget);
+            bad = ring_remote(CMD_RING_STREAM, len, flush, n, NULL, &row->st_link, NULL,
+                              &row->st_secs);
+            row->st_wrong = (uint32_t)bad;
+            row->st_late = (uint32_t)(bad >> 32);
+            row->st_msgs = n;
+            R.ring_n++;
+        }
+    }
+    ctl_send(CMD(CMD_RING_END, 0));
+    ring_close();
+    munmap(samples, sizeof(uint64_t) * (size_t)opt.ring_max);
+    phase_end(PH_RING);
+}
+
+static void server_ring(int cmd, uint64_t arg)
+{
+    if (cmd == CMD_RING_SETUP) {
+        g_phase = PH_RING;
+        ring_open();
+        return;
+    }
+    if (cmd == CMD_RING_END) {
+        ring_close();
+        return;
+    }
+    size_t len = (size_t)(arg & 0xffffffffu);
+    int flush = (int)((arg >> 32) & 1);
+    if (len < 8 || len > RING_MAX || len % 8)
+        fail("message ring command with a bad size %zu", len);
+    uint32_t count = (uint32_t)ctl_recv();
+    if (cmd == CMD_RING_PP)
+        ctl_send(ring_pp_loop(len, flush, count, NULL));
+    else
+        ctl_send(ring_stream_loop(len, flush, count));
+}
+
+/* ------------------------------------------------------------------------ */
+/* j) per trapped store                                                     */
+/* ------------------------------------------------------------------------ */
+
+enum { TS_STORE, TS_MEMCPY, TS_LOCAL };
+
+static inline uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Where write i of a variant goes: stores in pages 0..127, SCIMemCpy in
+ * 128..255, each page used once every 128 writes (128 ms), a new word of it
+ * each time, so every store is the first since the page's last shipment. */
+static inline size_t ts_off(int variant, unsigned i)
+{
+    unsigned half = TS_PAGES / 2;
+    unsigned page = (variant == TS_MEMCPY ? half : 0) + i % half;
+    return (size_t)page * 4096 + (size_t)((i / half) % 512) * 8;
+}
+
+static sci_local_segment_t g_ts_seg;         /* server */
+static sci_map_t g_ts_lmap;
+static volatile unsigned char *g_ts_local;
+
+/* Client: `count` isolated writes of a CLOCK_MONOTONIC time stamp, one
+ * every TS_PACE_US, into the server's segment (TS_STORE: a plain 8-byte
+ * store through the map; TS_MEMCPY: SCIMemCpy of the same 8 bytes; TS_LOCAL:
+ * a store into private memory, the floor of the timing itself). */
+static void ts_run(int variant, sci_map_t rmap, volatile unsigned char *rem, ts_row_t *row,
+                   uint64_t *cpu, uint64_t *wall, volatile uint64_t *priv)
+{
+    unsigned count = opt.ts_count;
+    if (variant != TS_LOCAL) {
+        ctl_send(CMD(CMD_TS_RUN, (uint64_t)variant));
+        ctl_send(count);
+    }
+    double pc0 = cpu_seconds();
+    uint64_t t0 = now_ns();
+    for (unsigned i = 0; i < count; i++) {
+        uint64_t due = t0 + (uint64_t)(i + 1) * TS_PACE_US * 1000ull;
+        struct timespec ts = { (time_t)(due / 1000000000ull), (long)(due % 1000000000ull) };
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+            ;
+        size_t off = ts_off(variant, i);
+        uint64_t c0 = thread_cpu_ns();
+        uint64_t w0 = now_ns();
+        if (variant == TS_STORE) {
+            *(volatile uint64_t *)(rem + off) = w0;
+        } else if (variant == TS_MEMCPY) {
+            sci_error_t e;
+            SCIMemCpy(NULL, &w0, rmap, (unsigned)off, 8, 0, &e);
+            sci_check("SCIMemCpy (8 B time stamp)", e);
+        } else {
+            priv[off / 8] = w0;
+        }
+        uint64_t w1 = now_ns();
+        uint64_t c1 = thread_cpu_ns();
+        cpu[i] = c1 - c0;
+        wall[i] = w1 - w0;
+    }
+    double pc1 = cpu_seconds();
+    make_stats(&row->cpu, cpu, count, 0, 1.0);
+    make_stats(&row->wall, wall, count, 0, 1.0);
+    row->proc_cpu_us = (pc1 - pc0) * 1e6 / count;
+    row->ran = 1;
+    if (variant == TS_LOCAL)
+        return;
+    SCIFlush(NULL, 0);
+    ctl_send(0x7a);                          /* done: the server counts what is missing */
+    /* The server's figures: seen, lost, median, p99, mean, min, max (ns). */
+    uint32_t seen = (uint32_t)ctl_recv();
+    row->lost = (uint32_t)ctl_recv();
+    lat_t *v = &row->vis;
+    memset(v, 0, sizeof *v);
+    v->n = seen;
+    v->bad = row->lost;
+    v->med = (double)ctl_recv() / 1e3;
+    v->p99 = (double)ctl_recv() / 1e3;
+    v->mean = (double)ctl_recv() / 1e3;
+    v->min = (double)ctl_recv() / 1e3;
+    v->max = (double)ctl_recv() / 1e3;
+}
+
+static void section_ts(void)
+{
+    sci_error_t e;
+    sci_remote_segment_t rseg;
+    sci_map_t rmap;
+    phase_begin(PH_TS);
+    ctl_send(CMD(CMD_TS_SETUP, 0));
+    ctl_expect(CMD(CMD_TS_SETUP, 1), "per-store setup");
+    connect_peer(opt.segid + TS_SEGID, TS_SIZE, &rseg);
+    volatile unsigned char *rem = SCIMapRemoteSegment(rseg, &rmap, 0, TS_SIZE, NULL, 0, &e);
+    sci_check("SCIMapRemoteSegment (per-store)", e);
+    uint64_t *cpu = xalloc(sizeof(uint64_t) * opt.ts_count);
+    uint64_t *wall = xalloc(sizeof(uint64_t) * opt.ts_count);
+    volatile uint64_t *priv = xalloc(TS_SIZE);
+    R.ts_count = opt.ts_count;
+    ts_run(TS_LOCAL, rmap, rem, &R.ts[TS_LOCAL], cpu, wall, priv);
+    ts_run(TS_STORE, rmap, rem, &R.ts[TS_STORE], cpu, wall, priv);
+    ts_run(TS_MEMCPY, rmap, rem, &R.ts[TS_MEMCPY], cpu, wall, priv);
+    SCIUnmapSegment(rmap, 0, &e);
+    sci_check("SCIUnmapSegment (per-store)", e);
+    SCIDisconnectSegment(rseg, 0, &e);
+    sci_check("SCIDisconnectSegment (per-store)", e);
+    ctl_send(CMD(CMD_TS_END, 0));
+    ctl_expect(CMD(CMD_TS_END, 1), "per-store teardown");
+    munmap(cpu, sizeof(uint64_t) * opt.ts_count);
+    munmap(wall, sizeof(uint64_t) * opt.ts_count);
+    munmap((void *)priv, TS_SIZE);
+    phase_end(PH_TS);
+}
+
+/* Server: spin (plain loop) on the slot of each write in turn, in the own
+ * segment, and note when it shows; stop at the client's "done". */
+static void server_ts_run(int variant)
+{
+    uint32_t count = (uint32_t)ctl_recv();
+    uint64_t *d = xalloc(sizeof(uint64_t) * (count ? count : 1));
+    uint32_t seen = 0, lost = 0;
+    int done = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        const volatile uint64_t *w = (const volatile uint64_t *)(g_ts_local + ts_off(variant, i));
+        uint64_t v, n = 0, deadline = 0;
+        /* The client's "done" follows an SCIFlush: a write not there at a
+         * read made after "done" was seen never arrived. */
+        for (;;) {
+            if ((v = *w) != 0 || done)
+                break;
+            if ((done = ctl_ready()))
+                continue;
+            if (spin_late(&n, &deadline))
+                fail("per-store: write %u did not arrive within %.0f s", i, opt.timeout);
+        }
+        if (v == 0) {
+            lost++;                          /* the client is done and it never came */
+            continue;
+        }
+        uint64_t t = now_ns();
+        d[seen++] = t > v ? t - v : 0;
+        *(volatile uint64_t *)w = 0;         /* the slot is used again 512 rounds later */
+    }
+    ctl_expect(0x7a, "per-store done");
+    lat_t L;
+    make_stats(&L, d, seen, lost, 1.0);
+    ctl_send(seen);
+    ctl_send(lost);
+    ctl_send((uint64_t)(L.med * 1e3));
+    ctl_send((uint64_t)(L.p99 * 1e3));
+    ctl_send((uint64_t)(L.mean * 1e3));
+    ctl_send((uint64_t)(L.min * 1e3));
+    ctl_send((uint64_t)(L.max * 1e3));
+    munmap(d, sizeof(uint64_t) * (count ? count : 1));
+}
+
+static void server_ts(int cmd, uint64_t arg)
+{
+    g_phase = PH_TS;
+    if (cmd == CMD_TS_SETUP) {
+        g_ts_seg = make_segment(opt.segid + TS_SEGID, TS_SIZE, &g_ts_lmap, &g_ts_local);
+        ctl_send(CMD(CMD_TS_SETUP, 1));
+    } else if (cmd == CMD_TS_RUN) {
+        if (arg != TS_STORE && arg != TS_MEMCPY)
+            fail("per-store command with a bad variant %llu", (unsigned long long)arg);
+        server_ts_run((int)arg);
+    } else {
+        remove_own_segment(g_ts_seg, g_ts_lmap, "SCIRemoveSegment (per-store)");
+        ctl_send(CMD(CMD_TS_END, 1));
+    }
+}
+
+/* ------------------------------------------------------------------------ */
 /* The server: a command loop                                               */
 /* ------------------------------------------------------------------------ */
 
@@ -1437,6 +1946,17 @@ static void run_server(void)
         case CMD_MBOX:
             g_phase = PH_MBOX;
             ctl_send(mb_loop((uint32_t)arg, NULL, NULL));
+            break;
+        case CMD_RING_SETUP:
+        case CMD_RING_PP:
+        case CMD_RING_STREAM:
+        case CMD_RING_END:
+            server_ring((int)(c >> 56), arg);
+            break;
+        case CMD_TS_SETUP:
+        case CMD_TS_RUN:
+        case CMD_TS_END:
+            server_ts((int)(c >> 56), arg);
             break;
         case CMD_DONE:
             teardown();
@@ -1630,6 +2150,59 @@ static void print_results(void)
             printf("   !! %u acks with an unexpected value", R.mb_ack_wrong);
         printf("\n");
     }
+    if (want('i') && R.ran[PH_RING] && R.ring_n) {
+        printf("\n[i] message ring (%u slots): per message a memcpy of new data into the\n"
+               "    receiver's slot through the remote map, a header {length, sequence} above\n"
+               "    it, then a flag above that; the receiver spins on the flag in its own\n"
+               "    segment, checks every byte and stores its consumed counter into the\n"
+               "    sender's segment through its map.  Plain spin loops, no call (or SCIFlush\n"
+               "    after the flag).  Ping-pong: one way = RTT/2, us.  Streaming: messages\n"
+               "    per second from the first send to the ack of the last.  Link: bytes on\n"
+               "    the namespace's links (both ways) per message.\n", RING_SLOTS);
+        printf("  %-9s %7s %9s %9s %8s %10s %9s %10s %9s\n", "variant", "size", "median",
+               "p99", "n", "B/msg pp", "msg/s", "MB/s", "B/msg st");
+        for (int i = 0; i < R.ring_n; i++) {
+            const ring_row_t *r = &R.ring[i];
+            double rate = r->st_secs > 0 ? (r->st_msgs - r->st_wrong) / r->st_secs : 0.0;
+            printf("  %-9s %7s %9.2f %9.2f %8u", r->flush ? "SCIFlush" : "no call",
+                   fmt_size(r->size, b1, sizeof b1), r->pp.med, r->pp.p99, r->pp.n);
+            if (r->link_ok)
+                printf(" %10.0f", r->pp_msgs ? (double)r->pp_link / r->pp_msgs : 0.0);
+            else
+                printf(" %10s", "-");
+            printf(" %9.0f %10.2f", rate, rate * r->size / 1e6);
+            if (r->link_ok)
+                printf(" %9.0f", r->st_msgs ? (double)r->st_link / r->st_msgs : 0.0);
+            else
+                printf(" %9s", "-");
+            if (r->pp_late || r->st_late)
+                printf("   %u flag before payload", r->pp_late + r->st_late);
+            if (r->pp_wrong || r->st_wrong)
+                printf("   !! %u wrong messages", r->pp_wrong + r->st_wrong);
+            printf("\n");
+        }
+    }
+    if (want('j') && R.ran[PH_TS] && R.ts[TS_STORE].ran) {
+        static const char *const what[3] = { "store 8 B", "SCIMemCpy 8 B", "local store" };
+        printf("\n[j] per trapped store: %u isolated 8-byte writes, one every %u us, each into a\n"
+               "    page not written since its last shipment.  CPU of the writing thread\n"
+               "    (CLOCK_THREAD_CPUTIME_ID) and of the whole process (getrusage) per write,\n"
+               "    time in the write, and the delay until the owner (spinning on its own\n"
+               "    segment) sees the value.  \"local store\": the same into private memory.\n",
+               R.ts_count, TS_PACE_US);
+        printf("  %-14s %16s %12s %16s %20s %6s\n", "what", "thread CPU med/mean", "proc CPU",
+               "in write med/p99", "to owner med/p99", "lost");
+        for (int k = 0; k < 3; k++) {
+            const ts_row_t *t = &R.ts[k];
+            if (!t->ran)
+                continue;
+            printf("  %-14s %8.2f/%7.2f %12.2f %8.2f/%7.2f", what[k], t->cpu.med, t->cpu.mean,
+                   t->proc_cpu_us, t->wall.med, t->wall.p99);
+            if (k != TS_LOCAL)
+                printf(" %10.2f/%9.2f %6u", t->vis.med, t->vis.p99, t->lost);
+            printf("\n");
+        }
+    }
 }
 
 static int write_json(const char *path)
@@ -1756,6 +2329,91 @@ static int write_json(const char *path)
         fputs("null,\n", f);
     }
 
+    fputs("  \"message_ring\": ", f);
+    if (R.ring_n) {
+        fprintf(f, "{\"vsci\": \"ring of %u slots in each side's segment; per message a memcpy "
+                   "of new data into the receiver's slot through the remote map, a header "
+                   "{length, sequence} above it, then a flag word above that (plus SCIFlush "
+                   "when flush is true); the receiver spins on the flag in its own segment, "
+                   "checks every byte and stores its consumed counter into the sender's segment "
+                   "through its own map (never flushed); plain spin loops\", \"slots\": %u, "
+                   "\"slot_stride\": %u, \"link\": \"bytes received + sent on the client "
+                   "namespace's non-loopback links (/proc/net/dev) during the timed loop, per "
+                   "message (ping-pong: 2 messages per round trip; streaming: the messages sent, "
+                   "acks are overhead)\", \"rows\": [", RING_SLOTS, RING_SLOTS, RING_STRIDE);
+        for (int i = 0; i < R.ring_n; i++) {
+            const ring_row_t *r = &R.ring[i];
+            fprintf(f, "%s\n    {\"size\": %zu, \"flush\": %s, \"pingpong\": ", i ? "," : "",
+                    r->size, r->flush ? "true" : "false");
+            json_lat(f, &r->pp);
+            fprintf(f, ", \"pp_messages\": %llu, \"pp_late\": %u, \"pp_wrong\": %u, "
+                       "\"pp_link_bytes\": ", (unsigned long long)r->pp_msgs, r->pp_late,
+                    r->pp_wrong);
+            if (r->link_ok)
+                fprintf(f, "%llu, \"pp_link_bytes_per_msg\": ", (unsigned long long)r->pp_link);
+            else
+                fputs("null, \"pp_link_bytes_per_msg\": ", f);
+            json_num(f, r->link_ok && r->pp_msgs ? (double)r->pp_link / r->pp_msgs : NAN);
+            fprintf(f, ", \"stream_messages\": %llu, \"stream_seconds\": ",
+                    (unsigned long long)r->st_msgs);
+            json_num(f, r->st_secs);
+            fputs(", \"msgs_per_s\": ", f);
+            /* only messages that arrived right count */
+            double rate = r->st_secs > 0 ? (r->st_msgs - r->st_wrong) / r->st_secs : NAN;
+            json_num(f, rate);
+            fputs(", \"MBps\": ", f);
+            json_num(f, rate * r->size / 1e6);
+            fprintf(f, ", \"stream_late\": %u, \"stream_wrong\": %u, \"stream_link_bytes\": ",
+                    r->st_late, r->st_wrong);
+            if (r->link_ok)
+                fprintf(f, "%llu, \"stream_link_bytes_per_msg\": ", (unsigned long long)r->st_link);
+            else
+                fputs("null, \"stream_link_bytes_per_msg\": ", f);
+            json_num(f, r->link_ok && r->st_msgs ? (double)r->st_link / r->st_msgs : NAN);
+            fputs("}", f);
+        }
+        fputs("\n  ]},\n", f);
+    } else {
+        fputs("null,\n", f);
+    }
+
+    fputs("  \"trapped_store\": ", f);
+    if (R.ts[TS_STORE].ran) {
+        static const char *const keys[3] = { "store", "scimemcpy", "local_store" };
+        fprintf(f, "{\"vsci\": \"isolated 8-byte writes of a CLOCK_MONOTONIC time stamp, one "
+                   "every pace_us, each into a page of the server's segment not written since "
+                   "its last shipment: store = a plain store through the remote map, scimemcpy = "
+                   "SCIMemCpy of the same 8 bytes (one RMA write), local_store = a store into "
+                   "private memory (the floor of the timing); cpu = CPU of the writing thread "
+                   "per write (CLOCK_THREAD_CPUTIME_ID), process_cpu_us = CPU of the whole "
+                   "process (getrusage) over the run per write, wall = time in the write, "
+                   "visibility = from just before the write until the server, spinning on its "
+                   "own segment, saw the value\", \"count\": %u, \"pace_us\": %u",
+                R.ts_count, TS_PACE_US);
+        for (int k = 0; k < 3; k++) {
+            const ts_row_t *t = &R.ts[k];
+            fprintf(f, ", \"%s\": ", keys[k]);
+            if (!t->ran) {
+                fputs("null", f);
+                continue;
+            }
+            fputs("{\"cpu\": ", f);
+            json_lat(f, &t->cpu);
+            fputs(", \"process_cpu_us\": ", f);
+            json_num(f, t->proc_cpu_us);
+            fputs(", \"wall\": ", f);
+            json_lat(f, &t->wall);
+            if (k != TS_LOCAL) {
+                fprintf(f, ", \"lost\": %u, \"visibility\": ", t->lost);
+                json_lat(f, &t->vis);
+            }
+            fputs("}", f);
+        }
+        fputs("},\n", f);
+    } else {
+        fputs("null,\n", f);
+    }
+
     fputs("  \"mailbox\": ", f);
     if (R.mb_ran) {
         fprintf(f, "{\"vsci\": \"payload word (same value two rounds running) + SCIFlush, flag "
@@ -1789,15 +2447,15 @@ static void usage(FILE *f)
         "       remote_bench -client -rn SERVER_NODE [options]   (on another node)\n"
         "  -quick        few iterations and a subset of sizes (a few seconds)\n"
         "  -json FILE    client: also write the results as JSON to FILE\n"
-        "  -s SECTIONS   client: run only these sections (default abcdefgh): a ping-pong,\n"
+        "  -s SECTIONS   client: run only these sections (default abcdefghij): a ping-pong,\n"
         "                b write bandwidth, c store-to-visibility, d interrupts,\n"
         "                e spinning ping-pong (no yields) by map size, f store + SCIFlush,\n"
-        "                g idle 1 GiB map, h mailbox\n"
+        "                g idle 1 GiB map, h mailbox, i message ring, j per trapped store\n"
         "  -id SEGID     segment id base (default 0x%x; the server uses SEGID and\n"
-        "                SEGID+2, the client SEGID+1; e and g use SEGID+0x10..0x20)\n"
+        "                SEGID+2, the client SEGID+1; e, g, i, j use SEGID+0x10..0x40)\n"
         "  -timeout S    longest wait for the other side (default 60 s)\n"
         "  -yield N      sched_yield() after every N busy-wait spins (default 64; 0 = never;\n"
-        "                sections e and h spin in plain loops whatever it says)\n"
+        "                sections e, h, i and j spin in plain loops whatever it says)\n"
         "  -same-node    the other side is on this node too (a guest of it, or a host\n"
         "                process next to a guest): -rn may name this node\n"
         "  -bw-from B    bandwidth from B bytes (power of two >= 4; default 65536)\n"
@@ -1807,7 +2465,7 @@ static void usage(FILE *f)
 
 static void setup_options(void)
 {
-    opt.n_pp = opt.n_bw = 0;
+    opt.n_pp = opt.n_bw = opt.n_ring = 0;
     if (opt.quick) {
         static const size_t p[] = { 4, 64, 1024, 8192 };
         for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
@@ -1827,6 +2485,11 @@ static void setup_options(void)
         opt.in_warm = 20;  opt.in_min = 100; opt.in_max = 1000; opt.in_budget = 0.1;
         opt.idle_secs = 5;
         opt.mb_warm = 20;  opt.mb_min = 100; opt.mb_max = 1000; opt.mb_budget = 0.2;
+        static const size_t r[] = { 8, 1024, 8192 };
+        for (size_t i = 0; i < sizeof r / sizeof r[0]; i++)
+            opt.ring_sizes[opt.n_ring++] = r[i];
+        opt.ring_warm = 20; opt.ring_min = 100; opt.ring_max = 1000; opt.ring_budget = 0.1;
+        opt.ts_count = 200;
     } else {
         for (size_t s = 4; s <= PP_MAX; s *= 2)
             opt.pp_sizes[opt.n_pp++] = s;
@@ -1843,6 +2506,10 @@ static void setup_options(void)
         opt.in_warm = 100; opt.in_min = 500; opt.in_max = 10000; opt.in_budget = 0.8;
         opt.idle_secs = 10;
         opt.mb_warm = 200; opt.mb_min = 1000; opt.mb_max = 50000; opt.mb_budget = 2.0;
+        for (int i = 0; i < RING_SIZES; i++)
+            opt.ring_sizes[opt.n_ring++] = ring_sizes[i];
+        opt.ring_warm = 100; opt.ring_min = 500; opt.ring_max = 20000; opt.ring_budget = 0.5;
+        opt.ts_count = 1000;
     }
 }
 
@@ -1937,6 +2604,10 @@ int main(int argc, char **argv)
         section_idle();
     if (want('h'))
         section_mbox();
+    if (want('i'))
+        section_ring();
+    if (want('j'))
+        section_ts();
     teardown();
     g_elapsed = (double)(now_ns() - t0) / 1e9;
 
@@ -1954,6 +2625,9 @@ int main(int argc, char **argv)
         wrong |= R.fl_check[d] < 0;
     wrong |= R.idle_ran && R.idle_check < 0;
     wrong |= R.mb_ran && (R.mb_wrong || R.mb_ack_wrong);
+    for (int i = 0; i < R.ring_n; i++)
+        wrong |= R.ring[i].pp_wrong || R.ring[i].st_wrong;
+    wrong |= R.ts[TS_STORE].lost || R.ts[TS_MEMCPY].lost;
     printf("\ntotal time %.1f s%s\n", g_elapsed, wrong ? "   (!! WRONG PAYLOADS, see above)" : "");
     fflush(stdout);
     if (opt.json && !write_json(opt.json))

@@ -79,10 +79,16 @@ enum Cmd {
         /// Do not install missing peers (sockperf, iperf3, ucx_perftest) with apt-get.
         #[arg(long)]
         no_install: bool,
-        /// Remote path only: run just these remote_bench sections (letters a-h, e.g. `h`
-        /// or `ef`) and skip the transfers, DMA and peers, to look at a few rows.
+        /// Remote path only: run just these remote_bench sections (letters a-j, e.g. `h`
+        /// or `ef`) and skip the transfers, DMA and the peers other sections need, to
+        /// look at a few rows.
         #[arg(long, value_name = "LETTERS")]
         sections: Option<String>,
+        /// Remote path only: afterwards measure the spinning ping-pong, the message ring
+        /// and the per-store figures (sections e, i, j) and their UCX peers again with two
+        /// busy loops per core competing for the CPU, for idle-against-loaded ratios.
+        #[arg(long)]
+        loaded: bool,
         /// Remote path only: run remote_bench this many times in the same namespaces
         /// (the figures kept are the last run's; a failing run stops), to catch rare faults.
         #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
@@ -120,8 +126,8 @@ fn main() -> Result<()> {
         Cmd::Status { socket, json } => status(socket, json),
         Cmd::Demo { socket, round_trips, stream_bytes } => demo::run(socket, round_trips, stream_bytes),
         Cmd::DemoPeer { role, round_trips, stream_bytes } => demo::peer(role, round_trips, stream_bytes),
-        Cmd::Bench { quick, json, report, bench_dir, paths, no_install, from_json, sections, repeat } => {
-            bench::run(bench::Options { quick, json, report, bench_dir, paths, install: !no_install, from_json, sections, repeat })
+        Cmd::Bench { quick, json, report, bench_dir, paths, no_install, from_json, sections, loaded, repeat } => {
+            bench::run(bench::Options { quick, json, report, bench_dir, paths, install: !no_install, from_json, sections, loaded, repeat })
         }
         Cmd::Vm(cmd) => vm::run(cmd),
         Cmd::Blockdev(a) => blockdev::run(a),

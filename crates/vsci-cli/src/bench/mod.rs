@@ -44,8 +44,10 @@ pub struct Options {
     pub install: bool,
     /// Rebuild the report from this results.json instead of measuring.
     pub from_json: Option<PathBuf>,
-    /// Remote path: only these remote_bench sections (letters a-h).
+    /// Remote path: only these remote_bench sections (letters a-j).
     pub sections: Option<String>,
+    /// Remote path: sections e, i, j and their UCX peers again under load.
+    pub loaded: bool,
     /// Remote path: remote_bench runs in the same namespaces.
     pub repeat: u32,
 }
@@ -72,8 +74,11 @@ pub const PATHS: &[PathSpec] = &[local::PATH, remote::PATH, reflective::PATH, le
 /// What every runner gets.
 pub struct Ctx {
     pub quick: bool,
-    /// Remote path: only these remote_bench sections (checked: letters a-h).
+    /// Remote path: only these remote_bench sections (checked: letters a-j).
     pub sections: Option<String>,
+    /// Remote path: measure sections e, i, j and their UCX peers again with
+    /// the CPU oversubscribed.
+    pub loaded: bool,
     /// Remote path: remote_bench runs in the same namespaces (at least 1).
     pub repeat: u32,
     /// Directory of `sisci_bench` and `remote_bench`.
@@ -157,13 +162,14 @@ pub fn run(opts: Options) -> Result<()> {
     let started = Instant::now();
 
     if let Some(s) = &opts.sections {
-        if s.is_empty() || !s.chars().all(|c| ('a'..='h').contains(&c)) {
-            bail!("--sections takes remote_bench section letters a-h (e.g. `h` or `ef`), not {s:?}");
+        if s.is_empty() || !s.chars().all(|c| ('a'..='j').contains(&c)) {
+            bail!("--sections takes remote_bench section letters a-j (e.g. `h` or `ef`), not {s:?}");
         }
     }
     let mut ctx = Ctx {
         quick: opts.quick,
         sections: opts.sections.clone(),
+        loaded: opts.loaded,
         repeat: opts.repeat.max(1),
         bench_dir,
         examples_dir,

@@ -163,6 +163,11 @@ fn random_key() -> Result<String> {
 /// The link port of both nodes (each has its own address).
 pub const LINK_PORT: u16 = 7100;
 
+/// The name of each namespace's network device (its end of the veth). The
+/// same in every namespace: a UCT test of `ucx_perftest` names one device,
+/// and its server takes the name from the client's parameters.
+pub const DEV: &str = "vb0";
+
 /// Network namespaces joined by veth (two: one pair; more: each to a
 /// bridge in a namespace of its own), a cluster file, and (after
 /// [`Pair::start_nodes`]) a `vscid` in each. Node `i + 1` lives in `ns[i]`.
@@ -228,22 +233,21 @@ impl Pair {
         }
         if n == 2 {
             let (a, b) = (&p.ns[0], &p.ns[1]);
-            ip(&["link", "add", "vb1", "netns", a, "type", "veth", "peer", "name", "vb2", "netns", b])?;
+            ip(&["link", "add", DEV, "netns", a, "type", "veth", "peer", "name", DEV, "netns", b])?;
         } else {
             let hub = format!("{tag}-hub");
             for (i, ns) in p.ns.iter().enumerate() {
-                let (dev, port) = (format!("vb{}", i + 1), format!("vh{}", i + 1));
-                ip(&["link", "add", &dev, "netns", ns, "type", "veth", "peer", "name", &port, "netns", &hub])?;
+                let port = format!("vh{}", i + 1);
+                ip(&["link", "add", DEV, "netns", ns, "type", "veth", "peer", "name", &port, "netns", &hub])?;
                 ip(&["-n", &hub, "link", "set", &port, "master", "br0"])?;
                 ip(&["-n", &hub, "link", "set", &port, "up"])?;
             }
         }
         for (i, ns) in p.ns.iter().enumerate() {
             check_interrupted()?;
-            let dev = format!("vb{}", i + 1);
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
-            ip(&["-n", ns, "addr", "add", &format!("{}/24", p.ip[i]), "dev", &dev])?;
-            ip(&["-n", ns, "link", "set", &dev, "up"])?;
+            ip(&["-n", ns, "addr", "add", &format!("{}/24", p.ip[i]), "dev", DEV])?;
+            ip(&["-n", ns, "link", "set", DEV, "up"])?;
         }
 
         let key = p.dir.join("cluster.key");
@@ -372,6 +376,35 @@ impl Pair {
 
     pub fn log(&self, i: usize) -> String {
         fs::read_to_string(&self.logs[i]).unwrap_or_default()
+    }
+
+    /// Bytes received + sent so far on node `i`'s end of the veth (its
+    /// interface counters, `ip -s -j link`): with two nodes, every byte that
+    /// crossed the link either way.
+    pub fn link_bytes(&self, i: usize) -> Option<u64> {
+        let out = ip_output(&["-n", &self.ns[i], "-s", "-j", "link", "show", "dev", DEV]).ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        link_bytes_of(&String::from_utf8_lossy(&out.stdout))
+    }
+}
+
+/// rx + tx bytes from `ip -s -j link show dev X`.
+fn link_bytes_of(json: &str) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_str(json).ok()?;
+    let s = v.get(0)?.get("stats64")?;
+    Some(s.get("rx")?.get("bytes")?.as_u64()? + s.get("tx")?.get("bytes")?.as_u64()?)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn link_bytes_are_read_from_ip_json() {
+        let j = r#"[{"ifindex":2,"ifname":"vb0","stats64":{"rx":{"bytes":1000,"packets":3},"tx":{"bytes":234,"packets":2}}}]"#;
+        assert_eq!(super::link_bytes_of(j), Some(1234));
+        assert_eq!(super::link_bytes_of("[]"), None);
+        assert_eq!(super::link_bytes_of("not json"), None);
     }
 }
 

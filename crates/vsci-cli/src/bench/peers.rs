@@ -148,6 +148,16 @@ pub trait Sites {
     fn addr(&self, i: usize) -> String;
     /// The SISCI node id of end `i`.
     fn node_id(&self, i: usize) -> u32;
+    /// The network device both ends reach each other through, when it has
+    /// the same name at both (what a UCT test of `ucx_perftest` needs).
+    fn net_dev(&self) -> Option<String> {
+        None
+    }
+    /// Bytes that crossed the link between the ends so far, both ways
+    /// (interface counters), when the path can count them.
+    fn link_bytes(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A server we started; stopped when dropped.
@@ -392,6 +402,14 @@ pub fn ucx(sites: &dyn Sites, tools: &Tools, tls: &str, lat_sizes: &[u64], bw_si
 }
 
 fn ucx_run(sites: &dyn Sites, prog: &Path, tls: &str, test: &str, size: u64, iters: u64) -> Result<Vec<f64>> {
+    let args: Vec<String> = ["-t", test, "-s", &size.to_string(), "-n", &iters.to_string()].iter().map(|s| s.to_string()).collect();
+    ucx_run_args(sites, prog, tls, &args).map(|(v, _)| v)
+}
+
+/// One ucx_perftest run with the client arguments `args` (after the
+/// server's address and port); the numbers of its `Final:` line and the
+/// bytes that crossed the link during the attempt that gave them.
+fn ucx_run_args(sites: &dyn Sites, prog: &Path, tls: &str, args: &[String]) -> Result<(Vec<f64>, Option<u64>)> {
     let port = UCX_PORT.to_string();
     let env = [("UCX_TLS", tls), ("UCX_WARN_UNUSED_ENV_VARS", "n")];
     let mut last = String::new();
@@ -400,11 +418,13 @@ fn ucx_run(sites: &dyn Sites, prog: &Path, tls: &str, test: &str, size: u64, ite
         let (mut srv, srv_out) = spawn_server(sites, prog, &["-p", &port], &env)?;
         netns::sleep(Duration::from_millis(if attempt == 0 { 300 } else { 800 }))?;
         let mut c = sites.command(0, prog);
-        c.args([&sites.addr(1), "-p", &port, "-t", test, "-s", &size.to_string(), "-n", &iters.to_string()]);
+        c.args([&sites.addr(1), "-p", &port]).args(args);
         for (k, v) in env {
             c.env(k, v);
         }
+        let b0 = sites.link_bytes();
         let (st, out) = run_forwarded(c, "ucx_perftest", Duration::from_secs(120), false)?;
+        let b1 = sites.link_bytes();
         let t0 = Instant::now();
         while srv.0.try_wait()?.is_none() && t0.elapsed() < Duration::from_secs(2) {
             std::thread::sleep(Duration::from_millis(20));
@@ -413,7 +433,7 @@ fn ucx_run(sites: &dyn Sites, prog: &Path, tls: &str, test: &str, size: u64, ite
         let srv_text = srv_out.finish();
         if st.success() {
             if let Some(v) = ucx_final(&out) {
-                return Ok(v);
+                return Ok((v, b0.zip(b1).map(|(a, b)| b.saturating_sub(a))));
             }
         }
         last = format!("client {st}: {}server: {}", super::tail(&out, 6), super::tail(&srv_text, 6));
@@ -422,6 +442,108 @@ fn ucx_run(sites: &dyn Sites, prog: &Path, tls: &str, test: &str, size: u64, ite
         }
     }
     bail!("no result after 5 attempts; last one:\n{last}")
+}
+
+/// Active messages over UCX's tcp transport, the peer of remote_bench's
+/// message ring (issue 35): per size a latency run (`am_lat`, a ping-pong
+/// with busy polling, RTT/2) and a bandwidth run (`am_bw`, message rate),
+/// with the bytes that crossed the link per message, counted the way the
+/// ring counts its own (the interface counters, both ways). UCT's own tests
+/// (`-t am_lat|am_bw -x tcp -d DEV`, short messages) where the path names a
+/// device with the same name at both ends; otherwise, or when a UCT run
+/// fails, UCP's (`ucp_am_lat|ucp_am_bw`, `UCX_TLS=tcp`); each row says
+/// which. No warm-up (`-w 0`): ucx_perftest's warm-up sends a number of
+/// messages it does not report, and every message must be counted; the
+/// median and a rate over many messages hardly notice. Messages: 2 per
+/// latency iteration (there and back), 1 per bandwidth iteration.
+pub fn ucx_am(sites: &dyn Sites, tools: &Tools, sizes: &[u64], quick: bool) -> Value {
+    let Some(prog) = tools.get(Tool::UcxPerftest) else {
+        say(&tools.missing(Tool::UcxPerftest));
+        return json!({"available": false, "tls": "tcp"});
+    };
+    let dev = sites.net_dev();
+    let mut rows = Vec::new();
+    let mut errors = Vec::new();
+    for &size in sizes {
+        for lat in [true, false] {
+            let iters = if lat {
+                if quick { 2000 } else { 20000 }
+            } else if quick {
+                ((16u64 << 20) / size).clamp(1000, 10_000)
+            } else {
+                ((128u64 << 20) / size).clamp(5000, 100_000)
+            };
+            let (uct, ucp) = if lat { ("am_lat", "ucp_am_lat") } else { ("am_bw", "ucp_am_bw") };
+            let mut tries: Vec<(&str, &str, Vec<String>)> = Vec::new();
+            let common = |t: &str| -> Vec<String> { ["-t", t, "-s", &size.to_string(), "-n", &iters.to_string(), "-w", "0"].iter().map(|s| s.to_string()).collect() };
+            if let Some(d) = &dev {
+                let mut a = common(uct);
+                a.extend(["-x".to_string(), "tcp".to_string(), "-d".to_string(), d.clone()]);
+                tries.push(("uct", uct, a));
+            }
+            tries.push(("ucp", ucp, common(ucp)));
+            let mut done = false;
+            for (api, test, args) in tries {
+                match ucx_run_args(sites, prog, "tcp", &args) {
+                    Ok((v, link)) => {
+                        let msgs = if lat { 2.0 * v[0] } else { v[0] };
+                        let per = link.map(|b| b as f64 / msgs.max(1.0));
+                        let rate = v[7];
+                        if lat {
+                            say(&format!(
+                                "ucx_perftest -t {test:<10} -s {size:<5} ({api}, tcp): median {:.3} us (RTT/2), link {} B/message",
+                                v[1],
+                                super::fmt_opt(per, 0)
+                            ));
+                        } else {
+                            say(&format!(
+                                "ucx_perftest -t {test:<10} -s {size:<5} ({api}, tcp): {rate:.0} messages/s, {:.1} MB/s, link {} B/message",
+                                rate * size as f64 / 1e6,
+                                super::fmt_opt(per, 0)
+                            ));
+                        }
+                        rows.push(json!({
+                            "size": size,
+                            "test": if lat { "am_lat" } else { "am_bw" },
+                            "ucx_test": test,
+                            "api": api,
+                            "n": v[0],
+                            "messages": msgs,
+                            "median_us": if lat { json!(v[1]) } else { Value::Null },
+                            "mean_us": if lat { json!(v[2]) } else { Value::Null },
+                            "msgs_per_s": rate,
+                            "MBps": rate * size as f64 / 1e6,
+                            "link_bytes": link,
+                            "link_bytes_per_msg": per,
+                        }));
+                        done = true;
+                        break;
+                    }
+                    Err(e) => {
+                        let msg = format!("{test} -s {size} ({api}): {e:#}");
+                        say(&format!("!! ucx_perftest {msg}"));
+                        errors.push(json!(msg));
+                    }
+                }
+            }
+            if !done {
+                say(&format!("!! ucx_perftest: no {} figure at {size} B", if lat { "am_lat" } else { "am_bw" }));
+            }
+        }
+    }
+    let dev_arg = dev.as_deref().map(|d| format!(" -x tcp -d {d}")).unwrap_or_default();
+    json!({
+        "available": true,
+        "tls": "tcp",
+        "command": format!(
+            "ucx_perftest -p {UCX_PORT} (end 1); ucx_perftest {} -p {UCX_PORT} -t am_lat|am_bw{dev_arg} -s SIZE -n N -w 0 (end 0; UCT, short messages){}",
+            sites.addr(1),
+            if dev.is_some() { "; where a UCT run fails: -t ucp_am_lat|ucp_am_bw with UCX_TLS=tcp" } else { "" }
+        ),
+        "what": "active messages over UCX tcp: am_lat = RTT/2 of a ping-pong with busy polling; am_bw = messages per second one way (flow-control window 127); link bytes = the interface counters (both ways) over the run / messages (2 per am_lat iteration, 1 per am_bw iteration)",
+        "rows": rows,
+        "errors": errors,
+    })
 }
 
 // ---------------------------------------------------------------------------

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
 use super::netns::{self, Pair};
@@ -20,7 +20,7 @@ pub const PATH: PathSpec = PathSpec {
     name: "remote",
     what: "two nodes in two network namespaces over veth (RMA engine over TCP)",
     unavailable,
-    steps: 5,
+    steps: 6,
     tools: &[Tool::Sockperf, Tool::Iperf3, Tool::UcxPerftest],
     run,
 };
@@ -50,43 +50,48 @@ impl Sites for Pair {
     fn node_id(&self, i: usize) -> u32 {
         i as u32 + 1
     }
+    fn net_dev(&self) -> Option<String> {
+        Some(netns::DEV.to_string())
+    }
+    fn link_bytes(&self) -> Option<u64> {
+        Pair::link_bytes(self, 0)
+    }
 }
 
-fn run(ctx: &Ctx) -> Result<Value> {
-    let prog = ctx.program(&ctx.bench_dir, "remote_bench")?;
-    let sendrecv = ctx.program(&ctx.examples_dir, "sendrecv")?;
-    let vscid = crate::node::sibling("vscid");
+/// The message sizes of remote_bench's message ring (section i), which UCX's
+/// active messages are measured at.
+fn ring_sizes(quick: bool) -> &'static [u64] {
+    if quick {
+        &[8, 1024, 8192]
+    } else {
+        &[8, 64, 256, 1024, 8192]
+    }
+}
 
-    step("remote: two nodes in two network namespaces");
-    let mut pair = Pair::create()?;
-    say(&format!(
-        "namespaces {} (node 1, {}) and {} (node 2, {}); files in {}",
-        pair.ns[0],
-        pair.ip[0],
-        pair.ns[1],
-        pair.ip[1],
-        pair.dir.display()
-    ));
-    pair.start_nodes(&vscid, Duration::from_secs(30))?;
-    say("vscid up on both nodes; each reports the other \"up\"");
+/// The sections measured again with the CPU oversubscribed (`--loaded`):
+/// the spinning ping-pong, the message ring and the per-store figures.
+const LOADED_SECTIONS: &str = "eij";
 
-    step("remote: remote_bench (ping-pong, bandwidth, visibility, interrupts, spinning ping-pong, store + flush, idle map, mailbox)");
+/// `remote_bench -server` on node 2 and `-client` on node 1, `repeat`
+/// times; the client's JSON of the last run. `sections`: `-s` for both;
+/// `tag` names its log and JSON files.
+fn remote_bench(ctx: &Ctx, pair: &mut Pair, prog: &Path, sections: Option<&str>, tag: &str, repeat: u32) -> Result<Value> {
     let quick_arg: &[&str] = if ctx.quick { &["-quick"] } else { &[] };
-    let section_args: Vec<&str> = ctx.sections.as_deref().map(|s| vec!["-s", s]).unwrap_or_default();
-    let server_log = pair.dir.join("remote_bench-server.log");
-    let json_path = pair.dir.join("remote_bench.json");
+    let section_args: Vec<&str> = sections.map(|s| vec!["-s", s]).unwrap_or_default();
+    let server_log = pair.dir.join(format!("remote_bench{tag}-server.log"));
+    let json_path = pair.dir.join(format!("remote_bench{tag}.json"));
     let limit = Duration::from_secs(if ctx.quick { 180 } else { 900 });
     let mut vsci = Value::Null;
-    for run in 1..=ctx.repeat {
-        if ctx.repeat > 1 {
-            say(&format!("remote_bench run {run} of {}", ctx.repeat));
+    for run in 1..=repeat {
+        if repeat > 1 {
+            say(&format!("remote_bench run {run} of {repeat}"));
         }
-        let mut server = pair.command(1, &prog);
+        let mut server = pair.command(1, prog);
         server.args(["-server", "-rn", "1"]).args(quick_arg).args(&section_args);
         let slog = std::fs::File::create(&server_log)?;
         server.stdout(slog.try_clone()?).stderr(slog);
         let sh = pair.spawn(server, "remote_bench -server")?;
-        let mut client = pair.command(0, &prog);
+        let mut client = pair.command(0, prog);
         client.args(["-client", "-rn", "2"]).args(quick_arg).args(&section_args).arg("-json").arg(&json_path).stdout(Stdio::piped()).stderr(Stdio::piped());
         let ch = pair.spawn(client, "remote_bench -client")?;
         let fwd = Forward::start(pair.helper(ch), true);
@@ -113,14 +118,81 @@ fn run(ctx: &Ctx) -> Result<Value> {
             bail!("remote_bench wrote no JSON to {}", json_path.display());
         }
     }
-    if ctx.sections.is_some() {
-        // A look at a few rows: no transfers, DMA or peers.
+    Ok(vsci)
+}
+
+/// The load average (1, 5, 15 minutes) now.
+fn loadavg() -> Value {
+    let t = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let v: Vec<f64> = t.split_whitespace().take(3).filter_map(|x| x.parse().ok()).collect();
+    json!(v)
+}
+
+/// Busy loops that oversubscribe the CPU (two per core, at normal
+/// priority, like `loaded`), stopped when dropped.
+struct Busy(Vec<std::process::Child>);
+
+impl Busy {
+    fn start(n: usize) -> Result<Busy> {
+        use std::os::unix::process::CommandExt;
+        let mut b = Busy(Vec::new());
+        for _ in 0..n {
+            let mut c = Command::new("sh");
+            c.args(["-c", "while :; do :; done"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).process_group(0);
+            b.0.push(c.spawn().context("starting a busy loop (sh)")?);
+        }
+        Ok(b)
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            netns::stop_child(c, Duration::from_millis(200));
+        }
+    }
+}
+
+fn run(ctx: &Ctx) -> Result<Value> {
+    let prog = ctx.program(&ctx.bench_dir, "remote_bench")?;
+    let sendrecv = ctx.program(&ctx.examples_dir, "sendrecv")?;
+    let vscid = crate::node::sibling("vscid");
+
+    step("remote: two nodes in two network namespaces");
+    let mut pair = Pair::create()?;
+    say(&format!(
+        "namespaces {} (node 1, {}) and {} (node 2, {}); files in {}",
+        pair.ns[0],
+        pair.ip[0],
+        pair.ns[1],
+        pair.ip[1],
+        pair.dir.display()
+    ));
+    pair.start_nodes(&vscid, Duration::from_secs(30))?;
+    say("vscid up on both nodes; each reports the other \"up\"");
+
+    step("remote: remote_bench (ping-pong, bandwidth, visibility, interrupts, spinning ping-pong, store + flush, idle map, mailbox, message ring, per store)");
+    let vsci = remote_bench(ctx, &mut pair, &prog, ctx.sections.as_deref(), "", ctx.repeat)?;
+    if let Some(sections) = ctx.sections.as_deref() {
+        // A look at a few rows: no transfers or DMA; only the peers of
+        // the sections asked for that take seconds.
+        step("remote: the peers of the sections asked for");
+        let has = |c: char| sections.contains(c);
+        let ucx = if has('e') || has('h') { peers::ucx(&pair, &ctx.tools, "tcp", &[4], &[], false, ctx.quick) } else { Value::Null };
+        let ucx_am = if has('i') { peers::ucx_am(&pair, &ctx.tools, ring_sizes(ctx.quick), ctx.quick) } else { Value::Null };
+        let fabric = if has('f') { fabric_peer(ctx, &pair) } else { Value::Null };
+        pair.check_daemons()?;
+        let loaded = if ctx.loaded { Some(run_loaded(ctx, &mut pair, &prog, Some(sections))?) } else { None };
+        let table = print_table(&pair, &vsci, &Value::Null, &Value::Null, &ucx, &fabric, &ucx_am, loaded.as_ref());
         return Ok(json!({
             "path": "remote",
             "what": PATH.what,
             "sections": ctx.sections,
             "runs": ctx.repeat,
             "remote_bench": vsci,
+            "peers": {"ucx_perftest": ucx, "ucx_am": ucx_am, "fabric_write": fabric},
+            "loaded": loaded,
+            "table": table,
         }));
     }
 
@@ -144,17 +216,14 @@ fn run(ctx: &Ctx) -> Result<Value> {
     let (lat, bw): (&[u64], &[u64]) =
         if ctx.quick { (&[4, 64, 8192], &[65536, 8 << 20]) } else { (&[4, 64, 1024, 8192], &[65536, 1 << 20, 8 << 20]) };
     let ucx = peers::ucx(&pair, &ctx.tools, "tcp", lat, bw, true, ctx.quick);
+    // Active messages: the peer of the message ring (issue 35).
+    let ucx_am = peers::ucx_am(&pair, &ctx.tools, ring_sizes(ctx.quick), ctx.quick);
     // One delivered RMA write: the peer of store + SCIFlush.
-    let fabric = match ctx.program(&ctx.bench_dir, "fabric_write_lat") {
-        Ok(p) => peers::fabric_write(&pair, &p, &[1, 4096], ctx.quick),
-        Err(e) => {
-            say(&format!("fabric_write_lat: NOT AVAILABLE ({e:#}), its figures show \"-\""));
-            json!({"available": false, "error": format!("{e:#}")})
-        }
-    };
+    let fabric = fabric_peer(ctx, &pair);
     pair.check_daemons()?;
 
-    let table = print_table(&pair, &vsci, &sockperf, &iperf, &ucx, &fabric);
+    let loaded = if ctx.loaded { Some(run_loaded(ctx, &mut pair, &prog, None)?) } else { None };
+    let table = print_table(&pair, &vsci, &sockperf, &iperf, &ucx, &fabric, &ucx_am, loaded.as_ref());
     Ok(json!({
         "path": "remote",
         "what": PATH.what,
@@ -166,8 +235,56 @@ fn run(ctx: &Ctx) -> Result<Value> {
         "remote_bench": vsci,
         "transfers": transfers,
         "dma": dma,
-        "peers": {"sockperf": sockperf, "iperf3": iperf, "ucx_perftest": ucx, "fabric_write": fabric},
+        "peers": {"sockperf": sockperf, "iperf3": iperf, "ucx_perftest": ucx, "ucx_am": ucx_am, "fabric_write": fabric},
+        "loaded": loaded,
         "table": table,
+    }))
+}
+
+/// fabric_write_lat 1 B and 4 KiB, or why not.
+fn fabric_peer(ctx: &Ctx, pair: &Pair) -> Value {
+    match ctx.program(&ctx.bench_dir, "fabric_write_lat") {
+        Ok(p) => peers::fabric_write(pair, &p, &[1, 4096], ctx.quick),
+        Err(e) => {
+            say(&format!("fabric_write_lat: NOT AVAILABLE ({e:#}), its figures show \"-\""));
+            json!({"available": false, "error": format!("{e:#}")})
+        }
+    }
+}
+
+/// `--loaded`: the issue-35 rows again (remote_bench sections e, i and j,
+/// or those of them in `sections`) and their UCX peers (put_lat 4 B, the
+/// active messages), all with two busy loops per core competing for the
+/// CPU, in the same namespaces, right after the idle run.
+fn run_loaded(ctx: &Ctx, pair: &mut Pair, prog: &Path, sections: Option<&str>) -> Result<Value> {
+    let secs: String = LOADED_SECTIONS.chars().filter(|c| sections.is_none_or(|s| s.contains(*c))).collect();
+    if secs.is_empty() {
+        return Ok(json!({"skipped": format!("none of the sections {LOADED_SECTIONS} was asked for")}));
+    }
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let n = 2 * cores;
+    step(&format!("remote: sections {secs} and their UCX peers again, with {n} busy loops ({cores} cores)"));
+    let before = loadavg();
+    let busy = Busy::start(n)?;
+    // Let the scheduler see the loops before anything is timed.
+    netns::sleep(Duration::from_secs(2))?;
+    let during = loadavg();
+    let vsci = remote_bench(ctx, pair, prog, Some(&secs), "-loaded", 1)?;
+    let ucx = if secs.contains('e') { peers::ucx(pair, &ctx.tools, "tcp", &[4], &[], false, ctx.quick) } else { Value::Null };
+    let ucx_am = if secs.contains('i') { peers::ucx_am(pair, &ctx.tools, ring_sizes(ctx.quick), ctx.quick) } else { Value::Null };
+    let after = loadavg();
+    drop(busy);
+    pair.check_daemons()?;
+    Ok(json!({
+        "what": "the same rows with the CPU oversubscribed: busy loops (sh -c 'while :; do :; done', normal priority) beside everything, vsci and its UCX peers alike",
+        "busy_loops": n,
+        "cores": cores,
+        "sections": secs,
+        "loadavg_before": before,
+        "loadavg_started": during,
+        "loadavg_after": after,
+        "remote_bench": vsci,
+        "peers": {"ucx_perftest": ucx, "ucx_am": ucx_am},
     }))
 }
 
@@ -231,7 +348,8 @@ fn sockperf_row(sp: &Value, size: u64) -> (Option<f64>, Option<f64>) {
         .unwrap_or((None, None))
 }
 
-fn print_table(pair: &Pair, vsci: &Value, sp: &Value, ip: &Value, ucx: &Value, fw: &Value) -> Vec<Value> {
+#[allow(clippy::too_many_arguments)]
+fn print_table(pair: &Pair, vsci: &Value, sp: &Value, ip: &Value, ucx: &Value, fw: &Value, am: &Value, loaded: Option<&Value>) -> Vec<Value> {
     let mut rows: Vec<Row> = Vec::new();
     let sp_name = |s: u64| {
         if sp.get("available").and_then(Value::as_bool) == Some(true) {
@@ -260,7 +378,7 @@ fn print_table(pair: &Pair, vsci: &Value, sp: &Value, ip: &Value, ucx: &Value, f
         });
     }
     // Interrupts.
-    if let Some(i) = vsci.get("interrupt").and_then(|x| x.get("vsci")) {
+    if let Some(i) = vsci.get("interrupt").and_then(|x| x.get("vsci")).filter(|x| x.is_object()) {
         rows.push(Row {
             what: "interrupt trigger -> wait".into(),
             unit: "us",
@@ -272,6 +390,9 @@ fn print_table(pair: &Pair, vsci: &Value, sp: &Value, ip: &Value, ucx: &Value, f
     }
     for r in rows_of(vsci, "data_interrupt") {
         let Some(len) = r.get("payload").and_then(Value::as_u64) else { continue };
+        if !r["vsci"].is_object() {
+            continue;
+        }
         let ps = if len <= 64 { 64 } else { len };
         rows.push(Row {
             what: format!("data interrupt {}", size_name(len)),
@@ -325,6 +446,17 @@ fn print_table(pair: &Pair, vsci: &Value, sp: &Value, ip: &Value, ucx: &Value, f
     }
 
     issue17_rows(&mut rows, vsci, ucx, fw);
+    issue35_rows(&mut rows, vsci, am);
+    let idle_rows = rows.len();
+    if let Some(l) = loaded.filter(|l| l.get("remote_bench").is_some()) {
+        let lu = &l["peers"]["ucx_perftest"];
+        let before = rows.len();
+        issue17_rows(&mut rows, &l["remote_bench"], lu, &Value::Null);
+        issue35_rows(&mut rows, &l["remote_bench"], &l["peers"]["ucx_am"]);
+        for r in &mut rows[before..] {
+            r.what = format!("LOADED {}", r.what);
+        }
+    }
 
     say(&format!(
         "\n== remote: vsci node 1 ({}) <-> node 2 ({}), two network namespaces over veth ==",
@@ -394,6 +526,25 @@ fn print_table(pair: &Pair, vsci: &Value, sp: &Value, ip: &Value, ucx: &Value, f
     }
     for l in issue17_notes(vsci) {
         say(&l);
+    }
+    for l in issue35_notes(vsci) {
+        say(&l);
+    }
+    if let Some(l) = loaded.filter(|l| l.get("remote_bench").is_some()) {
+        say(&format!(
+            "\nwith {} busy loops beside (load average before {}, while measuring {} .. {}): vsci/peer ratio idle -> loaded, and how much it grew (goal in issue 35: at most 1.5x)",
+            l["busy_loops"],
+            l["loadavg_before"],
+            l["loadavg_started"],
+            l["loadavg_after"]
+        ));
+        for r in &rows[idle_rows..] {
+            let name = r.what.trim_start_matches("LOADED ");
+            let Some(idle) = rows[..idle_rows].iter().find(|x| x.what == name) else { continue };
+            let (Some(a), Some(b)) = (idle.ratio(), r.ratio()) else { continue };
+            let growth = if matches!(r.kind, Kind::Rate | Kind::Bandwidth) { a / b } else { b / a };
+            say(&format!("  {name:<60} {a:>8.2}x -> {b:>8.2}x   grew {growth:.2}x{}", if growth > 1.5 { "  !!" } else { "" }));
+        }
     }
     if !vis.is_empty() {
         say(&format!("\nstore-to-visibility delay (a store to a remote map with no call, until the owner sees it):"));
@@ -489,6 +640,108 @@ fn issue17_rows(rows: &mut Vec<Row>, vsci: &Value, ucx: &Value, fw: &Value) {
             kind: Kind::Rate,
         });
     }
+}
+
+/// UCX active-message row of `size` (`test`: am_lat or am_bw).
+fn am_row<'a>(am: &'a Value, test: &str, size: u64) -> Option<&'a Value> {
+    am.get("rows")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|r| r.get("test").and_then(Value::as_str) == Some(test) && r.get("size").and_then(Value::as_u64) == Some(size))
+}
+
+/// The rows issue 35 asks for: the message ring (ping-pong latency against
+/// UCX tcp am_lat, streaming rate against am_bw, link bytes per message
+/// against UCX's), and the per-store figures against one RMA write.
+fn issue35_rows(rows: &mut Vec<Row>, vsci: &Value, am: &Value) {
+    for r in rows_of(vsci, "message_ring") {
+        let Some(size) = r.get("size").and_then(Value::as_u64) else { continue };
+        let v = if r.get("flush").and_then(Value::as_bool) == Some(true) { "SCIFlush after the flag" } else { "no call" };
+        let lat = am_row(am, "am_lat", size);
+        let bw = am_row(am, "am_bw", size);
+        let name = |r: Option<&Value>, t: &str| match r {
+            Some(x) => format!("UCX tcp {t} {} ({})", size_name(size), x.get("api").and_then(Value::as_str).unwrap_or("?")),
+            None => format!("UCX tcp {t} {} (not measured)", size_name(size)),
+        };
+        let f = |x: Option<&Value>, k: &str| x.and_then(|x| x.get(k)).and_then(Value::as_f64);
+        rows.push(Row {
+            what: format!("ring {}, ping-pong, {v}", size_name(size)),
+            unit: "us",
+            vsci: lat_of(&r["pingpong"]),
+            peer_name: name(lat, "am_lat"),
+            peer: (f(lat, "median_us"), None),
+            kind: Kind::Latency,
+        });
+        rows.push(Row {
+            what: format!("ring {}, streaming, {v}", size_name(size)),
+            unit: "/s",
+            vsci: (r.get("msgs_per_s").and_then(Value::as_f64), None),
+            peer_name: name(bw, "am_bw"),
+            peer: (f(bw, "msgs_per_s"), None),
+            kind: Kind::Rate,
+        });
+        rows.push(Row {
+            what: format!("ring {}, ping-pong, {v}: link B/msg", size_name(size)),
+            unit: "B",
+            vsci: (r.get("pp_link_bytes_per_msg").and_then(Value::as_f64), None),
+            peer_name: format!("{}: link B/msg", name(lat, "am_lat")),
+            peer: (f(lat, "link_bytes_per_msg"), None),
+            kind: Kind::Cost,
+        });
+        rows.push(Row {
+            what: format!("ring {}, streaming, {v}: link B/msg", size_name(size)),
+            unit: "B",
+            vsci: (r.get("stream_link_bytes_per_msg").and_then(Value::as_f64), None),
+            peer_name: format!("{}: link B/msg", name(bw, "am_bw")),
+            peer: (f(bw, "link_bytes_per_msg"), None),
+            kind: Kind::Cost,
+        });
+    }
+    let ts = &vsci["trapped_store"];
+    if ts.is_object() && ts["store"].is_object() {
+        let m = &ts["scimemcpy"];
+        rows.push(Row {
+            what: "trapped store 8 B: CPU of the storing thread".to_string(),
+            unit: "us",
+            vsci: lat_of(&ts["store"]["cpu"]),
+            peer_name: "SCIMemCpy 8 B (one RMA write): CPU".into(),
+            peer: lat_of(&m["cpu"]),
+            kind: Kind::Latency,
+        });
+        rows.push(Row {
+            what: "trapped store 8 B: until the owner sees it".to_string(),
+            unit: "us",
+            vsci: lat_of(&ts["store"]["visibility"]),
+            peer_name: "SCIMemCpy 8 B (one RMA write): until seen".into(),
+            peer: lat_of(&m["visibility"]),
+            kind: Kind::Latency,
+        });
+    }
+}
+
+/// What the issue-35 sections found wrong.
+fn issue35_notes(vsci: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in rows_of(vsci, "message_ring") {
+        let g = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let (late, wrong) = (g("pp_late") + g("stream_late"), g("pp_wrong") + g("stream_wrong"));
+        if late > 0 || wrong > 0 {
+            out.push(format!(
+                "!! message ring {}{}: {late} messages had their flag before the rest, {wrong} stayed wrong",
+                size_name(g("size")),
+                if r.get("flush").and_then(Value::as_bool) == Some(true) { " with SCIFlush" } else { "" }
+            ));
+        }
+    }
+    let ts = &vsci["trapped_store"];
+    for k in ["store", "scimemcpy"] {
+        let lost = ts[k].get("lost").and_then(Value::as_u64).unwrap_or(0);
+        if lost > 0 {
+            out.push(format!("!! per-store figures, {k}: {lost} writes never seen by the owner"));
+        }
+    }
+    out
 }
 
 /// What the issue-17 sections found wrong, and the idle figures in words.

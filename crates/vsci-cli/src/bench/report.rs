@@ -667,6 +667,7 @@ fn remote(d: &mut Doc, r: &Value) {
     d.table(&["size", "vsci", "sockperf TCP", "vsci/sockperf", "UCX tcp put_lat", "vsci/UCX", "vsci/limit", "thesis 5.6 native", "thesis 5.6 guest"], &body);
 
     issue17(d, rb, &ucx_lat, &r["peers"]["fabric_write"]);
+    issue35(d, r);
 
     d.line("### Write bandwidth to a remote segment (thesis tables 5.4, 5.5)");
     d.line("");
@@ -901,6 +902,271 @@ fn issue17(d: &mut Doc, rb: &Value, ucx_lat: &[&Value], fw: &Value) {
             ]],
         );
     }
+}
+
+/// A UCX active-message row of the run: `test` am_lat or am_bw.
+fn am_row(am: &Value, test: &str, size: u64) -> Option<Value> {
+    am.get("rows")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|r| r["test"].as_str() == Some(test) && r["size"].as_u64() == Some(size))
+        .cloned()
+}
+
+/// "a / b" of two cells.
+fn pair_cell(a: String, b: String) -> String {
+    format!("{a} / {b}")
+}
+
+/// Issue 35's rows: the message ring against UCX tcp's active messages
+/// (latency, rate, link bytes per message) and the per-store figures
+/// against one RMA write; with `--loaded`, the same rows idle and loaded.
+fn issue35(d: &mut Doc, r: &Value) {
+    let rb = &r["remote_bench"];
+    let am = &r["peers"]["ucx_am"];
+    let ring = rows(rb, &["message_ring"]);
+    if !ring.is_empty() {
+        d.line("### A message-passing layer over remote maps: a ring of messages (issue 35)");
+        d.line("");
+        d.line("What a transport written for SISCI (UCX's SISCI transport, MPI's) does: each side has a ring of");
+        d.line(&format!(
+            "{} slots in its segment. Per message the sender `memcpy`s the payload (new data every message, a",
+            rb["message_ring"]["slots"].as_u64().unwrap_or(16)
+        ));
+        d.line("pattern made from the sequence number) into the receiver's slot through its remote map, stores a");
+        d.line("header {length, sequence} above it and then a flag word above that (the highest word of the message,");
+        d.line("stored last); the receiver spins on the flag in its own segment, checks the header and every payload");
+        d.line("byte, and stores its consumed counter (the ack) into the sender's segment through its own remote map;");
+        d.line("the sender spins on that counter when the ring is full. Both sides spin in plain loops with no");
+        d.line("SISCI call, or with `SCIFlush` after each flag (acks are never flushed). **Ping-pong**: one message");
+        d.line("each way per round trip, one way = RTT/2. **Streaming**: as many messages as the ring holds in");
+        d.line("flight, from the first send to the ack of the last, so every message counted arrived and was checked.");
+        d.line("Peer, same run, same namespaces: UCX's tcp transport, active messages (`ucx_perftest` UCT `am_lat`,");
+        d.line("a busy-polling ping-pong, and `am_bw`, a message stream with a window of 127; the API column says");
+        d.line("when UCP's `ucp_am_*` stood in). Goals in issue 35: ≤ 1.5× `am_lat` at 8 B, ≥ 1× `am_bw`.");
+        d.line("");
+        for e in am.get("errors").and_then(Value::as_array).into_iter().flatten() {
+            d.line(&format!("**ucx_perftest:** {}", e.as_str().unwrap_or("").lines().next().unwrap_or("")));
+            d.line("");
+        }
+        let sizes: Vec<u64> = {
+            let mut v: Vec<u64> = ring.iter().filter_map(|x| x["size"].as_u64()).collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        let find = |size: u64, flush: bool| ring.iter().find(|x| x["size"].as_u64() == Some(size) && x["flush"].as_bool() == Some(flush)).map(|x| (*x).clone());
+        let mut lat_body = Vec::new();
+        let mut rate_body = Vec::new();
+        let mut link_body = Vec::new();
+        for &size in &sizes {
+            let (n, f) = (find(size, false), find(size, true));
+            let al = am_row(am, "am_lat", size);
+            let ab = am_row(am, "am_bw", size);
+            let al_med = al.as_ref().and_then(|x| x["median_us"].as_f64());
+            let api = al.as_ref().or(ab.as_ref()).and_then(|x| x["api"].as_str()).unwrap_or("-").to_string();
+            let med_of = |x: &Option<Value>| x.as_ref().and_then(|x| med(x.get("pingpong")));
+            let rn = d.peer(format!("remote ring {} ping-pong, no call, vs UCX tcp am_lat", size_name(size)), ratio(med_of(&n), al_med), true);
+            let rf = d.peer(format!("remote ring {} ping-pong, SCIFlush, vs UCX tcp am_lat", size_name(size)), ratio(med_of(&f), al_med), true);
+            // Both variants, ping-pong and streaming together.
+            let g = |k: &str| [&n, &f].iter().map(|x| x.as_ref().and_then(|x| x[k].as_u64()).unwrap_or(0)).sum::<u64>();
+            let bad = format!("{} / {}", g("pp_late") + g("stream_late"), g("pp_wrong") + g("stream_wrong"));
+            lat_body.push(vec![
+                size_name(size),
+                n.as_ref().map(|x| lat2(x.get("pingpong"))).unwrap_or_else(|| "-".into()),
+                f.as_ref().map(|x| lat2(x.get("pingpong"))).unwrap_or_else(|| "-".into()),
+                us(al_med),
+                pair_cell(fr(rn), fr(rf)),
+                bad,
+                api.clone(),
+            ]);
+            let rate = |x: &Option<Value>| x.as_ref().and_then(|x| x["msgs_per_s"].as_f64());
+            let mb = |x: &Option<Value>| x.as_ref().and_then(|x| x["MBps"].as_f64());
+            let ab_rate = ab.as_ref().and_then(|x| x["msgs_per_s"].as_f64());
+            let sn = d.peer(format!("remote ring {} streaming, no call, vs UCX tcp am_bw (messages/s)", size_name(size)), ratio(rate(&n), ab_rate), false);
+            let sf = d.peer(format!("remote ring {} streaming, SCIFlush, vs UCX tcp am_bw (messages/s)", size_name(size)), ratio(rate(&f), ab_rate), false);
+            let cell = |m: Option<f64>, b: Option<f64>| match m {
+                Some(m) => format!("{} ({} MB/s)", fmt_opt(Some(m), 0), sig(b)),
+                None => "-".into(),
+            };
+            rate_body.push(vec![
+                size_name(size),
+                cell(rate(&n), mb(&n)),
+                cell(rate(&f), mb(&f)),
+                cell(ab_rate, ab.as_ref().and_then(|x| x["MBps"].as_f64())),
+                pair_cell(fr(sn), fr(sf)),
+            ]);
+            let lb = |x: &Option<Value>, k: &str| x.as_ref().and_then(|x| x[k].as_f64());
+            let base = size as f64 + 64.0;
+            let goal = 2.0 * base;
+            let all = [lb(&n, "pp_link_bytes_per_msg"), lb(&f, "pp_link_bytes_per_msg"), lb(&n, "stream_link_bytes_per_msg"), lb(&f, "stream_link_bytes_per_msg")];
+            let worst = all.iter().flatten().copied().reduce(f64::max);
+            let b0 = |v: Option<f64>| fmt_opt(v, 0);
+            link_body.push(vec![
+                size_name(size),
+                format!("{base:.0}"),
+                format!("{goal:.0}"),
+                pair_cell(b0(all[0]), b0(all[1])),
+                pair_cell(b0(all[2]), b0(all[3])),
+                b0(lb(&al, "link_bytes_per_msg")),
+                b0(lb(&ab, "link_bytes_per_msg")),
+                fr(ratio(worst, Some(goal))),
+                fr(ratio(all[0], lb(&al, "link_bytes_per_msg"))),
+            ]);
+        }
+        d.line("One way (ping-pong RTT/2), median / p99 µs:");
+        d.line("");
+        d.table(&["size", "vsci, no call", "vsci, `SCIFlush` after the flag", "UCX tcp am_lat", "vsci/UCX (no call / `SCIFlush`)", "messages with the flag before the rest / wrong (all rows of the size)", "UCX API"], &lat_body);
+        d.line("Streaming, messages per second (MB/s of payload that arrived and was checked):");
+        d.line("");
+        d.table(&["size", "vsci, no call", "vsci, `SCIFlush` after the flag", "UCX tcp am_bw", "vsci/UCX (no call / `SCIFlush`)"], &rate_body);
+        d.line("Bytes that crossed the link per message, both directions (the veth's interface counters over the timed");
+        d.line("messages: vsci's from `/proc/net/dev` in node 1's namespace, heartbeats of the nodes included; UCX's");
+        d.line("from `ip -s link` around each `ucx_perftest` run, its set-up included, run without warm-up so that");
+        d.line("every message is counted). A ping-pong message is one of the two per round trip; a streamed message");
+        d.line("is one the sender sent (acks are overhead). Goal in issue 35: ≤ 2 × (payload + 64 B) in every row.");
+        d.line("");
+        d.table(
+            &["size", "payload + 64 B", "goal 2 × (payload + 64 B)", "vsci ping-pong (no call / `SCIFlush`)", "vsci streaming (no call / `SCIFlush`)", "UCX tcp am_lat", "UCX tcp am_bw", "vsci worst / goal", "vsci ping-pong / UCX am_lat"],
+            &link_body,
+        );
+    }
+
+    let ts = &rb["trapped_store"];
+    if ts.is_object() && ts["store"].is_object() {
+        d.line("### Per trapped store: CPU and time to the owner, against one RMA write (issue 35)");
+        d.line("");
+        d.line(&format!(
+            "{} isolated 8-byte writes of a `CLOCK_MONOTONIC` time stamp, one every {} µs, each into a page of the",
+            ts["count"].as_u64().unwrap_or(0),
+            ts["pace_us"].as_u64().unwrap_or(0)
+        ));
+        d.line("server's segment not written since its last shipment (128 pages used in turn): a plain store through");
+        d.line("the remote map (it traps), and `SCIMemCpy` of the same 8 bytes (one RMA write that returns once the");
+        d.line("bytes are in the owner's memory). CPU of the writing thread (`CLOCK_THREAD_CPUTIME_ID` around the write,");
+        d.line("so the trap's handler counts) and of the whole process (`getrusage`, every thread of the library, over");
+        d.line("the run / writes); time spent in the write; delay from just before the write until the server, spinning");
+        d.line("on its own segment, sees the value. The floor: the same timing around a store into private memory.");
+        d.line("Goals in issue 35: CPU ≤ 3 µs per trapped store, time to the owner ≤ 1.2× one RMA write. µs.");
+        d.line("");
+        let mut body = Vec::new();
+        for (k, what) in [("store", "store 8 B into the remote map"), ("scimemcpy", "`SCIMemCpy` 8 B (one RMA write)"), ("local_store", "store 8 B into private memory (floor)")] {
+            let t = &ts[k];
+            if !t.is_object() {
+                continue;
+            }
+            let c = t.get("cpu");
+            body.push(vec![
+                what.to_string(),
+                pair_cell(us(med(c)), us(c.and_then(|c| c["mean_us"].as_f64()))),
+                us(t["process_cpu_us"].as_f64()),
+                lat2(t.get("wall")),
+                if k == "local_store" { "".into() } else { lat2(t.get("visibility")) },
+                if k == "local_store" { "".into() } else { format!("{}", t["lost"].as_u64().unwrap_or(0)) },
+            ]);
+        }
+        d.table(&["write", "thread CPU median / mean", "process CPU per write", "time in the write, median / p99", "until the owner sees it, median / p99", "never seen"], &body);
+        let s = &ts["store"];
+        let m = &ts["scimemcpy"];
+        let rc = ratio(med(s.get("cpu")), med(m.get("cpu")));
+        let rv = d.peer("remote trapped store 8 B, time to the owner, vs one RMA write (SCIMemCpy 8 B)".into(), ratio(med(s.get("visibility")), med(m.get("visibility"))), true);
+        d.line(&format!(
+            "Trapped store / one RMA write: thread CPU {}, time to the owner {}.",
+            fr(rc),
+            fr(rv)
+        ));
+        d.line("");
+    }
+
+    let l = &r["loaded"];
+    if l.is_object() && l["remote_bench"].is_object() {
+        loaded_table(d, r, l);
+    }
+}
+
+/// Idle against loaded: each issue-35 row's vsci/peer ratio in the normal
+/// run and with busy loops beside, and how much it grew.
+fn loaded_table(d: &mut Doc, r: &Value, l: &Value) {
+    d.line("### The same rows with the CPU oversubscribed (issue 35)");
+    d.line("");
+    d.line(&format!(
+        "Right after the rows above, in the same namespaces: {} busy loops (`sh -c 'while :; do :; done'` at normal",
+        l["busy_loops"].as_u64().unwrap_or(0)
+    ));
+    d.line(&format!(
+        "priority, two per core, like `loaded`) run beside everything while remote_bench sections {} and their UCX",
+        l["sections"].as_str().unwrap_or("?")
+    ));
+    d.line(&format!(
+        "peers run again. Load average before {}, at the start {}, at the end {}. Growth = loaded ratio / idle ratio",
+        l["loadavg_before"], l["loadavg_started"], l["loadavg_after"]
+    ));
+    d.line("for latencies, idle / loaded for rates (above 1: vsci lost more to the load than its peer). Goal in");
+    d.line("issue 35: growth ≤ 1.5. Medians, µs or messages/s.");
+    d.line("");
+    // (what, vsci idle, peer idle, vsci loaded, peer loaded, latency?)
+    type Item = (String, Option<f64>, Option<f64>, Option<f64>, Option<f64>, bool);
+    let mut items: Vec<Item> = Vec::new();
+    let (rb, lb) = (&r["remote_bench"], &l["remote_bench"]);
+    let u4 = |u: &Value| u.get("lat").and_then(Value::as_array).and_then(|a| a.iter().find(|x| x["size"].as_u64() == Some(4))).and_then(|x| x["median_us"].as_f64());
+    let (pi, pl) = (u4(&r["peers"]["ucx_perftest"]), u4(&l["peers"]["ucx_perftest"]));
+    for x in rows(lb, &["spin_pingpong"]) {
+        let Some(m) = x["map_size"].as_u64() else { continue };
+        let idle = row_for(&rows(rb, &["spin_pingpong"]), "map_size", m);
+        items.push((format!("spinning ping-pong 4 B, {} maps / UCX tcp put_lat 4 B", size_name(m)), idle.as_ref().and_then(|v| med(v.get("vsci"))), pi, med(x.get("vsci")), pl, true));
+    }
+    let (ai, al) = (&r["peers"]["ucx_am"], &l["peers"]["ucx_am"]);
+    for x in rows(lb, &["message_ring"]) {
+        let Some(size) = x["size"].as_u64() else { continue };
+        let flush = x["flush"].as_bool() == Some(true);
+        let idle = rows(rb, &["message_ring"]).into_iter().find(|y| y["size"].as_u64() == Some(size) && y["flush"].as_bool() == Some(flush)).cloned();
+        let v = if flush { "`SCIFlush`" } else { "no call" };
+        let amv = |a: &Value, t: &str, k: &str| am_row(a, t, size).and_then(|y| y[k].as_f64());
+        items.push((
+            format!("ring {} ping-pong, {v} / UCX tcp am_lat", size_name(size)),
+            idle.as_ref().and_then(|y| med(y.get("pingpong"))),
+            amv(ai, "am_lat", "median_us"),
+            med(x.get("pingpong")),
+            amv(al, "am_lat", "median_us"),
+            true,
+        ));
+        items.push((
+            format!("ring {} streaming, {v} / UCX tcp am_bw (messages/s)", size_name(size)),
+            idle.as_ref().and_then(|y| y["msgs_per_s"].as_f64()),
+            amv(ai, "am_bw", "msgs_per_s"),
+            x["msgs_per_s"].as_f64(),
+            amv(al, "am_bw", "msgs_per_s"),
+            false,
+        ));
+    }
+    let (ti, tl) = (&rb["trapped_store"], &lb["trapped_store"]);
+    if tl["store"].is_object() {
+        items.push((
+            "trapped store 8 B until seen / SCIMemCpy 8 B until seen".into(),
+            med(ti["store"].get("visibility")),
+            med(ti["scimemcpy"].get("visibility")),
+            med(tl["store"].get("visibility")),
+            med(tl["scimemcpy"].get("visibility")),
+            true,
+        ));
+        items.push((
+            "trapped store 8 B thread CPU / SCIMemCpy 8 B thread CPU".into(),
+            med(ti["store"].get("cpu")),
+            med(ti["scimemcpy"].get("cpu")),
+            med(tl["store"].get("cpu")),
+            med(tl["scimemcpy"].get("cpu")),
+            true,
+        ));
+    }
+    let num = |v: Option<f64>, lat: bool| if lat { us(v) } else { fmt_opt(v, 0) };
+    let mut body = Vec::new();
+    for (what, vi, pi, vl, pl, lat) in items {
+        let (ri, rl) = (ratio(vi, pi), ratio(vl, pl));
+        let growth = if lat { ratio(rl, ri) } else { ratio(ri, rl) };
+        body.push(vec![what, num(vi, lat), num(pi, lat), fr(ri), num(vl, lat), num(pl, lat), fr(rl), fr(growth)]);
+    }
+    d.table(&["row (vsci / peer)", "vsci idle", "peer idle", "ratio idle", "vsci loaded", "peer loaded", "ratio loaded", "growth"], &body);
 }
 
 // ---------------------------------------------------------------------------
@@ -1719,6 +1985,43 @@ mod tests {
         assert!(md.contains("| 1 GiB map, one byte stored | 10.00 | 50.00 | 0.500 | 600 | 400 | 100 |"), "{md}");
         assert!(md.contains("Link bytes with the map / without: 2.00."), "{md}");
         assert!(md.contains("| 1000 (1200) | 5000 | 200 | 190 / 380 | 0 | 25000 | 0.20 |"), "{md}");
+    }
+
+    #[test]
+    fn issue35_rows_stand_beside_ucx_and_the_loaded_run() {
+        let lat = |m: f64| json!({"n": 100, "bad": 0, "median_us": m, "p99_us": 2.0 * m, "mean_us": m});
+        let ring = |size: u64, flush: bool, m: f64, rate: f64, link: f64| {
+            json!({"size": size, "flush": flush, "pingpong": lat(m), "pp_late": 0, "pp_wrong": 0, "stream_late": 0, "stream_wrong": 0,
+                   "pp_link_bytes_per_msg": link, "stream_link_bytes_per_msg": link / 2.0, "msgs_per_s": rate, "MBps": rate * size as f64 / 1e6})
+        };
+        let am = |lat_us: f64, rate: f64| json!({"rows": [
+            {"size": 8, "test": "am_lat", "api": "uct", "median_us": lat_us, "msgs_per_s": 1e5, "link_bytes_per_msg": 80.0},
+            {"size": 8, "test": "am_bw", "api": "uct", "msgs_per_s": rate, "MBps": rate * 8.0 / 1e6, "link_bytes_per_msg": 100.0}]});
+        let ts = |store_vis: f64| json!({"count": 1000, "pace_us": 1000,
+            "store": {"cpu": lat(30.0), "process_cpu_us": 50.0, "wall": lat(40.0), "lost": 0, "visibility": lat(store_vis)},
+            "scimemcpy": {"cpu": lat(20.0), "process_cpu_us": 40.0, "wall": lat(35.0), "lost": 0, "visibility": lat(25.0)},
+            "local_store": {"cpu": lat(1.0), "process_cpu_us": 2.0, "wall": lat(0.3)}});
+        let out = json!({"paths": {"remote": {
+            "remote_bench": {
+                "message_ring": {"slots": 16, "rows": [ring(8, false, 100.0, 2000.0, 1000.0), ring(8, true, 200.0, 1000.0, 2000.0)]},
+                "trapped_store": ts(50.0),
+            },
+            "peers": {"ucx_am": am(5.0, 40000.0)},
+            "loaded": {"busy_loops": 4, "sections": "ij", "loadavg_before": [1.0, 1.0, 1.0], "loadavg_started": [4.0, 2.0, 1.0], "loadavg_after": [6.0, 3.0, 1.0],
+                "remote_bench": {"message_ring": {"rows": [ring(8, false, 400.0, 500.0, 1000.0)]}, "trapped_store": ts(100.0)},
+                "peers": {"ucx_am": am(10.0, 20000.0)}},
+            "transfers": {"rows": []}
+        }}});
+        let md = markdown(&out, &[]);
+        assert!(md.contains("| 8 B | 100 / 200 | 200 / 400 | 5.00 | 20.00 / 40.00 | 0 / 0 | uct |"), "{md}");
+        assert!(md.contains("| 8 B | 2000 (0.0160 MB/s) | 1000 (0.00800 MB/s) | 40000 (0.320 MB/s) | 0.050 / 0.025 |"), "{md}");
+        assert!(md.contains("| 8 B | 72 | 144 | 1000 / 2000 | 500 / 1000 | 80 | 100 | 13.89 | 12.50 |"), "{md}");
+        assert!(md.contains("| store 8 B into the remote map | 30.00 / 30.00 | 50.00 | 40.00 / 80.00 | 50.00 / 100 | 0 |"), "{md}");
+        assert!(md.contains("Trapped store / one RMA write: thread CPU 1.50, time to the owner 2.00."), "{md}");
+        // Loaded: latency ratio 20 -> 40 grows 2x; rate ratio 0.05 -> 0.025 grows 2x.
+        assert!(md.contains("| ring 8 B ping-pong, no call / UCX tcp am_lat | 100 | 5.00 | 20.00 | 400 | 10.00 | 40.00 | 2.00 |"), "{md}");
+        assert!(md.contains("| ring 8 B streaming, no call / UCX tcp am_bw (messages/s) | 2000 | 40000 | 0.050 | 500 | 20000 | 0.025 | 2.00 |"), "{md}");
+        assert!(md.contains("| trapped store 8 B until seen / SCIMemCpy 8 B until seen | 50.00 | 25.00 | 2.00 | 100 | 25.00 | 4.00 | 2.00 |"), "{md}");
     }
 
     #[test]
