@@ -38,7 +38,7 @@ BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 TEST_PKGS := -p vsci-proto -p vscid -p vsci-client -p sisci -p vsci-cli -p vsci-fabric -p vsci-trap -p vsci-vm -p vsci-fuzz -p vsci-devshare -p vsci-nbd -p vsci-lend -p vsci-cprobe -p vsci-systest
 C_COMMON := $(wildcard tests/c/common/*.h examples/common/*.h bench/common/*.h) $(HEADERS) $(DIS_HEADERS)
 
-.PHONY: all rust stage c test test-python demo bench bench-report install install-dis uninstall-dis deb clean
+.PHONY: all rust stage c test lint test-python demo bench bench-report install install-dis uninstall-dis deb clean
 
 all: c
 
@@ -99,8 +99,14 @@ $(BUILD)/bench/%: bench/%.c $(C_COMMON) | stage
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(C_INC) -Ibench -o $@ $< $(C_LIBS) -lm
 
-test: all
+test: all lint
 	VSCI_BUILD=$(BUILD) $(CARGO) test --release --no-fail-fast $(TEST_PKGS) -- --test-threads=2
+
+# The workspace lints (Cargo.toml [workspace.lints]: an unsafe block without
+# its SAFETY comment is an error) over every crate and target, in the test
+# command; clippy's other findings are reported, not fatal.
+lint:
+	$(CARGO) clippy --release --workspace --all-targets --quiet
 
 # The Python binding's tests alone (python/tests; `make test` runs them too,
 # through crates/vsci-systest/tests/python.rs).  `make` stages the package in

@@ -46,9 +46,13 @@ export PATH="$HOME/.cargo/bin:$PATH"
 need_rust=1
 if command -v cargo >/dev/null 2>&1; then
     minor=$(rustc --version | sed -E 's/rustc 1\.([0-9]+).*/\1/')
-    if [ "${minor:-0}" -ge 75 ]; then need_rust=0; fi
+    if [ "${minor:-0}" -ge 87 ]; then need_rust=0; fi
 fi
 if [ $need_rust -eq 1 ]; then
     echo "vsci: installing the Rust stable toolchain with rustup"
-    curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+    curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --component clippy,rustfmt
+fi
+# The test command lints with clippy (make lint).
+if ! cargo clippy --version >/dev/null 2>&1 && command -v rustup >/dev/null 2>&1; then
+    rustup component add clippy rustfmt
 fi

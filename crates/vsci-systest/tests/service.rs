@@ -100,8 +100,8 @@ fn runs_unprivileged_with_a_socket_group() {
     let dir = TempDir::new("unpriv");
     let uid = user_uid(&u.member).expect("uid");
     // The runtime directory the unit gives it.
-    // SAFETY: chown on a path we created, with ids we just looked up.
     let c = std::ffi::CString::new(dir.path.to_str().unwrap()).unwrap();
+    // SAFETY: chown on a path we created, with ids we just looked up.
     assert_eq!(unsafe { libc::chown(c.as_ptr(), uid, u.gid) }, 0);
     let socket = dir.path.join("vscid.sock");
     let member = u.member.clone();

@@ -147,8 +147,8 @@ pub fn run(job: &Job) -> SciError {
             // overlap is visible to the copy.
             // SAFETY: as above, for the remote segment (same size).
             Target::Local(m) if m.key == job.local.key => Some(unsafe { l.add(roff as usize) }),
-            // SAFETY: as above, for the remote segment.
             Target::Local(m) => match m.ptr() {
+                // SAFETY: as above, for the remote segment.
                 Ok(p) => Some(unsafe { p.add(roff as usize) }),
                 Err(e) => return e,
             },
