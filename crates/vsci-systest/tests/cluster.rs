@@ -687,8 +687,10 @@ fn guest_and_remote_node() {
     // Stores with no call at all, into 8 KiB mapped of an 8 MiB segment of
     // node 2: shipped in the background by the guest's own flusher.
     soft(&mut failures, "guest (node 1) ping-pong with node 2, large inboxes, no calls", || {
-        let server = spawn(&c, 2, &example("pingpong"), &["-server", "-rn", "1", "-n", "300", "-inbox", "8m", "-timeout", "60000"]);
-        let g = guest_on(&c, 1, "pp", &["pingpong"], "pingpong -client -rn 2 -n 300 -inbox 8m -timeout 60000");
+        // 420 s, as above: the server waits for the guest's inbox, and a
+        // guest under emulation on a busy host took over a minute to reach it.
+        let server = spawn(&c, 2, &example("pingpong"), &["-server", "-rn", "1", "-n", "300", "-inbox", "8m", "-timeout", "420000"]);
+        let g = guest_on(&c, 1, "pp", &["pingpong"], "pingpong -client -rn 2 -n 300 -inbox 8m -timeout 420000");
         finish(g, Duration::from_secs(480)).assert_contains("client: success");
         finish(server, RUN).assert_contains("server: success");
     });
