@@ -51,6 +51,7 @@ Timeout = Optional[float]
 #: interpreter runs signal handlers (Ctrl-C) and other threads' Python code.
 WAIT_SLICE = 0.1
 
+_SLICE_MS = int(WAIT_SLICE * 1000)
 _OK = C.SCI_ERR_OK
 _TIMEOUT = C.SCI_ERR_TIMEOUT
 _INFINITE = C.SCI_INFINITE_TIMEOUT
@@ -85,6 +86,17 @@ class SequenceStatus(enum.IntEnum):
     RETRIABLE = C.SCI_SEQ_RETRIABLE
     NOT_RETRIABLE = C.SCI_SEQ_NOT_RETRIABLE
     PENDING = C.SCI_SEQ_PENDING
+
+
+try:
+    _trigger = lib.SCITriggerInterrupt
+    _wait_interrupt = lib.SCIWaitForInterrupt
+except Exception:  # the library is missing: calls raise SisciLibraryError
+    def _trigger(*a: Any) -> None:
+        lib.SCITriggerInterrupt(*a)
+
+    def _wait_interrupt(*a: Any) -> None:
+        lib.SCIWaitForInterrupt(*a)
 
 
 class _Cancel(enum.Enum):
@@ -210,10 +222,24 @@ class _Handle:
 
     # -- life cycle ---------------------------------------------------------
 
+    # Set with the finalizer that releases the handle (when the object is
+    # collected); ``_open`` is the plain flag the hot paths check.
+    _open = False
+    _finobj: Optional[weakref.finalize] = None
+
+    @property
+    def _fin(self) -> Optional[weakref.finalize]:
+        return self._finobj
+
+    @_fin.setter
+    def _fin(self, f: Optional[weakref.finalize]) -> None:
+        self._finobj = f
+        self._open = f is not None and f.alive
+
     @property
     def closed(self) -> bool:
         """True once released (by ``close()`` or the descriptor's close)."""
-        return self._fin is None or not self._fin.alive
+        return not self._open
 
     def _live_children(self) -> List["_Handle"]:
         out = []
@@ -248,6 +274,7 @@ class _Handle:
             c._forget()
         if self._fin is not None:
             self._fin.detach()
+            self._open = False
         _retire(*self._keep)
         if self._parent is not None:
             self._parent._children.pop(id(self), None)
@@ -261,6 +288,7 @@ class _Handle:
         self._release()
         if self._fin is not None:
             self._fin.detach()
+            self._open = False
         _retire(*self._keep)
         if self._parent is not None:
             self._parent._children.pop(id(self), None)
@@ -272,9 +300,9 @@ class _Handle:
         self.close()
 
     def _h_or_raise(self, function: str) -> Any:
-        if self.closed:
-            raise _closed(function)
-        return self._h  # type: ignore[attr-defined]
+        if self._open:
+            return self._h  # type: ignore[attr-defined]
+        raise _closed(function)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
@@ -456,6 +484,7 @@ class Descriptor(_Handle):
         self._release()
         assert self._fin is not None
         self._fin.detach()
+        self._open = False
 
     # -- nodes --------------------------------------------------------------
 
@@ -1193,14 +1222,26 @@ class LocalInterrupt(_Handle):
         """``SCIWaitForInterrupt``: consume one trigger, waiting up to
         ``timeout`` seconds (None: forever, 0: check once); raises
         :class:`SisciTimeoutError` (also a ``TimeoutError``) when none came."""
-        h = self._h_or_raise("SCIWaitForInterrupt")
-        e = ffi.new("sci_error_t *")
-        wait = lib.SCIWaitForInterrupt
-        if timeout is not None and timeout <= WAIT_SLICE:  # the common, short case
-            wait(h, _ms(timeout), 0, e)
-            if e[0] != _OK:
-                _check(e, "SCIWaitForInterrupt")
+        if not self._open:
+            raise _closed("SCIWaitForInterrupt")
+        h = self._h
+        try:
+            e = _tls.err
+        except AttributeError:
+            e = _err()
+        e[0] = _OK
+        wait = _wait_interrupt
+        # One slice first: a trigger that is already there, or comes within
+        # it, costs one call.
+        wait(h, _SLICE_MS if timeout is None or timeout > WAIT_SLICE else _ms(timeout), 0, e)
+        code = e[0]
+        if code == _OK:
             return
+        if code != _TIMEOUT or (timeout is not None and timeout <= WAIT_SLICE):
+            _check(e, "SCIWaitForInterrupt")
+        e = ffi.new("sci_error_t *")
+        if timeout is not None:
+            timeout = max(0.0, timeout - WAIT_SLICE)
 
         def call(ms: int) -> int:
             wait(h, ms, 0, e)
@@ -1277,8 +1318,14 @@ class RemoteInterrupt(_Handle):
 
     def trigger(self) -> None:
         """``SCITriggerInterrupt``: one trigger, one wake-up of the owner."""
-        e = _err()
-        lib.SCITriggerInterrupt(self._h_or_raise("SCITriggerInterrupt"), 0, e)
+        if not self._open:
+            raise _closed("SCITriggerInterrupt")
+        try:
+            e = _tls.err
+        except AttributeError:
+            e = _err()
+        e[0] = _OK
+        _trigger(self._h, 0, e)
         if e[0] != _OK:
             _check(e, "SCITriggerInterrupt")
 

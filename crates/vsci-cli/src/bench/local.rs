@@ -1,7 +1,8 @@
 //! The `local` path: processes on one node sharing segments. sisci_bench
 //! (write bandwidth, ping-pong, interrupts, data interrupts with their raw
 //! peers: memcpy, memfd polling, eventfd), the seed-001 transfers, seed
-//! 003's DMA measurements (dma_bench), and ucx_perftest over shared memory
+//! 003's DMA measurements (dma_bench), the Python binding's cost (the same
+//! ping-pongs from Python, `python.rs`), and ucx_perftest over shared memory
 //! between two processes.
 
 use std::os::unix::process::CommandExt;
@@ -16,11 +17,15 @@ use super::peers::{self, Sites, Tool};
 use super::{dma, netns, run_forwarded, say, step, Ctx, PathSpec};
 use crate::node::TempNode;
 
+// bench/python.rs (a module of this path's only).
+#[path = "python.rs"]
+mod python;
+
 pub const PATH: PathSpec = PathSpec {
     name: "local",
     what: "host processes on one node sharing segments (zero copy)",
     unavailable: |_| None,
-    steps: 5,
+    steps: 6,
     tools: &[Tool::UcxPerftest, Tool::Sockperf, Tool::Iperf3],
     run,
 };
@@ -77,6 +82,10 @@ fn run(ctx: &Ctx) -> Result<Value> {
     let dma = dma::host(ctx, node.socket());
     netns::check_interrupted()?;
 
+    step("local: Python binding (the same ping-pongs from Python, against C)");
+    let python = python::run(ctx, node.socket(), &sb);
+    netns::check_interrupted()?;
+
     step("local: ucx_perftest over shared memory");
     // How fast two cores of this VM pass a cache line changes over minutes
     // (vCPU placement on the host), so a raw memfd ping-pong taken right
@@ -116,6 +125,7 @@ fn run(ctx: &Ctx) -> Result<Value> {
         "sisci_bench": sb,
         "transfers": transfers,
         "dma": dma,
+        "python": python,
         "peers": {"ucx_perftest": ucx, "sockperf": sockperf, "iperf3": iperf},
     }))
 }

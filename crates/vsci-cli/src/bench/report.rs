@@ -394,6 +394,7 @@ fn local(d: &mut Doc, l: &Value) {
 
     // Interrupts.
     interrupts_local(d, sb);
+    python_binding(d, &l["python"]);
 
     tcp_loopback(d, sb, &l["peers"]);
 
@@ -522,6 +523,54 @@ fn interrupts_local(d: &mut Doc, sb: &Value) {
         cols.push(("eventfd".into(), h));
     }
     hist_table(d, "Local interrupt latency histogram (RTT/2, 10 µs buckets; the thesis's `intr_bench -inner` format)", &cols);
+}
+
+/// The Python binding (issue 37): the same two ping-pongs from Python
+/// against sisci_bench's C figures of the run; the difference per one-way
+/// trip is the binding's cost.
+fn python_binding(d: &mut Doc, p: &Value) {
+    if p.is_null() {
+        return;
+    }
+    d.line("### The Python binding: the same ping-pongs from Python (`python3 -m sisci.bench`)");
+    d.line("");
+    if let Some(why) = p["skipped"].as_str().or(p["error"].as_str()) {
+        d.line(&format!("Not measured: {why}."));
+        d.line("");
+        return;
+    }
+    d.line("Two Python processes (`python/sisci`, cffi over libsisci) run sisci_bench's 8-byte segment ping-pong");
+    d.line("(payload, `store_barrier()`, flag, through a `memoryview` of the map; spin on the own segment) and its");
+    d.line("interrupt ping-pong (`trigger()`, `wait()`, `VSCI_WAIT=adaptive`); C is sisci_bench's figure of the same");
+    d.line("run. RTT/2, median / p99 µs; the median of three rounds of fresh process pairs.");
+    d.line("");
+    let c = &p["c"];
+    let mut body = Vec::new();
+    for (key, what, ck) in [
+        ("segment_pingpong", "segment ping-pong, 8 B", "segment_pingpong_us"),
+        ("interrupt_pingpong", "interrupt ping-pong", "interrupt_pingpong_us"),
+    ] {
+        let py = p.get(key);
+        let cm = c[ck].as_f64();
+        let pm = med(py);
+        body.push(vec![what.to_string(), lat2(py), us(cm), us(pm.zip(cm).map(|(a, b)| a - b)), fr(ratio(pm, cm))]);
+    }
+    d.table(&["what", "Python", "C (sisci_bench)", "binding cost per trip", "Python/C"], &body);
+    let calls = &p["calls"];
+    let ns = |k: &str| calls[k].as_f64().map(|v| format!("{v:.0} ns")).unwrap_or_else(|| "-".into());
+    d.line(&format!(
+        "Single calls from Python: a SISCI getter through cffi {}, through the binding's property {}, `trigger()` {}; \
+         a word load / store through a map's `memoryview` {} / {} (an empty loop turn: {}). {}, cffi {}.",
+        ns("cffi_call_ns"),
+        ns("binding_getter_ns"),
+        ns("trigger_ns"),
+        ns("memoryview_load_ns"),
+        ns("memoryview_store_ns"),
+        ns("loop_ns"),
+        p["python"].as_str().unwrap_or("Python"),
+        p["cffi"].as_str().unwrap_or("?")
+    ));
+    d.line("");
 }
 
 fn hist(v: Option<&Value>) -> Option<Vec<u64>> {

@@ -1,0 +1,130 @@
+//! The Python binding's cost (issue 37), a step of the `local` path:
+//! `python3 -m sisci.bench` (python/sisci/bench.py, staged by `make` in
+//! `<build>/python`) runs sisci_bench's 8-byte segment ping-pong and its
+//! interrupt ping-pong between two Python processes, and times single calls;
+//! the C figures are sisci_bench's, measured earlier in the same run, and the
+//! difference per one-way trip is what the binding costs.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::bench::{fmt_opt, run_forwarded, say, Ctx};
+
+/// The interpreter: `$VSCI_PYTHON`, else Debian's `/usr/bin/python3` (where
+/// scripts/install-deps.sh installs python3-cffi), else `python3`.
+fn python() -> PathBuf {
+    if let Some(p) = std::env::var_os("VSCI_PYTHON") {
+        return PathBuf::from(p);
+    }
+    if Path::new("/usr/bin/python3").exists() {
+        return PathBuf::from("/usr/bin/python3");
+    }
+    PathBuf::from("python3")
+}
+
+/// sisci_bench's C figure for the same ping-pong: the 8-byte segment row and
+/// the adaptive interrupt row (one-way medians, microseconds).
+fn c_figures(sb: &Value) -> (Option<f64>, Option<f64>) {
+    let rows = |k: &str| sb[k]["rows"].as_array().cloned().unwrap_or_default();
+    let seg = rows("pingpong").iter().find(|r| r["size"].as_u64() == Some(8)).and_then(|r| r["vsci"]["median_us"].as_f64());
+    let intr = rows("interrupt").iter().find(|r| r["wait"].as_str() == Some("adaptive")).and_then(|r| r["vsci"]["median_us"].as_f64());
+    (seg, intr)
+}
+
+/// Run the Python side against the node at `socket`; `sb` is this run's
+/// sisci_bench JSON.
+pub fn run(ctx: &Ctx, socket: &Path, sb: &Value) -> Value {
+    let pkg = ctx.bench_dir.parent().map(|b| b.join("python")).unwrap_or_else(|| PathBuf::from("build/python"));
+    if !pkg.join("sisci").join("bench.py").exists() {
+        let why = format!("{} has no sisci package (run `make`)", pkg.display());
+        say(&format!("python binding: skipped: {why}"));
+        return json!({"skipped": why});
+    }
+    let py = python();
+    let probe = Command::new(&py).args(["-c", "import cffi"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status();
+    if !matches!(probe, Ok(s) if s.success()) {
+        let why = format!("{} cannot import cffi (scripts/install-deps.sh installs python3-cffi)", py.display());
+        say(&format!("python binding: skipped: {why}"));
+        return json!({"skipped": why});
+    }
+    let tmp = std::env::temp_dir().join(format!("vsci-bench-python-{}.json", std::process::id()));
+    let mut cmd = Command::new(&py);
+    cmd.args(["-m", "sisci.bench", "--json"]).arg(&tmp);
+    if ctx.quick {
+        cmd.arg("--quick");
+    }
+    // sisci_bench's interrupt row compared is its adaptive one.
+    cmd.env("PYTHONPATH", &pkg)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env(vsci_proto::SOCKET_ENV, socket)
+        .env("VSCI_WAIT", "adaptive")
+        .env_remove("SISCI_LIBRARY")
+        .stdin(Stdio::null())
+        .process_group(0);
+    let limit = Duration::from_secs(if ctx.quick { 300 } else { 900 });
+    let res = run_forwarded(cmd, "python -m sisci.bench", limit, true);
+    let v = std::fs::read_to_string(&tmp).ok().and_then(|s| serde_json::from_str::<Value>(&s).ok());
+    let _ = std::fs::remove_file(&tmp);
+    let mut v = match (res, v) {
+        (Ok(_), Some(v)) => v,
+        (Ok((st, text)), None) => return json!({"error": format!("python -m sisci.bench wrote no JSON ({st}): {}", crate::bench::tail(&text, 10))}),
+        (Err(e), _) => return json!({"error": format!("{e:#}")}),
+    };
+    let (c_seg, c_intr) = c_figures(sb);
+    let py_seg = v["segment_pingpong"]["median_us"].as_f64();
+    let py_intr = v["interrupt_pingpong"]["median_us"].as_f64();
+    let diff = |p: Option<f64>, c: Option<f64>| p.zip(c).map(|(p, c)| p - c);
+    v["c"] = json!({"segment_pingpong_us": c_seg, "interrupt_pingpong_us": c_intr,
+                    "from": "sisci_bench of this run: ping-pong row 8 B, interrupt row adaptive"});
+    v["binding_cost_us"] = json!({"segment_pingpong": diff(py_seg, c_seg), "interrupt_pingpong": diff(py_intr, c_intr)});
+    say("python binding against C (one-way median, us; the difference is the binding's cost per trip):");
+    say(&format!(
+        "  segment ping-pong (8 B, barrier)   python {:>9}  C {:>9}  +{}",
+        fmt_opt(py_seg, 3),
+        fmt_opt(c_seg, 3),
+        fmt_opt(diff(py_seg, c_seg), 3)
+    ));
+    say(&format!(
+        "  interrupt ping-pong (adaptive)     python {:>9}  C {:>9}  +{}",
+        fmt_opt(py_intr, 3),
+        fmt_opt(c_intr, 3),
+        fmt_opt(diff(py_intr, c_intr), 3)
+    ));
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c_figures_come_from_the_8_byte_and_adaptive_rows() {
+        let sb = json!({
+            "pingpong": {"rows": [{"size": 4, "vsci": {"median_us": 0.1}}, {"size": 8, "vsci": {"median_us": 0.2}}]},
+            "interrupt": {"rows": [{"wait": "poll", "vsci": {"median_us": 0.3}}, {"wait": "adaptive", "vsci": {"median_us": 0.4}}]},
+        });
+        assert_eq!(c_figures(&sb), (Some(0.2), Some(0.4)));
+        assert_eq!(c_figures(&json!({})), (None, None));
+    }
+
+    #[test]
+    fn the_report_puts_python_beside_c() {
+        let py = json!({
+            "segment_pingpong": {"median_us": 1.5, "p99_us": 3.0},
+            "interrupt_pingpong": {"median_us": 2.5, "p99_us": 5.0},
+            "c": {"segment_pingpong_us": 0.5, "interrupt_pingpong_us": 0.5},
+            "calls": {"cffi_call_ns": 190.0, "binding_getter_ns": 350.0, "trigger_ns": 420.0},
+            "python": "CPython 3.11.2", "cffi": "1.15.1",
+        });
+        let md = crate::bench::report::markdown(&json!({"paths": {"local": {"python": py}}}), &[]);
+        assert!(md.contains("### The Python binding"), "{md}");
+        assert!(md.contains("| segment ping-pong, 8 B |") && md.contains("binding cost per trip"), "{md}");
+        assert!(md.contains("| 1.50 / 3.00 | 0.500 | 1.00 | 3.00 |"), "{md}");
+        let skipped = crate::bench::report::markdown(&json!({"paths": {"local": {"python": {"skipped": "no cffi"}}}}), &[]);
+        assert!(skipped.contains("Not measured: no cffi."), "{skipped}");
+    }
+}
