@@ -256,16 +256,18 @@ class Cluster:
         e["PYTHONPATH"] = str(PYDIR)
         return e
 
-    def popen(self, nid: int, argv: List[str], **kw) -> subprocess.Popen:
+    def popen(self, nid: int, argv: List[str], extra_env: Optional[Dict[str, str]] = None, **kw) -> subprocess.Popen:
         """Start ``argv`` on node ``nid`` (in its namespace)."""
-        p = subprocess.Popen(["ip", "netns", "exec", self.nodes[nid]["ns"], *argv], env=self.env(nid),
+        env = self.env(nid)
+        env.update(extra_env or {})
+        p = subprocess.Popen(["ip", "netns", "exec", self.nodes[nid]["ns"], *argv], env=env,
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, **kw)
         self.procs.append(p)
         return p
 
-    def python(self, nid: int, script: str, *args: str) -> subprocess.Popen:
-        return self.popen(nid, [sys.executable, script, *args])
+    def python(self, nid: int, script: str, *args: str, extra_env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
+        return self.popen(nid, [sys.executable, script, *args], extra_env)
 
     def logs(self) -> str:
         return "\n".join(f"--- node {nid} ---\n{Path(n['log']).read_text(errors='replace')[-3000:]}"

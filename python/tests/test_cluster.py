@@ -31,15 +31,19 @@ def ready(p, needle, cluster, timeout=60):
     raise AssertionError(f"no {needle!r} from the program:\n{seen}{out}\n{err}\n{cluster.logs()}")
 
 
-@pytest.mark.parametrize("server", ["c", "python"])
+@pytest.mark.parametrize("server", ["c", "python", "c-preloaded"])
 def test_shmem_across_nodes(cluster, server):
     """The shmem protocol between node 1 (server) and node 2 (client): the
-    client's stores into node 1's segment through its remote map."""
+    client's stores into node 1's segment through its remote map.  The
+    Python client traps them with the library's fault thread (libsisci
+    opened by dlopen), or with SIGBUS when libsisci is preloaded."""
     size = str(128 << 10)
-    if server == "c":
+    if server.startswith("c"):
         srv = cluster.popen(1, [str(built("examples/shmem")), "-server", "-size", size, "-timeout", "60000"])
         ready(srv, "available", cluster)
-        cli = cluster.python(2, str(EX / "shmem.py"), "--client", "--rn", "1", "--size", size, "--timeout", "60")
+        env = {"LD_PRELOAD": str(built("lib/libsisci.so"))} if server == "c-preloaded" else None
+        cli = cluster.python(2, str(EX / "shmem.py"), "--client", "--rn", "1", "--size", size, "--timeout", "60",
+                             extra_env=env)
     else:
         srv = cluster.python(1, str(EX / "shmem.py"), "--server", "--size", size, "--timeout", "60")
         ready(srv, "available", cluster)
