@@ -167,8 +167,10 @@ struct rseg {
     unsigned node, segid;
 };
 
-/* Connect to NODE:SEG, retrying until it exists (up to 60 s), and map
- * `size` bytes of it at `offset` (size 0: all of it). */
+/* Connect to NODE:SEG, retrying until it exists (up to 420 s: the segment
+ * may be a guest's, and a guest under software emulation on a busy host
+ * took over a minute to boot and make it; the deadline only bounds a hang),
+ * and map `size` bytes of it at `offset` (size 0: all of it). */
 static void rseg_connect(sci_desc_t sd, struct rseg *r, const char *target, size_t offset,
                          size_t size)
 {
@@ -180,9 +182,9 @@ static void rseg_connect(sci_desc_t sd, struct rseg *r, const char *target, size
         SCIConnectSegment(sd, &r->rs, r->node, r->segid, 0, NULL, NULL, 1000, NO_FLAGS, &err);
         if (err == SCI_ERR_OK)
             break;
-        if (now_ms() - t0 > 60000)
+        if (now_ms() - t0 > 420000)
             FAILF("SCIConnectSegment(node %u, segment 0x%x) still fails after %u attempts in "
-                  "60 s: %s",
+                  "420 s: %s",
                   r->node, r->segid, attempt, err_name(err));
         sleep_ms(50);
     }
