@@ -456,7 +456,26 @@ fn ucx_run_args(sites: &dyn Sites, prog: &Path, tls: &str, args: &[String]) -> R
 /// messages it does not report, and every message must be counted; the
 /// median and a rate over many messages hardly notice. Messages: 2 per
 /// latency iteration (there and back), 1 per bandwidth iteration.
-pub fn ucx_am(sites: &dyn Sites, tools: &Tools, sizes: &[u64], quick: bool) -> Value {
+/// `counts`: how many (fewer with the CPU oversubscribed, where a round trip
+/// takes milliseconds).
+/// Iterations of the active-message runs: `lat` round trips; `bw_bytes`
+/// of messages, at least `bw_min` and at most `bw_max` messages.
+#[derive(Clone, Copy)]
+pub struct AmCounts {
+    pub lat: u64,
+    pub bw_bytes: u64,
+    pub bw_min: u64,
+    pub bw_max: u64,
+}
+
+impl AmCounts {
+    pub const FULL: AmCounts = AmCounts { lat: 20_000, bw_bytes: 128 << 20, bw_min: 5000, bw_max: 100_000 };
+    pub const QUICK: AmCounts = AmCounts { lat: 2000, bw_bytes: 16 << 20, bw_min: 1000, bw_max: 10_000 };
+    /// Under load a round trip takes milliseconds.
+    pub const LOADED: AmCounts = AmCounts { lat: 1000, bw_bytes: 4 << 20, bw_min: 500, bw_max: 2000 };
+}
+
+pub fn ucx_am(sites: &dyn Sites, tools: &Tools, sizes: &[u64], counts: AmCounts) -> Value {
     let Some(prog) = tools.get(Tool::UcxPerftest) else {
         say(&tools.missing(Tool::UcxPerftest));
         return json!({"available": false, "tls": "tcp"});
@@ -466,13 +485,7 @@ pub fn ucx_am(sites: &dyn Sites, tools: &Tools, sizes: &[u64], quick: bool) -> V
     let mut errors = Vec::new();
     for &size in sizes {
         for lat in [true, false] {
-            let iters = if lat {
-                if quick { 2000 } else { 20000 }
-            } else if quick {
-                ((16u64 << 20) / size).clamp(1000, 10_000)
-            } else {
-                ((128u64 << 20) / size).clamp(5000, 100_000)
-            };
+            let iters = if lat { counts.lat } else { (counts.bw_bytes / size).clamp(counts.bw_min, counts.bw_max) };
             let (uct, ucp) = if lat { ("am_lat", "ucp_am_lat") } else { ("am_bw", "ucp_am_bw") };
             let mut tries: Vec<(&str, &str, Vec<String>)> = Vec::new();
             let common = |t: &str| -> Vec<String> { ["-t", t, "-s", &size.to_string(), "-n", &iters.to_string(), "-w", "0"].iter().map(|s| s.to_string()).collect() };
