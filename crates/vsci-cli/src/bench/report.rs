@@ -546,14 +546,18 @@ fn python_binding(d: &mut Doc, p: &Value) {
     d.line("");
     let c = &p["c"];
     let mut body = Vec::new();
+    let c_size = match c["segment_pingpong_size"].as_u64() {
+        Some(s) if s != 8 => format!(" (C: its {s}-byte row)"),
+        _ => String::new(),
+    };
     for (key, what, ck) in [
-        ("segment_pingpong", "segment ping-pong, 8 B", "segment_pingpong_us"),
-        ("interrupt_pingpong", "interrupt ping-pong", "interrupt_pingpong_us"),
+        ("segment_pingpong", format!("segment ping-pong, 8 B{c_size}"), "segment_pingpong_us"),
+        ("interrupt_pingpong", "interrupt ping-pong".to_string(), "interrupt_pingpong_us"),
     ] {
         let py = p.get(key);
         let cm = c[ck].as_f64();
         let pm = med(py);
-        body.push(vec![what.to_string(), lat2(py), us(cm), us(pm.zip(cm).map(|(a, b)| a - b)), fr(ratio(pm, cm))]);
+        body.push(vec![what, lat2(py), us(cm), us(pm.zip(cm).map(|(a, b)| a - b)), fr(ratio(pm, cm))]);
     }
     d.table(&["what", "Python", "C (sisci_bench)", "binding cost per trip", "Python/C"], &body);
     let calls = &p["calls"];
