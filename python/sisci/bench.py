@@ -5,13 +5,14 @@ interrupt between two Python processes of one node, and single calls.
 
 ``vsci bench --paths local`` runs it next to sisci_bench, whose C figures
 for the same two ping-pongs (8-byte segment ping-pong, interrupt ping-pong
-with the default wait) stand beside these; the difference is the binding's
+with each wait strategy) stand beside these; the difference is the binding's
 cost per round trip.  The segment ping-pong stores a sequence number into
 the peer's segment through a ``memoryview`` of a map, with a
 ``store_barrier()`` between payload and flag (one call per message, as
 sisci_bench makes), and spins on its own segment's flag; the
 interrupt ping-pong is ``RemoteInterrupt.trigger()`` then
-``LocalInterrupt.wait()`` (two calls through cffi per round).  Latencies are
+``LocalInterrupt.wait()`` (two calls through cffi per round), with each
+wait strategy (``VSCI_WAIT`` adaptive, block, poll) as sisci_bench runs it.  Latencies are
 round trip / 2 in microseconds, as sisci_bench reports them.
 """
 from __future__ import annotations
@@ -249,14 +250,21 @@ def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
     print(f"python binding: one call through cffi {results['calls']['cffi_call_ns']} ns, "
           f"through the binding {results['calls']['binding_getter_ns']} ns, trigger() "
           f"{results['calls']['trigger_ns']} ns (an empty loop turn: {results['calls']['loop_ns']} ns)", flush=True)
-    for mode in ("segment", "interrupt"):
+    # The interrupt ping-pong with each wait strategy sisci_bench measures.
+    plan = [("segment", None, "segment_pingpong")] + [
+        ("interrupt", w, "interrupt_pingpong" if w == "adaptive" else f"interrupt_pingpong_{w}")
+        for w in ("adaptive", "block", "poll")]
+    for mode, wait, key in plan:
+        env = dict(os.environ)
+        if wait:
+            env["VSCI_WAIT"] = wait
         runs: List[Dict[str, Any]] = []
         for _ in range(rounds):
             cmd = [sys.executable, "-m", "sisci.bench", "--mode", mode, "-n", str(count[mode]),
                    "--limit", str(limit)]
-            pong = subprocess.Popen(cmd + ["--role", "pong"], stdin=subprocess.DEVNULL)
+            pong = subprocess.Popen(cmd + ["--role", "pong"], stdin=subprocess.DEVNULL, env=env)
             ping = subprocess.run(cmd + ["--role", "ping"], capture_output=True, text=True,
-                                  stdin=subprocess.DEVNULL, timeout=600)
+                                  stdin=subprocess.DEVNULL, timeout=600, env=env)
             try:
                 pong.wait(timeout=60)
             except subprocess.TimeoutExpired:
@@ -269,18 +277,19 @@ def main(argv: List[str] = None) -> int:  # type: ignore[assignment]
             runs.append(json.loads(ping.stdout.strip().splitlines()[-1]))
         good = [r for r in runs if "median_us" in r]
         if not good:
-            results[f"{mode}_pingpong"] = {"error": runs[-1].get("error", "no result"), "runs": runs}
+            results[key] = {"error": runs[-1].get("error", "no result"), "runs": runs}
             continue
         best = sorted(good, key=lambda r: r["median_us"])[len(good) // 2]   # the median round
-        results[f"{mode}_pingpong"] = dict(best, runs=runs)
-        print(f"python {mode} ping-pong: {len(good)} rounds, median round: {best['n']} round trips, "
+        results[key] = dict(best, runs=runs, wait=wait) if wait else dict(best, runs=runs)
+        what = f"{mode} ping-pong" + (f" (VSCI_WAIT={wait})" if wait else "")
+        print(f"python {what}: {len(good)} rounds, median round: {best['n']} round trips, "
               f"one way median {best['median_us']} us, p99 {best['p99_us']} us "
               f"(round medians {', '.join(str(r['median_us']) for r in good)})", flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
             f.write("\n")
-    return 0 if all("error" not in results.get(f"{m}_pingpong", {}) for m in count) else 1
+    return 0 if all("error" not in results.get(k, {}) for _, _, k in plan) else 1
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ use crate::node::TempNode;
 
 // bench/python.rs (a module of this path's only).
 #[path = "python.rs"]
-mod python;
+pub(super) mod python;
 
 pub const PATH: PathSpec = PathSpec {
     name: "local",

@@ -26,22 +26,34 @@ fn python() -> PathBuf {
     PathBuf::from("python3")
 }
 
-/// sisci_bench's C figures for the same ping-pongs (one-way medians,
-/// microseconds): the 8-byte segment row (4-byte payload, barrier, 4-byte
-/// flag, as the Python side sends; a `--quick` run has no 8-byte row and the
-/// nearest size stands in: which one is the third value) and the adaptive
-/// interrupt row.
-fn c_figures(sb: &Value) -> (Option<f64>, Option<f64>, Option<u64>) {
+/// The rows compared: the Python result's key, sisci_bench's interrupt wait
+/// strategy (None: the segment ping-pong), and the label.
+pub const ROWS: &[(&str, Option<&str>, &str)] = &[
+    ("segment_pingpong", None, "segment ping-pong, 8 B"),
+    ("interrupt_pingpong", Some("adaptive"), "interrupt ping-pong, VSCI_WAIT=adaptive"),
+    ("interrupt_pingpong_block", Some("block"), "interrupt ping-pong, VSCI_WAIT=block"),
+    ("interrupt_pingpong_poll", Some("poll"), "interrupt ping-pong, VSCI_WAIT=poll"),
+];
+
+/// sisci_bench's C figure (one-way median, microseconds) for a row of
+/// [`ROWS`]: the segment ping-pong's 8-byte row (4-byte payload, barrier,
+/// 4-byte flag, as the Python side sends; a `--quick` run has no 8-byte row
+/// and the nearest size stands in: the size is the second value), or the
+/// interrupt row of that wait strategy.
+fn c_figure(sb: &Value, wait: Option<&str>) -> (Option<f64>, Option<u64>) {
     let rows = |k: &str| sb[k]["rows"].as_array().cloned().unwrap_or_default();
-    let pp = rows("pingpong");
-    let nearest = pp
-        .iter()
-        .filter(|r| r["vsci"]["median_us"].as_f64().is_some())
-        .filter_map(|r| r["size"].as_u64().map(|s| (s, r)))
-        .min_by_key(|(s, _)| (s.abs_diff(8), *s));
-    let seg = nearest.and_then(|(_, r)| r["vsci"]["median_us"].as_f64());
-    let intr = rows("interrupt").iter().find(|r| r["wait"].as_str() == Some("adaptive")).and_then(|r| r["vsci"]["median_us"].as_f64());
-    (seg, intr, nearest.map(|(s, _)| s))
+    match wait {
+        None => {
+            let pp = rows("pingpong");
+            let nearest = pp
+                .iter()
+                .filter(|r| r["vsci"]["median_us"].as_f64().is_some())
+                .filter_map(|r| r["size"].as_u64().map(|s| (s, r)))
+                .min_by_key(|(s, _)| (s.abs_diff(8), *s));
+            (nearest.and_then(|(_, r)| r["vsci"]["median_us"].as_f64()), nearest.map(|(s, _)| s))
+        }
+        Some(w) => (rows("interrupt").iter().find(|r| r["wait"].as_str() == Some(w)).and_then(|r| r["vsci"]["median_us"].as_f64()), None),
+    }
 }
 
 /// Run the Python side against the node at `socket`; `sb` is this run's
@@ -66,11 +78,11 @@ pub fn run(ctx: &Ctx, socket: &Path, sb: &Value) -> Value {
     if ctx.quick {
         cmd.arg("--quick");
     }
-    // sisci_bench's interrupt row compared is its adaptive one.
+    // The Python side sets VSCI_WAIT per interrupt row, as sisci_bench does.
     cmd.env("PYTHONPATH", &pkg)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .env(vsci_proto::SOCKET_ENV, socket)
-        .env("VSCI_WAIT", "adaptive")
+        .env_remove("VSCI_WAIT")
         .env_remove("SISCI_LIBRARY")
         .stdin(Stdio::null())
         .process_group(0);
@@ -83,30 +95,27 @@ pub fn run(ctx: &Ctx, socket: &Path, sb: &Value) -> Value {
         (Ok((st, text)), None) => return json!({"error": format!("python -m sisci.bench wrote no JSON ({st}): {}", crate::bench::tail(&text, 10))}),
         (Err(e), _) => return json!({"error": format!("{e:#}")}),
     };
-    let (c_seg, c_intr, c_size) = c_figures(sb);
-    let py_seg = v["segment_pingpong"]["median_us"].as_f64();
-    let py_intr = v["interrupt_pingpong"]["median_us"].as_f64();
     let diff = |p: Option<f64>, c: Option<f64>| p.zip(c).map(|(p, c)| p - c);
-    v["c"] = json!({"segment_pingpong_us": c_seg, "segment_pingpong_size": c_size, "interrupt_pingpong_us": c_intr,
-                    "from": "sisci_bench of this run: ping-pong row 8 B (or the nearest size), interrupt row adaptive"});
-    v["binding_cost_us"] = json!({"segment_pingpong": diff(py_seg, c_seg), "interrupt_pingpong": diff(py_intr, c_intr)});
+    let mut c = serde_json::Map::new();
+    let mut cost = serde_json::Map::new();
     say("python binding against C (one-way median, us; the difference is the binding's cost per trip):");
-    say(&format!(
-        "  segment ping-pong (8 B, barrier)   python {:>9}  C {:>9}  +{}{}",
-        fmt_opt(py_seg, 3),
-        fmt_opt(c_seg, 3),
-        fmt_opt(diff(py_seg, c_seg), 3),
-        match c_size {
-            Some(s) if s != 8 => format!("  (C: sisci_bench's {s}-byte row; this run has no 8-byte row)"),
+    for (key, wait, label) in ROWS {
+        let (cm, size) = c_figure(sb, *wait);
+        let pm = v[*key]["median_us"].as_f64();
+        c.insert(format!("{key}_us"), json!(cm));
+        cost.insert((*key).to_string(), json!(diff(pm, cm)));
+        let note = match size {
+            Some(s) if s != 8 => {
+                c.insert("segment_pingpong_size".into(), json!(s));
+                format!("  (C: sisci_bench's {s}-byte row; this run has no 8-byte row)")
+            }
             _ => String::new(),
-        }
-    ));
-    say(&format!(
-        "  interrupt ping-pong (adaptive)     python {:>9}  C {:>9}  +{}",
-        fmt_opt(py_intr, 3),
-        fmt_opt(c_intr, 3),
-        fmt_opt(diff(py_intr, c_intr), 3)
-    ));
+        };
+        say(&format!("  {label:<42} python {:>9}  C {:>9}  +{}{note}", fmt_opt(pm, 3), fmt_opt(cm, 3), fmt_opt(diff(pm, cm), 3)));
+    }
+    c.insert("from".into(), json!("sisci_bench of this run: ping-pong row 8 B (or the nearest size), interrupt rows by VSCI_WAIT"));
+    v["c"] = Value::Object(c);
+    v["binding_cost_us"] = Value::Object(cost);
     v
 }
 
@@ -115,16 +124,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn c_figures_come_from_the_8_byte_and_adaptive_rows() {
+    fn c_figures_come_from_the_8_byte_and_wait_rows() {
         let sb = json!({
             "pingpong": {"rows": [{"size": 4, "vsci": {"median_us": 0.1}}, {"size": 8, "vsci": {"median_us": 0.2}}]},
             "interrupt": {"rows": [{"wait": "poll", "vsci": {"median_us": 0.3}}, {"wait": "adaptive", "vsci": {"median_us": 0.4}}]},
         });
-        assert_eq!(c_figures(&sb), (Some(0.2), Some(0.4), Some(8)));
-        assert_eq!(c_figures(&json!({})), (None, None, None));
+        assert_eq!(c_figure(&sb, None), (Some(0.2), Some(8)));
+        assert_eq!(c_figure(&sb, Some("adaptive")), (Some(0.4), None));
+        assert_eq!(c_figure(&sb, Some("poll")), (Some(0.3), None));
+        assert_eq!(c_figure(&sb, Some("block")), (None, None));
+        assert_eq!(c_figure(&json!({}), None), (None, None));
         // --quick: sizes 4, 64, ...; the nearest to 8 stands in.
         let quick = json!({"pingpong": {"rows": [{"size": 64, "vsci": {"median_us": 0.3}}, {"size": 4, "vsci": {"median_us": 0.1}}]}});
-        assert_eq!(c_figures(&quick), (Some(0.1), None, Some(4)));
+        assert_eq!(c_figure(&quick, None), (Some(0.1), Some(4)));
     }
 
     #[test]

@@ -541,7 +541,7 @@ fn python_binding(d: &mut Doc, p: &Value) {
     }
     d.line("Two Python processes (`python/sisci`, cffi over libsisci) run sisci_bench's 8-byte segment ping-pong");
     d.line("(payload, `store_barrier()`, flag, through a `memoryview` of the map; spin on the own segment) and its");
-    d.line("interrupt ping-pong (`trigger()`, `wait()`, `VSCI_WAIT=adaptive`); C is sisci_bench's figure of the same");
+    d.line("interrupt ping-pong (`trigger()`, `wait()`, each `VSCI_WAIT`); C is sisci_bench's figure of the same");
     d.line("run. RTT/2, median / p99 µs; the median of three rounds of fresh process pairs.");
     d.line("");
     let c = &p["c"];
@@ -550,13 +550,14 @@ fn python_binding(d: &mut Doc, p: &Value) {
         Some(s) if s != 8 => format!(" (C: its {s}-byte row)"),
         _ => String::new(),
     };
-    for (key, what, ck) in [
-        ("segment_pingpong", format!("segment ping-pong, 8 B{c_size}"), "segment_pingpong_us"),
-        ("interrupt_pingpong", "interrupt ping-pong".to_string(), "interrupt_pingpong_us"),
-    ] {
-        let py = p.get(key);
-        let cm = c[ck].as_f64();
+    for (key, wait, what) in super::local::python::ROWS {
+        let py = p.get(*key);
+        if py.is_none() {
+            continue;
+        }
+        let cm = c[format!("{key}_us")].as_f64();
         let pm = med(py);
+        let what = if wait.is_none() { format!("{what}{c_size}") } else { what.replace("VSCI_WAIT=", "`VSCI_WAIT=") + "`" };
         body.push(vec![what, lat2(py), us(cm), us(pm.zip(cm).map(|(a, b)| a - b)), fr(ratio(pm, cm))]);
     }
     d.table(&["what", "Python", "C (sisci_bench)", "binding cost per trip", "Python/C"], &body);
