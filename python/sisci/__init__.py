@@ -44,8 +44,9 @@ __all__ = [
     "CallbackReason", "DMAQueueState", "SequenceStatus", "SegmentEvent", "RemoteSegmentEvent",
     "SisciError", "SisciTimeoutError", "SisciLibraryError", "ErrorCode", "error_name",
     "CANCEL", "GROUP_ALL", "WAIT_SLICE",
-    "open", "initialize", "terminate", "local_node_id", "query_vendor_id", "query_api",
+    "initialize", "terminate", "local_node_id", "query_vendor_id", "query_api",
     "query_adapter", "query_system", "adapter_info", "flush", "store_barrier",
     "set_memcopy_function", "get_memcopy_function", "error_string", "library_path",
     "constants",
-]
+    # sisci.open is left out: `from sisci import *` must not hide the builtin open.
+] + [n for n in dir(constants) if n.isupper()]

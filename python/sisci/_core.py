@@ -21,6 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import enum
 import math
+import os
 import sys
 import threading
 import time
@@ -204,12 +205,33 @@ def _closed(function: str) -> SisciError:
     return make_error(C.SCI_ERR_ILLEGAL_PARAMETER, function)
 
 
+# Every object that owns a handle, for the fork handler below.
+_all_handles: "weakref.WeakSet[_Handle]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child does not own its parent's handles (SISCI handles
+    belong to the process that got them): its copies are marked closed and
+    their finalizers detached, so neither its garbage collection nor its exit
+    releases the parent's segments, maps or interrupts."""
+    for h in list(_all_handles):
+        f = h._finobj
+        if f is not None:
+            f.detach()
+        h._open = False
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 class _Handle:
     """Base of every object that owns a SISCI handle."""
 
     _kind = "object"
 
     def __init__(self, parent: Optional["_Handle"]) -> None:
+        _all_handles.add(self)
         self._parent = parent
         self._children: Dict[int, "weakref.ref[_Handle]"] = {}
         self._fin: Optional[weakref.finalize] = None

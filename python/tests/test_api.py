@@ -391,7 +391,7 @@ def test_connect_errors(sisci, sd):
     with pytest.raises(sisci.SisciError) as e:
         sd.connect_segment(NODE_ID, new_id(), timeout=0.3)
     assert e.value.code == sisci.SCI_ERR_NO_SUCH_SEGMENT and e.value.function == "SCIConnectSegment"
-    assert 0.25 < time.monotonic() - t0 < 5
+    assert 0.25 < time.monotonic() - t0 < 30
     with pytest.raises(sisci.SisciError) as e:
         sd.connect_segment(NODE_ID, new_id(), timeout=0)
     assert e.value.code == sisci.SCI_ERR_NO_SUCH_SEGMENT
@@ -840,3 +840,41 @@ for o in (m, seg, li, q, sd):
 sd2 = sisci.Descriptor(); sd2.close()
 print("ok")
 """)
+
+
+def test_forked_child_does_not_release_the_parents_objects(sisci, sd, node):
+    """SISCI handles belong to the process that got them: a forked child's
+    copies are closed, and its garbage collection and exit release nothing."""
+    import os
+    seg = published(sd, 4096)
+    m = seg.map()
+    li = sd.create_interrupt()
+    before = counts(node.status())
+    pid = os.fork()
+    if pid == 0:   # the child
+        code = 0
+        try:
+            if not (seg.closed and m.closed and li.closed and sd.closed):
+                code = 2
+            try:
+                seg.size
+                code = 3
+            except sisci.SisciError:
+                pass
+            del m
+            gc.collect()
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0, status
+    assert not seg.closed and not m.closed and not li.closed
+    assert counts(node.status()) == before
+    with sd.connect_segment(NODE_ID, seg.id, 1) as rs:
+        assert rs.size == 4096
+    m.close()
+
+
+def test_star_import_keeps_builtins():
+    ns: dict = {}
+    exec("from sisci import *", ns)
+    assert "open" not in ns and "SCI_FLAG_BROADCAST" in ns and "Descriptor" in ns

@@ -123,13 +123,13 @@ def test_ctrl_c_interrupts_blocking_waits(fresh_node, mode):
     t0 = time.monotonic()
     p.send_signal(signal.SIGINT)
     try:
-        out, err = p.communicate(timeout=10)
+        out, err = p.communicate(timeout=30)
     except subprocess.TimeoutExpired:
         p.kill()
         raise AssertionError(f"{mode}: Ctrl-C did not end the wait")
     took = time.monotonic() - t0
     assert p.returncode == 3 and "interrupted" in out, (p.returncode, out, err)
-    assert took < 5, f"{mode}: Ctrl-C took {took:.2f} s"
+    assert took < 10, f"{mode}: Ctrl-C took {took:.2f} s"
 
 
 VICTIM = r"""
