@@ -35,7 +35,7 @@ EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c)
 CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/*.c))
 SIGCHAIN_VARIANTS := $(BUILD)/tests/t_sigchain_static $(BUILD)/tests/t_sigchain_dlopen
 BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
-TEST_PKGS := -p vsci-proto -p vscid -p vsci-client -p sisci -p vsci-cli -p vsci-fabric -p vsci-trap -p vsci-vm -p vsci-fuzz -p vsci-devshare -p vsci-nbd -p vsci-lend -p vsci-cprobe -p vsci-systest
+TEST_PKGS := -p vsci-proto -p vscid -p vsci-client -p sisci -p vsci-cli -p vsci-fabric -p vsci-trap -p vsci-vm -p vsci-fuzz -p vsci-devshare -p vsci-nbd -p vsci-lend -p vsci-cprobe -p vsci-sys -p vsci-systest
 C_COMMON := $(wildcard tests/c/common/*.h examples/common/*.h bench/common/*.h) $(HEADERS) $(DIS_HEADERS)
 
 .PHONY: all rust stage c test lint test-python demo bench bench-report install install-dis uninstall-dis deb clean

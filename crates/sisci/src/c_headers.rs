@@ -5,7 +5,6 @@
 //! hand, unchecked).
 
 use std::ffi::c_uint;
-use std::mem::{offset_of, size_of};
 
 use vsci_client::{QueueState, SciError};
 use vsci_proto::SegmentEvent;
@@ -149,13 +148,7 @@ fn enumerations_and_error_codes_match() {
 /// The structures programs hand the library (or it fills for them).
 #[test]
 fn structure_layouts_match() {
-    macro_rules! layout {
-        ($c:literal: $rust:ty { $($cf:literal => $rf:ident),* }) => {
-            [(concat!("sizeof(", $c, ")"), size_of::<$rust>() as u64)]
-                .into_iter()
-                .chain([$((concat!("offsetof(", $c, ", ", $cf, ")"), offset_of!($rust, $rf) as u64)),*])
-        };
-    }
+    use vsci_cprobe::layout;
     let pairs: Vec<(&str, u64)> = layout!("sci_query_string_t": QueryString { "str" => s, "length" => length })
         .chain(layout!("sci_query_adapter_t": QueryAdapter { "localAdapterNo" => local_adapter_no, "portNo" => port_no, "subcommand" => subcommand, "data" => data }))
         .chain(layout!("sci_query_system_t": QuerySystem { "subcommand" => subcommand, "data" => data }))

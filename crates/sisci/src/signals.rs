@@ -416,7 +416,7 @@ pub unsafe extern "C" fn syscall(n: c_long, a: c_long, b: c_long, c: c_long, d: 
                 }
             }
             // SAFETY: the caller's contract.
-            _ => unsafe { vsci_trap::sys::raw_syscall(n, [a, b, c, d, e, f]) },
+            _ => unsafe { vsci_sys::raw_syscall(n, [a, b, c, d, e, f]) },
         };
         if (-4095..0).contains(&r) {
             set_errno(-r as c_int);
@@ -477,7 +477,7 @@ unsafe fn rt_sigaction(sig: c_int, act: *const KernelSigaction, old: *mut Kernel
     });
     let p = stripped.as_ref().map_or(std::ptr::null(), |k| k as *const _);
     // SAFETY: `p` null or our valid copy; `old` the caller's.
-    let r = unsafe { vsci_trap::sys::raw_syscall(libc::SYS_rt_sigaction, [sig as _, p as _, old as _, 8, 0, 0]) };
+    let r = unsafe { vsci_sys::raw_syscall(libc::SYS_rt_sigaction, [sig as _, p as _, old as _, 8, 0, 0]) };
     if r == 0 && (1..=64).contains(&sig) {
         let held = chain::note_mask_held(sig, new.map(|k| k.mask & bus_bit != 0));
         if held && !old.is_null() {

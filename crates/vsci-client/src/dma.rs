@@ -20,13 +20,11 @@
 //! completion closure run on the worker.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-use std::ptr::NonNull;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
 
-use nix::sys::mman::{mmap, munmap, MapFlags as MmapFlags, ProtFlags};
 use vsci_proto::{SciError, WaitMode};
 
 use crate::conn::Client;
@@ -161,14 +159,7 @@ pub struct DmaQueue {
 }
 
 fn new_eventfd() -> Result<OwnedFd> {
-    // SAFETY: eventfd has no memory arguments; on success it returns a new
-    // descriptor that nothing else owns, which OwnedFd then owns.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(SciError::Nospc);
-    }
-    // SAFETY: see above: a fresh descriptor owned by no one else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    vsci_sys::eventfd::new().map_err(|_| SciError::Nospc)
 }
 
 /// The queue's waiting policy: `VSCI_DMA_WAIT` overrides the mode the
@@ -947,30 +938,13 @@ impl Shared {
 // objects backed by the same memfd (a process connected to its own segment)
 // share one mapping, so an overlapping copy between them is a plain memmove.
 
-pub(crate) struct SegMem {
-    base: NonNull<libc::c_void>,
-    len: usize,
-}
-
-// SAFETY: a MAP_SHARED mapping owned by this struct, unmapped on drop; the
-// engine only copies through raw pointers into ranges it validated.
-unsafe impl Send for SegMem {}
-// SAFETY: as above.
-unsafe impl Sync for SegMem {}
+/// A segment's memory, mapped whole for the engine, which only copies
+/// through raw pointers into ranges it validated.
+pub(crate) struct SegMem(vsci_sys::Mapping);
 
 impl SegMem {
     pub(crate) fn ptr(&self) -> *mut u8 {
-        self.base.as_ptr().cast()
-    }
-}
-
-impl Drop for SegMem {
-    fn drop(&mut self) {
-        // SAFETY: base/len are the mapping created in `seg_mem`; nobody
-        // uses it any more (the last Arc is gone).
-        unsafe {
-            let _ = munmap(self.base, self.len);
-        }
+        self.0.as_ptr()
     }
 }
 
@@ -1032,12 +1006,12 @@ fn seg_mem(key: usize, fd: std::os::fd::BorrowedFd<'_>, size: u64, owner: impl F
         return Ok(e.mem.clone());
     }
     let len = usize::try_from(size).map_err(|_| SciError::Nospc)?;
-    let nz = std::num::NonZeroUsize::new(len).ok_or(SciError::IllegalParameter)?;
-    // SAFETY: a new MAP_SHARED mapping of a sealed memfd (it cannot shrink
-    // under us) of exactly the segment's size; no Rust object aliases it.
-    let base = unsafe { mmap(None, nz, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MmapFlags::MAP_SHARED, fd, 0) }
-        .map_err(|_| SciError::Nospc)?;
-    let mem = Arc::new(SegMem { base, len });
+    if len == 0 {
+        return Err(SciError::IllegalParameter);
+    }
+    // A sealed memfd (it cannot shrink under us), mapped at exactly the
+    // segment's size.
+    let mem = Arc::new(SegMem(vsci_sys::MapOptions::shared().map(fd, len, 0).map_err(|_| SciError::Nospc)?));
     cache.insert(id, CacheEntry { mem: mem.clone(), owners: vec![owner()] });
     Ok(mem)
 }

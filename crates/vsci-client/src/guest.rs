@@ -13,12 +13,10 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
-use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use vsci_proto::guest::{self, AgentRecord, Attachment, Role, RingError, Session};
 use vsci_proto::wire::Received;
 
@@ -28,29 +26,22 @@ use vsci_proto::wire::Received;
 pub(crate) struct AgentPath {
     client: crate::Client,
     conn: vsci_proto::ObjId,
-    window: NonNull<u8>,
-    len: usize,
+    window: vsci_sys::Mapping,
     size: u64,
     /// Held while bytes are staged in the window and moved: every map of
     /// the segment shares the window.
     staging: Mutex<()>,
 }
 
-// SAFETY: the window mapping is owned by this struct and only touched with
-// `staging` held.
-unsafe impl Send for AgentPath {}
-// SAFETY: as above.
-unsafe impl Sync for AgentPath {}
-
 impl AgentPath {
     /// Map segment connection `conn`'s window (`fd`, `size` bytes).
     pub(crate) fn new(client: crate::Client, conn: vsci_proto::ObjId, fd: BorrowedFd, size: u64) -> crate::Result<AgentPath> {
         let len = usize::try_from(size).map_err(|_| vsci_proto::SciError::OutOfRange)?.div_ceil(4096) * 4096;
-        let nz = std::num::NonZeroUsize::new(len).ok_or(vsci_proto::SciError::IllegalParameter)?;
-        // SAFETY: a new MAP_SHARED mapping of the window device at an address
-        // of the kernel's choosing; it aliases no Rust object.
-        let p = unsafe { mmap(None, nz, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, fd, 0) }.map_err(|_| vsci_proto::SciError::Nospc)?;
-        Ok(AgentPath { client, conn, window: p.cast(), len, size, staging: Mutex::new(()) })
+        if len == 0 {
+            return Err(vsci_proto::SciError::IllegalParameter);
+        }
+        let window = vsci_sys::MapOptions::shared().map(fd, len, 0).map_err(|_| vsci_proto::SciError::Nospc)?;
+        Ok(AgentPath { client, conn, window, size, staging: Mutex::new(()) })
     }
 
     fn check(&self, off: u64, len: usize) -> crate::Result<usize> {
@@ -69,11 +60,10 @@ impl AgentPath {
         for (i, chunk) in buf.chunks_mut(step).enumerate() {
             let o = at + i * step;
             self.client.call(vsci_proto::Request::FetchRemote { conn: self.conn, offset: o as u64, len: chunk.len() as u64 })?;
-            // SAFETY: o + chunk.len() <= size <= len (checked), inside the
-            // window mapping, which lives as long as self; `staging` keeps
-            // our own threads off it. What a misbehaving host side writes
-            // there meanwhile is only bytes.
-            unsafe { std::ptr::copy_nonoverlapping(self.window.as_ptr().add(o), chunk.as_mut_ptr(), chunk.len()) };
+            // o + chunk.len() <= size <= len (checked); `staging` keeps our
+            // own threads off the window. What a misbehaving host side
+            // writes there meanwhile is only bytes.
+            self.window.read(o, chunk).ok_or(vsci_proto::SciError::OutOfRange)?;
         }
         Ok(())
     }
@@ -89,22 +79,13 @@ impl AgentPath {
             for &run in piece {
                 let data = bytes(run);
                 let o = self.check(seg_off + run.0 as u64, data.len())?;
-                // SAFETY: inside the window (checked), see `read`.
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.window.as_ptr().add(o), data.len()) };
+                // Inside the window (checked), see `read`.
+                self.window.write(o, data).ok_or(vsci_proto::SciError::OutOfRange)?;
                 sent.push((o as u64, data.len() as u64));
             }
             self.client.call(vsci_proto::Request::ShipRemote { conn: self.conn, runs: sent })?;
         }
         Ok(())
-    }
-}
-
-impl Drop for AgentPath {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, unmapped once.
-        unsafe {
-            let _ = munmap(self.window.cast(), self.len);
-        }
     }
 }
 
@@ -187,17 +168,13 @@ pub struct Channel {
     ctl: File,
     vec0: File,
     stop: OwnedFd,
-    area: NonNull<u8>,
     session: Session,
+    /// The session area, which `session` points into (declared after it:
+    /// unmapped once the session is gone).
+    _area: vsci_sys::Mapping,
     send_lock: Mutex<()>,
 }
 
-// SAFETY: `area` is a shared mapping owned by the channel; all access to it
-// goes through `Session`, which is Send + Sync.
-unsafe impl Send for Channel {}
-// SAFETY: as above; sends are serialised by `send_lock` and there is one
-// reader (the client's reader thread).
-unsafe impl Sync for Channel {}
 
 impl Channel {
     pub fn open() -> std::io::Result<Channel> {
@@ -208,25 +185,13 @@ impl Channel {
         if s.size as usize != guest::SESSION_SIZE {
             return Err(std::io::Error::other("the guest driver's session size differs from libsisci's"));
         }
-        // SAFETY: a fresh shared mapping of the session area at an address
-        // of the kernel's choosing; it aliases no Rust object.
-        let area = unsafe {
-            mmap(
-                None,
-                std::num::NonZeroUsize::new(guest::SESSION_SIZE).expect("nonzero"),
-                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
-                MapFlags::MAP_SHARED,
-                ctl.as_fd(),
-                0,
-            )
-        }?
-        .cast::<u8>();
+        let area = vsci_sys::MapOptions::shared().map(ctl.as_fd(), guest::SESSION_SIZE, 0)?;
         // SAFETY: the mapping is SESSION_SIZE bytes, page aligned, and lives
-        // until Drop.
+        // as long as the channel, which holds it past `session`.
         let session = unsafe { Session::new(area.as_ptr(), Role::Guest) };
         let vec0 = bind_vector(guest::CTL_VECTOR)?;
         let stop: OwnedFd = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?.into();
-        Ok(Channel { ctl, vec0, stop, area, session, send_lock: Mutex::new(()) })
+        Ok(Channel { ctl, vec0, stop, session, _area: area, send_lock: Mutex::new(()) })
     }
 
     fn ring_host(&self) {
@@ -292,15 +257,6 @@ impl Channel {
     /// descriptor of the control file goes, which the driver reports).
     pub fn shutdown(&self) {
         let _ = nix::unistd::write(self.stop.as_fd(), &1u64.to_ne_bytes());
-    }
-}
-
-impl Drop for Channel {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `open`, not used after this.
-        unsafe {
-            let _ = munmap(self.area.cast(), guest::SESSION_SIZE);
-        }
     }
 }
 

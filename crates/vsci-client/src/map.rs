@@ -1,13 +1,11 @@
 //! Maps: `mmap` of a segment's memfd, at any byte offset.
 
-use std::num::NonZeroUsize;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use nix::sys::mman::{mmap, munmap, MapFlags as MmapFlags, ProtFlags};
 use vsci_proto::SciError;
+use vsci_sys::{MapOptions, Mapping, Prot};
 
 use crate::segment::{LocalSegment, RemoteSegment};
 
@@ -59,11 +57,12 @@ pub struct Map {
     pub target: MapTarget,
     /// Stores shipping for maps of another node's segment.
     remote: Option<Arc<crate::remote::RemoteMap>>,
-    /// Untracked second mapping of the same shadow bytes (remote maps), for
-    /// data the library itself puts there.
-    fill: Option<(NonNull<libc::c_void>, usize)>,
-    base: NonNull<libc::c_void>,
-    len: usize,
+    /// The program's mapping and, for remote maps, an untracked second
+    /// mapping of the same shadow bytes, for data the library itself puts
+    /// there; taken (unmapped) by `unmap`.
+    maps: Mutex<Option<(Mapping, Option<Mapping>)>>,
+    /// Where the program's mapping starts (page aligned).
+    base: usize,
     /// First byte the program sees (base + offset within the first page).
     pub addr: *mut u8,
     pub size: usize,
@@ -95,66 +94,39 @@ impl Map {
         let page_off = offset & !(PAGE as u64 - 1);
         let delta = (offset - page_off) as usize;
         let len = (delta + size as usize).div_ceil(PAGE) * PAGE;
-        let mut mflags = MmapFlags::MAP_SHARED;
-        let hint = match flags.fixed_addr {
-            Some(a) => {
-                if a % PAGE != delta || a < delta {
-                    return Err(SciError::IllegalAddress);
-                }
-                mflags |= MmapFlags::MAP_FIXED_NOREPLACE;
-                std::num::NonZeroUsize::new(a - delta)
+        let mut opts = MapOptions::shared();
+        if let Some(a) = flags.fixed_addr {
+            if a % PAGE != delta || a < delta {
+                return Err(SciError::IllegalAddress);
             }
-            None => None,
-        };
-        let prot = if flags.readonly { ProtFlags::PROT_READ } else { ProtFlags::PROT_READ | ProtFlags::PROT_WRITE };
+            // MAP_FIXED_NOREPLACE: refuses to clobber existing mappings.
+            opts = opts.at(a - delta);
+        }
+        let prot = if flags.readonly { Prot::Read } else { Prot::ReadWrite };
         let fd = match &target {
             MapTarget::Local(s) => s.memfd.as_fd(),
             MapTarget::Remote(s) => s.memfd.as_fd(),
         };
-        // SAFETY: we map a sealed memfd (its size cannot shrink under us)
-        // with MAP_SHARED; with a fixed address MAP_FIXED_NOREPLACE refuses
-        // to clobber existing mappings, so no Rust object is aliased.
-        let base = unsafe {
-            mmap(hint, std::num::NonZeroUsize::new(len).expect("len > 0"), prot, mflags, fd, page_off as i64)
-        };
-        let base = match base {
+        // A sealed memfd: its size cannot shrink under us.
+        let base = match opts.prot(prot).map(fd, len, page_off) {
             Ok(b) => b,
-            Err(nix::Error::EEXIST) if flags.fixed_addr.is_some() => return Err(SciError::IllegalAddress),
-            Err(nix::Error::ENOMEM) => return Err(SciError::Nospc),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) && flags.fixed_addr.is_some() => return Err(SciError::IllegalAddress),
+            Err(e) if e.raw_os_error() == Some(libc::ENOMEM) => return Err(SciError::Nospc),
             Err(_) => return Err(SciError::System),
         };
-        if let Some(a) = flags.fixed_addr {
-            if base.as_ptr() as usize != a - delta {
-                // An old kernel ignored MAP_FIXED_NOREPLACE and gave a hint.
-                // SAFETY: we just created this mapping of `len` bytes.
-                unsafe {
-                    let _ = munmap(base, len);
-                }
-                return Err(SciError::IllegalAddress);
-            }
-        }
-        // SAFETY: delta < PAGE <= len, so the result is inside the mapping.
-        let addr = unsafe { base.as_ptr().cast::<u8>().add(delta) };
+        // delta < PAGE <= len: inside the mapping.
+        let addr = base.ptr_at(delta, size as usize).expect("the map lies inside its mapping");
         let (remote, fill) = match &target {
-            MapTarget::Remote(s) if s.is_remote() => match Self::track_remote(s, base, len, page_off, prot, flags.no_loopback) {
-                Ok(v) => v,
-                Err(e) => {
-                    // SAFETY: the mapping made above, not yet handed out.
-                    unsafe {
-                        let _ = munmap(base, len);
-                    }
-                    return Err(e);
-                }
-            },
+            // On an error the mapping made above is dropped (unmapped).
+            MapTarget::Remote(s) if s.is_remote() => Self::track_remote(s, &base, page_off, prot, flags.no_loopback)?,
             _ => (None, None),
         };
         target.counter().fetch_add(1, Ordering::SeqCst);
         Ok(Map {
             target,
             remote,
-            fill,
-            base,
-            len,
+            base: base.addr(),
+            maps: Mutex::new(Some((base, fill))),
             addr,
             size: size as usize,
             offset,
@@ -166,41 +138,23 @@ impl Map {
     /// Set up a map of another node's segment: the program's mapping is
     /// replaced by one of a private memfd (this map's shadow, see
     /// `remote::trapped`), mapped a second time for the library to fill.
-    #[allow(clippy::type_complexity)]
-    fn track_remote(
-        s: &Arc<RemoteSegment>,
-        base: NonNull<libc::c_void>,
-        len: usize,
-        page_off: u64,
-        prot: ProtFlags,
-        no_loopback: bool,
-    ) -> Result<(Option<Arc<crate::remote::RemoteMap>>, Option<(NonNull<libc::c_void>, usize)>)> {
+    fn track_remote(s: &Arc<RemoteSegment>, base: &Mapping, page_off: u64, prot: Prot, no_loopback: bool) -> Result<(Option<Arc<crate::remote::RemoteMap>>, Option<Mapping>)> {
         let owner = match (s.owner().expect("checked by caller"), no_loopback) {
             (crate::remote::Owner::Group(g, _), true) => crate::remote::Owner::Group(g, false),
             (o, _) => o,
         };
-        let shadow = nix::sys::memfd::memfd_create(c"vsci-remote-map", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC).map_err(|_| SciError::Nospc)?;
-        nix::unistd::ftruncate(&shadow, len as i64).map_err(|_| SciError::Nospc)?;
-        let nz = std::num::NonZeroUsize::new(len).expect("len > 0");
-        // SAFETY: MAP_FIXED over the mapping `new` just made at `base` (same
-        // length, not yet handed out): it replaces ours, nothing else.
-        unsafe { mmap(Some(std::num::NonZeroUsize::new(base.as_ptr() as usize).expect("mapped")), nz, prot, MmapFlags::MAP_SHARED | MmapFlags::MAP_FIXED, &shadow, 0) }
-            .map_err(|_| SciError::Nospc)?;
-        // SAFETY: a second MAP_SHARED mapping of the private memfd; nothing
-        // in Rust refers to it but this map.
-        let fill = unsafe { mmap(None, nz, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MmapFlags::MAP_SHARED, &shadow, 0) }.map_err(|_| SciError::Nospc)?;
+        let len = base.len();
+        let shadow = vsci_sys::memfd::create(c"vsci-remote-map", len as u64, vsci_sys::memfd::Seals::NONE).map_err(|_| SciError::Nospc)?;
+        // SAFETY: the mapping `new` just made (not yet handed out, so
+        // nothing uses it) becomes the shadow, which is `len` bytes long.
+        unsafe { base.replace(shadow.as_fd(), 0, prot) }.map_err(|_| SciError::Nospc)?;
+        // A second shared mapping of the private memfd.
+        let fill = MapOptions::shared().map(shadow.as_fd(), len, 0).map_err(|_| SciError::Nospc)?;
         let valid = (s.size - page_off).min(len as u64) as usize;
-        let readonly = !prot.contains(ProtFlags::PROT_WRITE);
-        match crate::remote::RemoteMap::new(owner, base.as_ptr().cast(), len, page_off, valid, fill.as_ptr().cast(), readonly) {
-            Ok(rm) => Ok((Some(rm), Some((fill, len)))),
-            Err(e) => {
-                // SAFETY: the fill mapping made just above.
-                unsafe {
-                    let _ = munmap(fill, len);
-                }
-                Err(e)
-            }
-        }
+        let readonly = prot != Prot::ReadWrite;
+        // On an error `fill` is dropped (unmapped).
+        let rm = crate::remote::RemoteMap::new(owner, base.as_ptr(), len, page_off, valid, fill.as_ptr(), readonly)?;
+        Ok((Some(rm), Some(fill)))
     }
 
     /// Is this a map of another node's segment?
@@ -230,7 +184,7 @@ impl Map {
         }
         match &self.remote {
             // Offsets of the tracker count from the page-aligned start.
-            Some(r) => r.write_through(self.addr as usize - self.base.as_ptr() as usize + off, data),
+            Some(r) => r.write_through(self.addr as usize - self.base + off, data),
             None => {
                 // SAFETY: bounds checked above; the map is writable shared
                 // memory of at least `size` bytes at `addr`.
@@ -271,14 +225,7 @@ impl Map {
             crate::remote::flusher().remove(r);
             r.close();
         }
-        // SAFETY: base/len describe the mapping created in `new`; the flag
-        // above makes sure it is unmapped once.
-        unsafe {
-            let _ = munmap(self.base, self.len);
-            if let Some((p, l)) = self.fill {
-                let _ = munmap(p, l);
-            }
-        }
+        drop(self.maps.lock().unwrap_or_else(|e| e.into_inner()).take());
         self.target.counter().fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -323,27 +270,23 @@ pub(crate) fn adopt_program_memory(fd: BorrowedFd<'_>, addr: usize, size: usize)
     if !is_plain_program_memory(addr, size) {
         return Err(SciError::IllegalAddress);
     }
-    let len = NonZeroUsize::new(size).ok_or(SciError::IllegalParameter)?;
-    let rw = ProtFlags::PROT_READ | ProtFlags::PROT_WRITE;
-    // SAFETY: a fresh shared mapping of the segment's memory; nothing else
-    // refers to it.
-    let tmp = unsafe { mmap(None, len, rw, MmapFlags::MAP_SHARED, fd, 0) }.map_err(|_| SciError::Nospc)?;
+    if size == 0 {
+        return Err(SciError::IllegalParameter);
+    }
+    // A fresh shared mapping of the segment's memory.
+    let tmp = MapOptions::shared().map(fd, size, 0).map_err(|_| SciError::Nospc)?;
     // SAFETY: the source was just checked to be readable memory of this
     // process, the destination is the `size` bytes mapped above, and the
     // two are different mappings. The program must not write its buffer
     // during the call (as with any SISCI call handed that memory).
-    unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, tmp.as_ptr().cast::<u8>(), size) };
+    unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, tmp.as_ptr(), size) };
     // SAFETY: MAP_FIXED replaces exactly the page-aligned range the program
     // handed over, checked above to be plain private memory it owns; its
     // bytes are already in the segment, so the program reads at the same
-    // address what it wrote there. No Rust object lives in that memory.
-    let placed = unsafe { mmap(NonZeroUsize::new(addr), len, rw, MmapFlags::MAP_SHARED | MmapFlags::MAP_FIXED, fd, 0) };
-    // SAFETY: the temporary mapping made above, no longer used.
-    unsafe {
-        let _ = munmap(tmp, size);
-    }
-    match placed {
-        Ok(p) if p.as_ptr() as usize == addr => Ok(()),
-        _ => Err(SciError::Nospc),
-    }
+    // address what it wrote there. No Rust object lives in that memory. The
+    // new mapping is the program's, as the old one was.
+    let placed = unsafe { vsci_sys::mman::map_fixed(addr, size, Prot::ReadWrite, fd, 0) };
+    // The temporary mapping is unmapped here.
+    drop(tmp);
+    placed.map_err(|_| SciError::Nospc)
 }

@@ -15,10 +15,8 @@
 //! what the page holds into RMA trigger messages.
 
 use std::os::fd::BorrowedFd;
-use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 
-use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use vsci_proto::intr::{self, DATA_MAX};
 use vsci_proto::{RemoteAccess, RemoteTrigger, SciError};
 
@@ -38,26 +36,19 @@ const PAGE: usize = 4096;
 pub struct ProxiedSegment {
     target: RemoteTarget,
     size: u64,
-    base: NonNull<libc::c_void>,
-    len: usize,
+    /// The window (`None` only while dropping).
+    window: Option<vsci_sys::Mapping>,
     /// An RMA operation on the window was abandoned (the node died with it
     /// in flight): the engine may still touch the window, so it is never
     /// unmapped.
     keep: std::sync::atomic::AtomicBool,
 }
 
-// SAFETY: the window mapping is owned by this struct; it is shared memory
-// that the guest writes concurrently anyway, and only read or written here
-// through raw copies.
-unsafe impl Send for ProxiedSegment {}
-// SAFETY: as above.
-unsafe impl Sync for ProxiedSegment {}
-
-fn map_shared(fd: BorrowedFd, len: usize) -> Result<NonNull<libc::c_void>> {
-    // SAFETY: a new MAP_SHARED mapping of a sealed memfd at an address of the
-    // kernel's choosing; it aliases no Rust object.
-    unsafe { mmap(None, std::num::NonZeroUsize::new(len).ok_or(SciError::IllegalParameter)?, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, fd, 0) }
-        .map_err(|_| SciError::Nospc)
+fn map_shared(fd: BorrowedFd, len: usize) -> Result<vsci_sys::Mapping> {
+    if len == 0 {
+        return Err(SciError::IllegalParameter);
+    }
+    vsci_sys::MapOptions::shared().map(fd, len, 0).map_err(|_| SciError::Nospc)
 }
 
 impl ProxiedSegment {
@@ -65,8 +56,8 @@ impl ProxiedSegment {
     pub fn new(access: &RemoteAccess, shadow: BorrowedFd, size: u64) -> Result<ProxiedSegment> {
         let target = RemoteTarget::new(access)?;
         let len = usize::try_from(size).map_err(|_| SciError::OutOfRange)?.div_ceil(PAGE) * PAGE;
-        let base = map_shared(shadow, len)?;
-        Ok(ProxiedSegment { target, size, base, len, keep: Default::default() })
+        let window = Some(map_shared(shadow, len)?);
+        Ok(ProxiedSegment { target, size, window, keep: Default::default() })
     }
 
     /// The segment's size.
@@ -87,9 +78,7 @@ impl ProxiedSegment {
     /// same bytes at any time through its own mapping (what it gets then is
     /// its own race), so each caller makes the slice it needs for one call.
     fn window_ptr(&self, off: usize, len: usize) -> *mut u8 {
-        assert!(off.checked_add(len).is_some_and(|end| end <= self.len));
-        // SAFETY: in bounds of the window mapping (asserted).
-        unsafe { self.base.as_ptr().cast::<u8>().add(off) }
+        self.window.as_ref().and_then(|w| w.ptr_at(off, len)).expect("inside the window")
     }
 
     fn failed(&self, what: &str, e: &vsci_fabric::Error) -> SciError {
@@ -162,13 +151,13 @@ impl ProxiedSegment {
 
 impl Drop for ProxiedSegment {
     fn drop(&mut self) {
-        if self.keep.load(Ordering::SeqCst) {
-            return;
-        }
-        // SAFETY: the mapping made in `new`; no RMA operation on it is in
-        // flight (each one completed, or `keep` is set).
-        unsafe {
-            let _ = munmap(self.base, self.len);
+        if let Some(w) = self.window.take() {
+            if self.keep.load(Ordering::SeqCst) {
+                // The engine may still touch the window: never unmapped.
+                let _ = w.into_raw();
+            }
+            // Else no RMA operation on it is in flight (each one
+            // completed): dropping `w` unmaps it.
         }
     }
 }
@@ -177,16 +166,11 @@ impl Drop for ProxiedSegment {
 pub struct ProxiedTrigger {
     ep: Endpoint,
     token: u64,
-    page: NonNull<u8>,
-    len: usize,
+    page: vsci_sys::Mapping,
     seen: u64,
     tail: u64,
 }
 
-// SAFETY: the page is a MAP_SHARED mapping owned by this struct; the
-// fields of `Shared` and `Ring` written concurrently (by the guest) are
-// atomics or bytes copied out before use.
-unsafe impl Send for ProxiedTrigger {}
 
 impl ProxiedTrigger {
     /// Where the relay page's interrupt is, for the guest: a data slot at
@@ -199,14 +183,14 @@ impl ProxiedTrigger {
     pub fn new(trigger: &RemoteTrigger, page: BorrowedFd) -> Result<ProxiedTrigger> {
         let ep = Endpoint::new(&trigger.provider, &trigger.fabric_addr)?;
         let len = intr::DATA_SIZE;
-        let p = map_shared(page, len)?.cast::<u8>();
+        let p = map_shared(page, len)?;
         // SAFETY: the mapping is DATA_SIZE bytes, page aligned, and lives
         // as long as the struct that owns it.
         let shared = unsafe { intr::View::new(p.as_ptr(), len) }.shared;
         shared.init(Self::RELAY_PLACE.generation);
         // A sleeper forever: every trigger the guest makes also rings us.
         shared.sleepers.store(1, Ordering::SeqCst);
-        Ok(ProxiedTrigger { ep, token: trigger.token, page: p, len, seen: 0, tail: 0 })
+        Ok(ProxiedTrigger { ep, token: trigger.token, page: p, seen: 0, tail: 0 })
     }
 
     /// Send a trigger message for every trigger and data message the guest
@@ -214,7 +198,7 @@ impl ProxiedTrigger {
     /// remote segments must be flushed first (the caller's job).
     pub fn forward(&mut self) -> Result<usize> {
         // SAFETY: see `new`; the mapping lives as long as self.
-        let view = unsafe { intr::View::new(self.page.as_ptr(), self.len) };
+        let view = unsafe { intr::View::new(self.page.as_ptr(), self.page.len()) };
         let (shared, ring) = (view.shared, view.ring.ok_or(SciError::System)?);
         let mut sent = 0;
         let now = shared.triggers.load(Ordering::Acquire);
@@ -233,14 +217,5 @@ impl ProxiedTrigger {
             sent += 1;
         }
         Ok(sent)
-    }
-}
-
-impl Drop for ProxiedTrigger {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`.
-        unsafe {
-            let _ = munmap(self.page.cast(), self.len);
-        }
     }
 }

@@ -78,3 +78,15 @@ mod tests {
         assert!(e.downcast_ref::<String>().is_some_and(|m| m.contains("CHAR_BIT: C 0x8, Rust 0x9")));
     }
 }
+
+/// `(C expression, Rust value)` pairs for [`check`]: the size of the
+/// `#[repr(C)]` Rust type `$rust` and the offset of each field against the
+/// C type `$c` (`"struct uffdio_api"`, `"sci_query_map_t"`) and its fields.
+#[macro_export]
+macro_rules! layout {
+    ($c:literal: $rust:ty { $($cf:literal => $rf:ident),* }) => {
+        [(concat!("sizeof(", $c, ")"), ::std::mem::size_of::<$rust>() as u64)]
+            .into_iter()
+            .chain([$((concat!("offsetof(", $c, ", ", $cf, ")"), ::std::mem::offset_of!($rust, $rf) as u64)),*])
+    };
+}

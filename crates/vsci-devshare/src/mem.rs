@@ -3,7 +3,6 @@
 //! itself (the seed's single-host SR-IOV baseline), the segment mapped here.
 
 use std::os::fd::BorrowedFd;
-use std::ptr::NonNull;
 use std::sync::Arc;
 
 use vm_memory::VolatileSlice;
@@ -13,51 +12,29 @@ use vsci_client::{PostedDma, RemoteInterrupt, RemoteSegment, SciError};
 /// memory at any time (the device's engine, the hypervisor, the VM), so it
 /// is reached only through [`VolatileSlice`]s ([`slice`](Self::slice)),
 /// never as a Rust slice, whose bytes the compiler may assume unchanging.
-pub struct Mapping {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: the mapping is plain shared memory; every access goes through
-// volatile slices whose bounds are checked, and concurrent access to shared
-// memory is what it is for (the other side is another process anyway).
-unsafe impl Send for Mapping {}
-// SAFETY: as above; no method hands out references into the memory.
-unsafe impl Sync for Mapping {}
+pub struct Mapping(vsci_sys::Mapping);
 
 impl Mapping {
     pub fn new(fd: BorrowedFd<'_>, len: usize) -> anyhow::Result<Mapping> {
-        let n = std::num::NonZeroUsize::new(len).ok_or_else(|| anyhow::anyhow!("empty mapping"))?;
-        // SAFETY: a fresh shared mapping chosen by the kernel replaces
-        // nothing; the memfd is at least `len` bytes (callers pass its size).
-        let p = unsafe {
-            nix::sys::mman::mmap(None, n, nix::sys::mman::ProtFlags::PROT_READ | nix::sys::mman::ProtFlags::PROT_WRITE, nix::sys::mman::MapFlags::MAP_SHARED, fd, 0)
-        }?;
-        Ok(Mapping { ptr: p.cast(), len })
+        anyhow::ensure!(len > 0, "empty mapping");
+        // The memfd is at least `len` bytes (callers pass its size).
+        Ok(Mapping(vsci_sys::MapOptions::shared().map(fd, len, 0)?))
     }
 
     pub fn len(&self) -> usize {
-        self.len
+        self.0.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    fn check(&self, off: u64, n: usize) -> Result<usize, SciError> {
-        let o = usize::try_from(off).map_err(|_| SciError::OutOfRange)?;
-        if o.checked_add(n).is_none_or(|e| e > self.len) {
-            return Err(SciError::OutOfRange);
-        }
-        Ok(o)
+        self.0.is_empty()
     }
 
     /// The mapped bytes `[off, off + n)`.
     pub fn slice(&self, off: u64, n: usize) -> Result<VolatileSlice<'_>, SciError> {
-        let o = self.check(off, n)?;
+        let p = usize::try_from(off).ok().and_then(|o| self.0.ptr_at(o, n)).ok_or(SciError::OutOfRange)?;
         // SAFETY: in bounds of our mapping (checked), which stays mapped
         // while `self` is borrowed; nothing makes Rust references to it.
-        Ok(unsafe { VolatileSlice::new(self.ptr.as_ptr().add(o), n) })
+        Ok(unsafe { VolatileSlice::new(p, n) })
     }
 
     pub fn read(&self, off: u64, buf: &mut [u8]) -> Result<(), SciError> {
@@ -81,13 +58,6 @@ impl Mapping {
 
     pub fn set_desc(&self, ring: u64, len: u32, idx: u32, d: crate::regs::Desc) {
         self.write(ring + u64::from(idx % len) * crate::regs::DESC as u64, &d.encode()).expect("rings lie inside the mapping");
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: we mapped exactly this range and nothing borrows it.
-        let _ = unsafe { nix::sys::mman::munmap(self.ptr.cast(), self.len) };
     }
 }
 

@@ -37,7 +37,7 @@
 //! there is no right answer to give the faulting thread, and a SIGBUS in
 //! the middle of the program explains nothing.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -239,223 +239,42 @@ impl Clock {
     }
 }
 
-/// The userfaultfd calls the extension makes (linux/userfaultfd.h, which
-/// the test at the end of this module checks every number and structure
-/// against).
+/// The userfaultfd calls the extension makes, over vsci-sys's layer (the
+/// one copy of the UAPI numbers, checked against linux/userfaultfd.h there).
 mod uffd {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    pub use vsci_sys::uffd::{UffdMsg as Msg, Userfaultfd as Uffd, UFFD_EVENT_PAGEFAULT as EVENT_PAGEFAULT, UFFD_PAGEFAULT_FLAG_WP as FLAG_WP, UFFD_PAGEFAULT_FLAG_WRITE as FLAG_WRITE};
+    use vsci_sys::uffd::*;
 
-    const UFFD_API: u64 = 0xaa;
-    const UFFD_USER_MODE_ONLY: libc::c_int = 1;
-    pub const EVENT_PAGEFAULT: u8 = 0x12;
-    pub const FLAG_WRITE: u64 = 1;
-    pub const FLAG_WP: u64 = 2;
-    const MODE_MISSING: u64 = 1;
-    const MODE_WP: u64 = 2;
-    const COPY_MODE_WP: u64 = 2;
-    const WRITEPROTECT_MODE_WP: u64 = 1;
+    /// The range ioctls the handler needs.
+    const NEEDED: u64 = ioctl_bit(UFFDIO_WAKE) | ioctl_bit(UFFDIO_COPY) | ioctl_bit(UFFDIO_ZEROPAGE) | ioctl_bit(UFFDIO_WRITEPROTECT);
 
-    const fn iowr(nr: u64, size: usize) -> u64 {
-        (3 << 30) | ((size as u64) << 16) | (0xaa << 8) | nr
-    }
-    const fn ior(nr: u64, size: usize) -> u64 {
-        (2 << 30) | ((size as u64) << 16) | (0xaa << 8) | nr
+    /// A non-blocking userfaultfd handling only user-mode faults (what an
+    /// unprivileged process may have with vm.unprivileged_userfaultfd = 0),
+    /// with the API handshake done.
+    pub fn open() -> std::io::Result<Uffd> {
+        let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
+        let u = match Uffd::open(flags | UFFD_USER_MODE_ONLY) {
+            // Kernels before 5.11 know no user-mode-only flag; there every
+            // userfaultfd handles only user-mode faults of unprivileged
+            // processes anyway.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Uffd::open(flags)?,
+            r => r?,
+        };
+        u.api(0)?;
+        Ok(u)
     }
 
-    #[repr(C)]
-    struct Api {
-        api: u64,
-        features: u64,
-        ioctls: u64,
-    }
-    #[repr(C)]
-    struct Range {
-        start: u64,
-        len: u64,
-    }
-    #[repr(C)]
-    struct Register {
-        range: Range,
-        mode: u64,
-        ioctls: u64,
-    }
-    #[repr(C)]
-    struct Copy {
-        dst: u64,
-        src: u64,
-        len: u64,
-        mode: u64,
-        copy: i64,
-    }
-    #[repr(C)]
-    struct ZeroPage {
-        range: Range,
-        mode: u64,
-        zeropage: i64,
-    }
-    #[repr(C)]
-    struct WriteProtect {
-        range: Range,
-        mode: u64,
-    }
-    /// `struct uffd_msg` with the page-fault member of its union.
-    #[repr(C)]
-    #[derive(Clone, Copy, Default)]
-    pub struct Msg {
-        pub event: u8,
-        _reserved1: u8,
-        _reserved2: u16,
-        _reserved3: u32,
-        pub flags: u64,
-        pub address: u64,
-        _ptid: u32,
-        _pad: u32,
-    }
-    const _: () = assert!(std::mem::size_of::<Msg>() == 32);
-
-    const API: u64 = iowr(0x3f, std::mem::size_of::<Api>());
-    const REGISTER: u64 = iowr(0x00, std::mem::size_of::<Register>());
-    const WAKE: u64 = ior(0x02, std::mem::size_of::<Range>());
-    const COPY: u64 = iowr(0x03, std::mem::size_of::<Copy>());
-    const ZEROPAGE: u64 = iowr(0x04, std::mem::size_of::<ZeroPage>());
-    const WRITEPROTECT: u64 = iowr(0x06, std::mem::size_of::<WriteProtect>());
-    /// The range ioctls the handler needs (bit `_UFFDIO_*`).
-    const NEEDED: u64 = 1 << 0x02 | 1 << 0x03 | 1 << 0x04 | 1 << 0x06;
-
-    pub struct Uffd(OwnedFd);
-
-    fn ioctl<T>(fd: &OwnedFd, req: u64, arg: &mut T) -> Result<(), i32> {
-        // SAFETY: every request above is paired with the argument struct
-        // whose size it encodes; the kernel reads and writes only that
-        // struct, which `arg` borrows mutably for the call.
-        let r = unsafe { libc::ioctl(fd.as_raw_fd(), req as _, arg as *mut T) };
-        if r < 0 {
-            Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
-        } else {
-            Ok(())
+    /// Register `[start, start + len)` for missing and write-protect faults.
+    ///
+    /// # Safety
+    /// As [`Uffd::register`]: the caller serves the range's faults.
+    pub unsafe fn register(u: &Uffd, start: usize, len: usize) -> std::io::Result<()> {
+        // SAFETY: the caller's contract.
+        let ioctls = unsafe { u.register(start, len, UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP) }?;
+        if ioctls & NEEDED != NEEDED {
+            return Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "userfaultfd without write-protect support for anonymous memory"));
         }
-    }
-
-    impl Uffd {
-        /// A non-blocking userfaultfd handling only user-mode faults (what
-        /// an unprivileged process may have with vm.unprivileged_userfaultfd
-        /// = 0), with the API handshake done.
-        pub fn new() -> std::io::Result<Uffd> {
-            let flags = libc::O_CLOEXEC | libc::O_NONBLOCK;
-            // SAFETY: userfaultfd(2) takes only flags and returns a new fd
-            // or -1; it touches no memory of ours.
-            let mut fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags | UFFD_USER_MODE_ONLY) };
-            if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
-                // Kernels before 5.11 know no user-mode-only flag; there
-                // every userfaultfd handles only user-mode faults of
-                // unprivileged processes anyway.
-                // SAFETY: as above.
-                fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
-            }
-            if fd < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // SAFETY: the syscall returned a new descriptor that nothing
-            // else owns.
-            let u = Uffd(unsafe { OwnedFd::from_raw_fd(fd as i32) });
-            let mut api = Api { api: UFFD_API, features: 0, ioctls: 0 };
-            ioctl(&u.0, API, &mut api).map_err(std::io::Error::from_raw_os_error)?;
-            Ok(u)
-        }
-
-        pub fn fd(&self) -> i32 {
-            self.0.as_raw_fd()
-        }
-
-        /// Register `[start, start + len)` for missing and write-protect
-        /// faults.
-        pub fn register(&self, start: usize, len: usize) -> std::io::Result<()> {
-            let mut r = Register { range: Range { start: start as u64, len: len as u64 }, mode: MODE_MISSING | MODE_WP, ioctls: 0 };
-            ioctl(&self.0, REGISTER, &mut r).map_err(std::io::Error::from_raw_os_error)?;
-            if r.ioctls & NEEDED != NEEDED {
-                return Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "userfaultfd without write-protect support for anonymous memory"));
-            }
-            Ok(())
-        }
-
-        /// Install a copy of `src` at `dst` (a missing page), write-protected
-        /// if `wp`, and wake the threads waiting for it.
-        pub fn copy(&self, dst: usize, src: &[u8], wp: bool) -> Result<(), i32> {
-            let mut c = Copy { dst: dst as u64, src: src.as_ptr() as u64, len: src.len() as u64, mode: if wp { COPY_MODE_WP } else { 0 }, copy: 0 };
-            ioctl(&self.0, COPY, &mut c)
-        }
-
-        /// Map the zero page at `dst` (a missing page) and wake its waiters.
-        pub fn zeropage(&self, dst: usize, len: usize) -> Result<(), i32> {
-            let mut z = ZeroPage { range: Range { start: dst as u64, len: len as u64 }, mode: 0, zeropage: 0 };
-            ioctl(&self.0, ZEROPAGE, &mut z)
-        }
-
-        /// Write-protect `[start, start + len)`, or lift the protection
-        /// (which wakes the threads waiting on it).
-        pub fn write_protect(&self, start: usize, len: usize, wp: bool) -> Result<(), i32> {
-            let mut w = WriteProtect { range: Range { start: start as u64, len: len as u64 }, mode: if wp { WRITEPROTECT_MODE_WP } else { 0 } };
-            ioctl(&self.0, WRITEPROTECT, &mut w)
-        }
-
-        pub fn wake(&self, start: usize, len: usize) -> Result<(), i32> {
-            let mut r = Range { start: start as u64, len: len as u64 };
-            ioctl(&self.0, WAKE, &mut r)
-        }
-
-        /// Read pending events into `buf`; 0 when there are none.
-        pub fn read(&self, buf: &mut [Msg]) -> usize {
-            // SAFETY: `buf` is writable memory of `size_of_val(buf)` bytes and
-            // Msg is plain old data of the kernel's uffd_msg layout.
-            let n = unsafe { libc::read(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), std::mem::size_of_val(buf)) };
-            if n <= 0 {
-                0
-            } else {
-                n as usize / std::mem::size_of::<Msg>()
-            }
-        }
-    }
-
-    /// Every number and structure above, as <linux/userfaultfd.h> has it.
-    #[cfg(test)]
-    #[test]
-    fn the_userfaultfd_abi_matches_the_kernel_header() {
-        use std::mem::{offset_of, size_of};
-        macro_rules! layout {
-            ($c:literal: $rust:ty { $($cf:literal => $rf:ident),* }) => {
-                [(concat!("sizeof(struct ", $c, ")"), size_of::<$rust>() as u64)]
-                    .into_iter()
-                    .chain([$((concat!("offsetof(struct ", $c, ", ", $cf, ")"), offset_of!($rust, $rf) as u64)),*])
-            };
-        }
-        let pairs: Vec<(&str, u64)> = [
-            ("UFFD_API", UFFD_API),
-            ("UFFD_USER_MODE_ONLY", UFFD_USER_MODE_ONLY as u64),
-            ("UFFD_EVENT_PAGEFAULT", u64::from(EVENT_PAGEFAULT)),
-            ("UFFD_PAGEFAULT_FLAG_WRITE", FLAG_WRITE),
-            ("UFFD_PAGEFAULT_FLAG_WP", FLAG_WP),
-            ("UFFDIO_REGISTER_MODE_MISSING", MODE_MISSING),
-            ("UFFDIO_REGISTER_MODE_WP", MODE_WP),
-            ("UFFDIO_COPY_MODE_WP", COPY_MODE_WP),
-            ("UFFDIO_WRITEPROTECT_MODE_WP", WRITEPROTECT_MODE_WP),
-            ("UFFDIO_API", API),
-            ("UFFDIO_REGISTER", REGISTER),
-            ("UFFDIO_WAKE", WAKE),
-            ("UFFDIO_COPY", COPY),
-            ("UFFDIO_ZEROPAGE", ZEROPAGE),
-            ("UFFDIO_WRITEPROTECT", WRITEPROTECT),
-            ("1ULL << _UFFDIO_WAKE | 1ULL << _UFFDIO_COPY | 1ULL << _UFFDIO_ZEROPAGE | 1ULL << _UFFDIO_WRITEPROTECT", NEEDED),
-        ]
-        .into_iter()
-        .chain(layout!("uffdio_api": Api { "api" => api, "features" => features, "ioctls" => ioctls }))
-        .chain(layout!("uffdio_range": Range { "start" => start, "len" => len }))
-        .chain(layout!("uffdio_register": Register { "range" => range, "mode" => mode, "ioctls" => ioctls }))
-        .chain(layout!("uffdio_copy": Copy { "dst" => dst, "src" => src, "len" => len, "mode" => mode, "copy" => copy }))
-        .chain(layout!("uffdio_zeropage": ZeroPage { "range" => range, "mode" => mode, "zeropage" => zeropage }))
-        .chain(layout!("uffdio_writeprotect": WriteProtect { "range" => range, "mode" => mode }))
-        .chain(layout!("uffd_msg": Msg { "event" => event, "arg.pagefault.flags" => flags, "arg.pagefault.address" => address, "arg.pagefault.feat.ptid" => _ptid }))
-        .collect();
-        vsci_cprobe::check(&[], &["sys/ioctl.h", "linux/userfaultfd.h"], &pairs);
+        Ok(())
     }
 }
 
@@ -567,11 +386,11 @@ struct Handler {
 /// A range of virtual memory backed by memory borrowed from other nodes;
 /// see the module comment and docs/remote-memory.md.
 pub struct Extension {
-    base: usize,
-    len: usize,
     counters: Arc<Counters>,
     stop: OwnedFd,
     thread: Option<JoinHandle<()>>,
+    /// The range (declared last: unmapped after `drop` stopped the thread).
+    map: vsci_sys::Mapping,
 }
 
 impl Extension {
@@ -613,46 +432,28 @@ impl Extension {
             ls.push(Lender { node, loan: Some(loan), last_try: Instant::now(), why: String::new() });
         }
 
-        let uffd = Arc::new(uffd::Uffd::new().map_err(|e| Error::System("userfaultfd", e))?);
+        let uffd = Arc::new(uffd::open().map_err(|e| Error::System("userfaultfd", e))?);
         let len = size as usize;
-        // SAFETY: a new private anonymous mapping at an address the kernel
-        // picks; it overlaps nothing of ours. NORESERVE: the range may be
-        // larger than the memory this node has, and at most `budget` of it
-        // is ever resident.
-        let base = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0)
-        };
-        if base == libc::MAP_FAILED {
-            return Err(Error::System("mmap", std::io::Error::last_os_error()));
-        }
-        let unmap = |e: Error| {
-            // SAFETY: `base` is the mapping made above, which nothing else
-            // knows of yet.
-            unsafe { libc::munmap(base, len) };
-            e
-        };
+        // NORESERVE: the range may be larger than the memory this node has,
+        // and at most `budget` of it is ever resident. On an error below,
+        // dropping `map` unmaps it.
+        let map = vsci_sys::MapOptions::private().noreserve().anonymous(len).map_err(|e| Error::System("mmap", e))?;
+        let base = map.addr();
         // Huge pages would defeat page-wise eviction; a forked child would
         // get a copy of the range without its handler (zeros where pages
         // are on the lenders), so it gets no copy at all.
         for advice in [libc::MADV_NOHUGEPAGE, libc::MADV_DONTFORK] {
-            // SAFETY: advice on our own fresh mapping; neither changes its
-            // contents.
-            if unsafe { libc::madvise(base, len, advice) } != 0 {
-                return Err(unmap(Error::System("madvise", std::io::Error::last_os_error())));
-            }
+            map.advise(0, len, advice).map_err(|e| Error::System("madvise", e))?;
         }
-        uffd.register(base as usize, len).map_err(|e| unmap(Error::System("registering the range with userfaultfd", e)))?;
-        // SAFETY: eventfd takes flags only and returns a new descriptor.
-        let stop = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if stop < 0 {
-            return Err(unmap(Error::System("eventfd", std::io::Error::last_os_error())));
-        }
-        // SAFETY: a new descriptor that nothing else owns.
-        let stop = unsafe { OwnedFd::from_raw_fd(stop) };
+        // SAFETY: our own fresh mapping, whose faults the handler thread
+        // started below serves for as long as the mapping lives (Drop stops
+        // the thread before the mapping goes).
+        unsafe { uffd::register(&uffd, base, len) }.map_err(|e| Error::System("registering the range with userfaultfd", e))?;
+        let stop = vsci_sys::eventfd::new().map_err(|e| Error::System("eventfd", e))?;
 
         let counters = Arc::new(Counters::default());
         let mut h = Handler {
-            base: base as usize,
+            base,
             uffd,
             client: client.clone(),
             lenders: ls,
@@ -682,20 +483,20 @@ impl Extension {
                     unsafe { libc::_exit(LOST_EXIT) };
                 }
             })
-            .map_err(|e| unmap(Error::System("starting the fault handler", e)))?;
-        Ok(Extension { base: base as usize, len, counters, stop, thread: Some(thread) })
+            .map_err(|e| Error::System("starting the fault handler", e))?;
+        Ok(Extension { counters, stop, thread: Some(thread), map })
     }
 
     pub fn as_ptr(&self) -> *mut u8 {
-        self.base as *mut u8
+        self.map.as_ptr()
     }
 
     pub fn len(&self) -> usize {
-        self.len
+        self.map.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.map.is_empty()
     }
 
     /// The range as a slice. Only this process reaches the range, through
@@ -703,14 +504,14 @@ impl Extension {
     /// memory for user-mode loads and stores (see the docs for system
     /// calls given pointers into it).
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: `base..base + len` is our mapping, alive until drop, which
-        // needs `&mut self`, so it outlives the slice. Its bytes are
+        // SAFETY: `base..base + len` is our mapping (`map`), alive until
+        // drop, which needs `&mut self`, so it outlives the slice. Its bytes are
         // initialised (zeros or what the program stored). The handler never
         // changes a byte the program could see: it installs a page only
         // where none is mapped (with the contents last written back), reads
         // a page only while it is write-protected (stores wait) and drops it
         // only once its contents are on the lenders.
-        unsafe { std::slice::from_raw_parts_mut(self.base as *mut u8, self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.map.as_ptr(), self.map.len()) }
     }
 
     pub fn stats(&self) -> Stats {
@@ -734,16 +535,13 @@ impl Extension {
 
 impl Drop for Extension {
     fn drop(&mut self) {
-        let one = 1u64;
-        // SAFETY: writes 8 bytes from a local to our eventfd.
-        unsafe { libc::write(self.stop.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        let _ = vsci_sys::eventfd::write(self.stop.as_fd(), 1);
         if let Some(t) = self.thread.take() {
             // The handler returns the loans as its state drops.
             let _ = t.join();
         }
-        // SAFETY: our mapping; the handler that used it has ended, and
-        // `&mut self` means no slice of it is alive.
-        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+        // `map` is unmapped after this, once the handler that used it has
+        // ended; `&mut self` means no slice of it is alive.
     }
 }
 
@@ -752,7 +550,7 @@ impl Handler {
         let mut msgs = [uffd::Msg::default(); 64];
         loop {
             let mut fds = [
-                libc::pollfd { fd: self.uffd.fd(), events: libc::POLLIN, revents: 0 },
+                libc::pollfd { fd: self.uffd.as_raw_fd(), events: libc::POLLIN, revents: 0 },
                 libc::pollfd { fd: stop, events: libc::POLLIN, revents: 0 },
             ];
             // SAFETY: `fds` is an array of two pollfds we own.

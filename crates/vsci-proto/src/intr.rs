@@ -181,40 +181,27 @@ impl<'a> View<'a> {
 /// A mapping of one interrupt's slot out of the memfd (or guest window)
 /// that holds it: the pages around the slot, never the whole chunk.
 pub struct SlotMap {
-    base: std::ptr::NonNull<u8>,
-    len: usize,
+    map: vsci_sys::Mapping,
     inner: usize,
     kind: IntrKind,
     generation: u32,
 }
-
-// SAFETY: the mapping is MAP_SHARED memory owned by this struct; everything
-// in it that is accessed concurrently is atomic (or copied out volatile).
-unsafe impl Send for SlotMap {}
-// SAFETY: as above.
-unsafe impl Sync for SlotMap {}
 
 impl SlotMap {
     /// Map the slot at `place` in `fd`, whose memory is `size` bytes (the
     /// caller measured it: a memfd's size or a guest window's). Fails if
     /// the place does not fit or the slot does not hold that use of it.
     pub fn new(fd: std::os::fd::BorrowedFd<'_>, size: u64, place: Place) -> Result<SlotMap, nix::Error> {
-        use nix::sys::mman::{mmap, MapFlags, ProtFlags};
         if !place.check(size) {
             return Err(nix::Error::EINVAL);
         }
         let kind = place.kind;
         let (start, len, inner) = place.pages();
-        let offset = libc::off_t::try_from(start).map_err(|_| nix::Error::EINVAL)?;
-        // SAFETY: a MAP_SHARED mapping of `len` bytes at a page-aligned
-        // offset of memory the place was checked to lie in, at an address of
-        // the kernel's choosing: it aliases no Rust object. The memory past
-        // `size` (the last page's tail) is inside the file, whose size is a
-        // page multiple.
-        let p = unsafe {
-            mmap(None, std::num::NonZeroUsize::new(len).expect("nonzero"), ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, fd, offset)?
-        };
-        let m = SlotMap { base: p.cast(), len, inner, kind, generation: place.generation };
+        // A shared mapping of `len` bytes at a page-aligned offset of memory
+        // the place was checked to lie in. The memory past `size` (the last
+        // page's tail) is inside the file, whose size is a page multiple.
+        let map = vsci_sys::MapOptions::shared().map(fd, len, start).map_err(|e| nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
+        let m = SlotMap { map, inner, kind, generation: place.generation };
         let shared = m.view().shared;
         if shared.magic.load(Ordering::Acquire) != MAGIC || shared.generation.load(Ordering::Acquire) != place.generation {
             return Err(nix::Error::ESTALE);
@@ -223,10 +210,11 @@ impl SlotMap {
     }
 
     pub fn view(&self) -> View<'_> {
-        // SAFETY: `inner + size_for(kind)` bytes lie inside the mapping
-        // (`Place::pages`), the slot is 64-byte aligned (`Place::check`),
-        // and the mapping lives as long as `self`.
-        unsafe { View::new(self.base.as_ptr().add(self.inner), size_for(self.kind)) }
+        let p = self.map.ptr_at(self.inner, size_for(self.kind)).expect("the slot lies inside the mapping (Place::pages)");
+        // SAFETY: `size_for(kind)` bytes at `p` lie inside the mapping
+        // (checked), the slot is 64-byte aligned (`Place::check`), and the
+        // mapping lives as long as `self`.
+        unsafe { View::new(p, size_for(self.kind)) }
     }
 
     /// The use of the slot this mapping was made for.
@@ -237,16 +225,6 @@ impl SlotMap {
     /// Live, and still the interrupt it was mapped for.
     pub fn is_live(&self) -> bool {
         self.view().shared.is_live(self.generation)
-    }
-}
-
-impl Drop for SlotMap {
-    fn drop(&mut self) {
-        // SAFETY: exactly the mapping made in `new`, unmapped once; no
-        // reference into it outlives `self` (views borrow it).
-        unsafe {
-            let _ = nix::sys::mman::munmap(self.base.cast(), self.len);
-        }
     }
 }
 

@@ -10,6 +10,7 @@
 //! show that signal chaining (chain.rs) adds nothing measurable per store
 //! (docs/bench/signals.md).
 
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -38,19 +39,13 @@ fn main() {
         trap::set_delivery(Delivery::Thread);
     }
     let page = vsci_trap::page_size();
-    // SAFETY: a private memfd and one shared mapping of it, owned here.
-    let base = unsafe {
-        let fd = libc::memfd_create(c"trap-cost".as_ptr(), libc::MFD_CLOEXEC);
-        assert!(fd >= 0);
-        assert_eq!(libc::ftruncate(fd, page as i64), 0);
-        // The page must exist in the memfd for the handler to map it in.
-        assert_eq!(libc::pwrite(fd, [1u8].as_ptr().cast(), 1, 0), 1);
-        let a = libc::mmap(std::ptr::null_mut(), page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
-        assert!(a != libc::MAP_FAILED);
-        libc::close(fd);
-        a as *mut u8
-    };
-    // SAFETY: the mapping lives until the process ends.
+    let fd = vsci_sys::memfd::create(c"trap-cost", page as u64, vsci_sys::memfd::Seals::NONE).expect("memfd");
+    // The page must exist in the memfd for the handler to map it in.
+    std::fs::File::from(fd.try_clone().expect("dup")).write_all_at(&[1], 0).expect("pwrite");
+    let map = vsci_sys::MapOptions::shared().map(std::os::fd::AsFd::as_fd(&fd), page, 0).expect("mmap");
+    drop(fd);
+    let base = map.as_ptr();
+    // SAFETY: the mapping lives until the end of main, after the trap.
     let t = unsafe { Trap::new(base, page, TrapOptions { writes: true }, Arc::new(Unprotect { page })) }.unwrap();
     // SAFETY: a load inside the mapping (maps the page in, protected).
     unsafe { std::ptr::read_volatile(base) };

@@ -52,7 +52,7 @@ use std::cell::{Cell, UnsafeCell};
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
-use crate::sys;
+use vsci_sys::raw_syscall;
 
 /// `SA_RESTORER` (the Linux UAPI value; the `libc` crate does not export
 /// it): the C library sets it with its own return trampoline.
@@ -121,7 +121,7 @@ pub unsafe fn real_sigmask(how: c_int, set: *const libc::sigset_t, old: *mut lib
     if f.is_null() {
         // SAFETY: rt_sigprocmask reads 8 bytes of `set` and writes 8 of `old`
         // (both at least that large: a sigset_t is 128 bytes).
-        let r = unsafe { sys::raw_syscall(libc::SYS_rt_sigprocmask, [how as _, set as _, old as _, 8, 0, 0]) };
+        let r = unsafe { raw_syscall(libc::SYS_rt_sigprocmask, [how as _, set as _, old as _, 8, 0, 0]) };
         return if r < 0 { -r as c_int } else { 0 };
     }
     // SAFETY: `f` is the `pthread_sigmask` dlsym found after ours.
@@ -289,9 +289,9 @@ fn set_errno(e: c_int) {
 fn raise_bus() {
     // SAFETY: tgkill on our own pid and tid with a valid signal.
     unsafe {
-        let pid = sys::raw_syscall(libc::SYS_getpid, [0; 6]);
-        let tid = sys::raw_syscall(libc::SYS_gettid, [0; 6]);
-        sys::raw_syscall(libc::SYS_tgkill, [pid, tid, TRAP_SIGNAL as _, 0, 0, 0]);
+        let pid = raw_syscall(libc::SYS_getpid, [0; 6]);
+        let tid = raw_syscall(libc::SYS_gettid, [0; 6]);
+        raw_syscall(libc::SYS_tgkill, [pid, tid, TRAP_SIGNAL as _, 0, 0, 0]);
     }
 }
 
@@ -432,7 +432,7 @@ pub unsafe fn sigsuspend(set: *const libc::sigset_t) -> c_int {
     let f = NEXT_SIGSUSPEND.load(Ordering::Acquire);
     if f.is_null() {
         // SAFETY: rt_sigsuspend reads 8 bytes of the set.
-        let r = unsafe { sys::raw_syscall(libc::SYS_rt_sigsuspend, [&s as *const _ as _, 8, 0, 0, 0, 0]) };
+        let r = unsafe { raw_syscall(libc::SYS_rt_sigsuspend, [&s as *const _ as _, 8, 0, 0, 0, 0]) };
         set_errno(-r as c_int);
         return -1;
     }
@@ -687,24 +687,14 @@ pub(crate) fn on_private_stack(f: extern "C" fn(*mut c_void), arg: *mut c_void) 
     f(arg)
 }
 
-/// A stack with a guard page below it; 0 when the kernel refuses.
+/// A stack with a guard page below it; 0 when the kernel refuses. Runs in
+/// a signal handler: `vsci_sys`'s mapping calls make system calls only
+/// (mmap, mprotect: async-signal-safe) and allocate nothing. The stack is
+/// kept for the process's life.
 fn map_stack() -> usize {
     let page = crate::page_size();
-    // SAFETY: a fresh private anonymous mapping; mmap and mprotect are
-    // async-signal-safe system calls and touch nothing else.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            STACK_SIZE + page,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        );
-        if p == libc::MAP_FAILED {
-            return 0;
-        }
-        libc::mprotect(p, page, libc::PROT_NONE);
-        p as usize + page
-    }
+    let Ok(m) = vsci_sys::MapOptions::private().noreserve().anonymous(STACK_SIZE + page) else { return 0 };
+    let _ = m.protect(0, page, vsci_sys::Prot::None);
+    let (p, _) = m.into_raw();
+    p.as_ptr() as usize + page
 }

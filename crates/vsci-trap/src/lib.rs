@@ -15,8 +15,6 @@
 pub mod chain;
 pub mod emulate;
 pub mod trap;
-#[doc(hidden)]
-pub mod sys;
 
 /// A changed byte run: `(offset, len)` relative to the start of a mapping.
 pub type Run = (usize, usize);
@@ -52,13 +50,4 @@ pub enum Error {
 /// Result alias of this crate.
 pub type Result<T> = std::result::Result<T, Error>;
 
-/// The system page size.
-pub fn page_size() -> usize {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as usize
-    } else {
-        4096
-    }
-}
+pub use vsci_sys::mman::page_size;

@@ -26,11 +26,13 @@
 //! signal context; elsewhere every fault is reported as a write to a page of
 //! unknown state, and handlers must cope (map in, then unprotect).
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Once};
 
-use crate::{page_size, sys, Error, Result};
+use vsci_sys::uffd::{self, Userfaultfd};
+
+use crate::{page_size, Error, Result};
 
 /// A fault, as the handler sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,7 +68,7 @@ impl Fault {
             // mapped, so they are read without faulting (a short read only
             // ever cuts bytes the decoder does not need).
             let mut code = [0u8; 15];
-            let n = crate::sys::read_own(uc.rip() as usize, &mut code);
+            let n = vsci_sys::mman::read_own(uc.rip() as usize, &mut code);
             crate::emulate::decode_store(&code[..n], &uc, self.addr, page)
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -87,7 +89,7 @@ impl Fault {
             use crate::emulate::Registers;
             let uc = crate::emulate::Ucontext(self.ctx);
             let mut code = [0u8; 15];
-            let n = crate::sys::read_own(uc.rip() as usize, &mut code);
+            let n = vsci_sys::mman::read_own(uc.rip() as usize, &mut code);
             crate::emulate::decode_rep(&code[..n], &uc, self.addr)
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -172,7 +174,7 @@ pub trait TrapHandler: Send + Sync {
 /// One registered range. The registry keeps it (and its handler) until
 /// [`unregister`]; the mapping must outlive that.
 pub struct Trap {
-    uffd: OwnedFd,
+    uffd: Userfaultfd,
     /// Stores trapped too (write-protect mode registered).
     writes: bool,
     base: usize,
@@ -208,36 +210,30 @@ impl Trap {
         if len == 0 || !len.is_multiple_of(page) || base.checked_add(len).is_none() {
             return Err(Error::EmptyRange);
         }
-        if !sys::WP_SUPPORTED_ARCH {
+        if !uffd::SUPPORTED_ARCH {
             return Err(Error::WpUnavailable("architecture not supported".into()));
         }
         let delivery = delivery();
         let signal = if delivery == Delivery::Signal {
             install_handler();
-            sys::UFFD_FEATURE_SIGBUS
+            uffd::UFFD_FEATURE_SIGBUS
         } else {
             0
         };
         let uffd = open_uffd()?;
-        let mut api = sys::UffdioApi {
-            api: sys::UFFD_API,
-            features: signal | sys::UFFD_FEATURE_MINOR_SHMEM | if opts.writes { sys::UFFD_FEATURE_WP_HUGETLBFS_SHMEM } else { 0 },
-            ioctls: 0,
-        };
-        // SAFETY: UFFDIO_API reads and writes one `struct uffdio_api` (repr(C),
-        // size checked at compile time) that lives across the call.
-        if unsafe { libc::ioctl(uffd.as_raw_fd(), sys::UFFDIO_API as _, &mut api) } < 0 {
-            return Err(Error::WpUnavailable(format!("UFFDIO_API: {}", std::io::Error::last_os_error())));
+        let features = signal | uffd::UFFD_FEATURE_MINOR_SHMEM | if opts.writes { uffd::UFFD_FEATURE_WP_HUGETLBFS_SHMEM } else { 0 };
+        if let Err(e) = uffd.api(features) {
+            return Err(Error::WpUnavailable(format!("UFFDIO_API: {e}")));
         }
-        let mut mode = sys::UFFDIO_REGISTER_MODE_MISSING | sys::UFFDIO_REGISTER_MODE_MINOR;
+        let mut mode = uffd::UFFDIO_REGISTER_MODE_MISSING | uffd::UFFDIO_REGISTER_MODE_MINOR;
         if opts.writes {
-            mode |= sys::UFFDIO_REGISTER_MODE_WP;
+            mode |= uffd::UFFDIO_REGISTER_MODE_WP;
         }
-        let mut reg = sys::UffdioRegister { range: sys::UffdioRange { start: base as u64, len: len as u64 }, mode, ioctls: 0 };
-        // SAFETY: UFFDIO_REGISTER reads and writes one `struct uffdio_register`;
-        // it changes how faults in the range are handled, not its contents.
-        if unsafe { libc::ioctl(uffd.as_raw_fd(), sys::UFFDIO_REGISTER as _, &mut reg) } < 0 {
-            return Err(Error::WpUnavailable(format!("UFFDIO_REGISTER: {}", std::io::Error::last_os_error())));
+        // SAFETY: the caller's contract: a shared memfd mapping that stays
+        // mapped while the Trap lives, whose faults the handler resolves
+        // (registering changes how they are handled, not the contents).
+        if let Err(e) = unsafe { uffd.register(base, len, mode) } {
+            return Err(Error::WpUnavailable(format!("UFFDIO_REGISTER: {e}")));
         }
         let mut trap = Trap { uffd, writes: opts.writes, base, len, page, slot: usize::MAX, delivery };
         trap.slot = registry_insert(base, len)?;
@@ -253,21 +249,17 @@ impl Trap {
         Ok(trap)
     }
 
-    fn range(&self, off: usize, len: usize) -> Result<sys::UffdioRange> {
+    /// The address of `[off, off + len)`, whole pages inside the range.
+    fn range(&self, off: usize, len: usize) -> Result<usize> {
         if !off.is_multiple_of(self.page) || !len.is_multiple_of(self.page) || off.checked_add(len).is_none_or(|e| e > self.len) {
             return Err(Error::OutOfRange { offset: off, len, size: self.len });
         }
-        Ok(sys::UffdioRange { start: (self.base + off) as u64, len: len as u64 })
+        Ok(self.base + off)
     }
 
     fn writeprotect(&self, off: usize, len: usize, on: bool) -> Result<()> {
-        let mut wp = sys::UffdioWriteprotect { range: self.range(off, len)?, mode: if on { sys::UFFDIO_WRITEPROTECT_MODE_WP } else { 0 } };
-        // SAFETY: UFFDIO_WRITEPROTECT reads and writes one `struct
-        // uffdio_writeprotect`; it changes page protection only.
-        if unsafe { libc::ioctl(self.uffd.as_raw_fd(), sys::UFFDIO_WRITEPROTECT as _, &mut wp) } < 0 {
-            return Err(os_err("UFFDIO_WRITEPROTECT"));
-        }
-        Ok(())
+        let start = self.range(off, len)?;
+        self.uffd.write_protect(start, len, on).map_err(|e| Error::Os { op: "UFFDIO_WRITEPROTECT", source: std::io::Error::from_raw_os_error(e) })
     }
 
     /// Make stores to these (mapped) pages trap again. When this returns no
@@ -300,16 +292,11 @@ impl Trap {
     }
 
     fn cont(&self, off: usize, len: usize, protect: bool) -> Result<()> {
-        let mut c = sys::UffdioContinue { range: self.range(off, len)?, mode: if protect { sys::UFFDIO_CONTINUE_MODE_WP } else { 0 }, mapped: 0 };
-        // SAFETY: UFFDIO_CONTINUE reads and writes one `struct
-        // uffdio_continue`; it maps existing page-cache pages of the memfd.
-        if unsafe { libc::ioctl(self.uffd.as_raw_fd(), sys::UFFDIO_CONTINUE as _, &mut c) } < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EEXIST) {
-                return Err(Error::Os { op: "UFFDIO_CONTINUE", source: e });
-            }
+        let start = self.range(off, len)?;
+        match self.uffd.map_continue(start, len, protect) {
+            Ok(()) | Err(libc::EEXIST) => Ok(()),
+            Err(e) => Err(Error::Os { op: "UFFDIO_CONTINUE", source: std::io::Error::from_raw_os_error(e) }),
         }
-        Ok(())
     }
 
     /// Drop these pages from the range (not from the memfd): the next access
@@ -374,19 +361,18 @@ fn os_err(op: &'static str) -> Error {
     Error::Os { op, source: std::io::Error::last_os_error() }
 }
 
-fn open_uffd() -> Result<OwnedFd> {
+fn open_uffd() -> Result<Userfaultfd> {
     // Unprivileged processes need UFFD_USER_MODE_ONLY (with
     // vm.unprivileged_userfaultfd = 0); it only drops kernel-mode faults,
     // which SIGBUS mode cannot resolve anyway.
-    for flags in [libc::O_CLOEXEC | libc::O_NONBLOCK, libc::O_CLOEXEC | libc::O_NONBLOCK | sys::UFFD_USER_MODE_ONLY] {
-        // SAFETY: userfaultfd(2) takes one flags argument, returns a new fd.
-        let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) };
-        if fd >= 0 {
-            // SAFETY: the fd was just returned to us and nobody else owns it.
-            return Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) });
+    let mut last = None;
+    for flags in [libc::O_CLOEXEC | libc::O_NONBLOCK, libc::O_CLOEXEC | libc::O_NONBLOCK | uffd::UFFD_USER_MODE_ONLY] {
+        match Userfaultfd::open(flags) {
+            Ok(u) => return Ok(u),
+            Err(e) => last = Some(e),
         }
     }
-    Err(Error::WpUnavailable(format!("userfaultfd: {}", std::io::Error::last_os_error())))
+    Err(Error::WpUnavailable(format!("userfaultfd: {}", last.expect("tried at least once"))))
 }
 
 // ---- the process-wide SIGBUS handler and its registry --------------------
@@ -534,7 +520,9 @@ mod fault_thread {
     use std::sync::OnceLock;
 
     use super::{Fault, SLOTS};
-    use crate::{sys, Error, Result};
+    use vsci_sys::uffd;
+
+    use crate::{Error, Result};
 
     static EPOLL: OnceLock<std::result::Result<OwnedFd, String>> = OnceLock::new();
 
@@ -603,25 +591,22 @@ mod fault_thread {
         if let Some(e) = unsafe { s.entry.load(Ordering::SeqCst).as_ref() } {
             let t = &e.trap;
             loop {
-                let mut msg = sys::UffdMsg::default();
-                // SAFETY: reads at most one 32-byte uffd_msg into `msg`.
-                let r = unsafe { libc::read(t.uffd.as_raw_fd(), (&mut msg as *mut sys::UffdMsg).cast(), std::mem::size_of::<sys::UffdMsg>()) };
-                if r != std::mem::size_of::<sys::UffdMsg>() as isize {
+                let mut msg = [uffd::UffdMsg::default()];
+                if t.uffd.read(&mut msg) != 1 {
                     break;
                 }
+                let msg = msg[0];
                 let addr = msg.address as usize;
-                if msg.event != sys::UFFD_EVENT_PAGEFAULT || addr < t.base || addr >= t.base + t.len {
+                if msg.event != uffd::UFFD_EVENT_PAGEFAULT || addr < t.base || addr >= t.base + t.len {
                     continue;
                 }
                 let page = (addr - t.base) & !(t.page - 1);
-                let write = msg.flags & sys::UFFD_PAGEFAULT_FLAG_WRITE != 0;
-                let present = Some(msg.flags & sys::UFFD_PAGEFAULT_FLAG_WP != 0);
+                let write = msg.flags & uffd::UFFD_PAGEFAULT_FLAG_WRITE != 0;
+                let present = Some(msg.flags & uffd::UFFD_PAGEFAULT_FLAG_WP != 0);
                 e.handler.on_fault(t, Fault { page, write, present, addr, ctx: std::ptr::null_mut() });
                 // The handler's map-in or unprotect woke the thread, unless
                 // another fault had resolved the page already: wake it.
-                let mut range = sys::UffdioRange { start: (t.base + page) as u64, len: t.page as u64 };
-                // SAFETY: UFFDIO_WAKE reads one uffdio_range.
-                unsafe { libc::ioctl(t.uffd.as_raw_fd(), sys::UFFDIO_WAKE as _, &mut range) };
+                let _ = t.uffd.wake(t.base + page, t.page);
             }
         }
         s.busy.fetch_sub(1, Ordering::SeqCst);

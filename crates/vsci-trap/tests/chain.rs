@@ -55,7 +55,8 @@ fn program_action(flags: libc::c_int) -> libc::sigaction {
 fn the_trap_stays_first_and_the_program_keeps_its_handler() {
     let page = vsci_trap::page_size();
     let len = 2 * page;
-    let (base, fill) = common::memfd_twice(c"chain-test", len);
+    let maps = common::memfd_twice(c"chain-test", len);
+    let (base, fill) = (maps.0.addr(), maps.1.addr());
     // What the process had before the trap (Rust's runtime installs a
     // SIGBUS handler of its own for stack overflows).
     // SAFETY: a query into a valid struct.
@@ -132,5 +133,5 @@ fn the_trap_stays_first_and_the_program_keeps_its_handler() {
 
     trap::unregister(&t);
     drop(t);
-    common::unmap_both(base, fill, len);
+    drop(maps);
 }

@@ -46,7 +46,8 @@ fn faults_reach_the_fault_thread_without_a_signal() {
     trap::set_delivery(Delivery::Thread);
     let page = vsci_trap::page_size();
     let len = 4 * page;
-    let (base, fill) = common::memfd_twice(c"delivery-test", len);
+    let maps = common::memfd_twice(c"delivery-test", len);
+    let (base, fill) = (maps.0.addr(), maps.1.addr());
     // SAFETY: the SIGBUS disposition of this test process is ours to set.
     unsafe { libc::signal(libc::SIGBUS, die as extern "C" fn(libc::c_int) as libc::sighandler_t) };
     let h = Arc::new(Filler { fill, page, count: AtomicUsize::new(0), writes: AtomicUsize::new(0) });
@@ -98,5 +99,5 @@ fn faults_reach_the_fault_thread_without_a_signal() {
 
     trap::unregister(&t);
     drop(t);
-    common::unmap_both(base, fill, len);
+    drop(maps);
 }

@@ -1,9 +1,11 @@
 //! `vsci_trap::trap` on a real memfd: which faults arrive, in which thread,
 //! and what each resolution does.
 
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use vsci_sys::{memfd, MapOptions, Mapping};
 use vsci_trap::trap::{self, Fault, Trap, TrapHandler, TrapOptions};
 
 const PAGES: usize = 8;
@@ -12,21 +14,16 @@ struct Mem {
     base: *mut u8,
     fill: *mut u8,
     len: usize,
+    /// The two mappings, unmapped when the test drops `Mem` (after its
+    /// trap is unregistered).
+    _maps: (Mapping, Mapping),
 }
 
 fn map(len: usize) -> Mem {
-    // SAFETY: plain syscalls creating a private memfd and two shared
-    // mappings of it, owned by this test.
-    unsafe {
-        let fd = libc::memfd_create(c"trap-test".as_ptr(), libc::MFD_CLOEXEC);
-        assert!(fd >= 0);
-        assert_eq!(libc::ftruncate(fd, len as i64), 0);
-        let m = |_: ()| libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
-        let (base, fill) = (m(()), m(()));
-        assert!(base != libc::MAP_FAILED && fill != libc::MAP_FAILED);
-        libc::close(fd);
-        Mem { base: base.cast(), fill: fill.cast(), len }
-    }
+    let fd = memfd::create(c"trap-test", len as u64, memfd::Seals::NONE).expect("memfd");
+    let m = || MapOptions::shared().map(fd.as_fd(), len, 0).expect("mmap");
+    let (base, fill) = (m(), m());
+    Mem { base: base.as_ptr(), fill: fill.as_ptr(), len, _maps: (base, fill) }
 }
 
 /// Fills each page from `source` on a not-present fault (as vsci fetches
@@ -117,11 +114,7 @@ fn first_accesses_trap_and_are_resolved() {
     assert!(rec.faults.lock().unwrap().iter().any(|f| f.0 == 5 * page));
 
     trap::unregister(&t);
-    // SAFETY: unmapping the test's mappings after the trap is gone.
-    unsafe {
-        libc::munmap(m.base.cast(), m.len);
-        libc::munmap(m.fill.cast(), m.len);
-    }
+    drop(m);
 }
 
 #[test]
@@ -177,7 +170,7 @@ impl TrapHandler for Emulator {
             // lies inside the test's mapping).
             let mut data = vec![r.value; r.count];
             if let Some(src) = r.src {
-                assert_eq!(vsci_trap::sys::read_own(src, &mut data), r.count);
+                assert_eq!(vsci_sys::mman::read_own(src, &mut data), r.count);
             }
             // SAFETY: inside the fill mapping of the same memfd; the bytes'
             // effect is made before the registers move on.

@@ -27,7 +27,6 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
@@ -35,7 +34,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use vsci_proto::guest::{self, AgentRecord, Attachment, Role, Session};
 use vsci_proto::wire;
 use vsci_proto::{ClientMsg, Event, ObjId, Reply, Request, SciError, ServerMsg};
@@ -141,33 +139,18 @@ impl Drop for Agent {
 }
 
 /// The guest's control region: a memfd we map, QEMU's BAR2.
+/// The guest writes it concurrently, so every access goes through atomics
+/// or copies (see `word`, `Session`).
 struct Region {
     memfd: OwnedFd,
-    base: NonNull<u8>,
+    map: vsci_sys::Mapping,
 }
-
-// SAFETY: the mapping is owned by Region; the guest writes it concurrently,
-// so every access goes through atomics or copies (see `word`, `Session`).
-unsafe impl Send for Region {}
 
 impl Region {
     fn new() -> Result<Region> {
-        let memfd = nix::sys::memfd::memfd_create(c"vsci-guest-ctl", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC)?;
-        nix::unistd::ftruncate(&memfd, guest::REGION_SIZE as i64)?;
-        // SAFETY: a fresh shared mapping of the whole memfd at an address of
-        // the kernel's choosing; it aliases no Rust object.
-        let base = unsafe {
-            mmap(
-                None,
-                std::num::NonZeroUsize::new(guest::REGION_SIZE).expect("nonzero"),
-                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
-                MapFlags::MAP_SHARED,
-                memfd.as_fd(),
-                0,
-            )?
-        }
-        .cast::<u8>();
-        let r = Region { memfd, base };
+        let memfd = vsci_sys::memfd::create(c"vsci-guest-ctl", guest::REGION_SIZE as u64, vsci_sys::memfd::Seals::NONE)?;
+        let map = vsci_sys::MapOptions::shared().map(memfd.as_fd(), guest::REGION_SIZE, 0)?;
+        let r = Region { memfd, map };
         r.word(guest::VERSION_OFFSET).store(guest::VERSION, Ordering::Relaxed);
         r.word(guest::MAGIC_OFFSET).store(guest::MAGIC, Ordering::Release);
         Ok(r)
@@ -175,25 +158,19 @@ impl Region {
 
     fn word(&self, off: usize) -> &AtomicU32 {
         assert!(off % 4 == 0 && off + 4 <= guest::SESSION_SIZE);
+        let p = self.map.ptr_at(off, 4).expect("inside the region");
         // SAFETY: in bounds and aligned (checked); the mapping lives as long
         // as self; any bit pattern is a valid u32.
-        unsafe { &*(self.base.as_ptr().add(off) as *const AtomicU32) }
+        unsafe { &*(p as *const AtomicU32) }
     }
 
     fn session(&self, i: usize) -> Session {
         assert!(i < guest::MAX_SESSIONS);
-        // SAFETY: session areas lie inside the REGION_SIZE mapping, which
-        // outlives every Session the worker keeps (both die with it).
-        unsafe { Session::new(self.base.as_ptr().add(guest::session_offset(i)), Role::Host) }
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, unused after this.
-        unsafe {
-            let _ = munmap(self.base.cast(), guest::REGION_SIZE);
-        }
+        let p = self.map.ptr_at(guest::session_offset(i), guest::SESSION_SIZE).expect("session areas lie inside the region");
+        // SAFETY: the session area lies inside the REGION_SIZE mapping
+        // (checked), which outlives every Session the worker keeps (both
+        // die with it).
+        unsafe { Session::new(p, Role::Host) }
     }
 }
 

@@ -10,11 +10,10 @@
 //! straight from or into the guest segment's pages.
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::ptr::NonNull;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use vsci_client::proxy::ProxiedSegment;
 use vsci_proto::SciError;
 
@@ -31,28 +30,7 @@ pub struct Mem {
     /// The memfd's (device, inode): a segment and a connection to it are
     /// the same memory.
     key: (u64, u64),
-    map: OnceLock<Option<Mapping>>,
-}
-
-struct Mapping {
-    base: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: the mapping is owned by Mem and only used through raw copies;
-// other processes (the guest, its peers) write the same memory anyway,
-// which SISCI leaves to the programs, as a hardware engine does.
-unsafe impl Send for Mapping {}
-// SAFETY: as above.
-unsafe impl Sync for Mapping {}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `Mem::ptr`, unused after this.
-        unsafe {
-            let _ = munmap(self.base.cast(), self.len);
-        }
-    }
+    map: OnceLock<Option<vsci_sys::Mapping>>,
 }
 
 impl Mem {
@@ -64,16 +42,13 @@ impl Mem {
     fn ptr(&self) -> Result<*mut u8, SciError> {
         let m = self.map.get_or_init(|| {
             let len = usize::try_from(self.size).ok()?.div_ceil(4096) * 4096;
-            // SAFETY: a new shared mapping of a sealed memfd (it cannot
-            // shrink) of at least `size` bytes, at an address of the
-            // kernel's choosing.
-            let base = unsafe {
-                mmap(None, std::num::NonZeroUsize::new(len)?, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, self.fd.as_fd(), 0)
-            }
-            .ok()?;
-            Some(Mapping { base: base.cast(), len })
+            // A sealed memfd (it cannot shrink) of at least `size` bytes.
+            // The mapping is only used through raw copies; other processes
+            // (the guest, its peers) write the same memory anyway, which
+            // SISCI leaves to the programs, as a hardware engine does.
+            vsci_sys::MapOptions::shared().map(self.fd.as_fd(), len, 0).ok()
         });
-        m.as_ref().map(|m| m.base.as_ptr()).ok_or(SciError::Nospc)
+        m.as_ref().map(|m| m.as_ptr()).ok_or(SciError::Nospc)
     }
 }
 

@@ -23,7 +23,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{self, IoSlice, Read};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -92,41 +92,17 @@ pub struct Server {
 }
 
 fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: eventfd(2) returns a new descriptor or -1; we own it on success.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    vsci_sys::eventfd::new()
 }
 
 /// Write 1 to an eventfd: how one peer rings another.
 pub fn ring(fd: BorrowedFd) -> io::Result<()> {
-    let one: u64 = 1;
-    // SAFETY: writes 8 bytes from a live u64 to a descriptor we borrow.
-    let n = unsafe { libc::write(fd.as_raw_fd(), &one as *const u64 as *const libc::c_void, 8) };
-    if n == 8 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    vsci_sys::eventfd::write(fd, 1)
 }
 
 /// Read and reset an eventfd's counter; 0 if nothing was pending.
 pub fn drain(fd: BorrowedFd) -> io::Result<u64> {
-    let mut v: u64 = 0;
-    // SAFETY: reads 8 bytes into a live u64 from a descriptor we borrow.
-    let n = unsafe { libc::read(fd.as_raw_fd(), &mut v as *mut u64 as *mut libc::c_void, 8) };
-    if n == 8 {
-        return Ok(v);
-    }
-    let e = io::Error::last_os_error();
-    if e.kind() == io::ErrorKind::WouldBlock {
-        Ok(0)
-    } else {
-        Err(e)
-    }
+    vsci_sys::eventfd::read(fd)
 }
 
 /// Wait until `fd` is readable, at most `timeout`; true if it is.
@@ -482,17 +458,11 @@ pub fn probe(path: &Path, timeout: Duration) -> Probe {
 mod tests {
     use super::*;
     use nix::sys::socket::{recvmsg, ControlMessageOwned};
+    use std::os::fd::FromRawFd;
     use std::io::IoSliceMut;
 
     fn memfd(size: u64) -> OwnedFd {
-        // SAFETY: memfd_create with a NUL-terminated name.
-        let fd = unsafe { libc::memfd_create(b"ivshmem-test\0".as_ptr() as *const libc::c_char, libc::MFD_CLOEXEC) };
-        assert!(fd >= 0);
-        // SAFETY: fresh descriptor.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: ftruncate on our memfd.
-        assert_eq!(unsafe { libc::ftruncate(fd.as_raw_fd(), size as i64) }, 0);
-        fd
+        vsci_sys::memfd::create(c"ivshmem-test", size, vsci_sys::memfd::Seals::NONE).expect("memfd")
     }
 
     fn recv(s: &UnixStream) -> (i64, Option<OwnedFd>) {

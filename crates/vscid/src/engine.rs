@@ -13,12 +13,10 @@
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use log::{debug, warn};
-use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use vsci_fabric::{Fabric, MemRegion};
 use vsci_proto::intr::{self, EnqueueError};
 use vsci_proto::peer::{RmaRegion, TriggerMsg};
@@ -27,47 +25,20 @@ use vsci_proto::{ObjId, SciError};
 use crate::recover::Recover;
 
 /// A shared mapping owned by the engine.
-struct Mapping {
-    ptr: NonNull<libc::c_void>,
-    len: usize,
-}
-
-// SAFETY: the mapping is process memory owned by this struct; it is only
-// accessed by the RMA provider and through atomics in `Shared`.
-unsafe impl Send for Mapping {}
-// SAFETY: as above.
-unsafe impl Sync for Mapping {}
-
-impl Mapping {
-    fn new(fd: &OwnedFd, len: usize) -> Result<Mapping, SciError> {
-        let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|_| SciError::System)?;
-        if (st.st_size as u64) < len as u64 || len == 0 {
-            return Err(SciError::System);
-        }
-        // SAFETY: a MAP_SHARED mapping of a sealed memfd at least `len`
-        // bytes long, at an address of the kernel's choosing.
-        let ptr = unsafe {
-            mmap(None, std::num::NonZeroUsize::new(len).expect("len > 0"), ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, fd.as_fd(), 0)
-        }
-        .map_err(|_| SciError::Nospc)?;
-        Ok(Mapping { ptr, len })
+/// A registered segment's memory, mapped whole for the RMA provider.
+fn map_segment(fd: &OwnedFd, len: usize) -> Result<vsci_sys::Mapping, SciError> {
+    let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|_| SciError::System)?;
+    if (st.st_size as u64) < len as u64 || len == 0 {
+        return Err(SciError::System);
     }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: unmapping exactly what `new` mapped, once.
-        unsafe {
-            let _ = munmap(self.ptr, self.len);
-        }
-    }
+    vsci_sys::MapOptions::shared().map(fd.as_fd(), len, 0).map_err(|_| SciError::Nospc)
 }
 
 struct RegisteredSegment {
     // Field order matters: the region must be closed before the memory
     // under it is unmapped.
     mr: MemRegion,
-    _map: Mapping,
+    _map: vsci_sys::Mapping,
     conns: usize,
 }
 
@@ -135,10 +106,10 @@ impl Engine {
         let ino = nix::sys::stat::fstat(memfd.as_raw_fd()).map_err(|_| SciError::System)?.st_ino;
         let mut t = self.tables.locked();
         if !t.segments.contains_key(&ino) {
-            let map = Mapping::new(&memfd, size as usize)?;
+            let map = map_segment(&memfd, size as usize)?;
             // SAFETY: the region covers exactly the mapping it is stored
             // with, and the struct drops the region before the mapping.
-            let mr = unsafe { self.fabric.register(map.ptr.as_ptr().cast(), map.len, true, true) }.map_err(|e| {
+            let mr = unsafe { self.fabric.register(map.as_ptr().cast(), map.len(), true, true) }.map_err(|e| {
                 warn!("cannot register segment memory with the RMA engine: {e}");
                 SciError::Nospc
             })?;

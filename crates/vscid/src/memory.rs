@@ -5,13 +5,9 @@
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::collections::VecDeque;
-use std::ptr::NonNull;
 use std::sync::Arc;
 
-use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 use nix::sys::eventfd::{EfdFlags, EventFd};
-use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
-use nix::sys::mman::{mmap, munmap, MapFlags, ProtFlags};
 use vsci_proto::intr::{self, Place, Shared};
 use vsci_proto::IntrKind;
 
@@ -28,15 +24,12 @@ use vsci_proto::IntrKind;
 /// make every other mapper fault with SIGBUS.
 pub fn sealed_memfd(name: &str, size: u64) -> nix::Result<OwnedFd> {
     let cname = CString::new(name).unwrap_or_else(|_| CString::new("vsci").unwrap());
-    let fd = memfd_create(&cname, MemFdCreateFlag::MFD_CLOEXEC | MemFdCreateFlag::MFD_ALLOW_SEALING)?;
     let rounded = size.max(4096).checked_next_power_of_two().ok_or(nix::Error::EINVAL)?;
-    let len = i64::try_from(rounded).map_err(|_| nix::Error::EINVAL)?;
-    nix::unistd::ftruncate(&fd, len)?;
-    fcntl(
-        fd.as_raw_fd(),
-        FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL),
-    )?;
-    Ok(fd)
+    vsci_sys::memfd::create(&cname, rounded, vsci_sys::memfd::Seals::SIZE).map_err(nix_error)
+}
+
+fn nix_error(e: std::io::Error) -> nix::Error {
+    nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
 }
 
 /// Duplicate a descriptor so it can travel in a message after the registry
@@ -50,26 +43,17 @@ pub fn dup(fd: BorrowedFd<'_>) -> nix::Result<OwnedFd> {
 pub struct Chunk {
     memfd: OwnedFd,
     kind: IntrKind,
-    base: NonNull<u8>,
-    len: usize,
+    /// The whole memfd, which the node only touches through the atomics of
+    /// `Shared` and `zero`.
+    map: vsci_sys::Mapping,
 }
-
-// SAFETY: `base` points into a MAP_SHARED mapping owned by this struct; the
-// node only touches it through the atomics of `Shared` and `zero`.
-unsafe impl Send for Chunk {}
-// SAFETY: as above.
-unsafe impl Sync for Chunk {}
 
 impl Chunk {
     fn new(name: &str, kind: IntrKind) -> nix::Result<Chunk> {
         let len = intr::chunk_bytes(kind);
         let memfd = sealed_memfd(name, len as u64)?;
-        // SAFETY: mapping `len` bytes of a fresh memfd exactly that long, at
-        // an address of the kernel's choosing, cannot alias any Rust object.
-        let base = unsafe {
-            mmap(None, std::num::NonZeroUsize::new(len).expect("nonzero"), ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, memfd.as_fd(), 0)?
-        };
-        Ok(Chunk { memfd, kind, base: base.cast(), len })
+        let map = vsci_sys::MapOptions::shared().map(memfd.as_fd(), len, 0).map_err(nix_error)?;
+        Ok(Chunk { memfd, kind, map })
     }
 
     fn offset(&self, index: u32) -> usize {
@@ -77,13 +61,12 @@ impl Chunk {
     }
 
     fn shared(&self, index: u32) -> &Shared {
-        let off = self.offset(index);
-        assert!(off + intr::size_for(self.kind) <= self.len);
-        // SAFETY: the slot lies inside the mapping (asserted), is 64-byte
+        let p = self.map.ptr_at(self.offset(index), intr::size_for(self.kind)).expect("slot inside the chunk");
+        // SAFETY: the slot lies inside the mapping (checked), is 64-byte
         // aligned (slot sizes are multiples of 64), and any bit pattern is
         // valid for the atomics in `Shared`; the mapping lives as long as
         // `self`.
-        unsafe { &*(self.base.as_ptr().add(off) as *const Shared) }
+        unsafe { &*(p as *const Shared) }
     }
 
     /// Zero `len` bytes at `off`: whole pages are punched out of the memfd
@@ -94,9 +77,10 @@ impl Chunk {
         let (first, end) = ((off + 4095) & !4095, (off + len) & !4095);
         let words = |from: usize, to: usize| {
             for w in (from..to).step_by(8) {
-                // SAFETY: `w` is 8-aligned (slots are 64-aligned, pages
-                // 4096) and inside the mapping (callers pass slot ranges).
-                unsafe { &*(self.base.as_ptr().add(w) as *const std::sync::atomic::AtomicU64) }.store(0, std::sync::atomic::Ordering::Relaxed);
+                let p = self.map.ptr_at(w, 8).expect("callers pass slot ranges");
+                // SAFETY: `p` is 8-aligned (slots are 64-aligned, pages
+                // 4096) and inside the mapping (checked).
+                unsafe { &*(p as *const std::sync::atomic::AtomicU64) }.store(0, std::sync::atomic::Ordering::Relaxed);
             }
         };
         if first < end {
@@ -113,16 +97,6 @@ impl Chunk {
             words(end, off + len);
         } else {
             words(off, off + len);
-        }
-    }
-}
-
-impl Drop for Chunk {
-    fn drop(&mut self) {
-        // SAFETY: `base` was returned by mmap with this length; no reference
-        // into it outlives the chunk (`IntrObjects` holds an Arc).
-        unsafe {
-            let _ = munmap(self.base.cast(), self.len);
         }
     }
 }

@@ -377,7 +377,5 @@ impl crate::conn::Client {
 /// The memory a group's maps are made of before `track_remote` replaces it
 /// with the shadow: any memfd of the right size.
 pub(crate) fn placeholder_memfd(size: u64) -> Result<std::os::fd::OwnedFd> {
-    let fd = nix::sys::memfd::memfd_create(c"vsci-group", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC).map_err(|_| SciError::Nospc)?;
-    nix::unistd::ftruncate(&fd, size as i64).map_err(|_| SciError::Nospc)?;
-    Ok(fd)
+    vsci_sys::memfd::create(c"vsci-group", size, vsci_sys::memfd::Seals::NONE).map_err(|_| SciError::Nospc)
 }

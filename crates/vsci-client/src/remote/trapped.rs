@@ -76,7 +76,7 @@ impl Pages {
     /// on with a fresh one.
     fn abandon_twin(&mut self, e: &OwnerError) {
         if e.is_abandoned() {
-            if let Ok(fresh) = Anon::new(self.twin.len) {
+            if let Ok(fresh) = Anon::new(self.twin.0.len()) {
                 std::mem::forget(std::mem::replace(&mut self.twin, fresh));
             }
         }
@@ -136,41 +136,22 @@ fn clear_all(v: &mut [u64], list: &mut Vec<u32>) {
 }
 
 /// Anonymous private memory that costs nothing until touched.
-struct Anon {
-    ptr: *mut u8,
-    len: usize,
-}
+struct Anon(vsci_sys::Mapping);
 
 impl Anon {
     fn new(len: usize) -> Result<Anon> {
-        // SAFETY: a fresh private anonymous mapping; no Rust object aliases it.
-        let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0)
-        };
-        if p == libc::MAP_FAILED {
-            return Err(SciError::Nospc);
-        }
-        Ok(Anon { ptr: p.cast(), len })
+        vsci_sys::MapOptions::private().noreserve().anonymous(len).map(Anon).map_err(|_| SciError::Nospc)
     }
 
     fn slice(&self, off: usize, len: usize) -> &[u8] {
-        assert!(off + len <= self.len);
-        // SAFETY: in bounds (asserted); the memory is ours and only
-        // mutated through `slice_mut`, which needs `&mut self`.
-        unsafe { std::slice::from_raw_parts(self.ptr.add(off), len) }
+        // SAFETY: private memory of ours, only mutated through `slice_mut`,
+        // which needs `&mut self` (the call panics if out of bounds).
+        unsafe { self.0.as_slice(off, len) }
     }
 
     fn slice_mut(&mut self, off: usize, len: usize) -> &mut [u8] {
-        assert!(off + len <= self.len);
         // SAFETY: as above, with exclusive access through `&mut self`.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(off), len) }
-    }
-}
-
-impl Drop for Anon {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, unmapped once.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        unsafe { self.0.as_mut_slice(off, len) }
     }
 }
 
@@ -442,7 +423,7 @@ impl Shadow {
             // nested fault here. A source that cannot be read so is left to
             // the CPU, which faults at the program's own instruction.
             Some(src) => {
-                if vsci_trap::sys::read_own(src, &mut data) != n {
+                if vsci_sys::mman::read_own(src, &mut data) != n {
                     super::keep_buffer(data);
                     return false;
                 }

@@ -120,34 +120,24 @@ fn rate(bytes: usize, t: Instant) -> String {
 }
 
 /// Anonymous memory standing in for the extension (`--local`).
-struct Local {
-    base: *mut u8,
-    len: usize,
-}
+struct Local(vsci_sys::Mapping);
 
 impl Local {
     fn new(len: usize) -> Local {
-        // SAFETY: a new private anonymous mapping at an address the kernel
-        // picks.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
-        if p == libc::MAP_FAILED {
-            eprintln!("mmap: {}", std::io::Error::last_os_error());
-            exit(2);
+        match vsci_sys::MapOptions::private().anonymous(len) {
+            Ok(m) => Local(m),
+            Err(e) => {
+                eprintln!("mmap: {e}");
+                exit(2);
+            }
         }
-        Local { base: p.cast(), len }
     }
 
     fn slice(&mut self) -> &mut [u8] {
-        // SAFETY: our mapping of `len` bytes, unmapped only on drop, which
-        // needs `&mut self`.
-        unsafe { std::slice::from_raw_parts_mut(self.base, self.len) }
-    }
-}
-
-impl Drop for Local {
-    fn drop(&mut self) {
-        // SAFETY: our mapping; no slice of it outlives `&mut self`.
-        unsafe { libc::munmap(self.base.cast(), self.len) };
+        let len = self.0.len();
+        // SAFETY: private anonymous memory that nothing but this slice
+        // touches; `&mut self` keeps it the only one.
+        unsafe { self.0.as_mut_slice(0, len) }
     }
 }
 
