@@ -1776,7 +1776,8 @@ static void ts_run(int variant, sci_map_t rmap, volatile unsigned char *rem, ts_
         return;
     SCIFlush(NULL, 0);
     ctl_send(0x7a);                          /* done: the server counts what is missing */
-    /* The server's figures: seen, lost, median, p99, mean, min, max (ns). */
+    /* The server's figures: seen, lost, median, p99, mean, min, max (ns),
+     * then the NB + 1 histogram buckets. */
     uint32_t seen = (uint32_t)ctl_recv();
     row->lost = (uint32_t)ctl_recv();
     lat_t *v = &row->vis;
@@ -1788,6 +1789,8 @@ static void ts_run(int variant, sci_map_t rmap, volatile unsigned char *rem, ts_
     v->mean = (double)ctl_recv() / 1e3;
     v->min = (double)ctl_recv() / 1e3;
     v->max = (double)ctl_recv() / 1e3;
+    for (int b = 0; b <= NB; b++)
+        v->hist[b] = (uint32_t)ctl_recv();
 }
 
 static void section_ts(void)
@@ -1859,6 +1862,10 @@ static void server_ts_run(int variant)
     ctl_send((uint64_t)(L.mean * 1e3));
     ctl_send((uint64_t)(L.min * 1e3));
     ctl_send((uint64_t)(L.max * 1e3));
+    /* 38 messages in a row: the client reads them as they come, and the
+     * control ring has 64 slots. */
+    for (int b = 0; b <= NB; b++)
+        ctl_send(L.hist[b]);
     munmap(d, sizeof(uint64_t) * (count ? count : 1));
 }
 

@@ -1148,16 +1148,24 @@ fn loaded_table(d: &mut Doc, r: &Value, l: &Value) {
         "Right after the rows above, in the same namespaces: {} busy loops (`sh -c 'while :; do :; done'` at normal",
         l["busy_loops"].as_u64().unwrap_or(0)
     ));
+    let secs: Vec<String> = l["sections"].as_str().unwrap_or("?").chars().map(String::from).collect();
+    let secs = match secs.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => secs.concat(),
+    };
+    let la = |k: &str| -> String {
+        let v: Vec<String> = l[k].as_array().into_iter().flatten().filter_map(Value::as_f64).map(|x| format!("{x:.1}")).collect();
+        if v.is_empty() { "?".into() } else { v.join(" / ") }
+    };
+    d.line(&format!("priority, two per core, like `loaded`) run beside everything while remote_bench sections {secs} and their UCX"));
     d.line(&format!(
-        "priority, two per core, like `loaded`) run beside everything while remote_bench sections {} and their UCX",
-        l["sections"].as_str().unwrap_or("?")
+        "peers run again. Load average (1 / 5 / 15 min) before {}, at the start {}, at the end {}. Growth = loaded",
+        la("loadavg_before"),
+        la("loadavg_started"),
+        la("loadavg_after")
     ));
-    d.line(&format!(
-        "peers run again. Load average before {}, at the start {}, at the end {}. Growth = loaded ratio / idle ratio",
-        l["loadavg_before"], l["loadavg_started"], l["loadavg_after"]
-    ));
-    d.line("for latencies, idle / loaded for rates (above 1: vsci lost more to the load than its peer). Goal in");
-    d.line("issue 35: growth ≤ 1.5. Medians, µs or messages/s.");
+    d.line("ratio / idle ratio for latencies, idle / loaded for rates (above 1: vsci lost more to the load than its");
+    d.line("peer). Goal in issue 35: growth ≤ 1.5. Medians, µs or messages/s.");
     d.line("");
     // (what, vsci idle, peer idle, vsci loaded, peer loaded, latency?)
     type Item = (String, Option<f64>, Option<f64>, Option<f64>, Option<f64>, bool);
