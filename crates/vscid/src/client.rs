@@ -37,7 +37,8 @@ use vsci_proto::wire::{self, WireError};
 use vsci_proto::{ClientInfo, ClientMsg, Reply, Request, SciError, MAX_NAME, PROTOCOL_VERSION};
 
 use crate::recover::{self, Recover};
-use crate::registry::{ClientId, Handled, Node, Outgoing};
+use crate::node::{Handled, Node};
+use crate::registry::{ClientId, Outgoing};
 
 /// Messages that may wait for one client before it is considered stuck.
 const QUEUE_DEPTH: usize = 1024;

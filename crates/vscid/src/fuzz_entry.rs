@@ -23,7 +23,8 @@ use crate::client::{check_hello, check_request, HelloCheck};
 use crate::cluster::Cluster;
 use crate::link::{self, Sealer};
 use crate::peers::{peer_request, run_for_peer};
-use crate::registry::{ClientId, Config, ConnectPolicy, Handled, Node, Outgoing};
+use crate::node::{Handled, Node};
+use crate::registry::{ClientId, Config, ConnectPolicy, Outgoing};
 
 /// This node's id in the fuzzed node.
 const ME: u32 = 7;

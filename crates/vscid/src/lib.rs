@@ -6,12 +6,14 @@
 pub mod access;
 pub mod client;
 pub mod cluster;
+pub mod config;
 pub mod engine;
 pub mod fuzz_entry;
 pub mod link;
 pub mod loans;
 pub mod memory;
 pub mod metrics;
+pub mod node;
 pub mod peers;
 pub mod recover;
 pub mod registry;

@@ -18,7 +18,8 @@ use log::{error, info, warn};
 use nix::fcntl::{Flock, FlockArg};
 use vsci_proto::WaitMode;
 
-use vscid::registry::{Config, Node};
+use vscid::node::Node;
+use vscid::registry::Config;
 
 /// vsci node daemon: serves the SISCI API to the processes of one host.
 #[derive(Parser, Debug)]

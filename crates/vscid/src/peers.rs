@@ -33,7 +33,8 @@ use crate::cluster::Cluster;
 use crate::recover::Recover;
 use crate::engine::Engine;
 use crate::link::{self, Link};
-use crate::registry::{ClientId, Handled, Node, Outgoing};
+use crate::node::{Handled, Node};
+use crate::registry::{ClientId, Outgoing};
 
 const HEARTBEAT: Duration = Duration::from_millis(250);
 /// A liveness check this much later than planned means this node itself
@@ -130,7 +131,7 @@ impl Peers {
             next_req: AtomicU64::new(1),
             next_gen: AtomicU64::new(1),
         });
-        node.lock().links = Some(peers.clone());
+        node.set_links(&peers);
         info!(
             "cluster: node {me} links on {my_addr}; peers {:?}; not responding after {} ms of silence, dead after {} ms unreachable, link timeout {} ms",
             peers.cluster.nodes.keys().filter(|i| **i != me).collect::<Vec<_>>(),
@@ -870,6 +871,20 @@ impl Peers {
             };
             reg.borrow_answered(client, out);
         });
+    }
+}
+
+impl crate::registry::Links for Peers {
+    fn engine(&self) -> &Arc<Engine> {
+        Peers::engine(self)
+    }
+
+    fn send(&self, peer: u32, msg: PeerMsg) -> bool {
+        Peers::send(self, peer, msg)
+    }
+
+    fn status(&self, imports: &HashMap<u32, u32>) -> Vec<PeerInfo> {
+        Peers::status(self, imports)
     }
 }
 

@@ -1,29 +1,46 @@
 //! The node's registry of clients, segments, connections and interrupts,
-//! and the request handlers that change it.
+//! and the operations that change it (the dispatcher that runs requests
+//! against it is `node.rs`).
+//!
+//! About 1,000 lines: the tables and every operation on them stay in one
+//! file, because removing a client walks all of them and must see every
+//! kind of object (a new table belongs next to the others).
 //!
 //! All state sits behind one mutex: control operations are rare and short,
 //! and a single lock makes the clean-up of a dead client atomic with respect
 //! to everyone else's requests. Nothing in here blocks: messages to clients
 //! go through bounded per-client queues (see `client.rs`), and requests
-//! that must wait (connect with a timeout) are parked on `Node::changed`
+//! that must wait (connect with a timeout) are parked on `Node::changed` (node.rs)
 //! from their own thread.
 
 use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::mpsc::{SyncSender, TrySendError};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 use log::{debug, info, warn};
 use vsci_proto::{
     ClientInfo, ConnectionInfo, Event, InterruptInfo, IntrKind, NodeStatus, ObjId, Reply,
-    SciError, SegmentEvent, SegmentInfo, ServerMsg, WaitMode,
+    SciError, SegmentEvent, SegmentInfo, ServerMsg, 
 };
 
+pub use crate::config::{Config, ConnectPolicy};
 use crate::memory::{self, Arena, IntrObjects};
-use crate::recover::Recover;
 
 pub type ClientId = u64;
+
+/// What the registry needs of the cluster links (`crate::peers::Peers`):
+/// the RMA engine, messages to other nodes, their status. The links call
+/// into the registry (through the node) for every frame they receive; this
+/// trait keeps the registry from depending on them in turn.
+pub trait Links: Send + Sync {
+    fn engine(&self) -> &Arc<crate::engine::Engine>;
+    /// Queue `msg` for node `peer`; false if its link is down.
+    fn send(&self, peer: u32, msg: vsci_proto::peer::PeerMsg) -> bool;
+    /// The other nodes, with how many of our connections reach each.
+    fn status(&self, imports: &HashMap<u32, u32>) -> Vec<vsci_proto::PeerInfo>;
+}
 
 /// A message queued for one client, with the descriptors it carries.
 pub struct Outgoing {
@@ -35,63 +52,8 @@ impl Outgoing {
     pub fn reply(tag: u64, result: Result<Reply, SciError>) -> Outgoing {
         Outgoing { msg: ServerMsg::Reply { tag, result }, fds: Vec::new() }
     }
-    fn event(ev: Event) -> Outgoing {
+    pub(crate) fn event(ev: Event) -> Outgoing {
         Outgoing { msg: ServerMsg::Event(ev), fds: Vec::new() }
-    }
-}
-
-/// Node-wide settings, fixed at start.
-#[derive(Debug, Clone)]
-pub struct Config {
-    pub node_id: u32,
-    pub socket: String,
-    pub wait_mode: WaitMode,
-    pub spin_us: u32,
-    pub max_segment_size: u64,
-    /// Segments + connections + interrupts one client may hold.
-    pub max_objects_per_client: usize,
-    /// Requests of one client that may wait (connect with timeout) at once.
-    pub max_waiting_per_client: usize,
-    /// Objects all clients of one uid may hold together.
-    pub max_objects_per_uid: usize,
-    /// Clients (open descriptors) one uid may have at once.
-    pub max_clients_per_uid: usize,
-    /// Segment bytes the clients of one uid may hold together (0: no limit).
-    pub max_memory_per_uid: u64,
-    /// The node's descriptor limit and the part of it kept for new clients
-    /// and `vsci status`: no new object once the lowest free descriptor
-    /// reaches `fd_limit - fd_reserve`, no new client past
-    /// `fd_limit - fd_reserve / 4`.
-    pub fd_limit: u64,
-    pub fd_reserve: u64,
-    /// Who may connect to a local client's segments and interrupts.
-    pub connect_policy: ConnectPolicy,
-    /// Bytes of memory this node lends to other nodes at most.
-    pub lend_pool: u64,
-}
-
-/// Who may connect to a segment or interrupt of this node. SISCI itself has
-/// no per-object rights (any program that knows a segment id may connect);
-/// a shared node may narrow that to programs of the creator's uid or
-/// primary group. Other nodes' programs are let in as SISCI does: the
-/// cluster key vouches for them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ConnectPolicy {
-    #[default]
-    Any,
-    SameUid,
-    SameGroup,
-}
-
-impl std::str::FromStr for ConnectPolicy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "any" => Ok(ConnectPolicy::Any),
-            "uid" | "same-uid" => Ok(ConnectPolicy::SameUid),
-            "group" | "same-group" => Ok(ConnectPolicy::SameGroup),
-            _ => Err(format!("{s:?}: expected any, uid or group")),
-        }
     }
 }
 
@@ -125,10 +87,10 @@ impl Limit {
 
 /// What the clients of one uid hold together.
 #[derive(Default, Debug)]
-struct UidUsage {
-    clients: usize,
-    objects: usize,
-    memory: u64,
+pub(crate) struct UidUsage {
+    pub(crate) clients: usize,
+    pub(crate) objects: usize,
+    pub(crate) memory: u64,
 }
 
 /// Where a client's messages go: its connection (sent at once or queued,
@@ -164,103 +126,103 @@ pub struct ClientEntry {
     pub sock: Arc<OwnedFd>,
     /// The node the client is on: ours, or the peer a pseudo-client stands for.
     pub node_id: Option<u32>,
-    objects: usize,
-    waiting: usize,
+    pub(crate) objects: usize,
+    pub(crate) waiting: usize,
     /// Limits already logged for this client (a bit per [`Limit`]): each
     /// is logged once, not once per refused request.
-    limits_logged: u8,
+    pub(crate) limits_logged: u8,
 }
 
-struct Segment {
-    owner: ClientId,
+pub(crate) struct Segment {
+    pub(crate) owner: ClientId,
     /// Whose memory budget the segment counts against (the creator's uid),
     /// and the creator's uid and group for the connect policy.
-    uid: u32,
-    gid: u32,
-    segment_id: u32,
-    size: u64,
-    memfd: OwnedFd,
-    prepared: bool,
-    available: bool,
-    conns: HashSet<ObjId>,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    pub(crate) segment_id: u32,
+    pub(crate) size: u64,
+    pub(crate) memfd: OwnedFd,
+    pub(crate) prepared: bool,
+    pub(crate) available: bool,
+    pub(crate) conns: HashSet<ObjId>,
     /// SCIShareSegment was called: other programs may attach.
-    shared: bool,
+    pub(crate) shared: bool,
     /// Handles other programs (or the owner again) attached with.
-    attached: HashSet<ObjId>,
+    pub(crate) attached: HashSet<ObjId>,
     /// The owner removed its handle while attachments remained: the segment
     /// lives on until the last of them goes.
-    owner_removed: bool,
+    pub(crate) owner_removed: bool,
     /// A member of reflective-memory group `segment_id` (SCI_FLAG_BROADCAST):
     /// group connects (`ConnectSegment` with `broadcast`) find only these.
-    broadcast: bool,
+    pub(crate) broadcast: bool,
 }
 
 /// A program's handle on a shared segment it attached to.
-struct SegAttach {
-    client: ClientId,
-    seg: ObjId,
+pub(crate) struct SegAttach {
+    pub(crate) client: ClientId,
+    pub(crate) seg: ObjId,
 }
 
-struct SegConn {
-    client: ClientId,
-    seg: ObjId,
+pub(crate) struct SegConn {
+    pub(crate) client: ClientId,
+    pub(crate) seg: ObjId,
 }
 
-struct Intr {
-    owner: ClientId,
-    kind: IntrKind,
-    number: u32,
-    objects: IntrObjects,
-    conns: HashSet<ObjId>,
+pub(crate) struct Intr {
+    pub(crate) owner: ClientId,
+    pub(crate) kind: IntrKind,
+    pub(crate) number: u32,
+    pub(crate) objects: IntrObjects,
+    pub(crate) conns: HashSet<ObjId>,
 }
 
-struct IntrConn {
-    client: ClientId,
-    intr: ObjId,
+pub(crate) struct IntrConn {
+    pub(crate) client: ClientId,
+    pub(crate) intr: ObjId,
 }
 
 /// One of our clients' connections to a segment of another node.
-struct RemoteSeg {
-    client: ClientId,
-    peer: u32,
+pub(crate) struct RemoteSeg {
+    pub(crate) client: ClientId,
+    pub(crate) peer: u32,
     /// The owner node's id for this connection.
-    remote_conn: ObjId,
-    segment_id: u32,
+    pub(crate) remote_conn: ObjId,
+    pub(crate) segment_id: u32,
 }
 
 /// One of our clients' connections to an interrupt of another node.
-struct RemoteIntr {
-    client: ClientId,
-    peer: u32,
-    remote_conn: ObjId,
+pub(crate) struct RemoteIntr {
+    pub(crate) client: ClientId,
+    pub(crate) peer: u32,
+    pub(crate) remote_conn: ObjId,
 }
 
 #[derive(Default)]
 pub struct Registry {
-    next_id: u64,
+    pub(crate) next_id: u64,
     pub clients: HashMap<ClientId, ClientEntry>,
-    segments: HashMap<ObjId, Segment>,
-    seg_by_id: HashMap<u32, ObjId>,
-    seg_conns: HashMap<ObjId, SegConn>,
-    seg_attach: HashMap<ObjId, SegAttach>,
-    intrs: HashMap<ObjId, Intr>,
-    intr_by_num: HashMap<(IntrKind, u32), ObjId>,
-    intr_conns: HashMap<ObjId, IntrConn>,
+    pub(crate) segments: HashMap<ObjId, Segment>,
+    pub(crate) seg_by_id: HashMap<u32, ObjId>,
+    pub(crate) seg_conns: HashMap<ObjId, SegConn>,
+    pub(crate) seg_attach: HashMap<ObjId, SegAttach>,
+    pub(crate) intrs: HashMap<ObjId, Intr>,
+    pub(crate) intr_by_num: HashMap<(IntrKind, u32), ObjId>,
+    pub(crate) intr_conns: HashMap<ObjId, IntrConn>,
     /// Each creator's interrupt slots, by kind.
-    arenas: HashMap<(ClientId, IntrKind), Arena>,
+    pub(crate) arenas: HashMap<(ClientId, IntrKind), Arena>,
     /// Memory lent to other nodes and borrowed from them.
     pub loans: crate::loans::Loans,
-    remote_segs: HashMap<ObjId, RemoteSeg>,
-    remote_intrs: HashMap<ObjId, RemoteIntr>,
-    /// The cluster runtime, when this node is part of a cluster.
-    pub links: Option<Arc<crate::peers::Peers>>,
-    uids: HashMap<u32, UidUsage>,
+    pub(crate) remote_segs: HashMap<ObjId, RemoteSeg>,
+    pub(crate) remote_intrs: HashMap<ObjId, RemoteIntr>,
+    /// The cluster links, when this node is part of a cluster.
+    pub links: Option<Arc<dyn Links>>,
+    pub(crate) uids: HashMap<u32, UidUsage>,
     /// Limit hits since start, by limit (for logs, status and metrics).
     pub limit_hits: HashMap<&'static str, u64>,
 }
 
 /// What travels with an interrupt reply: its chunk's memfd and its eventfd.
-fn intr_fds(objects: &IntrObjects) -> Result<Vec<OwnedFd>, SciError> {
+pub(crate) fn intr_fds(objects: &IntrObjects) -> Result<Vec<OwnedFd>, SciError> {
     Ok(vec![
         memory::dup(objects.memfd()).map_err(|_| SciError::System)?,
         memory::dup(objects.eventfd.as_fd()).map_err(|_| SciError::System)?,
@@ -268,14 +230,14 @@ fn intr_fds(objects: &IntrObjects) -> Result<Vec<OwnedFd>, SciError> {
 }
 
 impl Registry {
-    fn new_id(&mut self) -> u64 {
+    pub(crate) fn new_id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
     }
 
     /// Queue a message for a client. A client that does not drain its queue
     /// is evicted rather than allowed to stall the node.
-    fn send(&self, client: ClientId, out: Outgoing) {
+    pub(crate) fn send(&self, client: ClientId, out: Outgoing) {
         let Some(c) = self.clients.get(&client) else { return };
         match c.tx.try_send(out) {
             Ok(()) => {}
@@ -290,7 +252,7 @@ impl Registry {
         }
     }
 
-    fn node_of(&self, cfg: &Config, client: ClientId) -> u32 {
+    pub(crate) fn node_of(&self, cfg: &Config, client: ClientId) -> u32 {
         self.clients.get(&client).and_then(|c| c.node_id).unwrap_or(cfg.node_id)
     }
 
@@ -335,7 +297,7 @@ impl Registry {
     /// Count a new object against the client's and its uid's limits and the
     /// node's descriptor reserve. Peer nodes' pseudo-clients are bounded by
     /// their own nodes, not by a local uid's budget.
-    fn charge(&mut self, cfg: &Config, client: ClientId) -> Result<(), SciError> {
+    pub(crate) fn charge(&mut self, cfg: &Config, client: ClientId) -> Result<(), SciError> {
         let c = self.clients.get(&client).ok_or(SciError::NoLinkAccess)?;
         let (uid, local) = (c.info.uid, c.node_id.is_none());
         if c.objects >= cfg.max_objects_per_client {
@@ -354,7 +316,7 @@ impl Registry {
         Ok(())
     }
 
-    fn uncharge(&mut self, client: ClientId) {
+    pub(crate) fn uncharge(&mut self, client: ClientId) {
         if let Some(c) = self.clients.get_mut(&client) {
             if c.objects > 0 {
                 c.objects -= 1;
@@ -369,7 +331,7 @@ impl Registry {
 
     /// Drop a uid's usage entry once it holds nothing, so the table grows
     /// with the uids using the node now, not with every uid ever seen.
-    fn forget_idle_uid(&mut self, uid: u32) {
+    pub(crate) fn forget_idle_uid(&mut self, uid: u32) {
         if self.uids.get(&uid).is_some_and(|u| u.clients == 0 && u.objects == 0 && u.memory == 0) {
             self.uids.remove(&uid);
         }
@@ -390,7 +352,7 @@ impl Registry {
 
     /// The segment a client's handle stands for: one it created (and has not
     /// removed) or one it attached to.
-    fn held(&self, client: ClientId, handle: ObjId) -> Result<ObjId, SciError> {
+    pub(crate) fn held(&self, client: ClientId, handle: ObjId) -> Result<ObjId, SciError> {
         if let Some(a) = self.seg_attach.get(&handle) {
             return if a.client == client { Ok(a.seg) } else { Err(SciError::IllegalParameter) };
         }
@@ -400,14 +362,14 @@ impl Registry {
         }
     }
 
-    fn owned_segment(&mut self, client: ClientId, handle: ObjId) -> Result<&mut Segment, SciError> {
+    pub(crate) fn owned_segment(&mut self, client: ClientId, handle: ObjId) -> Result<&mut Segment, SciError> {
         let seg = self.held(client, handle)?;
         Ok(self.segments.get_mut(&seg).expect("held segments exist"))
     }
 
     /// Tell every holder of a segment (owner and attachers, each under its
     /// own handle) about a connection coming or going.
-    fn notify_holders(&self, seg: ObjId, reason: SegmentEvent, node_id: u32) {
+    pub(crate) fn notify_holders(&self, seg: ObjId, reason: SegmentEvent, node_id: u32) {
         let Some(s) = self.segments.get(&seg) else { return };
         if !s.owner_removed {
             self.send(s.owner, Outgoing::event(Event::LocalSegment { seg, reason, node_id }));
@@ -421,7 +383,7 @@ impl Registry {
 
     // ---- segments ---------------------------------------------------------
 
-    fn create_segment(
+    pub(crate) fn create_segment(
         &mut self,
         cfg: &Config,
         client: ClientId,
@@ -482,7 +444,7 @@ impl Registry {
 
     /// Drop one handle on a segment (validated by [`Self::held`]): an
     /// attachment, or the owner's. The segment itself goes with the last one.
-    fn release_segment(&mut self, handle: ObjId) {
+    pub(crate) fn release_segment(&mut self, handle: ObjId) {
         if let Some(a) = self.seg_attach.remove(&handle) {
             self.uncharge(a.client);
             let last = self.segments.get_mut(&a.seg).is_some_and(|s| {
@@ -505,7 +467,7 @@ impl Registry {
         }
     }
 
-    fn remove_segment(&mut self, seg: ObjId) {
+    pub(crate) fn remove_segment(&mut self, seg: ObjId) {
         let Some(s) = self.segments.remove(&seg) else { return };
         self.seg_by_id.remove(&s.segment_id);
         if let Some(u) = self.uids.get_mut(&s.uid) {
@@ -534,7 +496,7 @@ impl Registry {
         debug!("segment {} removed", s.segment_id);
     }
 
-    fn attach_segment(&mut self, cfg: &Config, client: ClientId, segment_id: u32) -> Result<Outgoing, SciError> {
+    pub(crate) fn attach_segment(&mut self, cfg: &Config, client: ClientId, segment_id: u32) -> Result<Outgoing, SciError> {
         let seg = *self.seg_by_id.get(&segment_id).ok_or(SciError::NoSuchSegment)?;
         let s = &self.segments[&seg];
         if !s.shared {
@@ -551,7 +513,7 @@ impl Registry {
     }
 
     /// May `client` connect to an object created by `uid`/`gid`?
-    fn may_connect(&self, cfg: &Config, client: ClientId, uid: u32, gid: u32) -> Result<(), SciError> {
+    pub(crate) fn may_connect(&self, cfg: &Config, client: ClientId, uid: u32, gid: u32) -> Result<(), SciError> {
         let Some(c) = self.clients.get(&client) else { return Err(SciError::NoLinkAccess) };
         let ok = c.node_id.is_some()
             || match cfg.connect_policy {
@@ -567,7 +529,7 @@ impl Registry {
         }
     }
 
-    fn connect_segment(&mut self, cfg: &Config, client: ClientId, segment_id: u32, broadcast: bool) -> Result<Outgoing, SciError> {
+    pub(crate) fn connect_segment(&mut self, cfg: &Config, client: ClientId, segment_id: u32, broadcast: bool) -> Result<Outgoing, SciError> {
         let seg = *self.seg_by_id.get(&segment_id).ok_or(SciError::NoSuchSegment)?;
         let s = &self.segments[&seg];
         if broadcast && !s.broadcast {
@@ -593,7 +555,7 @@ impl Registry {
         })
     }
 
-    fn disconnect_segment(&mut self, cfg: &Config, conn: ObjId) {
+    pub(crate) fn disconnect_segment(&mut self, cfg: &Config, conn: ObjId) {
         let Some(c) = self.seg_conns.remove(&conn) else { return };
         self.uncharge(c.client);
         if let Some(s) = self.segments.get_mut(&c.seg) {
@@ -605,7 +567,7 @@ impl Registry {
 
     // ---- interrupts -------------------------------------------------------
 
-    fn create_interrupt(
+    pub(crate) fn create_interrupt(
         &mut self,
         cfg: &Config,
         client: ClientId,
@@ -650,7 +612,7 @@ impl Registry {
 
     /// Give a slot back to its creator's arena (if any) and undo the
     /// charge of one object; the arena goes when it holds nothing.
-    fn release_slot_owner(&mut self, client: ClientId, kind: IntrKind, objects: Option<IntrObjects>) {
+    pub(crate) fn release_slot_owner(&mut self, client: ClientId, kind: IntrKind, objects: Option<IntrObjects>) {
         if let Some(arena) = self.arenas.get_mut(&(client, kind)) {
             if let Some(o) = objects {
                 arena.release(o);
@@ -662,7 +624,7 @@ impl Registry {
         self.uncharge(client);
     }
 
-    fn remove_interrupt(&mut self, intr: ObjId) {
+    pub(crate) fn remove_interrupt(&mut self, intr: ObjId) {
         let Some(i) = self.intrs.remove(&intr) else { return };
         self.intr_by_num.remove(&(i.kind, i.number));
         for conn in &i.conns {
@@ -674,7 +636,7 @@ impl Registry {
         self.release_slot_owner(i.owner, i.kind, Some(i.objects));
     }
 
-    fn connect_interrupt(
+    pub(crate) fn connect_interrupt(
         &mut self,
         cfg: &Config,
         client: ClientId,
@@ -694,7 +656,7 @@ impl Registry {
         Ok(Outgoing { msg: reply_ok(0, Reply::InterruptConnected { conn, remote: None, place: Some(place) }), fds })
     }
 
-    fn disconnect_interrupt(&mut self, conn: ObjId) {
+    pub(crate) fn disconnect_interrupt(&mut self, conn: ObjId) {
         let Some(c) = self.intr_conns.remove(&conn) else { return };
         self.uncharge(c.client);
         if let Some(i) = self.intrs.get_mut(&c.intr) {
@@ -771,7 +733,7 @@ impl Registry {
     /// A node stopped answering: every connection to it is lost.
     /// A peer node's pseudo-client asks for a loan: set it aside and
     /// register it with the RMA engine for that node.
-    fn lend(&mut self, client: ClientId, size: u64) -> Result<Outgoing, SciError> {
+    pub(crate) fn lend(&mut self, client: ClientId, size: u64) -> Result<Outgoing, SciError> {
         let Some(node_id) = self.clients.get(&client).and_then(|c| c.node_id) else { return Err(SciError::IllegalOperation) };
         let engine = self.links.as_ref().map(|l| l.engine().clone()).ok_or(SciError::IllegalOperation)?;
         let loan = self.new_id();
@@ -787,7 +749,7 @@ impl Registry {
 
     /// Give a loan back: one this node lent (asked by the borrowing node's
     /// pseudo-client) or one a program of ours borrowed.
-    fn return_loan(&mut self, client: ClientId, loan: ObjId) -> Result<Outgoing, SciError> {
+    pub(crate) fn return_loan(&mut self, client: ClientId, loan: ObjId) -> Result<Outgoing, SciError> {
         if self.loans.take_back(loan, client) {
             if let Some(l) = &self.links {
                 l.engine().release_segment_conn(loan);
@@ -854,7 +816,7 @@ impl Registry {
         }
     }
 
-    fn disconnect_remote_segment(&mut self, conn: ObjId) {
+    pub(crate) fn disconnect_remote_segment(&mut self, conn: ObjId) {
         if let Some(rec) = self.remote_segs.remove(&conn) {
             self.uncharge(rec.client);
             if let Some(l) = &self.links {
@@ -863,7 +825,7 @@ impl Registry {
         }
     }
 
-    fn disconnect_remote_interrupt(&mut self, conn: ObjId) {
+    pub(crate) fn disconnect_remote_interrupt(&mut self, conn: ObjId) {
         if let Some(rec) = self.remote_intrs.remove(&conn) {
             self.uncharge(rec.client);
             if let Some(l) = &self.links {
@@ -1038,7 +1000,7 @@ impl Registry {
     }
 }
 
-fn reply_ok(tag: u64, r: Reply) -> ServerMsg {
+pub(crate) fn reply_ok(tag: u64, r: Reply) -> ServerMsg {
     ServerMsg::Reply { tag, result: Ok(r) }
 }
 
@@ -1050,478 +1012,17 @@ pub fn tagged(mut out: Outgoing, tag: u64) -> Outgoing {
     out
 }
 
-/// The node: configuration plus the registry and its change signal.
-pub struct Node {
-    pub cfg: Config,
-    pub started: Instant,
-    pub reg: Mutex<Registry>,
-    /// Signalled on every change a parked request might be waiting for.
-    pub changed: Condvar,
-}
-
-/// What a handler decided.
-pub enum Handled {
-    Reply(Outgoing),
-    /// The reply will be sent later by a waiting thread.
-    Deferred,
-}
-
-impl Node {
-    pub fn new(cfg: Config) -> Arc<Node> {
-        let reg = Registry { loans: crate::loans::Loans::new(cfg.lend_pool), ..Default::default() };
-        Arc::new(Node { cfg, started: Instant::now(), reg: Mutex::new(reg), changed: Condvar::new() })
-    }
-
-    pub fn lock(&self) -> MutexGuard<'_, Registry> {
-        // A panic while holding the lock leaves the registry as the handler
-        // left it; the node keeps serving rather than cascade (see
-        // crate::recover).
-        self.reg.locked()
-    }
-
-    fn check_node(&self, node_id: u32) -> Result<(), SciError> {
-        if node_id == self.cfg.node_id {
-            Ok(())
-        } else {
-            Err(SciError::NoSuchNodeid)
-        }
-    }
-
-    /// Handle one validated request from `client`.
-    pub fn handle(self: &Arc<Self>, client: ClientId, tag: u64, req: vsci_proto::Request) -> Handled {
-        self.handle_with(client, tag, req, None)
-    }
-
-    /// Handle a request that may carry a validated eventfd (`wake`, only for
-    /// `CreateInterruptWake`).
-    pub fn handle_with(self: &Arc<Self>, client: ClientId, tag: u64, req: vsci_proto::Request, wake: Option<OwnedFd>) -> Handled {
-        use vsci_proto::Request as R;
-        let cfg = &self.cfg;
-        let mut reg = self.lock();
-        crate::recover::test_panic(&req);
-        let result: Result<Outgoing, SciError> = match req {
-            // Close ends the connection, which the connection's server does
-            // (`client::Server::request`); it never reaches the registry.
-            R::Hello { .. } | R::FetchRemote { .. } | R::ShipRemote { .. } | R::DmaStart { .. } | R::DmaAbort { .. } | R::Close => {
-                Err(SciError::IllegalOperation)
-            }
-            R::CreateSegment { segment_id, auto_id, size, events: _, broadcast } => {
-                let r = reg.create_segment(cfg, client, segment_id, auto_id, size, broadcast);
-                self.changed.notify_all();
-                r
-            }
-            R::PrepareSegment { seg } => reg.owned_segment(client, seg).map(|s| {
-                s.prepared = true;
-                done()
-            }),
-            R::SetAvailable { seg } => {
-                let r = reg.owned_segment(client, seg).and_then(|s| {
-                    if !s.prepared {
-                        return Err(SciError::SegmentNotPrepared);
-                    }
-                    s.available = true;
-                    Ok(done())
-                });
-                self.changed.notify_all();
-                r
-            }
-            R::SetUnavailable { seg: handle, notify, force_disconnect } => {
-                let seg = reg.held(client, handle);
-                match seg.and_then(|seg| reg.owned_segment(client, seg)).and_then(|s| {
-                    if !s.prepared {
-                        return Err(SciError::SegmentNotPrepared);
-                    }
-                    s.available = false;
-                    Ok(s.conns.iter().copied().collect::<Vec<_>>())
-                }) {
-                    Err(e) => Err(e),
-                    Ok(conns) => {
-                        let seg = seg.expect("held");
-                        for conn in conns {
-                            let Some(c) = reg.seg_conns.get(&conn) else { continue };
-                            let connector = c.client;
-                            if force_disconnect {
-                                reg.seg_conns.remove(&conn);
-                                reg.uncharge(connector);
-                                if let Some(s) = reg.segments.get_mut(&seg) {
-                                    s.conns.remove(&conn);
-                                }
-                                reg.send(connector, Outgoing::event(Event::RemoteSegment { conn, reason: SegmentEvent::Lost, status: SciError::Ok }));
-                            } else if notify {
-                                reg.send(connector, Outgoing::event(Event::RemoteSegment { conn, reason: SegmentEvent::Disconnect, status: SciError::Ok }));
-                            }
-                        }
-                        Ok(done())
-                    }
-                }
-            }
-            R::RemoveSegment { seg } => reg.held(client, seg).map(|_| {
-                reg.release_segment(seg);
-                self.changed.notify_all();
-                done()
-            }),
-            R::ShareSegment { seg } => reg.owned_segment(client, seg).map(|s| {
-                s.shared = true;
-                done()
-            }),
-            R::AttachSegment { segment_id } => reg.attach_segment(cfg, client, segment_id),
-            R::ConnectSegment { node_id, segment_id, timeout_ms, broadcast } if reg.links.as_ref().is_some_and(|l| l.is_member(node_id)) => {
-                let links = reg.links.clone().expect("checked");
-                drop(reg);
-                links.connect_segment(Arc::clone(self), client, tag, node_id, segment_id, timeout_ms, broadcast);
-                return Handled::Deferred;
-            }
-            R::ConnectSegment { node_id, segment_id, timeout_ms, broadcast } => {
-                match self.check_node(node_id).and_then(|()| reg.connect_segment(cfg, client, segment_id, broadcast)) {
-                    Err(SciError::NoSuchSegment | SciError::ConnectionRefused) if timeout_ms > 0 => {
-                        return self.defer(reg, client, tag, timeout_ms, move |reg, cfg| {
-                            reg.connect_segment(cfg, client, segment_id, broadcast)
-                        });
-                    }
-                    r => r,
-                }
-            }
-            R::DisconnectSegment { conn } => match (reg.seg_conns.get(&conn), reg.remote_segs.get(&conn)) {
-                (Some(c), _) if c.client == client => {
-                    reg.disconnect_segment(cfg, conn);
-                    Ok(done())
-                }
-                (_, Some(r)) if r.client == client => {
-                    reg.disconnect_remote_segment(conn);
-                    Ok(done())
-                }
-                _ => Err(SciError::IllegalParameter),
-            },
-            R::CreateInterrupt { kind, hint, fixed } => {
-                let r = reg.create_interrupt(cfg, client, kind, hint, fixed, None);
-                self.changed.notify_all();
-                r
-            }
-            R::CreateInterruptWake { kind, hint, fixed } => match wake {
-                Some(fd) => {
-                    let r = reg.create_interrupt(cfg, client, kind, hint, fixed, Some(fd));
-                    self.changed.notify_all();
-                    r
-                }
-                None => Err(SciError::IllegalParameter),
-            },
-            R::RemoveInterrupt { intr } => match reg.intrs.get(&intr) {
-                Some(i) if i.owner == client => {
-                    reg.remove_interrupt(intr);
-                    Ok(done())
-                }
-                _ => Err(SciError::IllegalParameter),
-            },
-            R::ConnectInterrupt { kind, node_id, number, timeout_ms } if reg.links.as_ref().is_some_and(|l| l.is_member(node_id)) => {
-                let links = reg.links.clone().expect("checked");
-                drop(reg);
-                links.connect_interrupt(Arc::clone(self), client, tag, node_id, kind, number, timeout_ms);
-                return Handled::Deferred;
-            }
-            R::ConnectInterrupt { kind, node_id, number, timeout_ms } => {
-                match self.check_node(node_id).and_then(|()| reg.connect_interrupt(cfg, client, kind, number)) {
-                    Err(SciError::ConnectionRefused) if timeout_ms > 0 => {
-                        return self.defer(reg, client, tag, timeout_ms, move |reg, cfg| {
-                            reg.connect_interrupt(cfg, client, kind, number)
-                        });
-                    }
-                    r => r,
-                }
-            }
-            R::DisconnectInterrupt { conn } => match (reg.intr_conns.get(&conn), reg.remote_intrs.get(&conn)) {
-                (Some(c), _) if c.client == client => {
-                    reg.disconnect_interrupt(conn);
-                    Ok(done())
-                }
-                (_, Some(r)) if r.client == client => {
-                    reg.disconnect_remote_interrupt(conn);
-                    Ok(done())
-                }
-                _ => Err(SciError::IllegalParameter),
-            },
-            R::ProbeNode { node_id } => {
-                let reachable = node_id == cfg.node_id || reg.links.as_ref().is_some_and(|l| l.is_up(node_id));
-                if !reachable && reg.links.as_ref().is_some_and(|l| l.is_member(node_id)) {
-                    Err(SciError::NodeNotResponding)
-                } else {
-                    Ok(simple(Reply::Probe { reachable }))
-                }
-            }
-            R::Status => Ok(simple(Reply::Status(Box::new(reg.status(cfg, self.started))))),
-            R::Borrow { node_id, size } if node_id != cfg.node_id && reg.links.as_ref().is_some_and(|l| l.is_member(node_id)) => {
-                if size == 0 {
-                    Err(SciError::IllegalParameter)
-                } else if reg.clients.get(&client).is_some_and(|c| c.waiting >= cfg.max_waiting_per_client) {
-                    // Each borrow in flight holds a thread until the lender
-                    // answers: bounded like connects that wait.
-                    Err(reg.limit_hit(cfg, client, Limit::PendingPerClient))
-                } else {
-                    match reg.charge(cfg, client) {
-                        Err(e) => Err(e),
-                        Ok(()) => {
-                            if let Some(c) = reg.clients.get_mut(&client) {
-                                c.waiting += 1;
-                            }
-                            let links = reg.links.clone().expect("checked");
-                            drop(reg);
-                            links.borrow(Arc::clone(self), client, tag, node_id, size);
-                            return Handled::Deferred;
-                        }
-                    }
-                }
-            }
-            // Not from ourselves: a program that wants its own node's memory
-            // makes a segment.
-            R::Borrow { node_id, .. } if node_id == cfg.node_id => Err(SciError::IllegalParameter),
-            R::Borrow { .. } => Err(SciError::NoSuchNodeid),
-            R::Lend { size } => reg.lend(client, size),
-            R::ReturnLoan { loan } => reg.return_loan(client, loan),
-        };
-        Handled::Reply(match result {
-            Ok(out) => tagged(out, tag),
-            Err(e) => Outgoing::reply(tag, Err(e)),
-        })
-    }
-
-    /// Park a request until `attempt` succeeds, the client goes away, or
-    /// `timeout_ms` passes (then reply with the last attempt's error). Runs on its own thread
-    /// so the client's other requests keep flowing.
-    fn defer<F>(
-        self: &Arc<Self>,
-        mut reg: MutexGuard<'_, Registry>,
-        client: ClientId,
-        tag: u64,
-        timeout_ms: u32,
-        attempt: F,
-    ) -> Handled
-    where
-        F: Fn(&mut Registry, &Config) -> Result<Outgoing, SciError> + Send + 'static,
-    {
-        let Some(c) = reg.clients.get_mut(&client) else { return Handled::Deferred };
-        if c.waiting >= self.cfg.max_waiting_per_client {
-            let e = reg.limit_hit(&self.cfg, client, Limit::PendingPerClient);
-            return Handled::Reply(Outgoing::reply(tag, Err(e)));
-        }
-        c.waiting += 1;
-        drop(reg);
-        let deadline = (timeout_ms != u32::MAX).then(|| Instant::now() + Duration::from_millis(timeout_ms.into()));
-        let node = Arc::clone(self);
-        std::thread::spawn(move || {
-            let mut reg = node.lock();
-            let mut last_err;
-            loop {
-                if !reg.clients.contains_key(&client) {
-                    return; // client gone; nothing to answer
-                }
-                // A panic of the attempt ends this request, not the node
-                // (see crate::recover).
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| attempt(&mut reg, &node.cfg))).unwrap_or_else(|p| {
-                    log::error!("client {client}: a waiting request (tag {tag}) panicked ({}); answering SCI_ERR_SYSTEM", crate::recover::message(&*p));
-                    Err(SciError::System)
-                });
-                match r {
-                    Ok(out) => {
-                        finish_wait(&mut reg, client, tagged(out, tag));
-                        return;
-                    }
-                    Err(e @ (SciError::NoSuchSegment | SciError::ConnectionRefused)) => last_err = e,
-                    Err(e) => {
-                        finish_wait(&mut reg, client, Outgoing::reply(tag, Err(e)));
-                        return;
-                    }
-                }
-                let wait = match deadline {
-                    None => Duration::from_secs(3600),
-                    Some(d) => {
-                        let now = Instant::now();
-                        if now >= d {
-                            finish_wait(&mut reg, client, Outgoing::reply(tag, Err(last_err)));
-                            return;
-                        }
-                        d - now
-                    }
-                };
-                reg = node.changed.wait_timeout(reg, wait).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0);
-            }
-        });
-        Handled::Deferred
-    }
-}
-
-fn finish_wait(reg: &mut Registry, client: ClientId, out: Outgoing) {
+pub(crate) fn finish_wait(reg: &mut Registry, client: ClientId, out: Outgoing) {
     if let Some(c) = reg.clients.get_mut(&client) {
         c.waiting = c.waiting.saturating_sub(1);
     }
     reg.send(client, out);
 }
 
-fn done() -> Outgoing {
+pub(crate) fn done() -> Outgoing {
     simple(Reply::Done)
 }
 
-fn simple(r: Reply) -> Outgoing {
+pub(crate) fn simple(r: Reply) -> Outgoing {
     Outgoing { msg: reply_ok(0, r), fds: Vec::new() }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::mpsc::{sync_channel, Receiver};
-
-    use vsci_proto::Request as R;
-
-    use super::*;
-
-    fn node() -> Arc<Node> {
-        Node::new(Config {
-            node_id: 7,
-            socket: "test".into(),
-            wait_mode: WaitMode::Adaptive,
-            spin_us: 0,
-            max_segment_size: 1 << 30,
-            max_objects_per_client: 8,
-            max_waiting_per_client: 2,
-            max_objects_per_uid: 1 << 20,
-            max_clients_per_uid: 1 << 20,
-            max_memory_per_uid: 0,
-            fd_limit: 1 << 20,
-            fd_reserve: 64,
-            connect_policy: ConnectPolicy::Any,
-            lend_pool: 0,
-        })
-    }
-
-    fn add_client(n: &Node) -> (ClientId, Receiver<Outgoing>) {
-        let (tx, rx) = sync_channel(64);
-        let sock: OwnedFd = nix::sys::eventfd::EventFd::new().unwrap().into();
-        let id = n.lock().register_client(ClientInfo::default(), tx, Arc::new(sock));
-        (id, rx)
-    }
-
-    fn call(n: &Arc<Node>, c: ClientId, req: R) -> (Result<Reply, SciError>, usize) {
-        match n.handle(c, 1, req) {
-            Handled::Reply(Outgoing { msg: ServerMsg::Reply { result, .. }, fds }) => (result, fds.len()),
-            _ => panic!("expected an immediate reply"),
-        }
-    }
-
-    fn seg_of(r: Result<Reply, SciError>) -> ObjId {
-        match r {
-            Ok(Reply::Segment { seg, .. }) => seg,
-            other => panic!("unexpected {other:?}"),
-        }
-    }
-
-    #[test]
-    fn segment_life_cycle_and_events() {
-        let n = node();
-        let (a, rx_a) = add_client(&n);
-        let (b, rx_b) = add_client(&n);
-        let (r, nfds) = call(&n, a, R::CreateSegment { segment_id: 5, auto_id: false, size: 4096, events: true, broadcast: false });
-        assert_eq!(nfds, 1, "the reply carries the memfd");
-        let seg = seg_of(r);
-        assert_eq!(call(&n, a, R::CreateSegment { segment_id: 5, auto_id: false, size: 1, events: true, broadcast: false }).0.unwrap_err(), SciError::SegmentidUsed);
-        assert_eq!(call(&n, b, R::ConnectSegment { node_id: 7, segment_id: 5, timeout_ms: 0, broadcast: false }).0.unwrap_err(), SciError::ConnectionRefused);
-        assert_eq!(call(&n, a, R::SetAvailable { seg }).0.unwrap_err(), SciError::SegmentNotPrepared);
-        call(&n, a, R::PrepareSegment { seg }).0.unwrap();
-        call(&n, a, R::SetAvailable { seg }).0.unwrap();
-        assert_eq!(call(&n, b, R::ConnectSegment { node_id: 8, segment_id: 5, timeout_ms: 0, broadcast: false }).0.unwrap_err(), SciError::NoSuchNodeid);
-        let conn = match call(&n, b, R::ConnectSegment { node_id: 7, segment_id: 5, timeout_ms: 0, broadcast: false }).0 {
-            Ok(Reply::Connected { conn, size: 4096, .. }) => conn,
-            other => panic!("{other:?}"),
-        };
-        assert!(matches!(rx_a.try_recv().unwrap().msg, ServerMsg::Event(Event::LocalSegment { reason: SegmentEvent::Connect, node_id: 7, .. })));
-        // Isolation: B cannot remove or prepare A's segment, A cannot disconnect B.
-        assert_eq!(call(&n, b, R::RemoveSegment { seg }).0.unwrap_err(), SciError::IllegalParameter);
-        assert_eq!(call(&n, a, R::DisconnectSegment { conn }).0.unwrap_err(), SciError::IllegalParameter);
-        // Removing a connected segment succeeds and tells the connector.
-        call(&n, a, R::RemoveSegment { seg }).0.unwrap();
-        assert!(matches!(rx_b.try_recv().unwrap().msg, ServerMsg::Event(Event::RemoteSegment { reason: SegmentEvent::Lost, .. })));
-        let reg = n.lock();
-        assert!(reg.segments.is_empty() && reg.seg_conns.is_empty() && reg.seg_by_id.is_empty());
-    }
-
-    #[test]
-    fn group_connects_find_only_broadcast_segments() {
-        let n = node();
-        let (a, _rx_a) = add_client(&n);
-        let (b, _rx_b) = add_client(&n);
-        for (id, broadcast) in [(5, false), (6, true)] {
-            let seg = seg_of(call(&n, a, R::CreateSegment { segment_id: id, auto_id: false, size: 4096, events: true, broadcast }).0);
-            call(&n, a, R::PrepareSegment { seg }).0.unwrap();
-            call(&n, a, R::SetAvailable { seg }).0.unwrap();
-        }
-        // An ordinary segment with the group's id is not a member...
-        assert_eq!(call(&n, b, R::ConnectSegment { node_id: 7, segment_id: 5, timeout_ms: 0, broadcast: true }).0.unwrap_err(), SciError::NoSuchSegment);
-        // ...a broadcast one is, and unicast connects reach both.
-        for (id, broadcast) in [(6, true), (6, false), (5, false)] {
-            assert!(matches!(call(&n, b, R::ConnectSegment { node_id: 7, segment_id: id, timeout_ms: 0, broadcast }).0, Ok(Reply::Connected { .. })));
-        }
-        let st = n.lock().status(&n.cfg, Instant::now());
-        let flags: Vec<(u32, bool)> = st.segments.iter().map(|s| (s.segment_id, s.broadcast)).collect();
-        assert!(flags.contains(&(5, false)) && flags.contains(&(6, true)), "{flags:?}");
-    }
-
-    #[test]
-    fn dead_client_releases_everything() {
-        let n = node();
-        let (a, _rx_a) = add_client(&n);
-        let (b, rx_b) = add_client(&n);
-        let seg = seg_of(call(&n, a, R::CreateSegment { segment_id: 0, auto_id: true, size: 8192, events: true, broadcast: false }).0);
-        call(&n, a, R::PrepareSegment { seg }).0.unwrap();
-        call(&n, a, R::SetAvailable { seg }).0.unwrap();
-        let id = n.lock().segments[&seg].segment_id;
-        call(&n, b, R::ConnectSegment { node_id: 7, segment_id: id, timeout_ms: 0, broadcast: false }).0.unwrap();
-        let number = match call(&n, a, R::CreateInterrupt { kind: IntrKind::Plain, hint: 3, fixed: true }).0 {
-            Ok(Reply::Interrupt { number, .. }) => number,
-            other => panic!("{other:?}"),
-        };
-        assert_eq!(number, 3);
-        assert_eq!(call(&n, b, R::CreateInterrupt { kind: IntrKind::Plain, hint: 3, fixed: true }).0.unwrap_err(), SciError::Busy);
-        match call(&n, b, R::CreateInterrupt { kind: IntrKind::Plain, hint: 3, fixed: false }).0 {
-            Ok(Reply::Interrupt { number, .. }) => assert_ne!(number, 3, "a taken hint gives another number"),
-            other => panic!("{other:?}"),
-        }
-        call(&n, b, R::ConnectInterrupt { kind: IntrKind::Plain, node_id: 7, number: 3, timeout_ms: 0 }).0.unwrap();
-        let cfg = n.cfg.clone();
-        n.lock().remove_client(&cfg, a);
-        let kinds: Vec<_> = rx_b.try_iter().map(|o| o.msg).collect();
-        assert!(kinds.iter().any(|m| matches!(m, ServerMsg::Event(Event::RemoteSegment { reason: SegmentEvent::Lost, .. }))));
-        assert!(kinds.iter().any(|m| matches!(m, ServerMsg::Event(Event::InterruptGone { .. }))));
-        let reg = n.lock();
-        assert!(reg.segments.is_empty() && reg.seg_conns.is_empty());
-        assert_eq!(reg.intrs.len(), 1, "only B's own interrupt is left");
-        assert!(reg.intr_conns.is_empty());
-    }
-
-    /// Found by the client_request fuzz target: an owner that left while
-    /// another uid's program kept its shared segment attached left its
-    /// uid's usage entry behind (all zero) once the segment went.
-    #[test]
-    fn an_owner_gone_before_its_segment_leaves_no_uid_entry() {
-        let n = node();
-        let (tx, _rx_a) = sync_channel(64);
-        let sock: OwnedFd = nix::sys::eventfd::EventFd::new().unwrap().into();
-        let a = n.lock().register_client(ClientInfo { uid: 1000, ..Default::default() }, tx, Arc::new(sock));
-        let (b, _rx_b) = add_client(&n);
-        let seg = seg_of(call(&n, a, R::CreateSegment { segment_id: 5, auto_id: false, size: 4096, events: false, broadcast: false }).0);
-        call(&n, a, R::ShareSegment { seg }).0.unwrap();
-        call(&n, b, R::AttachSegment { segment_id: 5 }).0.unwrap();
-        let cfg = n.cfg.clone();
-        n.lock().remove_client(&cfg, a);
-        assert!(!n.lock().holds_nothing(), "the attachment keeps the segment");
-        n.lock().remove_client(&cfg, b);
-        assert!(n.lock().holds_nothing());
-    }
-
-    #[test]
-    fn limits_are_enforced() {
-        let n = node();
-        let (a, _rx) = add_client(&n);
-        assert_eq!(call(&n, a, R::CreateSegment { segment_id: 1, auto_id: false, size: 0, events: true, broadcast: false }).0.unwrap_err(), SciError::IllegalParameter);
-        assert_eq!(call(&n, a, R::CreateSegment { segment_id: 1, auto_id: false, size: 2 << 30, events: true, broadcast: false }).0.unwrap_err(), SciError::Nospc);
-        for i in 0..8 {
-            seg_of(call(&n, a, R::CreateSegment { segment_id: 100 + i, auto_id: false, size: 4096, events: true, broadcast: false }).0);
-        }
-        assert_eq!(call(&n, a, R::CreateSegment { segment_id: 200, auto_id: false, size: 4096, events: true, broadcast: false }).0.unwrap_err(), SciError::Nospc);
-    }
 }
