@@ -13,7 +13,7 @@
 mod common;
 
 use std::fs;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -75,16 +75,8 @@ fn vsci_vm() -> Command {
 }
 
 fn memfd(size: u64, data: &[u8]) -> OwnedFd {
-    // SAFETY: memfd_create with a NUL-terminated name.
-    let fd = unsafe { libc::memfd_create(b"vsci-vm-test\0".as_ptr() as *const libc::c_char, libc::MFD_CLOEXEC) };
-    assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
-    // SAFETY: a fresh descriptor we own.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: ftruncate/pwrite on our memfd with a live buffer.
-    unsafe {
-        assert_eq!(libc::ftruncate(fd.as_raw_fd(), size as i64), 0);
-        assert_eq!(libc::pwrite(fd.as_raw_fd(), data.as_ptr() as *const libc::c_void, data.len(), 0), data.len() as isize);
-    }
+    let fd = vsci_sys::memfd::create(c"vsci-vm-test", size, vsci_sys::memfd::Seals::NONE).expect("memfd_create");
+    std::os::unix::fs::FileExt::write_all_at(&std::fs::File::from(fd.try_clone().expect("dup")), data, 0).expect("pwrite");
     fd
 }
 
