@@ -102,10 +102,14 @@ $(BUILD)/bench/%: bench/%.c $(C_COMMON) | stage
 test: all lint
 	VSCI_BUILD=$(BUILD) $(CARGO) test --release --no-fail-fast $(TEST_PKGS) -- --test-threads=2
 
-# The workspace lints (Cargo.toml [workspace.lints]: an unsafe block without
-# its SAFETY comment is an error) over every crate and target, in the test
-# command; clippy's other findings are reported, not fatal.
+# The layout (rustfmt.toml; the fuzz crate is outside the workspace, so it is
+# checked on its own) and the workspace lints (Cargo.toml [workspace.lints]: an
+# unsafe block without its SAFETY comment is an error) over every crate and
+# target, in the test command; clippy's other findings are reported, not fatal.
+# `cargo fmt --all` (and the same for fuzz/) fixes what the first two report.
 lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml --check
 	$(CARGO) clippy --release --workspace --all-targets --quiet
 
 # The Python binding's tests alone (python/tests; `make test` runs them too,

@@ -4,28 +4,16 @@
 use std::process::Command;
 
 fn pkg_config(args: &[&str]) -> Option<String> {
-    let out = Command::new("pkg-config")
-        .args(args)
-        .arg("libfabric")
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    let out = Command::new("pkg-config").args(args).arg("libfabric").output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn main() {
     println!("cargo:rerun-if-changed=csrc/shim.c");
     let mut build = cc::Build::new();
-    build
-        .file("csrc/shim.c")
-        .warnings(true)
-        .flag_if_supported("-Wno-unused-parameter");
+    build.file("csrc/shim.c").warnings(true).flag_if_supported("-Wno-unused-parameter");
     if let Some(cflags) = pkg_config(&["--cflags-only-I"]) {
-        for inc in cflags
-            .split_whitespace()
-            .filter_map(|f| f.strip_prefix("-I"))
-        {
+        for inc in cflags.split_whitespace().filter_map(|f| f.strip_prefix("-I")) {
             build.include(inc);
         }
     }

@@ -48,8 +48,11 @@ pub unsafe extern "C" fn SCIOpen(sd: *mut Handle, flags: c_uint, error: *mut Sci
 pub(crate) fn close_descriptor(d: usize, orphan_desc: bool) {
     let Some(Entry { obj: Obj::Desc(desc), .. }) = handles::remove(d) else { return };
     let children = handles::remove_children(d);
-    let orphans: Vec<(usize, handles::Kind)> =
-        children.iter().map(|(hnd, e)| (*hnd, e.obj.kind())).chain(orphan_desc.then_some((d, handles::Kind::Desc))).collect();
+    let orphans: Vec<(usize, handles::Kind)> = children
+        .iter()
+        .map(|(hnd, e)| (*hnd, e.obj.kind()))
+        .chain(orphan_desc.then_some((d, handles::Kind::Desc)))
+        .collect();
     for (_, e) in children {
         match e.obj {
             Obj::Map(m) => m.unmap(),
@@ -107,7 +110,13 @@ pub unsafe extern "C" fn SCIGetLocalNodeId(adapter: c_uint, node_id: *mut c_uint
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn SCIProbeNode(sd: Handle, adapter: c_uint, node_id: c_uint, flags: c_uint, error: *mut SciErr) -> c_int {
+pub unsafe extern "C" fn SCIProbeNode(
+    sd: Handle,
+    adapter: c_uint,
+    node_id: c_uint,
+    flags: c_uint,
+    error: *mut SciErr,
+) -> c_int {
     // SAFETY: see `set`.
     unsafe {
         report("SCIProbeNode", error, 0, || {
@@ -135,10 +144,6 @@ pub extern "C" fn SCIGetErrorString(error: SciErr) -> *const c_char {
                 .map(|e| (*e as u32, std::ffi::CString::new(format!("{}: {}", e.c_name(), e.description())).unwrap()))
                 .collect()
         });
-        table
-            .iter()
-            .find(|(v, _)| *v == error)
-            .map(|(_, s)| s.as_ptr())
-            .unwrap_or(UNKNOWN.as_ptr().cast())
+        table.iter().find(|(v, _)| *v == error).map(|(_, s)| s.as_ptr()).unwrap_or(UNKNOWN.as_ptr().cast())
     })
 }

@@ -135,7 +135,10 @@ pub unsafe extern "C" fn SCIWaitForDMAQueue(dq: Handle, timeout: c_uint, flags: 
 /// Check the transfer flags of a start call; `extra` are flags only this
 /// variant accepts.
 fn start_flags(flags: c_uint, extra: c_uint, callback: *mut c_void) -> Result<Option<CbDma>, SciError> {
-    check_flags(flags, FLAG_DMA_READ | FLAG_DMA_WAIT | FLAG_USE_CALLBACK | DMA_ENGINE_HINTS | DMA_BROADCAST_FLAGS | extra)?;
+    check_flags(
+        flags,
+        FLAG_DMA_READ | FLAG_DMA_WAIT | FLAG_USE_CALLBACK | DMA_ENGINE_HINTS | DMA_BROADCAST_FLAGS | extra,
+    )?;
     callback_of(flags, callback)
 }
 
@@ -195,7 +198,11 @@ pub unsafe extern "C" fn SCIStartDmaTransfer(
             handles::dma_queue(h(dq))?;
             let ls = handles::local_seg(h(local_segment))?;
             let rs = handles::remote_seg(h(remote_segment))?;
-            let entries = vec![DmaEntry { size: size as u64, local_offset: local_offset as u64, remote_offset: remote_offset as u64 }];
+            let entries = vec![DmaEntry {
+                size: size as u64,
+                local_offset: local_offset as u64,
+                remote_offset: remote_offset as u64,
+            }];
             let t = Transfer { local: DmaLocal::Segment(ls), remote: rs, entries, read: flags & FLAG_DMA_READ != 0 };
             start(dq, t, cb, callback_arg, flags)
         })
@@ -270,7 +277,11 @@ pub unsafe extern "C" fn SCIStartDmaTransferVec(
                 if e.flags != 0 {
                     return Err(SciError::IllegalFlag);
                 }
-                entries.push(DmaEntry { size: e.size as u64, local_offset: e.local_offset as u64, remote_offset: e.remote_offset as u64 });
+                entries.push(DmaEntry {
+                    size: e.size as u64,
+                    local_offset: e.local_offset as u64,
+                    remote_offset: e.remote_offset as u64,
+                });
             }
             let t = Transfer { local: DmaLocal::Segment(ls), remote: rs, entries, read: flags & FLAG_DMA_READ != 0 };
             start(dq, t, cb, callback_arg, flags)
@@ -306,7 +317,11 @@ pub unsafe extern "C" fn SCIEnqueueDMATransfer(
             let q = handles::dma_queue(h(dq))?;
             let ls = handles::local_seg(h(local_segment))?;
             let rs = handles::remote_seg(h(remote_segment))?;
-            let entries = vec![DmaEntry { size: size.into(), local_offset: local_offset.into(), remote_offset: remote_offset.into() }];
+            let entries = vec![DmaEntry {
+                size: size.into(),
+                local_offset: local_offset.into(),
+                remote_offset: remote_offset.into(),
+            }];
             let t = Transfer { local: DmaLocal::Segment(ls), remote: rs, entries, read: flags & FLAG_DMA_READ != 0 };
             q.enqueue(t)?;
             if flags & FLAG_DMA_POST != 0 {
@@ -428,14 +443,21 @@ macro_rules! channel_segment_op {
             unsafe {
                 report(stringify!($name), error, (), || {
                     check_flags(flags, 0)?;
-                    let looked_up = handles::dma_channel(h(channel)).and_then(|c| Ok((c, handles::$getter(h(segment))?)));
+                    let looked_up =
+                        handles::dma_channel(h(channel)).and_then(|c| Ok((c, handles::$getter(h(segment))?)));
                     let ($ch, $s) = match looked_up {
                         Ok(x) => x,
                         // After SCIClose or SCITerminate released the
                         // channel or the segment, unprepare calls succeed.
                         // Neither handle is released by them, so both stay
                         // orphans for their own release calls.
-                        Err(_) if $release && (handles::is_orphan(h(channel), handles::Kind::DmaChannel) || handles::is_orphan(h(segment), $kind)) => return Ok(()),
+                        Err(_)
+                            if $release
+                                && (handles::is_orphan(h(channel), handles::Kind::DmaChannel)
+                                    || handles::is_orphan(h(segment), $kind)) =>
+                        {
+                            return Ok(())
+                        }
                         Err(e) => return Err(e),
                     };
                     $body
@@ -445,16 +467,40 @@ macro_rules! channel_segment_op {
     };
 }
 
-channel_segment_op!(SCIPrepareLocalSegmentForDMA, local_seg, handles::Kind::LocalSeg, |ch, s| ch.prepare_local(&s), false);
-channel_segment_op!(SCIPrepareRemoteSegmentForDMA, remote_seg, handles::Kind::RemoteSeg, |ch, s| ch.prepare_remote(&s), false);
-channel_segment_op!(SCIUnprepareLocalSegmentForDMA, local_seg, handles::Kind::LocalSeg, |ch, s| {
-    ch.unprepare(&s);
-    Ok(())
-}, true);
-channel_segment_op!(SCIUnprepareRemoteSegmentForDMA, remote_seg, handles::Kind::RemoteSeg, |ch, s| {
-    ch.unprepare(&s);
-    Ok(())
-}, true);
+channel_segment_op!(
+    SCIPrepareLocalSegmentForDMA,
+    local_seg,
+    handles::Kind::LocalSeg,
+    |ch, s| ch.prepare_local(&s),
+    false
+);
+channel_segment_op!(
+    SCIPrepareRemoteSegmentForDMA,
+    remote_seg,
+    handles::Kind::RemoteSeg,
+    |ch, s| ch.prepare_remote(&s),
+    false
+);
+channel_segment_op!(
+    SCIUnprepareLocalSegmentForDMA,
+    local_seg,
+    handles::Kind::LocalSeg,
+    |ch, s| {
+        ch.unprepare(&s);
+        Ok(())
+    },
+    true
+);
+channel_segment_op!(
+    SCIUnprepareRemoteSegmentForDMA,
+    remote_seg,
+    handles::Kind::RemoteSeg,
+    |ch, s| {
+        ch.unprepare(&s);
+        Ok(())
+    },
+    true
+);
 
 // ---------------------------------------------------------------------------
 // Physical DMA (SCI_FLAG_DMA_PHDMA): a privileged interface that programs

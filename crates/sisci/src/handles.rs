@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use vsci_client::{Client, DmaChannel, DmaQueue, LocalInterrupt, LocalSegment, Map, RemoteInterrupt, RemoteSegment, SciError};
+use vsci_client::{
+    Client, DmaChannel, DmaQueue, LocalInterrupt, LocalSegment, Map, RemoteInterrupt, RemoteSegment, SciError,
+};
 
 pub struct Sequence {
     pub map: Arc<Map>,
@@ -126,7 +128,12 @@ getter!(dma_channel, DmaChannel, Arc<DmaChannel>);
 pub fn dma_queues() -> Vec<Arc<DmaQueue>> {
     let t = TABLE.read().unwrap_or_else(|p| p.into_inner());
     t.as_ref()
-        .map(|t| t.entries.values().filter_map(|e| if let Obj::DmaQueue(q) = &e.obj { Some(q.clone()) } else { None }).collect())
+        .map(|t| {
+            t.entries
+                .values()
+                .filter_map(|e| if let Obj::DmaQueue(q) = &e.obj { Some(q.clone()) } else { None })
+                .collect()
+        })
         .unwrap_or_default()
 }
 

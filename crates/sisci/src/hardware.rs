@@ -26,25 +26,53 @@ pub struct SciAddress {
 // run time.
 
 #[no_mangle]
-pub unsafe extern "C" fn SCIGetCSRRegister(_sd: Handle, _adapter: c_uint, _node: c_uint, _off: c_uint, _flags: c_uint, error: *mut SciErr) -> c_uint {
+pub unsafe extern "C" fn SCIGetCSRRegister(
+    _sd: Handle,
+    _adapter: c_uint,
+    _node: c_uint,
+    _off: c_uint,
+    _flags: c_uint,
+    error: *mut SciErr,
+) -> c_uint {
     // SAFETY: see `set`.
     unsafe { crate::not_implemented("SCIGetCSRRegister", error, 0) }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn SCISetCSRRegister(_sd: Handle, _adapter: c_uint, _node: c_uint, _off: c_uint, _value: c_uint, _flags: c_uint, error: *mut SciErr) {
+pub unsafe extern "C" fn SCISetCSRRegister(
+    _sd: Handle,
+    _adapter: c_uint,
+    _node: c_uint,
+    _off: c_uint,
+    _value: c_uint,
+    _flags: c_uint,
+    error: *mut SciErr,
+) {
     // SAFETY: see `set`.
     unsafe { crate::not_implemented("SCISetCSRRegister", error, ()) }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn SCIGetLocalCSR(_sd: Handle, _adapter: c_uint, _off: c_uint, _flags: c_uint, error: *mut SciErr) -> c_uint {
+pub unsafe extern "C" fn SCIGetLocalCSR(
+    _sd: Handle,
+    _adapter: c_uint,
+    _off: c_uint,
+    _flags: c_uint,
+    error: *mut SciErr,
+) -> c_uint {
     // SAFETY: see `set`.
     unsafe { crate::not_implemented("SCIGetLocalCSR", error, 0) }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn SCISetLocalCSR(_sd: Handle, _adapter: c_uint, _off: c_uint, _value: c_uint, _flags: c_uint, error: *mut SciErr) {
+pub unsafe extern "C" fn SCISetLocalCSR(
+    _sd: Handle,
+    _adapter: c_uint,
+    _off: c_uint,
+    _value: c_uint,
+    _flags: c_uint,
+    error: *mut SciErr,
+) {
     // SAFETY: see `set`.
     unsafe { crate::not_implemented("SCISetLocalCSR", error, ()) }
 }

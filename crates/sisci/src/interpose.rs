@@ -158,7 +158,13 @@ pub unsafe extern "C" fn memmove(dst: *mut c_void, src: *const c_void, n: usize)
 /// # Safety
 /// As `memmove`.
 #[inline(never)]
-unsafe fn copy_guarded(name: &'static str, dst: *mut c_void, src: *const c_void, n: usize, slot: &AtomicPtr<c_void>) -> *mut c_void {
+unsafe fn copy_guarded(
+    name: &'static str,
+    dst: *mut c_void,
+    src: *const c_void,
+    n: usize,
+    slot: &AtomicPtr<c_void>,
+) -> *mut c_void {
     let r = std::panic::catch_unwind(|| {
         crate::guard::test_panic(name);
         let next = slot.load(Ordering::Relaxed);

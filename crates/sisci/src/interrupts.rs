@@ -55,7 +55,8 @@ pub unsafe extern "C" fn SCICreateInterrupt(
     // SAFETY: see `create_intr`; the callback runs with the program's arg.
     unsafe {
         report("SCICreateInterrupt", error, (), || {
-            let (hnd, li) = create_intr(IntrKind::Plain, sd, interrupt, adapter, interrupt_no, callback.is_some(), flags)?;
+            let (hnd, li) =
+                create_intr(IntrKind::Plain, sd, interrupt, adapter, interrupt_no, callback.is_some(), flags)?;
             if flags & FLAG_USE_CALLBACK != 0 {
                 let cb = callback.expect("checked");
                 let arg = callback_arg as usize;
@@ -70,7 +71,8 @@ pub unsafe extern "C" fn SCICreateInterrupt(
                             match li2.intr.wait(vsci_client::INFINITE) {
                                 Ok(()) => {
                                     // SAFETY: the program's callback with its own argument.
-                                    if cb(arg as *mut c_void, as_handle(hnd), SciError::Ok as c_uint) == CALLBACK_CANCEL {
+                                    if cb(arg as *mut c_void, as_handle(hnd), SciError::Ok as c_uint) == CALLBACK_CANCEL
+                                    {
                                         break;
                                     }
                                 }
@@ -107,7 +109,8 @@ pub unsafe extern "C" fn SCICreateDataInterrupt(
     // SAFETY: see SCICreateInterrupt.
     unsafe {
         report("SCICreateDataInterrupt", error, (), || {
-            let (hnd, li) = create_intr(IntrKind::Data, sd, interrupt, adapter, interrupt_no, callback.is_some(), flags)?;
+            let (hnd, li) =
+                create_intr(IntrKind::Data, sd, interrupt, adapter, interrupt_no, callback.is_some(), flags)?;
             if flags & FLAG_USE_CALLBACK != 0 {
                 let cb = callback.expect("checked");
                 let arg = callback_arg as usize;
@@ -124,7 +127,13 @@ pub unsafe extern "C" fn SCICreateDataInterrupt(
                                     Ok(vsci_client::DataWait::Got(n)) => {
                                         // SAFETY: the program's callback with its own
                                         // argument and a buffer valid for the call.
-                                        let action = cb(arg as *mut c_void, as_handle(hnd), buf.as_mut_ptr().cast(), n as c_uint, SciError::Ok as c_uint);
+                                        let action = cb(
+                                            arg as *mut c_void,
+                                            as_handle(hnd),
+                                            buf.as_mut_ptr().cast(),
+                                            n as c_uint,
+                                            SciError::Ok as c_uint,
+                                        );
                                         if action == CALLBACK_CANCEL {
                                             break;
                                         }
@@ -188,7 +197,8 @@ pub unsafe extern "C" fn SCIWaitForDataInterrupt(
             if data.is_null() && cap > 0 {
                 return Err(SciError::IllegalParameter);
             }
-            let buf: &mut [u8] = if cap == 0 { &mut [] } else { std::slice::from_raw_parts_mut(data.cast::<u8>(), cap) };
+            let buf: &mut [u8] =
+                if cap == 0 { &mut [] } else { std::slice::from_raw_parts_mut(data.cast::<u8>(), cap) };
             match li.intr.wait_data(buf, timeout)? {
                 vsci_client::DataWait::Got(n) => {
                     length.write_unaligned(n as c_uint);
@@ -254,7 +264,11 @@ pub unsafe extern "C" fn SCIConnectInterrupt(
     error: *mut SciErr,
 ) {
     // SAFETY: see `connect_intr`.
-    unsafe { report("SCIConnectInterrupt", error, (), || connect_intr(IntrKind::Plain, sd, interrupt, node_id, adapter, interrupt_no, timeout, flags)) }
+    unsafe {
+        report("SCIConnectInterrupt", error, (), || {
+            connect_intr(IntrKind::Plain, sd, interrupt, node_id, adapter, interrupt_no, timeout, flags)
+        })
+    }
 }
 
 #[no_mangle]
@@ -269,7 +283,11 @@ pub unsafe extern "C" fn SCIConnectDataInterrupt(
     error: *mut SciErr,
 ) {
     // SAFETY: see `connect_intr`.
-    unsafe { report("SCIConnectDataInterrupt", error, (), || connect_intr(IntrKind::Data, sd, interrupt, node_id, adapter, interrupt_no, timeout, flags)) }
+    unsafe {
+        report("SCIConnectDataInterrupt", error, (), || {
+            connect_intr(IntrKind::Data, sd, interrupt, node_id, adapter, interrupt_no, timeout, flags)
+        })
+    }
 }
 
 release_op!(SCIDisconnectInterrupt, remote_intr, RemoteIntr, |i| i.disconnect());
@@ -332,7 +350,8 @@ pub unsafe extern "C" fn SCITriggerDataInterrupt(
             if data.is_null() && length > 0 {
                 return Err(SciError::IllegalParameter);
             }
-            let payload: &[u8] = if length == 0 { &[] } else { std::slice::from_raw_parts(data.cast::<u8>(), length as usize) };
+            let payload: &[u8] =
+                if length == 0 { &[] } else { std::slice::from_raw_parts(data.cast::<u8>(), length as usize) };
             ri.trigger_data(payload)
         })
     }

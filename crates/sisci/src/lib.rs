@@ -255,7 +255,11 @@ fn open_client() -> Result<Client, SciError> {
         // A permission refusal was already explained (socket, owner, mode)
         // by the client library's error log.
         if verbose() && *e != SciError::Access {
-            eprintln!("vsci: cannot reach vscid at {} ({}); is the node running? (VSCI_SOCKET selects the socket)", path.display(), e.c_name());
+            eprintln!(
+                "vsci: cannot reach vscid at {} ({}); is the node running? (VSCI_SOCKET selects the socket)",
+                path.display(),
+                e.c_name()
+            );
         }
     })
 }
@@ -316,6 +320,6 @@ mod ordering;
 mod query;
 mod segments;
 
+pub use hardware::SciAddress;
 #[allow(unused_imports)]
 use {descriptors::*, hardware::*, interrupts::*, maps::*, ordering::*, query::*, segments::*};
-pub use hardware::SciAddress;

@@ -5,7 +5,10 @@ use super::*;
 pub(crate) fn map_flags(flags: c_uint, addr: *mut c_void) -> Result<MapFlags, SciError> {
     // SCI_FLAG_BROADCAST: a map of a group connection writes every member
     // whether or not the flag says so; on other maps it changes nothing.
-    check_flags(flags, FLAG_FIXED_MAP_ADDR | FLAG_READONLY_MAP | FLAG_BROADCAST | MAP_HINT_FLAGS | MAP_UNIMPLEMENTED_FLAGS)?;
+    check_flags(
+        flags,
+        FLAG_FIXED_MAP_ADDR | FLAG_READONLY_MAP | FLAG_BROADCAST | MAP_HINT_FLAGS | MAP_UNIMPLEMENTED_FLAGS,
+    )?;
     if flags & MAP_UNIMPLEMENTED_FLAGS != 0 {
         return Err(SciError::FlagNotImplemented);
     }
@@ -17,7 +20,11 @@ pub(crate) fn map_flags(flags: c_uint, addr: *mut c_void) -> Result<MapFlags, Sc
     } else {
         None
     };
-    Ok(MapFlags { readonly: flags & FLAG_READONLY_MAP != 0, fixed_addr, no_loopback: flags & FLAG_NO_MEMORY_LOOPBACK_MAP != 0 })
+    Ok(MapFlags {
+        readonly: flags & FLAG_READONLY_MAP != 0,
+        fixed_addr,
+        no_loopback: flags & FLAG_NO_MEMORY_LOOPBACK_MAP != 0,
+    })
 }
 
 pub(crate) unsafe fn do_map(

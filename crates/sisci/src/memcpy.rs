@@ -28,7 +28,9 @@ const LAST: c_uint = 2;
 
 #[no_mangle]
 pub extern "C" fn SetSciMemCopyFunction(func: c_uint) {
-    crate::guard::void("SetSciMemCopyFunction", || SELECTED.store(if func <= LAST { func } else { 0 }, Ordering::Relaxed))
+    crate::guard::void("SetSciMemCopyFunction", || {
+        SELECTED.store(if func <= LAST { func } else { 0 }, Ordering::Relaxed)
+    })
 }
 
 #[no_mangle]

@@ -71,7 +71,13 @@ pub unsafe extern "C" fn SCIMemCpy(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn SCIMemWrite(mem_addr: *mut c_void, remote_addr: *mut c_void, size: usize, flags: c_uint, error: *mut SciErr) {
+pub unsafe extern "C" fn SCIMemWrite(
+    mem_addr: *mut c_void,
+    remote_addr: *mut c_void,
+    size: usize,
+    flags: c_uint,
+    error: *mut SciErr,
+) {
     // SAFETY: the destination must lie inside one live map of ours, which
     // we check; the source is the program's own memory.
     unsafe {
@@ -123,7 +129,13 @@ pub extern "C" fn SCIStoreBarrier(_sequence: Handle, _flags: c_uint) {
 pub(crate) const CACHE_LINE: usize = 64;
 
 #[no_mangle]
-pub unsafe extern "C" fn SCICacheSync(map: Handle, addr: *mut c_void, length: usize, flags: c_uint, error: *mut SciErr) {
+pub unsafe extern "C" fn SCICacheSync(
+    map: Handle,
+    addr: *mut c_void,
+    length: usize,
+    flags: c_uint,
+    error: *mut SciErr,
+) {
     // SAFETY: with a map, the range is checked against the live mapping;
     // without one, the program vouches for `addr..+length` (as SISCI
     // requires), and CLFLUSH neither reads nor writes the bytes.
@@ -181,7 +193,12 @@ pub unsafe extern "C" fn SCICreateMapSequence(map: Handle, sequence: *mut Handle
 
 release_op!(SCIRemoveSequence, seq, Seq, |_s| Ok::<(), SciError>(()));
 
-pub(crate) unsafe fn sequence_status(name: &'static str, sequence: Handle, flags: c_uint, error: *mut SciErr) -> c_uint {
+pub(crate) unsafe fn sequence_status(
+    name: &'static str,
+    sequence: Handle,
+    flags: c_uint,
+    error: *mut SciErr,
+) -> c_uint {
     // SAFETY: see `set`.
     unsafe {
         // A panic of ours is an error the sequence cannot recover from.

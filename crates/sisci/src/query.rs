@@ -67,7 +67,9 @@ pub unsafe extern "C" fn SCIQuery(command: c_uint, data: *mut c_void, flags: c_u
                     check_adapter(qa.local_adapter_no)?;
                     let value: c_uint = match qa.subcommand {
                         // No alignment needed.
-                        Q_ADAPTER_DMA_SIZE_ALIGNMENT | Q_ADAPTER_DMA_OFFSET_ALIGNMENT => vsci_client::DMA_ALIGN as c_uint,
+                        Q_ADAPTER_DMA_SIZE_ALIGNMENT | Q_ADAPTER_DMA_OFFSET_ALIGNMENT => {
+                            vsci_client::DMA_ALIGN as c_uint
+                        }
                         Q_ADAPTER_DMA_MTU => 1 << 20,
                         Q_ADAPTER_SUGGESTED_MIN_DMA_SIZE | Q_ADAPTER_SUGGESTED_MIN_BLOCK_SIZE => 4096,
                         Q_ADAPTER_NODEID => local_node_id()?,

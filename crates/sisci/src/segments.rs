@@ -39,7 +39,8 @@ pub unsafe extern "C" fn SCICreateSegment(
             let callback = wanted_callback(flags, callback)?;
             let d = handles::desc(h(sd))?;
             let id = (flags & FLAG_AUTO_ID == 0).then_some(segment_id);
-            let seg = d.client.create_segment_opts(id, size as u64, flags & FLAG_EMPTY != 0, flags & FLAG_BROADCAST != 0)?;
+            let seg =
+                d.client.create_segment_opts(id, size as u64, flags & FLAG_EMPTY != 0, flags & FLAG_BROADCAST != 0)?;
             // SCI_FLAG_PRIVATE: a segment only its creator uses (a DMA
             // source, a local buffer); no connection will ever reach it.
             seg.private.store(flags & FLAG_PRIVATE != 0, std::sync::atomic::Ordering::Relaxed);
@@ -74,7 +75,9 @@ pub(crate) fn local_seg_handle(
             guard::value("cb_local_segment", true, || {
                 // SAFETY: calling the program's callback with its own
                 // argument, as SISCI specifies.
-                let action = unsafe { cb(arg as *mut c_void, as_handle(hnd), ev.reason as c_uint, ev.node_id, 0, SciError::Ok as c_uint) };
+                let action = unsafe {
+                    cb(arg as *mut c_void, as_handle(hnd), ev.reason as c_uint, ev.node_id, 0, SciError::Ok as c_uint)
+                };
                 action != CALLBACK_CANCEL
             })
         }));

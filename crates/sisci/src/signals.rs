@@ -396,11 +396,21 @@ fn from_set(s: &libc::sigset_t) -> u64 {
 /// As `syscall(2)` with these arguments.
 #[cfg(target_arch = "x86_64")]
 #[no_mangle]
-pub unsafe extern "C" fn syscall(n: c_long, a: c_long, b: c_long, c: c_long, d: c_long, e: c_long, f: c_long) -> c_long {
+pub unsafe extern "C" fn syscall(
+    n: c_long,
+    a: c_long,
+    b: c_long,
+    c: c_long,
+    d: c_long,
+    e: c_long,
+    f: c_long,
+) -> c_long {
     errno_guard("syscall", -1, || {
         let r = match n {
             // SAFETY: the caller's contract, per system call.
-            libc::SYS_rt_sigaction if d == 8 => unsafe { rt_sigaction(a as c_int, b as *const KernelSigaction, c as *mut KernelSigaction) },
+            libc::SYS_rt_sigaction if d == 8 => unsafe {
+                rt_sigaction(a as c_int, b as *const KernelSigaction, c as *mut KernelSigaction)
+            },
             // SAFETY: as above.
             libc::SYS_rt_sigprocmask if d == 8 => unsafe { rt_sigprocmask(a as c_int, b as *const u64, c as *mut u64) },
             libc::SYS_rt_sigsuspend if b == 8 && a != 0 => {
@@ -560,7 +570,10 @@ fn choose_delivery() -> Delivery {
     // SAFETY: `global` is the process's `sigaction`; a query with a null
     // new action only fills `old`.
     unsafe {
-        let f = std::mem::transmute::<*mut c_void, unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int>(global);
+        let f = std::mem::transmute::<
+            *mut c_void,
+            unsafe extern "C" fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int,
+        >(global);
         let mut old: libc::sigaction = std::mem::zeroed();
         f(BUS, std::ptr::null(), &mut old);
     }
@@ -576,7 +589,15 @@ extern "C" fn at_load() {
     // default delivery.
     crate::guard::void("at_load", || {
         chain::resolve();
-        for n in [&NEXT_SIGNAL, &NEXT_SYSV_SIGNAL, &NEXT_SIGSET, &NEXT_SIGIGNORE, &NEXT_SIGHOLD, &NEXT_SIGRELSE, &NEXT_SIGINTERRUPT] {
+        for n in [
+            &NEXT_SIGNAL,
+            &NEXT_SYSV_SIGNAL,
+            &NEXT_SIGSET,
+            &NEXT_SIGIGNORE,
+            &NEXT_SIGHOLD,
+            &NEXT_SIGRELSE,
+            &NEXT_SIGINTERRUPT,
+        ] {
             n.resolve();
         }
         set_delivery(choose_delivery());

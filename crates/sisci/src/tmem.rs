@@ -71,7 +71,12 @@ pub struct TmemStats {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn vsci_tmem_open(lenders: *const c_uint, nlenders: c_uint, capacity: c_ulonglong, error: *mut SciErr) -> *mut c_void {
+pub unsafe extern "C" fn vsci_tmem_open(
+    lenders: *const c_uint,
+    nlenders: c_uint,
+    capacity: c_ulonglong,
+    error: *mut SciErr,
+) -> *mut c_void {
     let f = || {
         if lenders.is_null() || nlenders == 0 || nlenders > MAX_LENDERS {
             return Err(SciError::IllegalParameter);
@@ -126,7 +131,14 @@ pub unsafe extern "C" fn vsci_tmem_destroy_pool(t: *mut c_void, pool: c_int, err
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn vsci_tmem_put(t: *mut c_void, pool: c_int, object: c_ulonglong, index: c_uint, page: *const c_void, error: *mut SciErr) {
+pub unsafe extern "C" fn vsci_tmem_put(
+    t: *mut c_void,
+    pool: c_int,
+    object: c_ulonglong,
+    index: c_uint,
+    page: *const c_void,
+    error: *mut SciErr,
+) {
     let f = || {
         let tm = lookup(t)?;
         let pool = pool_id(pool)?;
@@ -144,7 +156,14 @@ pub unsafe extern "C" fn vsci_tmem_put(t: *mut c_void, pool: c_int, object: c_ul
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn vsci_tmem_get(t: *mut c_void, pool: c_int, object: c_ulonglong, index: c_uint, page: *mut c_void, error: *mut SciErr) -> c_int {
+pub unsafe extern "C" fn vsci_tmem_get(
+    t: *mut c_void,
+    pool: c_int,
+    object: c_ulonglong,
+    index: c_uint,
+    page: *mut c_void,
+    error: *mut SciErr,
+) -> c_int {
     let f = || {
         let tm = lookup(t)?;
         let pool = pool_id(pool)?;
@@ -163,21 +182,45 @@ pub unsafe extern "C" fn vsci_tmem_get(t: *mut c_void, pool: c_int, object: c_ul
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn vsci_tmem_flush_page(t: *mut c_void, pool: c_int, object: c_ulonglong, index: c_uint, error: *mut SciErr) {
+pub unsafe extern "C" fn vsci_tmem_flush_page(
+    t: *mut c_void,
+    pool: c_int,
+    object: c_ulonglong,
+    index: c_uint,
+    error: *mut SciErr,
+) {
     // SAFETY: see `report`.
-    unsafe { report("vsci_tmem_flush_page", error, (), || lookup(t)?.store().flush_page(pool_id(pool)?, object, index).map(drop)) }
+    unsafe {
+        report("vsci_tmem_flush_page", error, (), || {
+            lookup(t)?.store().flush_page(pool_id(pool)?, object, index).map(drop)
+        })
+    }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn vsci_tmem_flush_object(t: *mut c_void, pool: c_int, object: c_ulonglong, error: *mut SciErr) {
     // SAFETY: see `report`.
-    unsafe { report("vsci_tmem_flush_object", error, (), || lookup(t)?.store().flush_object(pool_id(pool)?, object).map(drop)) }
+    unsafe {
+        report("vsci_tmem_flush_object", error, (), || {
+            lookup(t)?.store().flush_object(pool_id(pool)?, object).map(drop)
+        })
+    }
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn vsci_tmem_page_node(t: *mut c_void, pool: c_int, object: c_ulonglong, index: c_uint, error: *mut SciErr) -> c_uint {
+pub unsafe extern "C" fn vsci_tmem_page_node(
+    t: *mut c_void,
+    pool: c_int,
+    object: c_ulonglong,
+    index: c_uint,
+    error: *mut SciErr,
+) -> c_uint {
     // SAFETY: see `report`.
-    unsafe { report("vsci_tmem_page_node", error, 0, || Ok(lookup(t)?.store().node_of(pool_id(pool)?, object, index)?.unwrap_or(0))) }
+    unsafe {
+        report("vsci_tmem_page_node", error, 0, || {
+            Ok(lookup(t)?.store().node_of(pool_id(pool)?, object, index)?.unwrap_or(0))
+        })
+    }
 }
 
 #[no_mangle]

@@ -37,7 +37,6 @@ pub struct BlockdevArgs {
     socket: Option<PathBuf>,
 }
 
-
 /// The device: a store of lent memory.
 struct Device(vsci_lend::LoanStore);
 
@@ -91,7 +90,8 @@ pub fn run(a: BlockdevArgs) -> Result<()> {
         bail!("--stripe must be a positive multiple of 4096");
     }
     let node = a.socket.clone().unwrap_or_else(vsci_proto::socket_path);
-    let client = vsci_client::Client::connect(&node, "vsci-blockdev").map_err(|e| anyhow::anyhow!("cannot reach vscid at {}: {e}", node.display()))?;
+    let client = vsci_client::Client::connect(&node, "vsci-blockdev")
+        .map_err(|e| anyhow::anyhow!("cannot reach vscid at {}: {e}", node.display()))?;
     let store = vsci_lend::LoanStore::borrow(&client, &a.from, a.size, a.stripe)
         .map_err(|e| anyhow::anyhow!("borrowing {} bytes from node(s) {:?}: {} ({e})", a.size, a.from, e.c_name()))?;
     let store = Arc::new(Device(store));
@@ -99,7 +99,8 @@ pub fn run(a: BlockdevArgs) -> Result<()> {
     let server = Arc::new(vsci_nbd::Server::new(store.clone(), cfg));
     let path = a.listen_unix.clone().unwrap_or_else(|| PathBuf::from(format!("/tmp/vsci-blockdev-{}.sock", a.name)));
     let _ = std::fs::remove_file(&path);
-    let unix = std::os::unix::net::UnixListener::bind(&path).with_context(|| format!("listening on {}", path.display()))?;
+    let unix =
+        std::os::unix::net::UnixListener::bind(&path).with_context(|| format!("listening on {}", path.display()))?;
     let mut threads = Vec::new();
     {
         let s = server.clone();
@@ -111,7 +112,12 @@ pub fn run(a: BlockdevArgs) -> Result<()> {
         threads.push(std::thread::spawn(move || s.serve_tcp(tcp)));
         println!("serving on nbd://{addr}/{}", a.name);
     }
-    println!("vsci blockdev: {} bytes of memory lent by node(s) {:?}, stripe {} bytes", store.0.size(), store.0.lenders(), a.stripe);
+    println!(
+        "vsci blockdev: {} bytes of memory lent by node(s) {:?}, stripe {} bytes",
+        store.0.size(),
+        store.0.lenders(),
+        a.stripe
+    );
     println!("serving on nbd+unix:///{}?socket={}", a.name, path.display());
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {

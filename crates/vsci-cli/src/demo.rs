@@ -51,7 +51,15 @@ pub fn run(socket: Option<PathBuf>, round_trips: u32, stream_bytes: u64) -> Resu
     let me = std::env::current_exe().context("locating vsci")?;
     let spawn = |role: &str| {
         Command::new(&me)
-            .args(["demo-peer", "--role", role, "--round-trips", &round_trips.to_string(), "--stream-bytes", &stream_bytes.to_string()])
+            .args([
+                "demo-peer",
+                "--role",
+                role,
+                "--round-trips",
+                &round_trips.to_string(),
+                "--stream-bytes",
+                &stream_bytes.to_string(),
+            ])
             .env(vsci_proto::SOCKET_ENV, &socket)
             .stdin(Stdio::null())
             .spawn()
@@ -91,7 +99,8 @@ fn sci(e: vsci_client::SciError) -> anyhow::Error {
 }
 
 pub fn peer(role: Role, round_trips: u32, stream_bytes: u64) -> Result<()> {
-    let client = Client::connect(&vsci_proto::socket_path(), &format!("vsci-demo-{role:?}").to_lowercase()).map_err(sci)?;
+    let client =
+        Client::connect(&vsci_proto::socket_path(), &format!("vsci-demo-{role:?}").to_lowercase()).map_err(sci)?;
     match role {
         Role::Server => server(&client, round_trips),
         Role::Client => client_side(&client, round_trips, stream_bytes),
@@ -113,7 +122,14 @@ fn server(c: &Client, round_trips: u32) -> Result<()> {
     word(&map, H_MAGIC).store(MAGIC, Ordering::Release);
     seg.prepare().map_err(sci)?;
     seg.set_available().map_err(sci)?;
-    println!("[server] segment {:#x} ({} MiB) available on node {}; interrupt {}, data interrupt {}", seg.segment_id, SEGMENT_SIZE >> 20, c.node_id(), intr.number, dintr.number);
+    println!(
+        "[server] segment {:#x} ({} MiB) available on node {}; interrupt {}, data interrupt {}",
+        seg.segment_id,
+        SEGMENT_SIZE >> 20,
+        c.node_id(),
+        intr.number,
+        dintr.number
+    );
 
     let ev = seg.events.wait(TIMEOUT_MS).map_err(sci)?;
     println!("[server] segment event: {:?} from node {}", ev.reason, ev.node_id);
@@ -182,8 +198,17 @@ fn client_side(c: &Client, round_trips: u32, stream_bytes: u64) -> Result<()> {
     }
     let own = c.create_interrupt(IntrKind::Plain, 20, false).map_err(sci)?;
     word(&map, H_CLIENT_INTR).store(own.number, Ordering::Release);
-    let to_server = c.connect_interrupt(IntrKind::Plain, c.node_id(), word(&map, H_SERVER_INTR).load(Ordering::Acquire), TIMEOUT_MS).map_err(sci)?;
-    let to_server_data = c.connect_interrupt(IntrKind::Data, c.node_id(), word(&map, H_SERVER_DATA_INTR).load(Ordering::Acquire), TIMEOUT_MS).map_err(sci)?;
+    let to_server = c
+        .connect_interrupt(IntrKind::Plain, c.node_id(), word(&map, H_SERVER_INTR).load(Ordering::Acquire), TIMEOUT_MS)
+        .map_err(sci)?;
+    let to_server_data = c
+        .connect_interrupt(
+            IntrKind::Data,
+            c.node_id(),
+            word(&map, H_SERVER_DATA_INTR).load(Ordering::Acquire),
+            TIMEOUT_MS,
+        )
+        .map_err(sci)?;
     println!("[client] connected to segment {:#x} ({} MiB) and mapped it", rs.segment_id, rs.size >> 20);
 
     // SAFETY: DATA_OFF + PATTERN_BYTES is inside the map; the server only
@@ -207,7 +232,12 @@ fn client_side(c: &Client, round_trips: u32, stream_bytes: u64) -> Result<()> {
         rtt.push(t.elapsed().as_secs_f64() * 1e6);
     }
     let p50 = percentile(&mut rtt, 0.5);
-    println!("[client] interrupt ping-pong, {round_trips} round trips ({} wait): one-way median {:.2} us, p99 {:.2} us", own.policy.mode, p50 / 2.0, percentile(&mut rtt, 0.99) / 2.0);
+    println!(
+        "[client] interrupt ping-pong, {round_trips} round trips ({} wait): one-way median {:.2} us, p99 {:.2} us",
+        own.policy.mode,
+        p50 / 2.0,
+        percentile(&mut rtt, 0.99) / 2.0
+    );
 
     let (ping, pong) = (word(&map, PING), word(&map, PONG));
     let mut rtt = Vec::with_capacity(round_trips as usize);
@@ -219,7 +249,10 @@ fn client_side(c: &Client, round_trips: u32, stream_bytes: u64) -> Result<()> {
         }
         rtt.push(t.elapsed().as_secs_f64() * 1e6);
     }
-    println!("[client] segment ping-pong (store, busy-wait on a flag), {round_trips} round trips: one-way median {:.3} us", percentile(&mut rtt, 0.5) / 2.0);
+    println!(
+        "[client] segment ping-pong (store, busy-wait on a flag), {round_trips} round trips: one-way median {:.3} us",
+        percentile(&mut rtt, 0.5) / 2.0
+    );
 
     // Streaming write into the segment vs into private memory.
     let chunk = 8usize << 20;

@@ -197,7 +197,13 @@ pub fn run(cmd: DeviceCmd) -> Result<()> {
         }
         DeviceCmd::VmDriver(a) => {
             vsci_devshare::driver::run(
-                vsci_devshare::driver::DriverOptions { ram_fd: a.ram_fd, chan_fd: a.chan_fd, tap: a.tap, address: a.address, user: a.user },
+                vsci_devshare::driver::DriverOptions {
+                    ram_fd: a.ram_fd,
+                    chan_fd: a.chan_fd,
+                    tap: a.tap,
+                    address: a.address,
+                    user: a.user,
+                },
                 stop_flag()?,
             )?;
             Ok(())
@@ -206,17 +212,30 @@ pub fn run(cmd: DeviceCmd) -> Result<()> {
             let r = ask(&a, Request::List)?;
             let Reply::List { device, functions } = r else { bail!("unexpected answer: {r:?}") };
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "device": device, "node": a.device_node, "functions": functions.iter().map(|f| serde_json::json!({
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &serde_json::json!({ "device": device, "node": a.device_node, "functions": functions.iter().map(|f| serde_json::json!({
                     "func": f.func, "mac": vsci_devshare::regs::mac_string(&f.mac),
                     "holder": f.holder.as_ref().map(|(n, vm, m)| serde_json::json!({"node": n, "vm": vm, "mode": format!("{m:?}")})),
                     "tx_packets": f.tx_packets, "rx_packets": f.rx_packets, "rx_missed": f.rx_missed,
                     "faults": f.faults, "refused": f.refused, "irqs": f.irqs,
-                })).collect::<Vec<_>>() }))?);
+                })).collect::<Vec<_>>() })
+                    )?
+                );
             } else {
                 println!("device {device} on node {}", a.device_node);
-                println!("{:>4}  {:17}  {:24}  {:>9}  {:>9}  {:>7}  {:>6}  {:>7}", "FUNC", "MAC", "HOLDER", "TX", "RX", "MISSED", "FAULTS", "REFUSED");
+                println!(
+                    "{:>4}  {:17}  {:24}  {:>9}  {:>9}  {:>7}  {:>6}  {:>7}",
+                    "FUNC", "MAC", "HOLDER", "TX", "RX", "MISSED", "FAULTS", "REFUSED"
+                );
                 for f in functions {
-                    let holder = f.holder.map(|(n, vm, m)| format!("node {n} {vm} ({})", if m == Mode::ZeroCopy { "zero-copy" } else { "bounce" })).unwrap_or_else(|| "-".into());
+                    let holder = f
+                        .holder
+                        .map(|(n, vm, m)| {
+                            format!("node {n} {vm} ({})", if m == Mode::ZeroCopy { "zero-copy" } else { "bounce" })
+                        })
+                        .unwrap_or_else(|| "-".into());
                     println!(
                         "{:>4}  {:17}  {:24}  {:>9}  {:>9}  {:>7}  {:>6}  {:>7}",
                         f.func,
@@ -267,7 +286,13 @@ fn process_driver(a: &VmArgs, exe: String) -> Vec<String> {
 
 fn ask(a: &AdminArgs, req: Request) -> Result<Reply> {
     let path = socket(&a.common);
-    let client = vsci_client::Client::connect(&path, "vsci-device").map_err(|e| anyhow::anyhow!("cannot reach vscid at {}: {e}", path.display()))?;
-    let r = vsci_devshare::requester::Requester::new(client, vsci_devshare::nic::key_from(&a.common.key_file)?, a.device_node, a.common.interrupt)?;
+    let client = vsci_client::Client::connect(&path, "vsci-device")
+        .map_err(|e| anyhow::anyhow!("cannot reach vscid at {}: {e}", path.display()))?;
+    let r = vsci_devshare::requester::Requester::new(
+        client,
+        vsci_devshare::nic::key_from(&a.common.key_file)?,
+        a.device_node,
+        a.common.interrupt,
+    )?;
     r.call(req, Duration::from_secs(10))
 }

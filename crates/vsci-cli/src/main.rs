@@ -127,7 +127,18 @@ fn main() -> Result<()> {
         Cmd::Demo { socket, round_trips, stream_bytes } => demo::run(socket, round_trips, stream_bytes),
         Cmd::DemoPeer { role, round_trips, stream_bytes } => demo::peer(role, round_trips, stream_bytes),
         Cmd::Bench { quick, json, report, bench_dir, paths, no_install, from_json, sections, loaded, repeat } => {
-            bench::run(bench::Options { quick, json, report, bench_dir, paths, install: !no_install, from_json, sections, loaded, repeat })
+            bench::run(bench::Options {
+                quick,
+                json,
+                report,
+                bench_dir,
+                paths,
+                install: !no_install,
+                from_json,
+                sections,
+                loaded,
+                repeat,
+            })
         }
         Cmd::Vm(cmd) => vm::run(cmd),
         Cmd::Blockdev(a) => blockdev::run(a),
@@ -137,15 +148,14 @@ fn main() -> Result<()> {
 
 fn status(socket: Option<PathBuf>, json: bool) -> Result<()> {
     let path = socket.unwrap_or_else(vsci_proto::socket_path);
-    let client = vsci_client::Client::connect(&path, "vsci-status")
-        .map_err(|e| match e {
-            vsci_proto::SciError::Access => anyhow::anyhow!(
-                "permission denied on vscid's socket {} ({e}): you need write permission on it; \
+    let client = vsci_client::Client::connect(&path, "vsci-status").map_err(|e| match e {
+        vsci_proto::SciError::Access => anyhow::anyhow!(
+            "permission denied on vscid's socket {} ({e}): you need write permission on it; \
                  ask the operator to add you to the node's socket group",
-                path.display()
-            ),
-            _ => anyhow::anyhow!("cannot reach vscid at {}: {}; is the node running?", path.display(), e),
-        })?;
+            path.display()
+        ),
+        _ => anyhow::anyhow!("cannot reach vscid at {}: {}; is the node running?", path.display(), e),
+    })?;
     let st = client.status().map_err(|e| anyhow::anyhow!("status request failed: {e}"))?;
     client.close();
     let devices = vsci_devshare::status::read_all(&path);
@@ -155,14 +165,32 @@ fn status(socket: Option<PathBuf>, json: bool) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    println!("node {}  pid {}  socket {}  up {:.1} s  wait mode {}  open fds {}", st.node_id, st.pid, st.socket, st.uptime_ms as f64 / 1000.0, st.wait_mode, st.open_fds);
+    println!(
+        "node {}  pid {}  socket {}  up {:.1} s  wait mode {}  open fds {}",
+        st.node_id,
+        st.pid,
+        st.socket,
+        st.uptime_ms as f64 / 1000.0,
+        st.wait_mode,
+        st.open_fds
+    );
     // The status request itself is a client; do not list it.
     let clients: Vec<_> = st.clients.iter().filter(|c| c.name != "vsci-status").collect();
-    let more = |shown: usize, total: u64| if (shown as u64) < total { format!(", first {shown} shown") } else { String::new() };
+    let more = |shown: usize, total: u64| {
+        if (shown as u64) < total {
+            format!(", first {shown} shown")
+        } else {
+            String::new()
+        }
+    };
     if !st.peers.is_empty() {
         println!("\nnodes ({})", st.peers.len());
         for p in &st.peers {
-            let seen = if p.last_seen_ms == 0 { "never heard from".to_string() } else { format!("last heard {:.1} s ago", p.last_seen_ms as f64 / 1000.0) };
+            let seen = if p.last_seen_ms == 0 {
+                "never heard from".to_string()
+            } else {
+                format!("last heard {:.1} s ago", p.last_seen_ms as f64 / 1000.0)
+            };
             println!("  node {:<5} {:<22} {:<15} {}  connections {}", p.node_id, p.address, p.state, seen, p.imports);
         }
     }
@@ -190,13 +218,24 @@ fn status(socket: Option<PathBuf>, json: bool) -> Result<()> {
     }
     println!("\ninterrupts ({}{})", st.totals.interrupts, more(st.interrupts.len(), st.totals.interrupts));
     for i in &st.interrupts {
-        println!("  {} {:<6} owner #{:<5} connections {}", if i.data { "data " } else { "plain" }, i.number, i.owner, i.connections);
+        println!(
+            "  {} {:<6} owner #{:<5} connections {}",
+            if i.data { "data " } else { "plain" },
+            i.number,
+            i.owner,
+            i.connections
+        );
     }
     let l = &st.lending;
     if l.pool > 0 || !l.lent.is_empty() || !l.borrowed.is_empty() {
         let lent: u64 = l.lent.iter().map(|t| t.bytes).sum();
-        println!("
-lending: pool {} bytes, {} lent, {} free", l.pool, lent, l.pool.saturating_sub(lent));
+        println!(
+            "
+lending: pool {} bytes, {} lent, {} free",
+            l.pool,
+            lent,
+            l.pool.saturating_sub(lent)
+        );
         for t in &l.lent {
             println!("  lent to node {:<5} {:>14} bytes in {} loan(s)", t.node_id, t.bytes, t.loans);
         }
@@ -221,13 +260,20 @@ fn print_devices(devices: &[vsci_devshare::status::Entry]) {
                 println!("  device {name} (pid {pid}, wire {wire}), {} functions", functions.len());
                 for f in functions {
                     match (&f.node, &f.vm) {
-                        (Some(n), Some(vm)) => println!("    function {:<3} {}  held by node {n} VM {vm} ({})", f.func, f.mac, f.mode.as_deref().unwrap_or("?")),
+                        (Some(n), Some(vm)) => println!(
+                            "    function {:<3} {}  held by node {n} VM {vm} ({})",
+                            f.func,
+                            f.mac,
+                            f.mode.as_deref().unwrap_or("?")
+                        ),
                         _ => println!("    function {:<3} {}  free", f.func, f.mac),
                     }
                 }
             }
             Entry::Vm { pid, name, device_node, func, mac, mode } => {
-                println!("  VM {name} (pid {pid}) holds function {func} ({mac}) of node {device_node}'s device, {mode}");
+                println!(
+                    "  VM {name} (pid {pid}) holds function {func} ({mac}) of node {device_node}'s device, {mode}"
+                );
             }
         }
     }

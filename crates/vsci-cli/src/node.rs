@@ -57,7 +57,10 @@ impl TempNode {
 
 impl Drop for TempNode {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_secs(3) {
             if let Ok(Some(_)) = self.child.try_wait() {

@@ -158,8 +158,11 @@ fn vm_run(a: RunArgs) -> Result<i32> {
         None => {}
         Some("user") => cfg.net_user = true,
         Some(v) => {
-            let spec = v.strip_prefix("vhost-user:").ok_or_else(|| anyhow::anyhow!("--net {v}: expected user or vhost-user:SOCKET,mac=MAC"))?;
-            let (sock, mac) = spec.split_once(",mac=").ok_or_else(|| anyhow::anyhow!("--net {v}: vhost-user:SOCKET,mac=MAC"))?;
+            let spec = v
+                .strip_prefix("vhost-user:")
+                .ok_or_else(|| anyhow::anyhow!("--net {v}: expected user or vhost-user:SOCKET,mac=MAC"))?;
+            let (sock, mac) =
+                spec.split_once(",mac=").ok_or_else(|| anyhow::anyhow!("--net {v}: vhost-user:SOCKET,mac=MAC"))?;
             cfg.vhost_user_net = Some((PathBuf::from(sock), mac.to_string()));
         }
     }

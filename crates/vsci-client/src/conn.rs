@@ -9,7 +9,9 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use vsci_proto::wire::{self, Received};
-use vsci_proto::{ClientMsg, Event, ObjId, Reply, Request, SciError, SegmentEvent, ServerMsg, WaitMode, PROTOCOL_VERSION};
+use vsci_proto::{
+    ClientMsg, Event, ObjId, Reply, Request, SciError, SegmentEvent, ServerMsg, WaitMode, PROTOCOL_VERSION,
+};
 
 use crate::wait::WaitPolicy;
 use crate::Result;
@@ -191,9 +193,10 @@ impl Client {
         transport.send(&hello).map_err(|_| SciError::NoLinkAccess)?;
         let msg = transport.recv().map_err(|_| SciError::NoLinkAccess)?;
         let (node_id, mode, spin_us, max_segment_size) = match msg.decode::<ServerMsg>() {
-            Ok(ServerMsg::Reply { tag: 0, result: Ok(Reply::Hello { node_id, wait_mode, spin_us, max_segment_size }) }) => {
-                (node_id, wait_mode, spin_us, max_segment_size)
-            }
+            Ok(ServerMsg::Reply {
+                tag: 0,
+                result: Ok(Reply::Hello { node_id, wait_mode, spin_us, max_segment_size }),
+            }) => (node_id, wait_mode, spin_us, max_segment_size),
             Ok(ServerMsg::Reply { result: Err(e), .. }) => return Err(e),
             _ => return Err(SciError::InconsistentVersions),
         };
@@ -421,7 +424,11 @@ fn reader(transport: Arc<Transport>, inner: Weak<Inner>) {
         let sinks: Vec<(ObjId, Weak<EventQueue>)> = inner.sinks.lock().unwrap().drain().collect();
         for (_, q) in sinks {
             if let Some(q) = q.upgrade() {
-                dispatch(&inner, q, SegEvent { reason: SegmentEvent::Lost, node_id: inner.node_id, status: SciError::NoLinkAccess });
+                dispatch(
+                    &inner,
+                    q,
+                    SegEvent { reason: SegmentEvent::Lost, node_id: inner.node_id, status: SciError::NoLinkAccess },
+                );
             }
         }
         inner.dma_done.lock().unwrap().clear();
@@ -440,9 +447,7 @@ fn reader(transport: Arc<Transport>, inner: Weak<Inner>) {
 fn on_event(inner: &Arc<Inner>, ev: Event) {
     let (id, sev) = match ev {
         Event::LocalSegment { seg, reason, node_id } => (seg, SegEvent { reason, node_id, status: SciError::Ok }),
-        Event::RemoteSegment { conn, reason, status } => {
-            (conn, SegEvent { reason, node_id: inner.node_id, status })
-        }
+        Event::RemoteSegment { conn, reason, status } => (conn, SegEvent { reason, node_id: inner.node_id, status }),
         Event::InterruptGone { conn, status } => {
             if status == SciError::NodeNotResponding {
                 crate::remote::node_down(conn);

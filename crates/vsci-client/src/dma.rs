@@ -90,7 +90,10 @@ pub enum DmaLocal {
     Segment(Arc<LocalSegment>),
     /// Program memory (`SCIStartDmaTransferMem`): `len` bytes at `addr`,
     /// which the program keeps valid until the transfer has ended.
-    Mem { addr: usize, len: usize },
+    Mem {
+        addr: usize,
+        len: usize,
+    },
 }
 
 /// One piece of a transfer (`dis_dma_vec_t` without its flags).
@@ -197,10 +200,8 @@ impl Client {
             }),
         });
         let s2 = shared.clone();
-        let worker = std::thread::Builder::new()
-            .name("vsci-dma".into())
-            .spawn(move || s2.run())
-            .map_err(|_| SciError::Nospc)?;
+        let worker =
+            std::thread::Builder::new().name("vsci-dma".into()).spawn(move || s2.run()).map_err(|_| SciError::Nospc)?;
         let q = Arc::new(DmaQueue {
             shared,
             max_entries,
@@ -306,7 +307,13 @@ impl DmaQueue {
     }
 
     /// Run `transfers` on a queue this thread has just claimed (POSTED).
-    fn launch(&self, transfers: Vec<Transfer>, completion: Option<Completion>, wait: bool, reset_after: bool) -> Result<()> {
+    fn launch(
+        &self,
+        transfers: Vec<Transfer>,
+        completion: Option<Completion>,
+        wait: bool,
+        reset_after: bool,
+    ) -> Result<()> {
         let sh = &*self.shared;
         // Only the claimant writes these while the queue is POSTED. The
         // previous completion's kick is still in the eventfd (waits on it
@@ -464,7 +471,9 @@ impl DmaQueue {
         let st = self.state();
         match st {
             QueueState::Aborted => Err((st, SciError::Cancelled)),
-            QueueState::Error => Err((st, SciError::from_raw(sh.status.load(SeqCst)).unwrap_or(SciError::TransferFailed))),
+            QueueState::Error => {
+                Err((st, SciError::from_raw(sh.status.load(SeqCst)).unwrap_or(SciError::TransferFailed)))
+            }
             _ => Ok(st),
         }
     }
@@ -639,7 +648,12 @@ impl Shared {
         if members.is_empty() {
             return SciError::TransferFailed;
         }
-        let one = |m: &Arc<RemoteSegment>| Transfer { local: t.local.clone(), remote: m.clone(), entries: t.entries.clone(), read: t.read };
+        let one = |m: &Arc<RemoteSegment>| Transfer {
+            local: t.local.clone(),
+            remote: m.clone(),
+            entries: t.entries.clone(),
+            read: t.read,
+        };
         if t.read {
             members.sort_by_key(|m| m.is_remote());
             return self.execute(&one(&members[0]));
@@ -652,9 +666,11 @@ impl Shared {
             // Members on other nodes get one transfer posted to all of
             // them; one on this node is a copy.
             let rma: Vec<usize> = (0..members.len()).filter(|&i| members[i].target.is_some()).collect();
-            let mut st: Vec<SciError> = members.iter().map(|m| if m.target.is_some() { SciError::Ok } else { self.execute(&one(m)) }).collect();
+            let mut st: Vec<SciError> =
+                members.iter().map(|m| if m.target.is_some() { SciError::Ok } else { self.execute(&one(m)) }).collect();
             if !rma.is_empty() {
-                let to: Vec<_> = rma.iter().map(|&i| (&**members[i].target.as_ref().expect("filtered"), &members[i])).collect();
+                let to: Vec<_> =
+                    rma.iter().map(|&i| (&**members[i].target.as_ref().expect("filtered"), &members[i])).collect();
                 for (&i, s) in rma.iter().zip(self.execute_rma_to(t, &to)) {
                     st[i] = s;
                 }
@@ -666,7 +682,11 @@ impl Shared {
             match st {
                 SciError::Ok => delivered = true,
                 SciError::Cancelled => return SciError::Cancelled,
-                _ if m.is_lost() => log::warn!("vsci: DMA to reflective-memory group {}: member on node {} lost", m.segment_id, m.node_id),
+                _ if m.is_lost() => log::warn!(
+                    "vsci: DMA to reflective-memory group {}: member on node {} lost",
+                    m.segment_id,
+                    m.node_id
+                ),
                 e => return e,
             }
         }
@@ -827,7 +847,11 @@ impl Shared {
     /// (every member's writes of a batch are posted before any is waited
     /// for). One status per member; a member that fails or is lost is left
     /// out of the rest of the transfer.
-    fn execute_rma_to(&self, t: &Transfer, members: &[(&crate::remote::RemoteTarget, &Arc<RemoteSegment>)]) -> Vec<SciError> {
+    fn execute_rma_to(
+        &self,
+        t: &Transfer,
+        members: &[(&crate::remote::RemoteTarget, &Arc<RemoteSegment>)],
+    ) -> Vec<SciError> {
         let mut status = vec![SciError::Ok; members.len()];
         // The program's earlier stores to remote maps go first, so a DMA
         // never overtakes them (and a DMA read sees them).
@@ -912,7 +936,8 @@ impl Shared {
                     vec![members[only].0.write_direct(&runs)]
                 } else {
                     let fabric = &members[live[0]].0.ep.rma.fabric;
-                    let targets: Vec<_> = live.iter().map(|&i| (&*members[i].0.ep.peer, &members[i].0.region)).collect();
+                    let targets: Vec<_> =
+                        live.iter().map(|&i| (&*members[i].0.ep.peer, &members[i].0.region)).collect();
                     fabric.write_many_ordered_multi(&targets, &runs, &[])
                 };
                 for (&i, r) in live.iter().zip(&results) {
@@ -993,7 +1018,12 @@ pub(crate) fn seg_mem_remote(s: &Arc<RemoteSegment>) -> Result<Arc<SegMem>> {
     seg_mem(Arc::as_ptr(s) as usize, s.memfd.as_fd(), s.size, || Owner::Remote(Arc::downgrade(s)))
 }
 
-fn seg_mem(key: usize, fd: std::os::fd::BorrowedFd<'_>, size: u64, owner: impl FnOnce() -> Owner) -> Result<Arc<SegMem>> {
+fn seg_mem(
+    key: usize,
+    fd: std::os::fd::BorrowedFd<'_>,
+    size: u64,
+    owner: impl FnOnce() -> Owner,
+) -> Result<Arc<SegMem>> {
     prune_cache();
     let mut cache = CACHE.get_or_init(Default::default).lock().unwrap();
     if let Some(e) = cache.values().find(|e| e.owners.iter().any(|o| o.addr() == key)) {
@@ -1105,7 +1135,9 @@ impl DmaChannel {
             Some(i) => i as usize,
             None => match slots.iter().position(|s| s.is_none()) {
                 Some(i) => i,
-                None if shared => slots.iter().position(|s| s.as_ref().is_some_and(|x| x.shared)).ok_or(SciError::Nospc)?,
+                None if shared => {
+                    slots.iter().position(|s| s.as_ref().is_some_and(|x| x.shared)).ok_or(SciError::Nospc)?
+                }
                 None => return Err(SciError::Nospc),
             },
         };
@@ -1119,7 +1151,11 @@ impl DmaChannel {
                 core
             }
             slot @ None => {
-                let core = Arc::new(ChannelCore { id: pick as u32, busy: Mutex::new(false), freed: std::sync::Condvar::new() });
+                let core = Arc::new(ChannelCore {
+                    id: pick as u32,
+                    busy: Mutex::new(false),
+                    freed: std::sync::Condvar::new(),
+                });
                 *slot = Some(ChannelSlot { core: Arc::downgrade(&core), holders: 1, shared });
                 core
             }
@@ -1203,7 +1239,8 @@ mod tests {
         let s2 = DmaChannel::request(Some(5), true, 3).unwrap();
         assert!(Arc::ptr_eq(&s1.core, &s2.core));
         assert_eq!(DmaChannel::request(Some(5), false, 3).err(), Some(SciError::Busy));
-        let rest: Vec<DmaChannel> = (0..DMA_CHANNELS - 2).map(|_| DmaChannel::request(None, false, 4).unwrap()).collect();
+        let rest: Vec<DmaChannel> =
+            (0..DMA_CHANNELS - 2).map(|_| DmaChannel::request(None, false, 4).unwrap()).collect();
         assert_eq!(DmaChannel::request(None, false, 4).err(), Some(SciError::Nospc));
         // A shared request with no free id joins a shared one.
         let s3 = DmaChannel::request(None, true, 4).unwrap();

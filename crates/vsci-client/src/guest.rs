@@ -17,7 +17,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
-use vsci_proto::guest::{self, AgentRecord, Attachment, Role, RingError, Session};
+use vsci_proto::guest::{self, AgentRecord, Attachment, RingError, Role, Session};
 use vsci_proto::wire::Received;
 
 /// How a guest program's maps of another node's segment reach the owner:
@@ -35,7 +35,12 @@ pub(crate) struct AgentPath {
 
 impl AgentPath {
     /// Map segment connection `conn`'s window (`fd`, `size` bytes).
-    pub(crate) fn new(client: crate::Client, conn: vsci_proto::ObjId, fd: BorrowedFd, size: u64) -> crate::Result<AgentPath> {
+    pub(crate) fn new(
+        client: crate::Client,
+        conn: vsci_proto::ObjId,
+        fd: BorrowedFd,
+        size: u64,
+    ) -> crate::Result<AgentPath> {
         let len = usize::try_from(size).map_err(|_| vsci_proto::SciError::OutOfRange)?.div_ceil(4096) * 4096;
         if len == 0 {
             return Err(vsci_proto::SciError::IllegalParameter);
@@ -59,7 +64,11 @@ impl AgentPath {
         let step = vsci_proto::MAX_REMOTE_FETCH as usize;
         for (i, chunk) in buf.chunks_mut(step).enumerate() {
             let o = at + i * step;
-            self.client.call(vsci_proto::Request::FetchRemote { conn: self.conn, offset: o as u64, len: chunk.len() as u64 })?;
+            self.client.call(vsci_proto::Request::FetchRemote {
+                conn: self.conn,
+                offset: o as u64,
+                len: chunk.len() as u64,
+            })?;
             // o + chunk.len() <= size <= len (checked); `staging` keeps our
             // own threads off the window. What a misbehaving host side
             // writes there meanwhile is only bytes.
@@ -72,7 +81,12 @@ impl AgentPath {
     /// `seg_off`): their bytes are put in the window and the host side
     /// writes them to the owner, the highest word last, in pieces of at
     /// most `MAX_SHIP_RUNS` runs, each delivered before the next is sent.
-    pub(crate) fn ship<'a>(&self, seg_off: u64, runs: &[vsci_trap::Run], bytes: impl Fn(vsci_trap::Run) -> &'a [u8]) -> crate::Result<()> {
+    pub(crate) fn ship<'a>(
+        &self,
+        seg_off: u64,
+        runs: &[vsci_trap::Run],
+        bytes: impl Fn(vsci_trap::Run) -> &'a [u8],
+    ) -> crate::Result<()> {
         let _g = self.staging.lock().unwrap_or_else(|e| e.into_inner());
         for piece in runs.chunks(vsci_proto::MAX_SHIP_RUNS) {
             let mut sent = Vec::with_capacity(piece.len());
@@ -175,7 +189,6 @@ pub struct Channel {
     send_lock: Mutex<()>,
 }
 
-
 impl Channel {
     pub fn open() -> std::io::Result<Channel> {
         let ctl = open_ctl()?;
@@ -266,7 +279,8 @@ fn drain(fd: BorrowedFd<'_>) {
 }
 
 fn bind_vector(v: u16) -> std::io::Result<File> {
-    let f = OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK).open(CTL_DEVICE)?;
+    let f =
+        OpenOptions::new().read(true).write(true).custom_flags(libc::O_CLOEXEC | libc::O_NONBLOCK).open(CTL_DEVICE)?;
     let v = v as u32;
     // SAFETY: VSCI_IOC_BIND_VECTOR reads one u32.
     unsafe { ioc_bind_vector(f.as_raw_fd(), &v) }?;
@@ -301,11 +315,16 @@ fn attach(a: Attachment) -> std::io::Result<OwnedFd> {
                     // under load: a uid 1000 program's interrupt connect
                     // failed).
                     Err(e) if Instant::now() < deadline && e.kind() == std::io::ErrorKind::PermissionDenied => {}
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound && e.raw_os_error() != Some(libc::ENODEV) => return Err(e),
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound && e.raw_os_error() != Some(libc::ENODEV) => {
+                        return Err(e)
+                    }
                     Err(_) => {}
                 }
                 if Instant::now() >= deadline {
-                    return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{} did not appear", path.display())));
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("{} did not appear", path.display()),
+                    ));
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
@@ -334,9 +353,18 @@ mod c_header {
         let owned: Vec<(String, u64)> = vec![
             ("VSCI_IOC_INFO".into(), nix::request_code_read!(IOC_MAGIC, IOC_INFO, size_of::<VsciInfo>()) as u64),
             ("VSCI_IOC_RING".into(), nix::request_code_write!(IOC_MAGIC, IOC_RING, size_of::<VsciRing>()) as u64),
-            ("VSCI_IOC_SESSION".into(), nix::request_code_read!(IOC_MAGIC, IOC_SESSION, size_of::<VsciSession>()) as u64),
-            ("VSCI_IOC_BIND_VECTOR".into(), nix::request_code_write!(IOC_MAGIC, IOC_BIND_VECTOR, size_of::<u32>()) as u64),
-            ("VSCI_IOC_BIND_DOORBELL".into(), nix::request_code_write!(IOC_MAGIC, IOC_BIND_DOORBELL, size_of::<VsciRing>()) as u64),
+            (
+                "VSCI_IOC_SESSION".into(),
+                nix::request_code_read!(IOC_MAGIC, IOC_SESSION, size_of::<VsciSession>()) as u64,
+            ),
+            (
+                "VSCI_IOC_BIND_VECTOR".into(),
+                nix::request_code_write!(IOC_MAGIC, IOC_BIND_VECTOR, size_of::<u32>()) as u64,
+            ),
+            (
+                "VSCI_IOC_BIND_DOORBELL".into(),
+                nix::request_code_write!(IOC_MAGIC, IOC_BIND_DOORBELL, size_of::<VsciRing>()) as u64,
+            ),
             ("sizeof(struct vsci_info)".into(), size_of::<VsciInfo>() as u64),
             ("offsetof(struct vsci_info, kind)".into(), offset_of!(VsciInfo, kind) as u64),
             ("offsetof(struct vsci_info, ivposition)".into(), offset_of!(VsciInfo, ivposition) as u64),

@@ -28,7 +28,13 @@ impl Page {
     fn map(fd: &OwnedFd, kind: IntrKind, place: Option<intr::Place>) -> Result<Page> {
         let place = place.filter(|p| p.kind == kind || p.kind == IntrKind::Data).ok_or(SciError::System)?;
         let size = crate::guest::mem_size(fd.as_fd()).ok_or(SciError::System)?;
-        intr::SlotMap::new(fd.as_fd(), size, place).map(Page).map_err(|e| if e == nix::Error::EINVAL { SciError::System } else { SciError::Nospc })
+        intr::SlotMap::new(fd.as_fd(), size, place).map(Page).map_err(|e| {
+            if e == nix::Error::EINVAL {
+                SciError::System
+            } else {
+                SciError::Nospc
+            }
+        })
     }
 
     fn view(&self) -> intr::View<'_> {
@@ -112,7 +118,13 @@ impl Client {
         Ok(i)
     }
 
-    pub fn connect_interrupt(&self, kind: IntrKind, node_id: u32, number: u32, timeout_ms: u32) -> Result<Arc<RemoteInterrupt>> {
+    pub fn connect_interrupt(
+        &self,
+        kind: IntrKind,
+        node_id: u32,
+        number: u32,
+        timeout_ms: u32,
+    ) -> Result<Arc<RemoteInterrupt>> {
         let (reply, fds) = self.call(Request::ConnectInterrupt { kind, node_id, number, timeout_ms })?;
         let Reply::InterruptConnected { conn, remote, place } = reply else { return Err(SciError::System) };
         let path = match remote {
@@ -131,7 +143,15 @@ impl Client {
         if let Path::Rma { ep, .. } = &path {
             crate::remote::watch_interrupt(conn, ep);
         }
-        let r = Arc::new(RemoteInterrupt { client: self.clone(), id: conn, kind, node_id, number, path, gone: Arc::new(AtomicBool::new(false)) });
+        let r = Arc::new(RemoteInterrupt {
+            client: self.clone(),
+            id: conn,
+            kind,
+            node_id,
+            number,
+            path,
+            gone: Arc::new(AtomicBool::new(false)),
+        });
         self.register_intr_conn(conn, &r.gone);
         Ok(r)
     }
@@ -194,9 +214,14 @@ impl LocalInterrupt {
         let deadline = wait::deadline(timeout_ms);
         let shared = self.page.get();
         loop {
-            let r = wait::wait_until_or_gone(self.policy, deadline, &shared.sleepers, self.eventfd.as_fd(), self.client.gone_fd(), || {
-                self.pending() || self.removed.load(Ordering::Relaxed) || !self.client.is_alive()
-            });
+            let r = wait::wait_until_or_gone(
+                self.policy,
+                deadline,
+                &shared.sleepers,
+                self.eventfd.as_fd(),
+                self.client.gone_fd(),
+                || self.pending() || self.removed.load(Ordering::Relaxed) || !self.client.is_alive(),
+            );
             self.check_live()?;
             match r {
                 Waited::TimedOut => {
@@ -227,9 +252,14 @@ impl LocalInterrupt {
                 self.pass_on();
                 return Ok(r);
             }
-            let r = wait::wait_until_or_gone(self.policy, deadline, &shared.sleepers, self.eventfd.as_fd(), self.client.gone_fd(), || {
-                self.pending() || self.removed.load(Ordering::Relaxed) || !self.client.is_alive()
-            });
+            let r = wait::wait_until_or_gone(
+                self.policy,
+                deadline,
+                &shared.sleepers,
+                self.eventfd.as_fd(),
+                self.client.gone_fd(),
+                || self.pending() || self.removed.load(Ordering::Relaxed) || !self.client.is_alive(),
+            );
             self.check_live()?;
             if let Waited::TimedOut = r {
                 return self.try_take(buf).ok_or(SciError::Timeout);
@@ -281,7 +311,12 @@ impl Client {
     /// Connect to interrupt `number` of every node that has one (this node
     /// included), waiting up to `timeout_ms` for at least one; a trigger of
     /// the result reaches all of them.
-    pub fn connect_interrupt_group(&self, kind: IntrKind, number: u32, timeout_ms: u32) -> Result<Arc<RemoteInterrupt>> {
+    pub fn connect_interrupt_group(
+        &self,
+        kind: IntrKind,
+        number: u32,
+        timeout_ms: u32,
+    ) -> Result<Arc<RemoteInterrupt>> {
         let members = self.sweep_cluster(timeout_ms, |n| self.connect_interrupt(kind, n, number, 0))?;
         Ok(Arc::new(RemoteInterrupt {
             client: self.clone(),

@@ -18,17 +18,19 @@ mod wait;
 pub use interrupt::DataWait;
 
 pub use conn::{Client, EventQueue, SegEvent};
-pub use dma::{Completion, DmaChannel, DmaEntry, DmaLocal, DmaQueue, QueueState, Transfer, DMA_ALIGN, DMA_CHANNELS, MAX_VECLEN};
+pub use dma::{
+    Completion, DmaChannel, DmaEntry, DmaLocal, DmaQueue, QueueState, Transfer, DMA_ALIGN, DMA_CHANNELS, MAX_VECLEN,
+};
 pub use interrupt::{LocalInterrupt, RemoteInterrupt};
 pub use loan::Loan;
 pub use map::{Map, MapFlags, MapTarget};
 pub use remote::group::GROUP_ALL;
 pub use segment::{LocalSegment, PostedDma, RemoteSegment};
 pub use vsci_proto::{IntrKind, SciError, SegmentEvent, WaitMode};
-pub use wait::WaitPolicy;
 /// May a copy to `addr..addr + len` reach another node's segment through
 /// a map (a trapped range)? False only when it certainly cannot.
 pub use vsci_trap::trap::may_be_trapped as may_reach_remote_map;
+pub use wait::WaitPolicy;
 
 /// Make every store to another node's segment made so far visible at its
 /// owner (what SCIFlush, SCIStoreBarrier and SCICheckSequence promise).

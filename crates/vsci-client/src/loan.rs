@@ -39,7 +39,9 @@ impl Client {
             return give_back(SciError::System);
         }
         match RemoteTarget::new(&access) {
-            Ok(target) => Ok(Loan { client: self.clone(), id: loan, node_id, size, target, returned: AtomicBool::new(false) }),
+            Ok(target) => {
+                Ok(Loan { client: self.clone(), id: loan, node_id, size, target, returned: AtomicBool::new(false) })
+            }
             Err(e) => give_back(e),
         }
     }

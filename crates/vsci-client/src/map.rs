@@ -110,7 +110,9 @@ impl Map {
         // A sealed memfd: its size cannot shrink under us.
         let base = match opts.prot(prot).map(fd, len, page_off) {
             Ok(b) => b,
-            Err(e) if e.raw_os_error() == Some(libc::EEXIST) && flags.fixed_addr.is_some() => return Err(SciError::IllegalAddress),
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) && flags.fixed_addr.is_some() => {
+                return Err(SciError::IllegalAddress)
+            }
             Err(e) if e.raw_os_error() == Some(libc::ENOMEM) => return Err(SciError::Nospc),
             Err(_) => return Err(SciError::System),
         };
@@ -138,13 +140,20 @@ impl Map {
     /// Set up a map of another node's segment: the program's mapping is
     /// replaced by one of a private memfd (this map's shadow, see
     /// `remote::trapped`), mapped a second time for the library to fill.
-    fn track_remote(s: &Arc<RemoteSegment>, base: &Mapping, page_off: u64, prot: Prot, no_loopback: bool) -> Result<(Option<Arc<crate::remote::RemoteMap>>, Option<Mapping>)> {
+    fn track_remote(
+        s: &Arc<RemoteSegment>,
+        base: &Mapping,
+        page_off: u64,
+        prot: Prot,
+        no_loopback: bool,
+    ) -> Result<(Option<Arc<crate::remote::RemoteMap>>, Option<Mapping>)> {
         let owner = match (s.owner().expect("checked by caller"), no_loopback) {
             (crate::remote::Owner::Group(g, _), true) => crate::remote::Owner::Group(g, false),
             (o, _) => o,
         };
         let len = base.len();
-        let shadow = vsci_sys::memfd::create(c"vsci-remote-map", len as u64, vsci_sys::memfd::Seals::NONE).map_err(|_| SciError::Nospc)?;
+        let shadow = vsci_sys::memfd::create(c"vsci-remote-map", len as u64, vsci_sys::memfd::Seals::NONE)
+            .map_err(|_| SciError::Nospc)?;
         // SAFETY: the mapping `new` just made (not yet handed out, so
         // nothing uses it) becomes the shadow, which is `len` bytes long.
         unsafe { base.replace(shadow.as_fd(), 0, prot) }.map_err(|_| SciError::Nospc)?;
@@ -252,7 +261,11 @@ fn is_plain_program_memory(addr: usize, size: usize) -> bool {
         if b <= covered || a >= end {
             continue;
         }
-        if a > covered || !perms.starts_with("rw") || perms.as_bytes().get(3) != Some(&b'p') || !(path.is_empty() || path == "[heap]") {
+        if a > covered
+            || !perms.starts_with("rw")
+            || perms.as_bytes().get(3) != Some(&b'p')
+            || !(path.is_empty() || path == "[heap]")
+        {
             return false;
         }
         covered = b;

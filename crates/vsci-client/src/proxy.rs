@@ -120,11 +120,13 @@ impl ProxiedSegment {
             }
             checked.push(r);
         }
-        self.target.write_shipment(0, &checked, |(o, n)| {
+        self.target
+            .write_shipment(0, &checked, |(o, n)| {
                 // SAFETY: in bounds (window_ptr asserts it); only read while
                 // the shipment is written.
                 unsafe { std::slice::from_raw_parts(self.window_ptr(o, n), n) }
-            }).map_err(|e| self.failed("a shipment", &e))
+            })
+            .map_err(|e| self.failed("a shipment", &e))
     }
 
     /// DMA on the guest's behalf: RMA-write `src` to the owner's memory at
@@ -170,7 +172,6 @@ pub struct ProxiedTrigger {
     seen: u64,
     tail: u64,
 }
-
 
 impl ProxiedTrigger {
     /// Where the relay page's interrupt is, for the guest: a data slot at

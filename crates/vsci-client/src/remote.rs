@@ -245,9 +245,16 @@ impl RemoteTarget {
     /// so a flag stored after its data, above it — the usual "data, then a
     /// flag at the end" — could otherwise become visible before part of
     /// that data, although both came from one consistent snapshot.
-    pub(crate) fn write_shipment<'a>(&self, seg_off: u64, runs: &[vsci_trap::Run], bytes: impl Fn(vsci_trap::Run) -> &'a [u8]) -> std::result::Result<(), vsci_fabric::Error> {
+    pub(crate) fn write_shipment<'a>(
+        &self,
+        seg_off: u64,
+        runs: &[vsci_trap::Run],
+        bytes: impl Fn(vsci_trap::Run) -> &'a [u8],
+    ) -> std::result::Result<(), vsci_fabric::Error> {
         let (first, last) = split_last_word(runs);
-        let ops = |rs: &[vsci_trap::Run]| -> Vec<(&[u8], u64)> { rs.iter().map(|&run| (bytes(run), seg_off + run.0 as u64)).collect() };
+        let ops = |rs: &[vsci_trap::Run]| -> Vec<(&[u8], u64)> {
+            rs.iter().map(|&run| (bytes(run), seg_off + run.0 as u64)).collect()
+        };
         self.ep.rma.fabric.write_many_ordered(&self.ep.peer, &ops(&first), &ops(&[last]), &self.region)
     }
 }
@@ -299,7 +306,12 @@ impl Owner {
     }
 
     /// A shipment: see [`RemoteTarget::write_shipment`].
-    pub(crate) fn write_shipment<'a>(&self, seg_off: u64, runs: &[vsci_trap::Run], bytes: impl Fn(vsci_trap::Run) -> &'a [u8]) -> std::result::Result<(), OwnerError> {
+    pub(crate) fn write_shipment<'a>(
+        &self,
+        seg_off: u64,
+        runs: &[vsci_trap::Run],
+        bytes: impl Fn(vsci_trap::Run) -> &'a [u8],
+    ) -> std::result::Result<(), OwnerError> {
         match self {
             Owner::Rma(t) => Ok(t.write_shipment(seg_off, runs, bytes)?),
             Owner::Agent(a) => a.ship(seg_off, runs, bytes).map_err(OwnerError::Agent),
@@ -312,7 +324,9 @@ impl Owner {
         match self {
             Owner::Rma(t) => Ok(t.ep.rma.fabric.write(&t.ep.peer, data, &t.region, offset)?),
             Owner::Agent(a) => a.ship(offset, &[(0, data.len())], |(o, n)| &data[o..o + n]).map_err(OwnerError::Agent),
-            Owner::Group(g, loopback) => g.write_shipment(*loopback, offset, &[(0, data.len())], |(o, n)| &data[o..o + n]),
+            Owner::Group(g, loopback) => {
+                g.write_shipment(*loopback, offset, &[(0, data.len())], |(o, n)| &data[o..o + n])
+            }
         }
     }
 }
@@ -331,9 +345,18 @@ impl RemoteMap {
     /// (also mapped at `fill`, untrapped, for the library to write), whose
     /// first byte is segment offset `seg_off`; `valid` bytes of it lie
     /// inside the segment. Nothing is fetched until the program touches it.
-    pub(crate) fn new(owner: Owner, base: *mut u8, len: usize, seg_off: u64, valid: usize, fill: *mut u8, readonly: bool) -> Result<Arc<RemoteMap>> {
+    pub(crate) fn new(
+        owner: Owner,
+        base: *mut u8,
+        len: usize,
+        seg_off: u64,
+        valid: usize,
+        fill: *mut u8,
+        readonly: bool,
+    ) -> Result<Arc<RemoteMap>> {
         let trapped = trapped::Trapped::new(owner, base, len, seg_off, valid, fill, readonly)?;
-        let m = Arc::new(RemoteMap { trapped, last_refresh: Mutex::new(Instant::now()), seen_faults: Default::default() });
+        let m =
+            Arc::new(RemoteMap { trapped, last_refresh: Mutex::new(Instant::now()), seen_faults: Default::default() });
         flusher().add(&m);
         Ok(m)
     }
@@ -528,7 +551,9 @@ pub(crate) fn keep_buffer(b: Vec<u8>) {
     let mut spare = SPARE_BUFFERS.lock().unwrap_or_else(|e| e.into_inner());
     if spare.len() < SPARE_KEEP {
         spare.push(b);
-    } else if let Some(i) = (0..spare.len()).min_by_key(|&i| spare[i].capacity()).filter(|&i| spare[i].capacity() < b.capacity()) {
+    } else if let Some(i) =
+        (0..spare.len()).min_by_key(|&i| spare[i].capacity()).filter(|&i| spare[i].capacity() < b.capacity())
+    {
         let old = std::mem::replace(&mut spare[i], b);
         drop(spare);
         drop(old);
@@ -581,7 +606,12 @@ fn settle(e: Emulated) -> Result<()> {
             // A connection that broke under the write: the blocking write
             // retries while the provider reconnects.
             log::debug!("vsci: emulated store failed ({err}); writing it again");
-            e.target.ep.rma.fabric.write(&e.target.ep.peer, &data, &e.target.region, e.offset).map_err(|_| SciError::TransferFailed)
+            e.target
+                .ep
+                .rma
+                .fabric
+                .write(&e.target.ep.peer, &data, &e.target.region, e.offset)
+                .map_err(|_| SciError::TransferFailed)
         }
         _ => Err(SciError::TransferFailed),
     };
@@ -722,7 +752,6 @@ pub(crate) fn wake_flusher() {
     }
 }
 
-
 /// Send a trigger (plain or with data) to a remote interrupt, after making
 /// every earlier store visible at its owner.
 pub(crate) fn send_trigger(ep: &Endpoint, token: u64, data: Option<&[u8]>) -> Result<()> {
@@ -735,7 +764,8 @@ pub(crate) fn send_trigger(ep: &Endpoint, token: u64, data: Option<&[u8]>) -> Re
 
 /// Send a trigger message, nothing else.
 pub(crate) fn send_trigger_only(ep: &Endpoint, token: u64, data: Option<&[u8]>) -> Result<()> {
-    let msg = postcard::to_stdvec(&TriggerMsg { token, data: data.map(<[u8]>::to_vec) }).map_err(|_| SciError::System)?;
+    let msg =
+        postcard::to_stdvec(&TriggerMsg { token, data: data.map(<[u8]>::to_vec) }).map_err(|_| SciError::System)?;
     ep.rma.fabric.send(&ep.peer, &msg).map_err(|e| {
         log::debug!("vsci: trigger send failed: {e}");
         abandoned(&e, msg);

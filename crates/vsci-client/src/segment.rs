@@ -72,7 +72,13 @@ impl Client {
     /// As [`Self::create_segment_with`]; `broadcast` (SCI_FLAG_BROADCAST):
     /// the segment is this node's member of reflective-memory group
     /// `segment_id`, which group connects ([`Self::connect_group`]) write to.
-    pub fn create_segment_opts(&self, segment_id: Option<u32>, size: u64, empty: bool, broadcast: bool) -> Result<Arc<LocalSegment>> {
+    pub fn create_segment_opts(
+        &self,
+        segment_id: Option<u32>,
+        size: u64,
+        empty: bool,
+        broadcast: bool,
+    ) -> Result<Arc<LocalSegment>> {
         if size == 0 {
             return Err(SciError::IllegalParameter);
         }
@@ -122,9 +128,17 @@ impl Client {
 
     /// As [`Self::connect_segment`]; `broadcast`: only a reflective-memory
     /// member will do.
-    pub(crate) fn connect_segment_with(&self, node_id: u32, segment_id: u32, timeout_ms: u32, broadcast: bool) -> Result<Arc<RemoteSegment>> {
+    pub(crate) fn connect_segment_with(
+        &self,
+        node_id: u32,
+        segment_id: u32,
+        timeout_ms: u32,
+        broadcast: bool,
+    ) -> Result<Arc<RemoteSegment>> {
         let (reply, fds) = self.call(Request::ConnectSegment { node_id, segment_id, timeout_ms, broadcast })?;
-        let Reply::Connected { conn, node_id, segment_id, size, remote, proxied } = reply else { return Err(SciError::System) };
+        let Reply::Connected { conn, node_id, segment_id, size, remote, proxied } = reply else {
+            return Err(SciError::System);
+        };
         let memfd = expect_fd(fds)?;
         let target = match &remote {
             Some(access) => match crate::remote::RemoteTarget::new(access) {
@@ -167,7 +181,13 @@ impl Client {
     }
 
     /// The group connection over `members` (see [`Self::connect_group`]).
-    pub(crate) fn group_segment(&self, segment_id: u32, size: u64, group: Arc<crate::remote::group::Group>, events: Arc<EventQueue>) -> Result<Arc<RemoteSegment>> {
+    pub(crate) fn group_segment(
+        &self,
+        segment_id: u32,
+        size: u64,
+        group: Arc<crate::remote::group::Group>,
+        events: Arc<EventQueue>,
+    ) -> Result<Arc<RemoteSegment>> {
         let memfd = crate::remote::group::placeholder_memfd(size)?;
         Ok(Arc::new(RemoteSegment {
             client: self.clone(),
@@ -372,7 +392,11 @@ impl RemoteSegment {
     /// its payload); all visible at the owner on return. On failure the
     /// flag says the engine abandoned the writes and may still read the
     /// caller's buffers later: they must then be kept for good.
-    pub fn dma_write_ordered(&self, data: &[(&[u8], u64)], then: &[(&[u8], u64)]) -> std::result::Result<(), (SciError, bool)> {
+    pub fn dma_write_ordered(
+        &self,
+        data: &[(&[u8], u64)],
+        then: &[(&[u8], u64)],
+    ) -> std::result::Result<(), (SciError, bool)> {
         let Some(t) = &self.target else { return Err((SciError::IllegalOperation, false)) };
         let r = match (data.is_empty(), then.is_empty()) {
             (true, true) => Ok(()),
@@ -401,14 +425,20 @@ impl RemoteSegment {
         let fabric = &t.ep.rma.fabric;
         // Where a later trigger proves placement, the writes need no
         // acknowledgement each from the owner's engine.
-        let write = if fabric.info().messages_follow_writes() { fabric.write_post_runs(&t.ep.peer, data, runs, &t.region) } else { fabric.write_start_runs(&t.ep.peer, data, runs, &t.region) };
+        let write = if fabric.info().messages_follow_writes() {
+            fabric.write_post_runs(&t.ep.peer, data, runs, &t.region)
+        } else {
+            fabric.write_start_runs(&t.ep.peer, data, runs, &t.region)
+        };
         let write = write.map_err(|e| dma_error(e).0)?;
         Ok(PostedDma { write })
     }
 
     /// Have the writes of `p` completed (see [`dma_write_posted`](Self::dma_write_posted)), or failed?
     pub fn dma_posted_done(&self, p: &PostedDma) -> bool {
-        self.target.as_ref().is_none_or(|t| t.ep.rma.fabric.write_done(&p.write) || t.ep.rma.fabric.write_abandoned(&p.write))
+        self.target
+            .as_ref()
+            .is_none_or(|t| t.ep.rma.fabric.write_done(&p.write) || t.ep.rma.fabric.write_abandoned(&p.write))
     }
 
     /// Wait for the writes of `p`. A write the engine abandoned keeps its

@@ -144,7 +144,8 @@ fn wait_inner(
                 nix::poll::PollTimeout::try_from(ms).unwrap_or(nix::poll::PollTimeout::MAX)
             }
         };
-        let mut fds = [PollFd::new(eventfd.as_fd(), PollFlags::POLLIN), PollFd::new(gone.unwrap_or(eventfd), PollFlags::POLLIN)];
+        let mut fds =
+            [PollFd::new(eventfd.as_fd(), PollFlags::POLLIN), PollFd::new(gone.unwrap_or(eventfd), PollFlags::POLLIN)];
         let n = if gone.is_some() { 2 } else { 1 };
         let _ = nix::poll::poll(&mut fds[..n], timeout);
         if drain_after_wake {

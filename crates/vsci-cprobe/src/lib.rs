@@ -23,7 +23,11 @@ pub fn workspace() -> PathBuf {
 /// or an expression does not compile (a name that went away).
 pub fn c_values(include_dirs: &[PathBuf], headers: &[&str], exprs: &[&str]) -> Vec<u64> {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!("vsci-cprobe-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+    let dir = std::env::temp_dir().join(format!(
+        "vsci-cprobe-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let mut src = String::from("#include <stdio.h>\n#include <stddef.h>\n#include <stdint.h>\n");
     for h in headers {
@@ -42,12 +46,15 @@ pub fn c_values(include_dirs: &[PathBuf], headers: &[&str], exprs: &[&str]) -> V
     for d in include_dirs {
         cmd.arg("-I").arg(d);
     }
-    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cc} (a C compiler is needed to check constants against headers): {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cc} (a C compiler is needed to check constants against headers): {e}"));
     assert!(out.status.success(), "{cc} failed on\n{src}\n{}", String::from_utf8_lossy(&out.stderr));
     let run = Command::new(&exe).output().expect("run the probe");
     assert!(run.status.success(), "the probe failed");
     let _ = std::fs::remove_dir_all(&dir);
-    let values: Vec<u64> = String::from_utf8_lossy(&run.stdout).lines().map(|l| l.trim().parse().expect("a number")).collect();
+    let values: Vec<u64> =
+        String::from_utf8_lossy(&run.stdout).lines().map(|l| l.trim().parse().expect("a number")).collect();
     assert_eq!(values.len(), exprs.len(), "the probe printed {} values for {} expressions", values.len(), exprs.len());
     values
 }
@@ -72,7 +79,10 @@ mod tests {
 
     #[test]
     fn values_and_mismatches() {
-        assert_eq!(c_values(&[], &["limits.h"], &["CHAR_BIT", "sizeof(uint32_t)", "offsetof(struct { char a; int b; }, b)"]), vec![8, 4, 4]);
+        assert_eq!(
+            c_values(&[], &["limits.h"], &["CHAR_BIT", "sizeof(uint32_t)", "offsetof(struct { char a; int b; }, b)"]),
+            vec![8, 4, 4]
+        );
         check(&[], &["limits.h"], &[("CHAR_BIT", 8)]);
         let e = std::panic::catch_unwind(|| check(&[], &["limits.h"], &[("CHAR_BIT", 9)])).unwrap_err();
         assert!(e.downcast_ref::<String>().is_some_and(|m| m.contains("CHAR_BIT: C 0x8, Rust 0x9")));

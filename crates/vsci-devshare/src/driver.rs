@@ -106,7 +106,11 @@ pub struct Layout {
 impl Layout {
     pub fn of(cfg: &VmConfig) -> Result<Layout> {
         let need = 2 * RING as u64 * DESC as u64 + 2 * RING as u64 * BUF as u64;
-        anyhow::ensure!(cfg.window.1 >= need, "the DMA window ({} bytes) cannot hold the rings and buffers ({need})", cfg.window.1);
+        anyhow::ensure!(
+            cfg.window.1 >= need,
+            "the DMA window ({} bytes) cannot hold the rings and buffers ({need})",
+            cfg.window.1
+        );
         let (w0, _) = cfg.window;
         Ok(match cfg.mode {
             // Buffers anywhere in memory (the device reaches all of it):
@@ -174,7 +178,13 @@ pub fn run(o: DriverOptions, stop: Arc<AtomicBool>) -> Result<DriverStats> {
     push_rx(&lay, 0, RING, &mut w);
     w.push((regs::RX_TAIL, u64::from(RING)));
     vm.write_regs(&w)?;
-    println!("vsci vm-driver {}: {} up, MAC {}, {:?} mode", vm.cfg.name, o.tap, regs::mac_string(&vm.cfg.mac), vm.cfg.mode);
+    println!(
+        "vsci vm-driver {}: {} up, MAC {}, {:?} mode",
+        vm.cfg.name,
+        o.tap,
+        regs::mac_string(&vm.cfg.mac),
+        vm.cfg.mode
+    );
     let mut st = DriverStats::default();
     let (mut tx_tail, mut tx_clean, mut rx_clean) = (0u32, 0u32, 0u32);
     let mut frame = vec![0u8; BUF];

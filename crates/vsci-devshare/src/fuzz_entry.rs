@@ -98,7 +98,10 @@ fn descriptors(b: &[u8]) {
         let runs = regs::ring_runs(BASE, len, from, from.wrapping_add(n));
         assert_eq!(runs.iter().map(|r| r.1).sum::<u32>(), n);
         for (dva, count, _) in runs {
-            assert!(dva + u64::from(count) * DESC as u64 <= BASE + u64::from(len) * DESC as u64, "a run stays in its ring");
+            assert!(
+                dva + u64::from(count) * DESC as u64 <= BASE + u64::from(len) * DESC as u64,
+                "a run stays in its ring"
+            );
         }
     }
 }
@@ -108,11 +111,45 @@ pub fn seeds() -> Vec<(String, Vec<u8>)> {
     let with = |sel: u8, b: Vec<u8>| [vec![sel], b].concat();
     let from = |req| RequestFrom { node: 2, reply: msg::ReplyTo { node: 2, interrupt: 9 }, req };
     let mut v = vec![
-        ("regs".to_string(), with(0, msg::encode(&ToDevice::Regs { func: 1, token: 7, writes: vec![(regs::TX_LEN, 256), (regs::MSIX_BASE, 5), (regs::TX_TAIL, 3)] }))),
-        ("assign".into(), with(0, msg::encode(&ToDevice::Manager(msg::sign_at(KEY, 0, 1, from(msg::Request::Assign { vm: "a".into(), ram_segment: 4, ram_size: 1 << 24, window: (0, 1 << 24), mode: msg::Mode::Bounce, irq: msg::ReplyTo { node: 2, interrupt: 9 } })))))),
+        (
+            "regs".to_string(),
+            with(
+                0,
+                msg::encode(&ToDevice::Regs {
+                    func: 1,
+                    token: 7,
+                    writes: vec![(regs::TX_LEN, 256), (regs::MSIX_BASE, 5), (regs::TX_TAIL, 3)],
+                }),
+            ),
+        ),
+        (
+            "assign".into(),
+            with(
+                0,
+                msg::encode(&ToDevice::Manager(msg::sign_at(
+                    KEY,
+                    0,
+                    1,
+                    from(msg::Request::Assign {
+                        vm: "a".into(),
+                        ram_segment: 4,
+                        ram_size: 1 << 24,
+                        window: (0, 1 << 24),
+                        mode: msg::Mode::Bounce,
+                        irq: msg::ReplyTo { node: 2, interrupt: 9 },
+                    }),
+                ))),
+            ),
+        ),
         ("list".into(), with(0, msg::encode(&ToDevice::Manager(msg::sign_at(KEY, 0, 2, from(msg::Request::List)))))),
         ("irq".into(), with(1, msg::encode(&ToHost::Irq { func: 1, vector: 0 }))),
-        ("reply".into(), with(1, msg::encode(&ToHost::Manager(msg::sign_at(KEY, 0, 3, ReplyFor { nonce: 2, reply: msg::Reply::Done }))))),
+        (
+            "reply".into(),
+            with(
+                1,
+                msg::encode(&ToHost::Manager(msg::sign_at(KEY, 0, 3, ReplyFor { nonce: 2, reply: msg::Reply::Done }))),
+            ),
+        ),
         ("writes".into(), with(2, regs::encode_writes(&[(regs::RX_TAIL, 4), (regs::CTRL, 1)]))),
     ];
     let mut d = Vec::new();

@@ -93,11 +93,18 @@ pub fn run_vm(o: VmOptions, stop: Arc<AtomicBool>) -> Result<()> {
     // A guest's memory segment is its RAM and, past it, where the guest
     // cannot see it, the function's rings and the bounce area.
     let seg_size = if guest { o.ram + BOUNCE_AREA } else { o.ram };
-    let client = Client::connect_service(&o.socket, "vsci-device-vm").map_err(|e| anyhow!("cannot reach vscid at {}: {e}", o.socket.display()))?;
+    let client = Client::connect_service(&o.socket, "vsci-device-vm")
+        .map_err(|e| anyhow!("cannot reach vscid at {}: {e}", o.socket.display()))?;
     let node = client.node_id();
-    let ram = client.create_segment(None, seg_size).map_err(|e| anyhow!("cannot create the VM's memory ({seg_size} bytes): {e}"))?;
-    ram.prepare().and_then(|_| ram.set_available()).map_err(|e| anyhow!("cannot offer the VM's memory to the device: {e}"))?;
-    let irq = client.create_interrupt(IntrKind::Data, 0x4C80, false).map_err(|e| anyhow!("cannot create the VM's interrupt: {e}"))?;
+    let ram = client
+        .create_segment(None, seg_size)
+        .map_err(|e| anyhow!("cannot create the VM's memory ({seg_size} bytes): {e}"))?;
+    ram.prepare()
+        .and_then(|_| ram.set_available())
+        .map_err(|e| anyhow!("cannot offer the VM's memory to the device: {e}"))?;
+    let irq = client
+        .create_interrupt(IntrKind::Data, 0x4C80, false)
+        .map_err(|e| anyhow!("cannot create the VM's interrupt: {e}"))?;
     let req = Requester::new(client.clone(), o.key.clone(), o.device_node, o.device_interrupt)?;
     let window = match o.mode {
         Mode::ZeroCopy => (0, seg_size),
@@ -108,7 +115,14 @@ pub fn run_vm(o: VmOptions, stop: Arc<AtomicBool>) -> Result<()> {
         o.device_node, o.name, ram.segment_id, seg_size, window.0, window.1, o.mode, irq.number
     );
     let reply = req.call(
-        Request::Assign { vm: o.name.clone(), ram_segment: ram.segment_id, ram_size: seg_size, window, mode: o.mode, irq: ReplyTo { node, interrupt: irq.number } },
+        Request::Assign {
+            vm: o.name.clone(),
+            ram_segment: ram.segment_id,
+            ram_size: seg_size,
+            window,
+            mode: o.mode,
+            irq: ReplyTo { node, interrupt: irq.number },
+        },
         Duration::from_secs(20),
     )?;
     let a = match reply {
@@ -120,7 +134,14 @@ pub fn run_vm(o: VmOptions, stop: Arc<AtomicBool>) -> Result<()> {
     let (mut child, ours, guest_net, vm_irq) = match &o.kind {
         VmKind::Process(driver) => {
             let (ours, theirs) = socketpair()?;
-            let cfg = VmConfig { name: o.name.clone(), mac: a.mac, ram_size: seg_size, window, mode: o.mode, handles: a.handles };
+            let cfg = VmConfig {
+                name: o.name.clone(),
+                mac: a.mac,
+                ram_size: seg_size,
+                window,
+                mode: o.mode,
+                handles: a.handles,
+            };
             let child = spawn_driver(driver, ram.memfd(), &theirs)?;
             drop(theirs);
             send(&ours, &msg::encode(&cfg))?;
@@ -146,15 +167,31 @@ pub fn run_vm(o: VmOptions, stop: Arc<AtomicBool>) -> Result<()> {
     crate::status::publish(
         &o.socket,
         &tag,
-        &crate::status::Entry::Vm { pid: std::process::id(), name: o.name.clone(), device_node: o.device_node, func: a.func, mac: regs::mac_string(&a.mac), mode: format!("{:?}", o.mode) },
+        &crate::status::Entry::Vm {
+            pid: std::process::id(),
+            name: o.name.clone(),
+            device_node: o.device_node,
+            func: a.func,
+            mac: regs::mac_string(&a.mac),
+            mode: format!("{:?}", o.mode),
+        },
     );
-    println!("vsci device vm {}: function {} (MAC {}) of node {} in {:?} mode; VM pid {}", o.name, a.func, regs::mac_string(&a.mac), o.device_node, o.mode, child.id());
+    println!(
+        "vsci device vm {}: function {} (MAC {}) of node {} in {:?} mode; VM pid {}",
+        o.name,
+        a.func,
+        regs::mac_string(&a.mac),
+        o.device_node,
+        o.mode,
+        child.id()
+    );
 
     let revoked = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicBool::new(false));
     // The function's interrupts and the manager's notices, to the VM.
     let irq_thread = {
-        let (ours, irq, revoked, done, key, func) = (ours.clone(), irq.clone(), revoked.clone(), done.clone(), o.key.clone(), a.func);
+        let (ours, irq, revoked, done, key, func) =
+            (ours.clone(), irq.clone(), revoked.clone(), done.clone(), o.key.clone(), a.func);
         let vm_irq = vm_irq.as_ref().map(|e: &EventFd| e.try_clone()).transpose()?;
         std::thread::Builder::new().name("vsci-vm-irq".into()).spawn(move || {
             let mut buf = vec![0u8; vsci_proto::intr::DATA_MAX];
@@ -225,13 +262,17 @@ pub fn run_vm(o: VmOptions, stop: Arc<AtomicBool>) -> Result<()> {
             }
         };
         let Some(writes) = regs::decode_writes(&buf[..n]) else {
-            warn!("VM {}: a torn register write ({n} bytes), or more than {MAX_WRITES} in one message; dropped", o.name);
+            warn!(
+                "VM {}: a torn register write ({n} bytes), or more than {MAX_WRITES} in one message; dropped",
+                o.name
+            );
             continue;
         };
         // The window is all the VM's CPU can reach of the device: writes
         // outside it (another function's registers, the device's own) go
         // nowhere, as stores outside a VM's EPT mappings.
-        let (inside, out): (Vec<_>, Vec<_>) = writes.into_iter().partition(|&(off, _)| off < regs::WINDOW && off % 8 == 0);
+        let (inside, out): (Vec<_>, Vec<_>) =
+            writes.into_iter().partition(|&(off, _)| off < regs::WINDOW && off % 8 == 0);
         for (off, _) in &out {
             outside += 1;
             if outside <= 20 || outside % 1000 == 0 {
@@ -296,13 +337,19 @@ fn start_guest(
     let _ = std::fs::remove_file(&sock);
     let net = {
         let (sock, irq) = (sock.clone(), irq.try_clone()?);
-        std::thread::Builder::new().name("vsci-guest-net".into()).spawn(move || crate::vhost::serve(&sock, port, irq))?
+        std::thread::Builder::new()
+            .name("vsci-guest-net".into())
+            .spawn(move || crate::vhost::serve(&sock, port, irq))?
     };
     // QEMU connects as soon as it starts: the backend must listen first.
     let t0 = std::time::Instant::now();
     while !sock.exists() {
         anyhow::ensure!(!net.is_finished(), "the guest's network backend did not start");
-        anyhow::ensure!(t0.elapsed() < Duration::from_secs(10), "the guest's network backend did not listen on {}", sock.display());
+        anyhow::ensure!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the guest's network backend did not listen on {}",
+            sock.display()
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     let (prog, args) = command.split_first().ok_or_else(|| anyhow!("no guest command"))?;

@@ -136,7 +136,8 @@ mod tests {
         // DVA 0xBD476000, which the CH IOMMU maps to 0x17A2D000. Here one
         // grant plays that whole chain: DVA window at 0x40_0000_0000 over
         // the VM's memory.
-        let c = Context::new(vec![Grant { dva: 0x40_0000_0000, len: 0x1_0000_0000, offset: 0, read: true, write: true }]);
+        let c =
+            Context::new(vec![Grant { dva: 0x40_0000_0000, len: 0x1_0000_0000, offset: 0, read: true, write: true }]);
         assert_eq!(c.translate(0x40BD476000, 2048, Access::Write), Ok(0xBD476000));
     }
 

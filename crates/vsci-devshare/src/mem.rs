@@ -51,13 +51,15 @@ impl Mapping {
     /// after everything the device stored before it (its status last).
     pub fn desc(&self, ring: u64, len: u32, idx: u32) -> crate::regs::Desc {
         let mut b = [0u8; crate::regs::DESC];
-        self.read(ring + u64::from(idx % len) * crate::regs::DESC as u64, &mut b).expect("rings lie inside the mapping");
+        self.read(ring + u64::from(idx % len) * crate::regs::DESC as u64, &mut b)
+            .expect("rings lie inside the mapping");
         std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
         crate::regs::Desc::decode(&b)
     }
 
     pub fn set_desc(&self, ring: u64, len: u32, idx: u32, d: crate::regs::Desc) {
-        self.write(ring + u64::from(idx % len) * crate::regs::DESC as u64, &d.encode()).expect("rings lie inside the mapping");
+        self.write(ring + u64::from(idx % len) * crate::regs::DESC as u64, &d.encode())
+            .expect("rings lie inside the mapping");
     }
 }
 
@@ -142,7 +144,13 @@ impl VmMemory {
     /// returned, to be reaped with [`posted_done`](Self::posted_done) and
     /// [`posted_finish`](Self::posted_finish). This host's memory is
     /// written at once (None).
-    pub fn write_posted(&self, mut data: Vec<u8>, pieces: &[(usize, u64)], then: Vec<u8>, then_pieces: &[(usize, u64)]) -> Result<Option<PostedDma>, SciError> {
+    pub fn write_posted(
+        &self,
+        mut data: Vec<u8>,
+        pieces: &[(usize, u64)],
+        then: Vec<u8>,
+        then_pieces: &[(usize, u64)],
+    ) -> Result<Option<PostedDma>, SciError> {
         if self.local.is_some() {
             return self.write(data, pieces, then, then_pieces).map(|()| None);
         }
@@ -163,7 +171,13 @@ impl VmMemory {
 
     /// Write `data`'s consecutive pieces, then `then`'s: everything in
     /// `then` lands after everything in `data`.
-    pub fn write(&self, data: Vec<u8>, pieces: &[(usize, u64)], then: Vec<u8>, then_pieces: &[(usize, u64)]) -> Result<(), SciError> {
+    pub fn write(
+        &self,
+        data: Vec<u8>,
+        pieces: &[(usize, u64)],
+        then: Vec<u8>,
+        then_pieces: &[(usize, u64)],
+    ) -> Result<(), SciError> {
         let (d, t) = (ranges(pieces), ranges(then_pieces));
         if let Some(m) = &self.local {
             for (r, off) in &d {
@@ -195,7 +209,8 @@ mod tests {
 
     #[test]
     fn a_mapping_is_reached_through_bounds_checked_volatile_slices() {
-        let fd = nix::sys::memfd::memfd_create(c"vsci-mem-test", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC).unwrap();
+        let fd =
+            nix::sys::memfd::memfd_create(c"vsci-mem-test", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC).unwrap();
         nix::unistd::ftruncate(&fd, 8192).unwrap();
         let m = Mapping::new(std::os::fd::AsFd::as_fd(&fd), 8192).unwrap();
         m.write(4090, b"abcdef").unwrap();

@@ -115,9 +115,15 @@ pub struct FunctionInfo {
 pub enum Reply {
     Assigned(Assigned),
     Done,
-    List { device: String, functions: Vec<FunctionInfo> },
+    List {
+        device: String,
+        functions: Vec<FunctionInfo>,
+    },
     /// The function was taken back (a notice, not an answer).
-    Revoked { func: u8, why: String },
+    Revoked {
+        func: u8,
+        why: String,
+    },
     Refused(String),
 }
 
@@ -257,11 +263,22 @@ mod tests {
 
     #[test]
     fn fits_a_data_interrupt() {
-        let s = sign(b"0123456789abcdef", 1, RequestFrom {
-            node: 3,
-            reply: ReplyTo { node: 3, interrupt: 7 },
-            req: Request::Assign { vm: "x".repeat(64), ram_segment: 1, ram_size: 1 << 30, window: (0, 1 << 30), mode: Mode::ZeroCopy, irq: ReplyTo { node: 3, interrupt: 7 } },
-        });
+        let s = sign(
+            b"0123456789abcdef",
+            1,
+            RequestFrom {
+                node: 3,
+                reply: ReplyTo { node: 3, interrupt: 7 },
+                req: Request::Assign {
+                    vm: "x".repeat(64),
+                    ram_segment: 1,
+                    ram_size: 1 << 30,
+                    window: (0, 1 << 30),
+                    mode: Mode::ZeroCopy,
+                    irq: ReplyTo { node: 3, interrupt: 7 },
+                },
+            },
+        );
         assert!(encode(&ToDevice::Manager(s)).len() < 1024);
         let w: Vec<(u32, u64)> = (0..40).map(|i| (i, u64::MAX)).collect();
         assert!(encode(&ToDevice::Regs { func: 1, token: u64::MAX, writes: w }).len() < 1024);

@@ -29,7 +29,9 @@ use vsci_client::{Client, DataWait, IntrKind, PostedDma, RemoteInterrupt, SciErr
 use crate::gather::{self, Gather};
 use crate::iommu::{Access, Context, Grant, Remap};
 use crate::mem::VmMemory;
-use crate::msg::{self, Assigned, FunctionInfo, Mode, Reply, ReplyFor, ReplyTo, Request, RequestFrom, Signed, ToDevice, ToHost};
+use crate::msg::{
+    self, Assigned, FunctionInfo, Mode, Reply, ReplyFor, ReplyTo, Request, RequestFrom, Signed, ToDevice, ToHost,
+};
 use crate::regs::{self, Desc, DD, DESC, ERR, MAX_FRAME};
 use crate::tap::Tap;
 
@@ -178,7 +180,8 @@ type Deliveries = Vec<(usize, Vec<u8>)>;
 
 pub fn serve(o: DeviceOptions, stop: Arc<AtomicBool>) -> Result<()> {
     anyhow::ensure!((1..=64).contains(&o.functions), "--functions: 1 to 64");
-    let client = Client::connect_service(&o.socket, "vsci-device").map_err(|e| anyhow::anyhow!("cannot reach vscid at {}: {e}", o.socket.display()))?;
+    let client = Client::connect_service(&o.socket, "vsci-device")
+        .map_err(|e| anyhow::anyhow!("cannot reach vscid at {}: {e}", o.socket.display()))?;
     let node = client.node_id();
     let tap = Tap::open(&o.tap)?;
     crate::tap::configure(&o.tap, None, o.address.as_deref())?;
@@ -186,8 +189,20 @@ pub fn serve(o: DeviceOptions, stop: Arc<AtomicBool>) -> Result<()> {
     let intr = client
         .create_interrupt(IntrKind::Data, o.interrupt, true)
         .map_err(|e| anyhow::anyhow!("cannot create the device's interrupt {:#x} on node {node}: {e}", o.interrupt))?;
-    let fns = (0..o.functions).map(|i| Mutex::new(Function { index: i, mac: regs::mac(node, i), asg: None, stats: Stats::default() })).collect();
-    let dev = Arc::new(Device { name: o.name.clone(), socket: o.socket.clone(), wire: o.tap.clone(), node, client, key: o.key, tap, fns, replay: Mutex::default() });
+    let fns = (0..o.functions)
+        .map(|i| Mutex::new(Function { index: i, mac: regs::mac(node, i), asg: None, stats: Stats::default() }))
+        .collect();
+    let dev = Arc::new(Device {
+        name: o.name.clone(),
+        socket: o.socket.clone(),
+        wire: o.tap.clone(),
+        node,
+        client,
+        key: o.key,
+        tap,
+        fns,
+        replay: Mutex::default(),
+    });
     println!(
         "vsci device {}: {} functions on node {node}, interrupt {:#x}, wire {}{}",
         o.name,
@@ -354,7 +369,12 @@ impl Device {
                 }
             })
             .collect();
-        let e = crate::status::Entry::Device { pid: std::process::id(), name: self.name.clone(), wire: self.wire.clone(), functions };
+        let e = crate::status::Entry::Device {
+            pid: std::process::id(),
+            name: self.name.clone(),
+            wire: self.wire.clone(),
+            functions,
+        };
         crate::status::publish(&self.socket, &format!("device-{}", self.name), &e);
     }
 
@@ -386,20 +406,26 @@ impl Device {
         let env = match msg::open::<RequestFrom>(&self.key, s) {
             Ok(e) => e,
             Err(e) => {
-                    warn!("manager: refused a request: {e}");
+                warn!("manager: refused a request: {e}");
                 return;
             }
         };
         if !self.replay.lock().unwrap().fresh(env.nonce) {
-            warn!("manager: refused a request from node {}: replayed (nonce {:#x} seen before)", env.msg.node, env.nonce);
+            warn!(
+                "manager: refused a request from node {}: replayed (nonce {:#x} seen before)",
+                env.msg.node, env.nonce
+            );
             return;
         }
         let RequestFrom { node, reply, req } = env.msg;
         let answer = match req {
-            Request::Assign { vm, ram_segment, ram_size, window, mode, irq } => self.assign(node, vm, ram_segment, ram_size, window, mode, irq),
+            Request::Assign { vm, ram_segment, ram_size, window, mode, irq } => {
+                self.assign(node, vm, ram_segment, ram_size, window, mode, irq)
+            }
             Request::Release { func, token } => {
                 let i = func as usize;
-                let holder = i < self.fns.len() && self.func(i).asg.as_ref().is_some_and(|a| a.token == token && a.node == node);
+                let holder =
+                    i < self.fns.len() && self.func(i).asg.as_ref().is_some_and(|a| a.token == token && a.node == node);
                 if holder {
                     if let Some(a) = self.release(i, "released by its holder") {
                         let _ = a.irq.disconnect();
@@ -411,9 +437,22 @@ impl Device {
             }
             Request::Revoke { func } => {
                 let i = func as usize;
-                match (i < self.fns.len()).then(|| self.release(i, &format!("revoked by an administrator on node {node}"))).flatten() {
+                match (i < self.fns.len())
+                    .then(|| self.release(i, &format!("revoked by an administrator on node {node}")))
+                    .flatten()
+                {
                     Some(a) => {
-                        let notice = ToHost::Manager(msg::sign(&self.key, msg::random_u64(), ReplyFor { nonce: 0, reply: Reply::Revoked { func, why: format!("revoked by an administrator on node {node}") } }));
+                        let notice = ToHost::Manager(msg::sign(
+                            &self.key,
+                            msg::random_u64(),
+                            ReplyFor {
+                                nonce: 0,
+                                reply: Reply::Revoked {
+                                    func,
+                                    why: format!("revoked by an administrator on node {node}"),
+                                },
+                            },
+                        ));
                         let _ = a.irq.trigger_data(&msg::encode(&notice));
                         let _ = a.irq.disconnect();
                         Reply::Done
@@ -448,12 +487,24 @@ impl Device {
     /// The seed's setup steps 2 to 5, on the device host (the hypervisor
     /// logs 1 and 6).
     #[allow(clippy::too_many_arguments)]
-    fn assign(&self, node: u32, vm: String, ram_segment: u32, ram_size: u64, window: (u64, u64), mode: Mode, irq: ReplyTo) -> Reply {
+    fn assign(
+        &self,
+        node: u32,
+        vm: String,
+        ram_segment: u32,
+        ram_size: u64,
+        window: (u64, u64),
+        mode: Mode,
+        irq: ReplyTo,
+    ) -> Reply {
         if vm.is_empty() || vm.len() > 64 {
             return Reply::Refused("a VM name is 1 to 64 bytes".into());
         }
         if window.1 == 0 || window.0.checked_add(window.1).is_none_or(|e| e > ram_size) {
-            return Reply::Refused(format!("the DMA window [{:#x}, +{:#x}) is not inside the VM's {ram_size} bytes", window.0, window.1));
+            return Reply::Refused(format!(
+                "the DMA window [{:#x}, +{:#x}) is not inside the VM's {ram_size} bytes",
+                window.0, window.1
+            ));
         }
         info!("setup step 1 (received): node {node} asks a function for VM {vm}: memory = node {node} segment {ram_segment:#x} ({ram_size} bytes), DMA payload window [{:#x}, +{:#x}) ({mode:?}), MSI-X to node {} interrupt {}", window.0, window.1, irq.node, irq.interrupt);
         let Some(i) = (0..self.fns.len()).find(|&i| self.func(i).asg.is_none()) else {
@@ -463,7 +514,11 @@ impl Device {
         info!("setup step 2: function {i} (MAC {}) allocated for VM {vm} of node {node}: CSR/MMIO = its {:#x}-byte register window, MSI-X = {} vectors, DMA payload = DVA [{:#x}, +{:#x})", regs::mac_string(&mac), regs::WINDOW, regs::VECTORS, window.0, window.1);
         let seg = match self.client.connect_segment(node, ram_segment, 5000) {
             Ok(s) => s,
-            Err(e) => return Reply::Refused(format!("cannot reach the VM's memory (node {node} segment {ram_segment:#x}): {e}")),
+            Err(e) => {
+                return Reply::Refused(format!(
+                    "cannot reach the VM's memory (node {node} segment {ram_segment:#x}): {e}"
+                ))
+            }
         };
         if seg.size != ram_size {
             let _ = seg.disconnect();
@@ -479,12 +534,16 @@ impl Device {
             Ok(r) => r,
             Err(e) => {
                 let _ = mem.seg.disconnect();
-                return Reply::Refused(format!("cannot reach the VM's interrupt (node {} interrupt {}): {e}", irq.node, irq.interrupt));
+                return Reply::Refused(format!(
+                    "cannot reach the VM's interrupt (node {} interrupt {}): {e}",
+                    irq.node, irq.interrupt
+                ));
             }
         };
         let handles = [msg::random_u64() | 1, msg::random_u64() | 1, msg::random_u64() | 1];
         // Direct mapping (the seed's policy): DVA = offset in the VM's memory.
-        let iommu = Context::new(vec![Grant { dva: window.0, len: window.1, offset: window.0, read: true, write: true }]);
+        let iommu =
+            Context::new(vec![Grant { dva: window.0, len: window.1, offset: window.0, read: true, write: true }]);
         info!(
             "setup step 4: IOMMU context of function {i}: DVA [{:#x}, +{:#x}) -> node {node} segment {ram_segment:#x} offset {:#x}, read/write ({}); interrupt remapping: its vectors -> node {} interrupt {}",
             window.0,
@@ -593,7 +652,13 @@ impl Function {
                     }
                     let (desc, inline) = regs::pushed(val);
                     let bytes = std::mem::take(&mut a.tx_inline);
-                    let inline = inline.then(|| if bytes.len() >= desc.len as usize { Ok(bytes[..desc.len as usize].to_vec()) } else { Err(bytes.len()) });
+                    let inline = inline.then(|| {
+                        if bytes.len() >= desc.len as usize {
+                            Ok(bytes[..desc.len as usize].to_vec())
+                        } else {
+                            Err(bytes.len())
+                        }
+                    });
                     a.tx_pushed.push_back(Pushed { idx: a.tx_push_next, desc, inline });
                     a.tx_push_next = a.tx_push_next.wrapping_add(1);
                 }
@@ -892,7 +957,11 @@ impl Function {
                 break;
             };
             if fr.len() > d.len as usize {
-                faults.push(format!("descriptor {idx}: a {}-byte frame does not fit its {}-byte buffer", fr.len(), d.len));
+                faults.push(format!(
+                    "descriptor {idx}: a {}-byte frame does not fit its {}-byte buffer",
+                    fr.len(),
+                    d.len
+                ));
                 status.push((idx, Desc { len: 0, status: DD | ERR, ..d }));
                 continue;
             }

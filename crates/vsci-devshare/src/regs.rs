@@ -91,7 +91,11 @@ pub fn rx_pushed(v: u64) -> (u64, u32) {
 
 /// The descriptor a [`TX_PUSH`] value carries, and whether it is inline.
 pub fn pushed(v: u64) -> (Desc, bool) {
-    let d = Desc { addr: v & ((1 << 48) - 1), len: ((v >> 48) & 0x3fff) as u32, status: if v & PUSH_MORE != 0 { MORE } else { 0 } };
+    let d = Desc {
+        addr: v & ((1 << 48) - 1),
+        len: ((v >> 48) & 0x3fff) as u32,
+        status: if v & PUSH_MORE != 0 { MORE } else { 0 },
+    };
     (d, v & PUSH_INLINE != 0)
 }
 
@@ -111,14 +115,33 @@ pub fn push_frame(d: Desc, bytes: &[u8], out: &mut Vec<(u32, u64)>) {
 
 /// Every register the device knows (for validating a write).
 pub fn known(off: u32) -> bool {
-    matches!(off, CTRL | TX_BASE | TX_LEN | TX_TAIL | RX_BASE | RX_LEN | RX_TAIL | IRQ_MASK | TX_PUSH | TX_INLINE | RX_PUSH_LEN | RX_PUSH)
-        || (MSIX_BASE..MSIX_BASE + 8 * VECTORS as u32).contains(&off) && off % 8 == 0
+    matches!(
+        off,
+        CTRL | TX_BASE
+            | TX_LEN
+            | TX_TAIL
+            | RX_BASE
+            | RX_LEN
+            | RX_TAIL
+            | IRQ_MASK
+            | TX_PUSH
+            | TX_INLINE
+            | RX_PUSH_LEN
+            | RX_PUSH
+    ) || (MSIX_BASE..MSIX_BASE + 8 * VECTORS as u32).contains(&off) && off % 8 == 0
 }
 
 /// The writes that bring a function up: both rings (`len` entries each),
 /// interrupts unmasked, the MSI-X entries aimed at `handles`, enabled.
 pub fn bring_up(tx_ring: u64, rx_ring: u64, len: u32, handles: &[u64; VECTORS]) -> Vec<(u32, u64)> {
-    let mut w = vec![(TX_BASE, tx_ring), (TX_LEN, u64::from(len)), (RX_BASE, rx_ring), (RX_LEN, u64::from(len)), (IRQ_MASK, 0), (CTRL, 1)];
+    let mut w = vec![
+        (TX_BASE, tx_ring),
+        (TX_LEN, u64::from(len)),
+        (RX_BASE, rx_ring),
+        (RX_LEN, u64::from(len)),
+        (IRQ_MASK, 0),
+        (CTRL, 1),
+    ];
     w.extend(handles.iter().enumerate().map(|(v, &h)| (MSIX_BASE + 8 * v as u32, h)));
     w
 }
@@ -234,7 +257,12 @@ pub fn decode_writes(b: &[u8]) -> Option<Vec<(u32, u64)>> {
     }
     Some(
         b.chunks_exact(12)
-            .map(|c| (u32::from_le_bytes(c[0..4].try_into().expect("4")), u64::from_le_bytes(c[4..12].try_into().expect("8"))))
+            .map(|c| {
+                (
+                    u32::from_le_bytes(c[0..4].try_into().expect("4")),
+                    u64::from_le_bytes(c[4..12].try_into().expect("8")),
+                )
+            })
             .collect(),
     )
 }

@@ -21,13 +21,19 @@ impl Requester {
         let device = client
             .connect_interrupt(IntrKind::Data, device_node, device_interrupt, 5000)
             .map_err(|e| anyhow!("cannot reach the device on node {device_node} (interrupt {device_interrupt:#x}): {e}; is `vsci device serve` running there?"))?;
-        let inbox = client.create_interrupt(IntrKind::Data, 0x4C00, false).map_err(|e| anyhow!("cannot create an interrupt for the answers: {e}"))?;
+        let inbox = client
+            .create_interrupt(IntrKind::Data, 0x4C00, false)
+            .map_err(|e| anyhow!("cannot create an interrupt for the answers: {e}"))?;
         Ok(Requester { client, key, device, inbox })
     }
 
     pub fn call(&self, req: Request, timeout: Duration) -> Result<Reply> {
         let nonce = msg::random_u64();
-        let from = RequestFrom { node: self.client.node_id(), reply: ReplyTo { node: self.client.node_id(), interrupt: self.inbox.number }, req };
+        let from = RequestFrom {
+            node: self.client.node_id(),
+            reply: ReplyTo { node: self.client.node_id(), interrupt: self.inbox.number },
+            req,
+        };
         let m = msg::encode(&ToDevice::Manager(msg::sign(&self.key, nonce, from)));
         self.device.trigger_data(&m).map_err(|e| anyhow!("cannot send the request to the device: {e}"))?;
         let deadline = Instant::now() + timeout;

@@ -44,7 +44,10 @@ fn path_for(socket: &Path, tag: &str) -> PathBuf {
 pub fn publish(socket: &Path, tag: &str, e: &Entry) {
     let p = path_for(socket, tag);
     let tmp = p.with_extension("json.tmp");
-    let r = serde_json::to_vec_pretty(e).map_err(std::io::Error::other).and_then(|b| std::fs::write(&tmp, b)).and_then(|_| std::fs::rename(&tmp, &p));
+    let r = serde_json::to_vec_pretty(e)
+        .map_err(std::io::Error::other)
+        .and_then(|b| std::fs::write(&tmp, b))
+        .and_then(|_| std::fs::rename(&tmp, &p));
     if let Err(err) = r {
         log::warn!("cannot write {}: {err}", p.display());
     }
@@ -58,14 +61,18 @@ pub fn withdraw(socket: &Path, tag: &str) {
 pub fn read_all(socket: &Path) -> Vec<Entry> {
     let (Some(dir), Some(name)) = (socket.parent(), socket.file_name()) else { return Vec::new() };
     let prefix = format!("{}.", name.to_string_lossy());
-    let Ok(rd) = std::fs::read_dir(if dir.as_os_str().is_empty() { Path::new(".") } else { dir }) else { return Vec::new() };
+    let Ok(rd) = std::fs::read_dir(if dir.as_os_str().is_empty() { Path::new(".") } else { dir }) else {
+        return Vec::new();
+    };
     let mut v = Vec::new();
     for f in rd.flatten() {
         let n = f.file_name().to_string_lossy().into_owned();
         if !(n.starts_with(&prefix) && n.ends_with(".json") && (n.contains(".device-") || n.contains(".vm-"))) {
             continue;
         }
-        let Some(e) = std::fs::read(f.path()).ok().and_then(|b| serde_json::from_slice::<Entry>(&b).ok()) else { continue };
+        let Some(e) = std::fs::read(f.path()).ok().and_then(|b| serde_json::from_slice::<Entry>(&b).ok()) else {
+            continue;
+        };
         if Path::new(&format!("/proc/{}", e.pid())).exists() {
             v.push(e);
         } else {
@@ -85,10 +92,28 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("vsci-status-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let sock = dir.join("node.sock");
-        let e = Entry::Vm { pid: std::process::id(), name: "a".into(), device_node: 1, func: 2, mac: "m".into(), mode: "ZeroCopy".into() };
+        let e = Entry::Vm {
+            pid: std::process::id(),
+            name: "a".into(),
+            device_node: 1,
+            func: 2,
+            mac: "m".into(),
+            mode: "ZeroCopy".into(),
+        };
         publish(&sock, "vm-a", &e);
         // A dead process's file is ignored and cleaned up.
-        publish(&sock, "vm-dead", &Entry::Vm { pid: u32::MAX - 1, name: "d".into(), device_node: 1, func: 3, mac: "m".into(), mode: "Bounce".into() });
+        publish(
+            &sock,
+            "vm-dead",
+            &Entry::Vm {
+                pid: u32::MAX - 1,
+                name: "d".into(),
+                device_node: 1,
+                func: 3,
+                mac: "m".into(),
+                mode: "Bounce".into(),
+            },
+        );
         assert_eq!(read_all(&sock), vec![e]);
         assert!(!dir.join("node.sock.vm-dead.json").exists());
         withdraw(&sock, "vm-a");

@@ -28,15 +28,20 @@ impl Tap {
     /// namespace: frames without a packet-information header.
     pub fn open(name: &str) -> Result<Tap> {
         anyhow::ensure!(!name.is_empty() && name.len() < libc::IFNAMSIZ, "interface name {name:?}: 1 to 15 bytes");
-        let raw = nix::fcntl::open("/dev/net/tun", nix::fcntl::OFlag::O_RDWR | nix::fcntl::OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())
-            .context("cannot open /dev/net/tun")?;
+        let raw = nix::fcntl::open(
+            "/dev/net/tun",
+            nix::fcntl::OFlag::O_RDWR | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .context("cannot open /dev/net/tun")?;
         // SAFETY: open returned a new descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let mut req = IfReq { name: [0; libc::IFNAMSIZ], flags: IFF_TAP | IFF_NO_PI, _pad: [0; 22] };
         req.name[..name.len()].copy_from_slice(name.as_bytes());
         // SAFETY: TUNSETIFF reads (and may write the chosen name into) a
         // struct ifreq; `req` is laid out as one and outlives the call.
-        unsafe { tunsetiff(fd.as_raw_fd(), &mut req as *mut IfReq as u64) }.with_context(|| format!("cannot create TAP {name} (needs CAP_NET_ADMIN)"))?;
+        unsafe { tunsetiff(fd.as_raw_fd(), &mut req as *mut IfReq as u64) }
+            .with_context(|| format!("cannot create TAP {name} (needs CAP_NET_ADMIN)"))?;
         Ok(Tap { fd, name: name.to_string() })
     }
 

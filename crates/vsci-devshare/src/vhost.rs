@@ -25,7 +25,9 @@ use log::{info, warn};
 use vhost::vhost_user::message::{VhostUserProtocolFeatures, VhostUserVirtioFeatures};
 use vhost_user_backend::{VhostUserBackendMut, VhostUserDaemon, VringRwLock, VringT};
 use virtio_queue::QueueT;
-use vm_memory::{Bytes, GuestAddress, GuestAddressSpace, GuestMemory, GuestMemoryAtomic, GuestMemoryMmap, GuestMemoryRegion};
+use vm_memory::{
+    Bytes, GuestAddress, GuestAddressSpace, GuestMemory, GuestMemoryAtomic, GuestMemoryMmap, GuestMemoryRegion,
+};
 use vmm_sys_util::epoll::EventSet;
 use vmm_sys_util::eventfd::EventFd;
 
@@ -159,17 +161,23 @@ impl GuestNet {
             let gpa = d.addr().0;
             let cap = (d.len() as usize - HDR).min(MAX_FRAME) as u32;
             let addr = match self.port.mode {
-                Mode::ZeroCopy => match self.dva(&mem, gpa + HDR as u64, u64::from(cap)) {
-                    Some(a) => a,
-                    None => {
-                        warn!("guest network: a receive buffer at GPA {gpa:#x} is not in the VM memory segment; dropped");
-                        dropped.push(head);
-                        continue;
+                Mode::ZeroCopy => {
+                    match self.dva(&mem, gpa + HDR as u64, u64::from(cap)) {
+                        Some(a) => a,
+                        None => {
+                            warn!("guest network: a receive buffer at GPA {gpa:#x} is not in the VM memory segment; dropped");
+                            dropped.push(head);
+                            continue;
+                        }
                     }
-                },
+                }
                 Mode::Bounce => self.bounce(true, self.rx_tail),
             };
-            self.set_desc(self.rx_ring(), self.rx_tail, Desc { addr, len: if self.port.mode == Mode::Bounce { BUF as u32 } else { cap }, status: 0 });
+            self.set_desc(
+                self.rx_ring(),
+                self.rx_tail,
+                Desc { addr, len: if self.port.mode == Mode::Bounce { BUF as u32 } else { cap }, status: 0 },
+            );
             self.rx_bufs.push_back((head, gpa));
             self.rx_tail = self.rx_tail.wrapping_add(1);
             posted = true;
@@ -200,7 +208,8 @@ impl GuestNet {
                 let n = (d.len as usize).min(MAX_FRAME);
                 if self.port.mode == Mode::Bounce {
                     let mut frame = vec![0u8; n];
-                    let ok = self.port.seg.read(self.bounce(true, self.rx_clean), &mut frame).is_ok() && mem.write_slice(&frame, GuestAddress(gpa + HDR as u64)).is_ok();
+                    let ok = self.port.seg.read(self.bounce(true, self.rx_clean), &mut frame).is_ok()
+                        && mem.write_slice(&frame, GuestAddress(gpa + HDR as u64)).is_ok();
                     self.stats.copies += u64::from(ok);
                 }
                 // num_buffers = 1; no offloads were offered, so no flags.
@@ -352,13 +361,24 @@ impl VhostUserBackendMut for GuestNet {
 
     fn update_memory(&mut self, mem: GuestMemoryAtomic<GuestMemoryMmap>) -> std::io::Result<()> {
         for r in mem.memory().iter() {
-            log::debug!("guest memory: GPA {:#x} +{:#x} file offset {:?}", r.start_addr().0, r.len(), r.file_offset().map(|f| f.start()));
+            log::debug!(
+                "guest memory: GPA {:#x} +{:#x} file offset {:?}",
+                r.start_addr().0,
+                r.len(),
+                r.file_offset().map(|f| f.start())
+            );
         }
         self.mem = Some(mem);
         Ok(())
     }
 
-    fn handle_event(&mut self, device_event: u16, _evset: EventSet, vrings: &[VringRwLock], _thread_id: usize) -> std::io::Result<()> {
+    fn handle_event(
+        &mut self,
+        device_event: u16,
+        _evset: EventSet,
+        vrings: &[VringRwLock],
+        _thread_id: usize,
+    ) -> std::io::Result<()> {
         log::debug!("guest network: event {device_event}");
         self.start();
         let (rx, tx) = (&vrings[RXQ as usize], &vrings[TXQ as usize]);
@@ -398,14 +418,18 @@ pub fn serve(socket: &Path, port: Port, irq: EventFd) -> Result<GuestStats> {
         exit: EventFd::new(libc::EFD_NONBLOCK)?,
         stats: GuestStats::default(),
     }));
-    let mut daemon = VhostUserDaemon::new("vsci-guest-net".into(), backend.clone(), GuestMemoryAtomic::new(GuestMemoryMmap::new())).map_err(|e| anyhow!("vhost-user daemon: {e:?}"))?;
+    let mut daemon =
+        VhostUserDaemon::new("vsci-guest-net".into(), backend.clone(), GuestMemoryAtomic::new(GuestMemoryMmap::new()))
+            .map_err(|e| anyhow!("vhost-user daemon: {e:?}"))?;
     for h in daemon.get_epoll_handlers() {
-        h.register_listener(irq.as_raw_fd(), EventSet::IN, u64::from(IRQ_EVENT)).map_err(|e| anyhow!("cannot listen for the function's interrupts: {e}"))?;
+        h.register_listener(irq.as_raw_fd(), EventSet::IN, u64::from(IRQ_EVENT))
+            .map_err(|e| anyhow!("cannot listen for the function's interrupts: {e}"))?;
     }
     let _ = std::fs::remove_file(socket);
     let inner = socket.with_extension("backend");
     let _ = std::fs::remove_file(&inner);
-    let public = std::os::unix::net::UnixListener::bind(socket).map_err(|e| anyhow!("cannot listen on {}: {e}", socket.display()))?;
+    let public = std::os::unix::net::UnixListener::bind(socket)
+        .map_err(|e| anyhow!("cannot listen on {}: {e}", socket.display()))?;
     {
         let inner = inner.clone();
         std::thread::Builder::new().name("vsci-vu-relay".into()).spawn(move || {
@@ -526,7 +550,13 @@ fn relay(public: std::os::unix::net::UnixListener, inner: &Path) -> std::io::Res
         let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
         let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&raw)];
         let cm: &[nix::sys::socket::ControlMessage] = if raw.is_empty() { &[] } else { &cmsg };
-        nix::sys::socket::sendmsg::<()>(backend.as_raw_fd(), &[std::io::IoSlice::new(&msg)], cm, nix::sys::socket::MsgFlags::MSG_NOSIGNAL, None)?;
+        nix::sys::socket::sendmsg::<()>(
+            backend.as_raw_fd(),
+            &[std::io::IoSlice::new(&msg)],
+            cm,
+            nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+            None,
+        )?;
         // Passed on (the backend has its own copies): ours close here.
         drop(fds);
         if req == SET_FEATURES {
@@ -564,7 +594,14 @@ mod tests {
         }
         let fds = [w.as_raw_fd()];
         let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
-        nix::sys::socket::sendmsg::<()>(qemu.as_raw_fd(), &[std::io::IoSlice::new(&hdr)], &cmsg, nix::sys::socket::MsgFlags::empty(), None).unwrap();
+        nix::sys::socket::sendmsg::<()>(
+            qemu.as_raw_fd(),
+            &[std::io::IoSlice::new(&hdr)],
+            &cmsg,
+            nix::sys::socket::MsgFlags::empty(),
+            None,
+        )
+        .unwrap();
         drop(w);
         assert!(relay.join().unwrap().is_err(), "an 8192-byte message is refused");
         nix::fcntl::fcntl(r.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK)).unwrap();

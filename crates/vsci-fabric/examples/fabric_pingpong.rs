@@ -34,21 +34,12 @@ const REGION: usize = 4096 + MIB;
 /// scheduler.)
 const PHASES: [(&str, Option<ProgressMode>); 3] = [
     ("peer polls memory and calls progress()", None),
-    (
-        "peer served by progress thread, Adaptive(100µs)",
-        Some(ProgressMode::Adaptive(Duration::from_micros(100))),
-    ),
-    (
-        "peer served by progress thread, Blocking",
-        Some(ProgressMode::Blocking),
-    ),
+    ("peer served by progress thread, Adaptive(100µs)", Some(ProgressMode::Adaptive(Duration::from_micros(100)))),
+    ("peer served by progress thread, Blocking", Some(ProgressMode::Blocking)),
 ];
 const END: u64 = u64::MAX;
-const IDLE_MODES: [ProgressMode; 3] = [
-    ProgressMode::Polling,
-    ProgressMode::Adaptive(Duration::from_micros(100)),
-    ProgressMode::Blocking,
-];
+const IDLE_MODES: [ProgressMode; 3] =
+    [ProgressMode::Polling, ProgressMode::Adaptive(Duration::from_micros(100)), ProgressMode::Blocking];
 
 struct Args {
     provider: String,
@@ -58,12 +49,8 @@ struct Args {
 }
 
 fn args() -> Args {
-    let mut a = Args {
-        provider: DEFAULT_PROVIDER.into(),
-        delivery: Delivery::DeliveryComplete,
-        iters: 2000,
-        peer: false,
-    };
+    let mut a =
+        Args { provider: DEFAULT_PROVIDER.into(), delivery: Delivery::DeliveryComplete, iters: 2000, peer: false };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         match arg.as_str() {
@@ -88,10 +75,7 @@ fn hex(b: &[u8]) -> String {
 }
 
 fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
 }
 
 /// Our registered region. The first 8 bytes are the ping-pong word, written
@@ -128,22 +112,11 @@ impl Local {
 
 fn parse_line(l: &str) -> (Vec<u8>, RemoteRegion) {
     let w: Vec<&str> = l.split_whitespace().collect();
-    (
-        unhex(w[0]),
-        RemoteRegion {
-            base: w[1].parse().unwrap(),
-            key: w[2].parse().unwrap(),
-            len: w[3].parse().unwrap(),
-        },
-    )
+    (unhex(w[0]), RemoteRegion { base: w[1].parse().unwrap(), key: w[2].parse().unwrap(), len: w[3].parse().unwrap() })
 }
 
 fn peer_main(a: &Args) {
-    let me = Local::new(&OpenOptions {
-        provider: a.provider.clone(),
-        bind: Some("127.0.0.1".into()),
-        delivery: None,
-    });
+    let me = Local::new(&OpenOptions { provider: a.provider.clone(), bind: Some("127.0.0.1".into()), delivery: None });
     println!("{}", me.line());
     std::io::stdout().flush().unwrap();
     let mut l = String::new();
@@ -178,15 +151,11 @@ fn peer_main(a: &Args) {
     // progress thread serves A's writes. Bandwidth runs in the last one.
     for mode in IDLE_MODES {
         let _progress = me.f.spawn_progress_thread_with(mode);
-        let m =
-            me.f.recv_timeout(Duration::from_secs(120))
-                .expect("next/done message");
+        let m = me.f.recv_timeout(Duration::from_secs(120)).expect("next/done message");
         assert_eq!(m.data, b"next");
     }
     let _progress = me.f.spawn_progress_thread();
-    let m =
-        me.f.recv_timeout(Duration::from_secs(120))
-            .expect("done message");
+    let m = me.f.recv_timeout(Duration::from_secs(120)).expect("done message");
     assert_eq!(m.data, b"done");
 }
 
@@ -208,11 +177,7 @@ fn main() {
     if a.peer {
         return peer_main(&a);
     }
-    let opts = OpenOptions {
-        provider: a.provider.clone(),
-        bind: Some("127.0.0.1".into()),
-        delivery: Some(a.delivery),
-    };
+    let opts = OpenOptions { provider: a.provider.clone(), bind: Some("127.0.0.1".into()), delivery: Some(a.delivery) };
 
     // Idle cost of a progress thread: nothing else runs in this process.
     // (Adaptive idles exactly like Blocking once its spin window is over.)
@@ -286,8 +251,7 @@ fn main() {
         let mut ts = Vec::with_capacity(a.iters);
         for i in 0..a.iters + 100 {
             let t0 = Instant::now();
-            me.f.write(&peer, &(i as u64).to_le_bytes(), &remote, 8)
-                .unwrap();
+            me.f.write(&peer, &(i as u64).to_le_bytes(), &remote, 8).unwrap();
             if i >= 100 {
                 ts.push(t0.elapsed());
             }
@@ -313,33 +277,17 @@ fn main() {
             f();
         }
         let dt = t0.elapsed().as_secs_f64();
-        println!(
-            "{label}: {:.3} GB/s ({:.0} µs per call)",
-            (reps * bytes) as f64 / dt / 1e9,
-            dt * 1e6 / reps as f64
-        );
+        println!("{label}: {:.3} GB/s ({:.0} µs per call)", (reps * bytes) as f64 / dt / 1e9, dt * 1e6 / reps as f64);
     };
-    bw("write 1 MiB (delivered)", MIB, &mut || {
-        me.f.write(&peer, src, &remote, 4096).unwrap()
-    });
-    let runs: Vec<(&[u8], u64)> = (0..16)
-        .map(|i| (&src[i * 65536..(i + 1) * 65536], 4096 + (i * 65536) as u64))
-        .collect();
-    bw("write_many 16 x 64 KiB (delivered)", MIB, &mut || {
-        me.f.write_many(&peer, &runs, &remote).unwrap()
-    });
-    let small: Vec<(&[u8], u64)> = (0..256)
-        .map(|i| (&src[i * 4096..i * 4096 + 256], 4096 + (i * 4096) as u64))
-        .collect();
-    bw(
-        "write_many 256 x 256 B scattered (delivered)",
-        65536,
-        &mut || me.f.write_many(&peer, &small, &remote).unwrap(),
-    );
+    bw("write 1 MiB (delivered)", MIB, &mut || me.f.write(&peer, src, &remote, 4096).unwrap());
+    let runs: Vec<(&[u8], u64)> =
+        (0..16).map(|i| (&src[i * 65536..(i + 1) * 65536], 4096 + (i * 65536) as u64)).collect();
+    bw("write_many 16 x 64 KiB (delivered)", MIB, &mut || me.f.write_many(&peer, &runs, &remote).unwrap());
+    let small: Vec<(&[u8], u64)> =
+        (0..256).map(|i| (&src[i * 4096..i * 4096 + 256], 4096 + (i * 4096) as u64)).collect();
+    bw("write_many 256 x 256 B scattered (delivered)", 65536, &mut || me.f.write_many(&peer, &small, &remote).unwrap());
     let mut dst = vec![0u8; MIB];
-    bw("read 1 MiB", MIB, &mut || {
-        me.f.read(&peer, &mut dst, &remote, 4096).unwrap()
-    });
+    bw("read 1 MiB", MIB, &mut || me.f.read(&peer, &mut dst, &remote, 4096).unwrap());
     me.f.send(&peer, b"done").unwrap();
     assert!(child.wait().unwrap().success());
 
@@ -370,10 +318,7 @@ fn fi_pingpong() {
             return;
         };
         std::thread::sleep(Duration::from_millis(300));
-        let out = Command::new("fi_pingpong")
-            .args(common)
-            .args(["-P", &port, "127.0.0.1"])
-            .output();
+        let out = Command::new("fi_pingpong").args(common).args(["-P", &port, "127.0.0.1"]).output();
         let _ = server.wait();
         match out {
             Ok(o) => {

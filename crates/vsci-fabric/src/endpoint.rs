@@ -48,10 +48,7 @@ impl Drop for Inner {
         // after everything that could write into it is closed.
         unsafe {
             ffi::vf_close(self.ctx, self.pool.mr);
-            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
-                self.pool.buf,
-                RECV_BUFFERS * MAX_MSG,
-            )));
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.pool.buf, RECV_BUFFERS * MAX_MSG)));
         }
     }
 }
@@ -68,29 +65,20 @@ pub(crate) const BASE_CAPS: u64 = ffi::FI_MSG
 /// The registration modes this crate knows how to honour. `FI_MR_PROV_KEY`
 /// is offered only as a fallback: provider-chosen keys are often sequential
 /// (libfabric's util MR map counts up), and keys are meant to be unguessable.
-pub(crate) const MR_MODES: u64 =
-    ffi::FI_MR_LOCAL | ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_ALLOCATED | ffi::FI_MR_ENDPOINT;
+pub(crate) const MR_MODES: u64 = ffi::FI_MR_LOCAL | ffi::FI_MR_VIRT_ADDR | ffi::FI_MR_ALLOCATED | ffi::FI_MR_ENDPOINT;
 
 impl Fabric {
     /// Opens an RDM endpoint on `provider` (e.g. `"tcp;ofi_rxm"`, `"sockets"`),
     /// bound to the local IP address `bind` if given; the port is chosen by
     /// the provider and is part of [`Fabric::address`].
     pub fn open(provider: &str, bind: Option<&str>) -> Result<Fabric> {
-        Fabric::open_with(&OpenOptions {
-            provider: provider.into(),
-            bind: bind.map(Into::into),
-            delivery: None,
-        })
+        Fabric::open_with(&OpenOptions { provider: provider.into(), bind: bind.map(Into::into), delivery: None })
     }
 
     pub fn open_with(o: &OpenOptions) -> Result<Fabric> {
-        let prov = CString::new(o.provider.as_str())
-            .map_err(|_| Error::Invalid("provider name contains NUL"))?;
+        let prov = CString::new(o.provider.as_str()).map_err(|_| Error::Invalid("provider name contains NUL"))?;
         let node = match &o.bind {
-            Some(b) => Some(
-                CString::new(b.as_str())
-                    .map_err(|_| Error::Invalid("bind address contains NUL"))?,
-            ),
+            Some(b) => Some(CString::new(b.as_str()).map_err(|_| Error::Invalid("bind address contains NUL"))?),
             None => None,
         };
         // Most wanted first; each fallback drops one wish. FI_SOURCE lets
@@ -107,9 +95,7 @@ impl Fabric {
             (BASE_CAPS, raw, MR_MODES | ffi::FI_MR_PROV_KEY),
             (BASE_CAPS, 0, MR_MODES | ffi::FI_MR_PROV_KEY),
         ];
-        let attempts = attempts
-            .iter()
-            .flat_map(|&(caps, order, mr)| [(caps, order | waw, mr), (caps, order, mr)]);
+        let attempts = attempts.iter().flat_map(|&(caps, order, mr)| [(caps, order | waw, mr), (caps, order, mr)]);
         let mut last = 0;
         for (caps, msg_order, mr_mode) in attempts {
             let hints = ffi::VfHints {
@@ -127,7 +113,11 @@ impl Fabric {
             if !failure.is_null() {
                 // SAFETY: as above.
                 let why = unsafe { CStr::from_ptr(failure) }.to_string_lossy().into_owned();
-                return Err(Error::Call { call: "dlopen(libfabric.so.1)", code: libc::ENOSYS, msg: format!("the RMA engine cannot be loaded: {why} (install libfabric1)") });
+                return Err(Error::Call {
+                    call: "dlopen(libfabric.so.1)",
+                    code: libc::ENOSYS,
+                    msg: format!("the RMA engine cannot be loaded: {why} (install libfabric1)"),
+                });
             }
             let mut ctx = std::ptr::null_mut();
             // SAFETY: VfAttrs is plain data, all-zero is a valid value.
@@ -154,9 +144,7 @@ impl Fabric {
 
     pub(crate) fn finish_open(ctx: *mut ffi::VfCtx, a: ffi::VfAttrs, o: &OpenOptions) -> Result<Fabric> {
         // SAFETY: the shim NUL-terminates prov_name within its 64 bytes.
-        let provider = unsafe { CStr::from_ptr(a.prov_name.as_ptr()) }
-            .to_string_lossy()
-            .into_owned();
+        let provider = unsafe { CStr::from_ptr(a.prov_name.as_ptr()) }.to_string_lossy().into_owned();
         let has_raw = a.tx_msg_order & (ffi::FI_ORDER_RAW | ffi::FI_ORDER_RMA_RAW) != 0;
         let delivery = o.delivery.unwrap_or(Delivery::DeliveryComplete);
         if delivery == Delivery::ReadAfterWrite && !has_raw {
@@ -188,11 +176,7 @@ impl Fabric {
             ctx,
             info,
             address: Vec::new(),
-            pool: RecvPool {
-                buf,
-                mr: std::ptr::null_mut(),
-                desc: std::ptr::null_mut(),
-            },
+            pool: RecvPool { buf, mr: std::ptr::null_mut(), desc: std::ptr::null_mut() },
             rx: Mutex::new(VecDeque::new()),
             rx_cv: Condvar::new(),
             repost: Mutex::new(Vec::new()),
@@ -220,9 +204,7 @@ impl Fabric {
         for i in 0..RECV_BUFFERS {
             inner.post_recv(i)?;
         }
-        Ok(Fabric {
-            inner: Arc::new(inner),
-        })
+        Ok(Fabric { inner: Arc::new(inner) })
     }
 
     pub fn info(&self) -> &Info {
@@ -262,16 +244,9 @@ impl Fabric {
         let ret = unsafe { ffi::vf_av_insert(self.inner.ctx, addr.as_ptr().cast(), &mut fi_addr) };
         if ret != 1 || fi_addr == ffi::FI_ADDR_NOTAVAIL {
             let code = if ret < 0 { -ret } else { libc::EINVAL };
-            return Err(Error::Call {
-                call: "fi_av_insert",
-                code,
-                msg: strerror(code),
-            });
+            return Err(Error::Call { call: "fi_av_insert", code, msg: strerror(code) });
         }
-        Ok(Peer {
-            inner: self.inner.clone(),
-            fi_addr,
-        })
+        Ok(Peer { inner: self.inner.clone(), fi_addr })
     }
 
     /// Declare a peer down (its node stopped answering) or up again.

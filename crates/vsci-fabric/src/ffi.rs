@@ -136,13 +136,7 @@ extern "C" {
         dest: u64,
         context: *mut c_void,
     ) -> isize;
-    pub fn vf_recv(
-        c: *mut VfCtx,
-        buf: *mut c_void,
-        len: usize,
-        desc: *mut c_void,
-        context: *mut c_void,
-    ) -> isize;
+    pub fn vf_recv(c: *mut VfCtx, buf: *mut c_void, len: usize, desc: *mut c_void, context: *mut c_void) -> isize;
     pub fn vf_cq_read(c: *mut VfCtx, out: *mut VfComp, count: usize) -> isize;
     pub fn vf_cq_sread(c: *mut VfCtx, out: *mut VfComp, count: usize, timeout_ms: c_int) -> isize;
     pub fn vf_cq_readerr(

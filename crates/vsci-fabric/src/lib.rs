@@ -67,25 +67,13 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub enum Error {
     /// A libfabric call failed when it was made.
     #[error("{call}: {msg} (libfabric error {code})")]
-    Call {
-        call: &'static str,
-        code: i32,
-        msg: String,
-    },
+    Call { call: &'static str, code: i32, msg: String },
     /// An operation was accepted but completed with an error
     /// (bad key, out-of-range at the target, connection lost, ...).
     #[error("operation failed: {msg} (libfabric error {code}, provider error {prov_errno})")]
-    Completion {
-        code: i32,
-        prov_errno: i32,
-        msg: String,
-    },
+    Completion { code: i32, prov_errno: i32, msg: String },
     #[error("access of {len} bytes at offset {offset} is outside the remote region of {region_len} bytes")]
-    OutOfRange {
-        offset: u64,
-        len: u64,
-        region_len: u64,
-    },
+    OutOfRange { offset: u64, len: u64, region_len: u64 },
     #[error("message of {0} bytes exceeds the limit of {MAX_MSG} bytes")]
     MessageTooLarge(usize),
     #[error("invalid argument: {0}")]
@@ -94,10 +82,7 @@ pub enum Error {
     /// tcp;ofi_rxm this is what a peer that is gone or never existed looks
     /// like. Nothing was posted.
     #[error("{call}: peer unreachable (provider busy for {}s)", .waited.as_secs())]
-    Unreachable {
-        call: &'static str,
-        waited: Duration,
-    },
+    Unreachable { call: &'static str, waited: Duration },
     /// The peer was marked down ([`Fabric::set_peer_down`]) before the
     /// operation was posted. Nothing was posted.
     #[error("peer is down")]
@@ -113,9 +98,7 @@ pub enum Error {
 fn strerror(code: i32) -> String {
     // SAFETY: fi_strerror returns a pointer to a static NUL-terminated string
     // for any input value.
-    unsafe { CStr::from_ptr(ffi::vf_strerror(code)) }
-        .to_string_lossy()
-        .into_owned()
+    unsafe { CStr::from_ptr(ffi::vf_strerror(code)) }.to_string_lossy().into_owned()
 }
 
 fn check(call: &'static str, ret: isize) -> Result<()> {
@@ -123,11 +106,7 @@ fn check(call: &'static str, ret: isize) -> Result<()> {
         return Ok(());
     }
     let code = (-ret) as i32;
-    Err(Error::Call {
-        call,
-        code,
-        msg: strerror(code),
-    })
+    Err(Error::Call { call, code, msg: strerror(code) })
 }
 
 /// How a write is made *delivered* (visible in the target's memory) before
@@ -164,11 +143,7 @@ impl RemoteRegion {
         let len = len as u64;
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(self.base.wrapping_add(offset)),
-            _ => Err(Error::OutOfRange {
-                offset,
-                len,
-                region_len: self.len,
-            }),
+            _ => Err(Error::OutOfRange { offset, len, region_len: self.len }),
         }
     }
 }
@@ -222,9 +197,7 @@ pub struct Fabric {
 
 impl fmt::Debug for Fabric {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Fabric")
-            .field("info", &self.inner.info)
-            .finish()
+        f.debug_struct("Fabric").field("info", &self.inner.info).finish()
     }
 }
 
@@ -256,10 +229,6 @@ pub struct OpenOptions {
 
 impl Default for OpenOptions {
     fn default() -> Self {
-        OpenOptions {
-            provider: DEFAULT_PROVIDER.into(),
-            bind: None,
-            delivery: None,
-        }
+        OpenOptions { provider: DEFAULT_PROVIDER.into(), bind: None, delivery: None }
     }
 }

@@ -35,55 +35,24 @@ impl Fabric {
             access |= ffi::FI_REMOTE_READ;
         }
         let (mr, key, _desc) = self.inner.reg_raw(ptr, len, access)?;
-        let base = if self.inner.info.mr_mode & ffi::FI_MR_VIRT_ADDR != 0 {
-            ptr as u64
-        } else {
-            0
-        };
-        Ok(MemRegion {
-            _inner: self.inner.clone(),
-            mr,
-            remote: RemoteRegion {
-                base,
-                key,
-                len: len as u64,
-            },
-        })
+        let base = if self.inner.info.mr_mode & ffi::FI_MR_VIRT_ADDR != 0 { ptr as u64 } else { 0 };
+        Ok(MemRegion { _inner: self.inner.clone(), mr, remote: RemoteRegion { base, key, len: len as u64 } })
     }
 }
 
 impl Inner {
-    pub(crate) fn reg_raw(
-        &self,
-        ptr: *mut u8,
-        len: usize,
-        access: u64,
-    ) -> Result<(*mut ffi::FidMr, u64, *mut c_void)> {
+    pub(crate) fn reg_raw(&self, ptr: *mut u8, len: usize, access: u64) -> Result<(*mut ffi::FidMr, u64, *mut c_void)> {
         let prov_key = self.info.mr_mode & ffi::FI_MR_PROV_KEY != 0;
         let mut attempt = 0;
         loop {
-            let requested = if prov_key {
-                0
-            } else {
-                random_key(self.info.mr_key_size)
-            };
+            let requested = if prov_key { 0 } else { random_key(self.info.mr_key_size) };
             let mut mr = std::ptr::null_mut();
             let mut key = 0;
             let mut desc = std::ptr::null_mut();
             // SAFETY: the caller guarantees ptr..ptr+len stays valid while the
             // MR exists; the out-pointers are valid locals.
-            let ret = unsafe {
-                ffi::vf_mr_reg(
-                    self.ctx,
-                    ptr.cast(),
-                    len,
-                    access,
-                    requested,
-                    &mut mr,
-                    &mut key,
-                    &mut desc,
-                )
-            };
+            let ret =
+                unsafe { ffi::vf_mr_reg(self.ctx, ptr.cast(), len, access, requested, &mut mr, &mut key, &mut desc) };
             if ret == 0 {
                 return Ok((mr, key, desc));
             }
@@ -91,11 +60,7 @@ impl Inner {
             // A random key colliding with one in use is possible only with
             // short key sizes; draw again.
             if -ret != ffi::FI_ENOKEY || prov_key || attempt >= 8 {
-                return Err(Error::Call {
-                    call: "fi_mr_reg",
-                    code: -ret,
-                    msg: strerror(-ret),
-                });
+                return Err(Error::Call { call: "fi_mr_reg", code: -ret, msg: strerror(-ret) });
             }
         }
     }
@@ -164,9 +129,7 @@ impl MemRegion {
 
 impl fmt::Debug for MemRegion {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MemRegion")
-            .field("len", &self.remote.len)
-            .finish()
+        f.debug_struct("MemRegion").field("len", &self.remote.len).finish()
     }
 }
 

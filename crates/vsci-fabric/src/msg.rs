@@ -30,25 +30,11 @@ impl Fabric {
         let inner = &*self.inner;
         let slot = OpSlot::new();
         let mut locals = Vec::new();
-        let desc = inner.local_desc(
-            data.as_ptr() as *mut u8,
-            data.len(),
-            ffi::FI_SEND,
-            &mut locals,
-        )?;
+        let desc = inner.local_desc(data.as_ptr() as *mut u8, data.len(), ffi::FI_SEND, &mut locals)?;
         let posted = inner.post(&slot, "fi_send", peer.fi_addr, |ctx| {
             // SAFETY: data stays borrowed until wait_slot has seen the
             // completion; desc's registration lives in `locals` as long.
-            unsafe {
-                ffi::vf_send(
-                    inner.ctx,
-                    data.as_ptr().cast(),
-                    data.len(),
-                    desc,
-                    peer.fi_addr,
-                    ctx,
-                )
-            }
+            unsafe { ffi::vf_send(inner.ctx, data.as_ptr().cast(), data.len(), desc, peer.fi_addr, ctx) }
         });
         let waited = inner.wait_slot(&slot, peer.fi_addr);
         abandon_locals(&waited, locals);
@@ -109,10 +95,7 @@ impl Inner {
             )
         };
         if ret == -ffi::FI_EAGAIN {
-            self.repost
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(index);
+            self.repost.lock().unwrap_or_else(|p| p.into_inner()).push(index);
             return Ok(());
         }
         check("fi_recv", ret)
@@ -128,9 +111,6 @@ impl Inner {
     }
 
     pub(crate) fn pop_message(&self) -> Option<Message> {
-        self.rx
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop_front()
+        self.rx.lock().unwrap_or_else(|p| p.into_inner()).pop_front()
     }
 }

@@ -65,7 +65,16 @@ pub fn boost_current_thread() -> bool {
 /// current handler lives in one of those libraries; anything else — a
 /// handler the program installed — is left alone.
 pub fn restore_default_signals() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGQUIT, libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGFPE, libc::SIGABRT] {
+    for sig in [
+        libc::SIGINT,
+        libc::SIGTERM,
+        libc::SIGQUIT,
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGILL,
+        libc::SIGFPE,
+        libc::SIGABRT,
+    ] {
         // SAFETY: an all-zero sigaction is a valid value of the C struct.
         let mut cur: libc::sigaction = unsafe { std::mem::zeroed() };
         // SAFETY: sigaction with a NULL new action only reads the current

@@ -59,10 +59,7 @@ impl Fabric {
             .name("fabric-progress".into())
             .spawn(move || inner.progress_loop(mode, rt, &stop2))
             .expect("spawn fabric progress thread");
-        ProgressThread {
-            stop,
-            handle: Some(handle),
-        }
+        ProgressThread { stop, handle: Some(handle) }
     }
 }
 
@@ -123,12 +120,7 @@ impl Inner {
 
     pub(crate) fn progress_polling(&self) -> Result<usize> {
         self.retry_reposts();
-        let mut comps = [ffi::VfComp {
-            context: std::ptr::null_mut(),
-            flags: 0,
-            len: 0,
-            src: 0,
-        }; 32];
+        let mut comps = [ffi::VfComp { context: std::ptr::null_mut(), flags: 0, len: 0, src: 0 }; 32];
         let mut total = 0;
         loop {
             // SAFETY: comps has room for the count we pass.
@@ -153,41 +145,15 @@ impl Inner {
         let (mut err, mut prov_errno) = (0, 0);
         let mut msg = [0 as c_char; 256];
         // SAFETY: all out-pointers are valid; msg has the length we pass.
-        let n = unsafe {
-            ffi::vf_cq_readerr(
-                self.ctx,
-                &mut ctx,
-                &mut err,
-                &mut prov_errno,
-                msg.as_mut_ptr(),
-                msg.len(),
-            )
-        };
+        let n =
+            unsafe { ffi::vf_cq_readerr(self.ctx, &mut ctx, &mut err, &mut prov_errno, msg.as_mut_ptr(), msg.len()) };
         if n <= 0 {
-            return if n == -ffi::FI_EAGAIN {
-                Ok(0)
-            } else {
-                check("fi_cq_readerr", n).map(|_| 0)
-            };
+            return if n == -ffi::FI_EAGAIN { Ok(0) } else { check("fi_cq_readerr", n).map(|_| 0) };
         }
         // SAFETY: the shim NUL-terminates msg (snprintf).
-        let msg = unsafe { CStr::from_ptr(msg.as_ptr()) }
-            .to_string_lossy()
-            .into_owned();
-        let comp = ffi::VfComp {
-            context: ctx,
-            flags: 0,
-            len: 0,
-            src: ffi::FI_ADDR_NOTAVAIL,
-        };
-        self.dispatch(
-            &comp,
-            Some(Error::Completion {
-                code: err,
-                prov_errno,
-                msg,
-            }),
-        );
+        let msg = unsafe { CStr::from_ptr(msg.as_ptr()) }.to_string_lossy().into_owned();
+        let comp = ffi::VfComp { context: ctx, flags: 0, len: 0, src: ffi::FI_ADDR_NOTAVAIL };
+        self.dispatch(&comp, Some(Error::Completion { code: err, prov_errno, msg }));
         Ok(1)
     }
 
@@ -202,16 +168,9 @@ impl Inner {
                     // SAFETY: the provider finished writing this buffer (its
                     // completion is what we are handling) and will not touch
                     // it again until we re-post it below.
-                    let data = unsafe {
-                        std::slice::from_raw_parts(self.pool.buf.add(index * MAX_MSG), len)
-                    }
-                    .to_vec();
-                    let from = (self.info.source && c.src != ffi::FI_ADDR_NOTAVAIL)
-                        .then_some(PeerId(c.src));
-                    self.rx
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push_back(Message { data, from });
+                    let data = unsafe { std::slice::from_raw_parts(self.pool.buf.add(index * MAX_MSG), len) }.to_vec();
+                    let from = (self.info.source && c.src != ffi::FI_ADDR_NOTAVAIL).then_some(PeerId(c.src));
+                    self.rx.lock().unwrap_or_else(|p| p.into_inner()).push_back(Message { data, from });
                     self.received.fetch_add(1, Ordering::Relaxed);
                     self.rx_cv.notify_all();
                 }
@@ -328,12 +287,7 @@ impl Inner {
     /// Blocks in fi_cq_sread (which also drives the provider while it
     /// waits), for CQs whose wait object is not an fd.
     pub(crate) fn sread_once(&self, timeout_ms: i32) {
-        let mut comps = [ffi::VfComp {
-            context: std::ptr::null_mut(),
-            flags: 0,
-            len: 0,
-            src: 0,
-        }; 32];
+        let mut comps = [ffi::VfComp { context: std::ptr::null_mut(), flags: 0, len: 0, src: 0 }; 32];
         // SAFETY: comps has room for the count we pass.
         let n = unsafe { ffi::vf_cq_sread(self.ctx, comps.as_mut_ptr(), comps.len(), timeout_ms) };
         if n > 0 {
@@ -350,11 +304,7 @@ impl Inner {
 }
 
 pub(crate) fn poll_readable(fd: i32, timeout_ms: i32) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
     // SAFETY: one valid pollfd.
     unsafe { libc::poll(&mut p, 1, timeout_ms) > 0 }
 }

@@ -24,10 +24,7 @@ pub(crate) struct OpSlot {
 
 impl OpSlot {
     pub(crate) fn new() -> Arc<OpSlot> {
-        Arc::new(OpSlot {
-            pending: AtomicUsize::new(0),
-            error: Mutex::new(None),
-        })
+        Arc::new(OpSlot { pending: AtomicUsize::new(0), error: Mutex::new(None) })
     }
 
     pub(crate) fn fail(&self, e: Error) {
@@ -91,13 +88,7 @@ pub(crate) struct Posted {
 impl Fabric {
     /// Writes `local` to `remote` at `offset`; returns once the data is
     /// visible in the target's memory.
-    pub fn write(
-        &self,
-        peer: &Peer,
-        local: &[u8],
-        remote: &RemoteRegion,
-        offset: u64,
-    ) -> Result<()> {
+    pub fn write(&self, peer: &Peer, local: &[u8], remote: &RemoteRegion, offset: u64) -> Result<()> {
         self.write_many(peer, &[(local, offset)], remote)
     }
 
@@ -105,12 +96,7 @@ impl Fabric {
     /// all; returns once every one is visible in the target's memory. On
     /// error, every write already posted has still completed (successfully or
     /// not) before this returns, so the borrowed buffers are free again.
-    pub fn write_many(
-        &self,
-        peer: &Peer,
-        runs: &[(&[u8], u64)],
-        remote: &RemoteRegion,
-    ) -> Result<()> {
+    pub fn write_many(&self, peer: &Peer, runs: &[(&[u8], u64)], remote: &RemoteRegion) -> Result<()> {
         self.check_peer(peer)?;
         self.check_up(peer)?;
         retry_reconnect(|| self.write_many_once(peer, runs, remote))
@@ -149,12 +135,7 @@ impl Fabric {
         retry_reconnect(|| self.write_groups_once(peer, &[first, then], remote))
     }
 
-    pub(crate) fn write_many_once(
-        &self,
-        peer: &Peer,
-        runs: &[(&[u8], u64)],
-        remote: &RemoteRegion,
-    ) -> Result<()> {
+    pub(crate) fn write_many_once(&self, peer: &Peer, runs: &[(&[u8], u64)], remote: &RemoteRegion) -> Result<()> {
         self.write_groups_once(peer, &[runs], remote)
     }
 
@@ -182,15 +163,10 @@ impl Fabric {
     ) -> Vec<Result<()>> {
         let total: u64 = first.iter().map(|r| r.0.len() as u64).sum();
         let together = !first.is_empty() && !then.is_empty() && total <= self.inner.info.ordered_writes;
-        let phases: Vec<Vec<&[(&[u8], u64)]>> = if together {
-            vec![vec![first, then]]
-        } else {
-            vec![vec![first], vec![then]]
-        };
-        let mut results: Vec<Result<()>> = targets
-            .iter()
-            .map(|(peer, _)| self.check_peer(peer).and_then(|()| self.check_up(peer)))
-            .collect();
+        let phases: Vec<Vec<&[(&[u8], u64)]>> =
+            if together { vec![vec![first, then]] } else { vec![vec![first], vec![then]] };
+        let mut results: Vec<Result<()>> =
+            targets.iter().map(|(peer, _)| self.check_peer(peer).and_then(|()| self.check_up(peer))).collect();
         for groups in &phases {
             let posted: Vec<Option<Posted>> = targets
                 .iter()
@@ -206,7 +182,8 @@ impl Fabric {
         // A connection that broke under us: the one-target path re-sends
         // the whole shipment, in order, while the provider reconnects.
         for (i, (peer, remote)) in targets.iter().enumerate() {
-            if matches!(&results[i], Err(Error::Completion { code, .. } | Error::Call { code, .. }) if *code == libc::ENOTCONN) {
+            if matches!(&results[i], Err(Error::Completion { code, .. } | Error::Call { code, .. }) if *code == libc::ENOTCONN)
+            {
                 results[i] = self.write_many_ordered(peer, first, then, remote);
             }
         }
@@ -230,7 +207,13 @@ impl Fabric {
     /// this returns is delivered after the writes are placed when the
     /// provider orders sends after writes (`FI_ORDER_SAW` in
     /// [`Info::msg_order`]).
-    pub fn write_start_runs(&self, peer: &Peer, data: Vec<u8>, runs: &[(std::ops::Range<usize>, u64)], remote: &RemoteRegion) -> Result<PendingWrite> {
+    pub fn write_start_runs(
+        &self,
+        peer: &Peer,
+        data: Vec<u8>,
+        runs: &[(std::ops::Range<usize>, u64)],
+        remote: &RemoteRegion,
+    ) -> Result<PendingWrite> {
         self.write_start_with(peer, data, runs, remote, Complete::Placed)
     }
 
@@ -240,11 +223,24 @@ impl Fabric {
     /// complete once sent, so the target's engine sends no acknowledgement
     /// per write. [`write_done`](Self::write_done) then says the buffer is
     /// free again, not that the bytes are in place.
-    pub fn write_post_runs(&self, peer: &Peer, data: Vec<u8>, runs: &[(std::ops::Range<usize>, u64)], remote: &RemoteRegion) -> Result<PendingWrite> {
+    pub fn write_post_runs(
+        &self,
+        peer: &Peer,
+        data: Vec<u8>,
+        runs: &[(std::ops::Range<usize>, u64)],
+        remote: &RemoteRegion,
+    ) -> Result<PendingWrite> {
         self.write_start_with(peer, data, runs, remote, Complete::Sent)
     }
 
-    pub(crate) fn write_start_with(&self, peer: &Peer, data: Vec<u8>, runs: &[(std::ops::Range<usize>, u64)], remote: &RemoteRegion, complete: Complete) -> Result<PendingWrite> {
+    pub(crate) fn write_start_with(
+        &self,
+        peer: &Peer,
+        data: Vec<u8>,
+        runs: &[(std::ops::Range<usize>, u64)],
+        remote: &RemoteRegion,
+        complete: Complete,
+    ) -> Result<PendingWrite> {
         self.check_peer(peer)?;
         self.check_up(peer)?;
         if runs.iter().any(|(r, _)| r.start > r.end || r.end > data.len()) {
@@ -307,13 +303,8 @@ impl Fabric {
         complete: Complete,
     ) -> Posted {
         let slot = OpSlot::new();
-        let mut posted = Posted {
-            slot,
-            locals: Vec::new(),
-            probe: Box::new([0u8; 1]),
-            result: Ok(()),
-            fi_addr: peer.fi_addr,
-        };
+        let mut posted =
+            Posted { slot, locals: Vec::new(), probe: Box::new([0u8; 1]), result: Ok(()), fi_addr: peer.fi_addr };
         // Validate everything first so that a bad run posts nothing. The
         // groups stay apart: one operation never mixes runs of two groups,
         // since only separate operations are placed in order.
@@ -353,23 +344,12 @@ impl Fabric {
         // runs (measured about 5-6 µs per operation on tcp;ofi_rxm here).
         for chunk in chunks {
             result = (|| {
-                let mut iov = [libc::iovec {
-                    iov_base: std::ptr::null_mut(),
-                    iov_len: 0,
-                }; ffi::VF_MAX_IOV];
+                let mut iov = [libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; ffi::VF_MAX_IOV];
                 let mut desc = [std::ptr::null_mut(); ffi::VF_MAX_IOV];
                 let mut raddr = [0u64; ffi::VF_MAX_IOV];
                 for (i, &(buf, addr)) in chunk.iter().enumerate() {
-                    iov[i] = libc::iovec {
-                        iov_base: buf.as_ptr() as *mut c_void,
-                        iov_len: buf.len(),
-                    };
-                    desc[i] = inner.local_desc(
-                        buf.as_ptr() as *mut u8,
-                        buf.len(),
-                        ffi::FI_WRITE,
-                        locals,
-                    )?;
+                    iov[i] = libc::iovec { iov_base: buf.as_ptr() as *mut c_void, iov_len: buf.len() };
+                    desc[i] = inner.local_desc(buf.as_ptr() as *mut u8, buf.len(), ffi::FI_WRITE, locals)?;
                     raddr[i] = addr;
                 }
                 inner.post(slot, "fi_writemsg", peer.fi_addr, |ctx| {
@@ -415,13 +395,7 @@ impl Fabric {
     }
 
     /// Reads `local.len()` bytes from `remote` at `offset`.
-    pub fn read(
-        &self,
-        peer: &Peer,
-        local: &mut [u8],
-        remote: &RemoteRegion,
-        offset: u64,
-    ) -> Result<()> {
+    pub fn read(&self, peer: &Peer, local: &mut [u8], remote: &RemoteRegion, offset: u64) -> Result<()> {
         self.check_peer(peer)?;
         self.check_up(peer)?;
         let raddr = remote.addr(offset, local.len())?;
@@ -439,18 +413,10 @@ impl Fabric {
     /// declared down): then, as for [`read`](Self::read), the provider may
     /// still write into any of the buffers later, and the caller must keep
     /// them for good.
-    pub fn read_many(
-        &self,
-        peer: &Peer,
-        ops: &mut [(&mut [u8], u64)],
-        remote: &RemoteRegion,
-    ) -> Result<()> {
+    pub fn read_many(&self, peer: &Peer, ops: &mut [(&mut [u8], u64)], remote: &RemoteRegion) -> Result<()> {
         self.check_peer(peer)?;
         self.check_up(peer)?;
-        let raddrs = ops
-            .iter()
-            .map(|(buf, off)| remote.addr(*off, buf.len()))
-            .collect::<Result<Vec<u64>>>()?;
+        let raddrs = ops.iter().map(|(buf, off)| remote.addr(*off, buf.len())).collect::<Result<Vec<u64>>>()?;
         retry_reconnect(|| self.read_many_once(peer, ops, &raddrs, remote))
     }
 
@@ -470,9 +436,7 @@ impl Fabric {
             if buf.is_empty() {
                 continue;
             }
-            posted = self
-                .inner
-                .post_read(&slot, peer, buf, raddr, remote.key, &mut locals);
+            posted = self.inner.post_read(&slot, peer, buf, raddr, remote.key, &mut locals);
             // What was posted is still waited for below.
             if posted.is_err() {
                 break;
@@ -592,7 +556,10 @@ impl Inner {
                 return Ok(());
             }
             let waited = start.elapsed();
-            let patient = ret == -ffi::FI_EAGAIN && waited >= POST_TIMEOUT && self.patient.lock().unwrap().contains(&fi_addr) && !self.is_down(fi_addr);
+            let patient = ret == -ffi::FI_EAGAIN
+                && waited >= POST_TIMEOUT
+                && self.patient.lock().unwrap().contains(&fi_addr)
+                && !self.is_down(fi_addr);
             if ret == -ffi::FI_EAGAIN && (waited < POST_TIMEOUT || patient) {
                 if self.progress().unwrap_or(0) == 0 {
                     idle += 1;
@@ -627,17 +594,7 @@ impl Inner {
             // SAFETY: the caller keeps buf borrowed (and the registration in
             // `locals`) until wait_slot has seen this operation complete.
             unsafe {
-                ffi::vf_readmsg(
-                    self.ctx,
-                    ptr.cast(),
-                    len,
-                    desc,
-                    peer.fi_addr,
-                    raddr,
-                    key,
-                    ctx,
-                    ffi::FI_COMPLETION,
-                )
+                ffi::vf_readmsg(self.ctx, ptr.cast(), len, desc, peer.fi_addr, raddr, key, ctx, ffi::FI_COMPLETION)
             }
         })
     }

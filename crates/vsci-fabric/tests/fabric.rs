@@ -21,17 +21,12 @@ unsafe impl Sync for Shared {}
 impl Shared {
     fn new(len: usize) -> Shared {
         let b = vec![0u8; len].into_boxed_slice();
-        Shared {
-            ptr: Box::into_raw(b) as *mut u8,
-            len,
-        }
+        Shared { ptr: Box::into_raw(b) as *mut u8, len }
     }
     fn get(&self, off: usize, len: usize) -> Vec<u8> {
         assert!(off + len <= self.len);
         // SAFETY: in bounds (asserted above) of a live allocation.
-        (0..len)
-            .map(|i| unsafe { ptr::read_volatile(self.ptr.add(off + i)) })
-            .collect()
+        (0..len).map(|i| unsafe { ptr::read_volatile(self.ptr.add(off + i)) }).collect()
     }
     fn set(&self, off: usize, data: &[u8]) {
         assert!(off + data.len() <= self.len);
@@ -45,18 +40,12 @@ impl Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         // SAFETY: ptr/len came from Box::into_raw in new() and are freed once.
-        unsafe {
-            drop(Box::from_raw(ptr::slice_from_raw_parts_mut(
-                self.ptr, self.len,
-            )))
-        };
+        unsafe { drop(Box::from_raw(ptr::slice_from_raw_parts_mut(self.ptr, self.len))) };
     }
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
 }
 
 struct Pair {
@@ -73,11 +62,7 @@ fn pair(provider: &str) -> Pair {
 }
 
 fn pair_with(provider: &str, delivery: Option<Delivery>, mode: ProgressMode) -> Pair {
-    let o = OpenOptions {
-        provider: provider.into(),
-        bind: Some("127.0.0.1".into()),
-        delivery,
-    };
+    let o = OpenOptions { provider: provider.into(), bind: Some("127.0.0.1".into()), delivery };
     let a = Fabric::open_with(&o).unwrap();
     let b = Fabric::open_with(&o).unwrap();
     let mem = Shared::new(1 << 20);
@@ -85,25 +70,13 @@ fn pair_with(provider: &str, delivery: Option<Delivery>, mode: ProgressMode) -> 
     let mr = unsafe { b.register(mem.ptr, mem.len, true, true) }.unwrap();
     let peer_b = a.insert_peer(&b.address()).unwrap();
     let progress_b = b.spawn_progress_thread_with(mode);
-    Pair {
-        a,
-        b,
-        mem,
-        mr,
-        peer_b,
-        _progress_b: progress_b,
-    }
+    Pair { a, b, mem, mr, peer_b, _progress_b: progress_b }
 }
 
 fn write_read(p: Pair) {
     let r = p.mr.remote();
     assert_eq!(r.len, 1 << 20);
-    for (off, len, seed) in [
-        (0usize, 8usize, 1u8),
-        (4095, 3000, 2),
-        ((1 << 20) - 8, 8, 3),
-        (12345, 200_000, 4),
-    ] {
+    for (off, len, seed) in [(0usize, 8usize, 1u8), (4095, 3000, 2), ((1 << 20) - 8, 8, 3), (12345, 200_000, 4)] {
         let data = pattern(len, seed);
         p.a.write(&p.peer_b, &data, &r, off as u64).unwrap();
         // Visible as soon as write returns, with B doing nothing but its
@@ -132,22 +105,14 @@ fn write_read_sockets() {
 
 #[test]
 fn write_read_with_read_fence() {
-    let p = pair_with(
-        DEFAULT_PROVIDER,
-        Some(Delivery::ReadAfterWrite),
-        ProgressMode::default(),
-    );
+    let p = pair_with(DEFAULT_PROVIDER, Some(Delivery::ReadAfterWrite), ProgressMode::default());
     assert_eq!(p.a.delivery(), Delivery::ReadAfterWrite);
     write_read(p);
 }
 
 #[test]
 fn every_progress_mode_serves_the_target() {
-    for mode in [
-        ProgressMode::Blocking,
-        ProgressMode::Adaptive(Duration::from_micros(50)),
-        ProgressMode::Polling,
-    ] {
+    for mode in [ProgressMode::Blocking, ProgressMode::Adaptive(Duration::from_micros(50)), ProgressMode::Polling] {
         let p = pair_with(DEFAULT_PROVIDER, None, mode);
         let r = p.mr.remote();
         for i in 0..50u64 {
@@ -155,11 +120,7 @@ fn every_progress_mode_serves_the_target() {
             assert_eq!(p.mem.get(64, 8), i.to_le_bytes(), "{mode:?}");
         }
         p.a.send(&p.peer_b, b"hi").unwrap();
-        assert_eq!(
-            p.b.recv_timeout(Duration::from_secs(5)).unwrap().data,
-            b"hi",
-            "{mode:?}"
-        );
+        assert_eq!(p.b.recv_timeout(Duration::from_secs(5)).unwrap().data, b"hi", "{mode:?}");
     }
 }
 
@@ -189,10 +150,7 @@ fn write_waits_for_delivery() {
         res
     });
     std::thread::sleep(Duration::from_millis(300));
-    assert!(
-        done_rx.try_recv().is_err(),
-        "write returned although the target never progressed"
-    );
+    assert!(done_rx.try_recv().is_err(), "write returned although the target never progressed");
     assert_eq!(mem.get(100, 9), [0; 9]);
     while done_rx.try_recv().is_err() {
         b.progress();
@@ -209,25 +167,17 @@ fn unreachable_peer_is_an_error() {
     addr[2] = 0;
     addr[3] = 1;
     let peer = a.insert_peer(&addr).unwrap();
-    let r = RemoteRegion {
-        base: 0,
-        key: 1,
-        len: 8,
-    };
+    let r = RemoteRegion { base: 0, key: 1, len: 8 };
     let e = a.write(&peer, b"x", &r, 0).unwrap_err();
-    assert!(
-        matches!(e, Error::Unreachable { .. } | Error::Completion { .. }),
-        "{e}"
-    );
+    assert!(matches!(e, Error::Unreachable { .. } | Error::Completion { .. }), "{e}");
 }
 
 #[test]
 fn batched_writes() {
     let p = pair(DEFAULT_PROVIDER);
     let r = p.mr.remote();
-    let bufs: Vec<(Vec<u8>, u64)> = (0..300u64)
-        .map(|i| (pattern(1 + (i as usize * 37) % 3000, i as u8), i * 3333))
-        .collect();
+    let bufs: Vec<(Vec<u8>, u64)> =
+        (0..300u64).map(|i| (pattern(1 + (i as usize * 37) % 3000, i as u8), i * 3333)).collect();
     let runs: Vec<(&[u8], u64)> = bufs.iter().map(|(b, o)| (b.as_slice(), *o)).collect();
     p.a.write_many(&p.peer_b, &runs, &r).unwrap();
     for (b, o) in &bufs {
@@ -241,15 +191,13 @@ fn batched_writes() {
 fn batched_reads() {
     let p = pair(DEFAULT_PROVIDER);
     let r = p.mr.remote();
-    let want: Vec<(Vec<u8>, u64)> = (0..300u64)
-        .map(|i| (pattern(1 + (i as usize * 37) % 3000, i as u8), i * 3333))
-        .collect();
+    let want: Vec<(Vec<u8>, u64)> =
+        (0..300u64).map(|i| (pattern(1 + (i as usize * 37) % 3000, i as u8), i * 3333)).collect();
     for (b, o) in &want {
         p.mem.set(*o as usize, b);
     }
     let mut bufs: Vec<Vec<u8>> = want.iter().map(|(b, _)| vec![0u8; b.len()]).collect();
-    let mut ops: Vec<(&mut [u8], u64)> =
-        bufs.iter_mut().zip(&want).map(|(b, (_, o))| (b.as_mut_slice(), *o)).collect();
+    let mut ops: Vec<(&mut [u8], u64)> = bufs.iter_mut().zip(&want).map(|(b, (_, o))| (b.as_mut_slice(), *o)).collect();
     p.a.read_many(&p.peer_b, &mut ops, &r).unwrap();
     for (b, (w, o)) in bufs.iter().zip(&want) {
         assert_eq!(b, w, "offset {o}");
@@ -277,25 +225,16 @@ fn out_of_range_is_an_error() {
     let mut buf = [0u8; 16];
     assert!(p.a.read(&p.peer_b, &mut buf, &r, r.len).is_err());
     // A batch with one bad run posts nothing.
-    let e =
-        p.a.write_many(&p.peer_b, &[(&[9u8; 4][..], 0), (&[9u8; 4][..], r.len)], &r)
-            .unwrap_err();
+    let e = p.a.write_many(&p.peer_b, &[(&[9u8; 4][..], 0), (&[9u8; 4][..], r.len)], &r).unwrap_err();
     assert!(matches!(e, Error::OutOfRange { .. }));
     assert_eq!(p.mem.get(0, 4), [0; 4]);
 
     // A forged descriptor gets past our own check; the target must refuse,
     // including a write that straddles the end (no partial write either).
-    let forged = RemoteRegion {
-        len: r.len * 4,
-        ..r
-    };
-    let e =
-        p.a.write(&p.peer_b, &[1; 16], &forged, r.len + 4096)
-            .unwrap_err();
+    let forged = RemoteRegion { len: r.len * 4, ..r };
+    let e = p.a.write(&p.peer_b, &[1; 16], &forged, r.len + 4096).unwrap_err();
     println!("forged out-of-range write: {e}");
-    let e =
-        p.a.read(&p.peer_b, &mut buf, &forged, r.len * 2)
-            .unwrap_err();
+    let e = p.a.read(&p.peer_b, &mut buf, &forged, r.len * 2).unwrap_err();
     println!("forged out-of-range read: {e}");
     assert!(p.a.write(&p.peer_b, &[1; 16], &forged, r.len - 8).is_err());
     assert_eq!(p.mem.get(r.len as usize - 8, 8), [0; 8]);
@@ -308,10 +247,7 @@ fn out_of_range_is_an_error() {
 fn wrong_key_is_an_error() {
     let p = pair(DEFAULT_PROVIDER);
     let r = p.mr.remote();
-    let bad = RemoteRegion {
-        key: r.key ^ 0x5a5a,
-        ..r
-    };
+    let bad = RemoteRegion { key: r.key ^ 0x5a5a, ..r };
     let e = p.a.write(&p.peer_b, b"intruder", &bad, 0).unwrap_err();
     println!("wrong-key write: {e}");
     assert!(matches!(e, Error::Completion { .. }), "{e}");
@@ -356,18 +292,14 @@ fn messages(provider: &str) {
     let p = pair(provider);
     let peer_a = p.b.insert_peer(&p.a.address()).unwrap();
     p.a.send(&p.peer_b, b"ping").unwrap();
-    let m =
-        p.b.recv_timeout(Duration::from_secs(5))
-            .expect("b got ping");
+    let m = p.b.recv_timeout(Duration::from_secs(5)).expect("b got ping");
     assert_eq!(m.data, b"ping");
     if p.b.info().source {
         assert_eq!(m.from, Some(peer_a.id()));
     }
     p.b.send(&peer_a, b"pong").unwrap();
     // A has no progress thread: recv_timeout polls for itself.
-    let m =
-        p.a.recv_timeout(Duration::from_secs(5))
-            .expect("a got pong");
+    let m = p.a.recv_timeout(Duration::from_secs(5)).expect("a got pong");
     assert_eq!(m.data, b"pong");
     if p.a.info().source {
         assert_eq!(m.from, Some(p.peer_b.id()));
@@ -376,10 +308,7 @@ fn messages(provider: &str) {
     let big = pattern(MAX_MSG, 9);
     p.a.send(&p.peer_b, &big).unwrap();
     assert_eq!(p.b.recv_timeout(Duration::from_secs(5)).unwrap().data, big);
-    assert!(matches!(
-        p.a.send(&p.peer_b, &vec![0; MAX_MSG + 1]),
-        Err(Error::MessageTooLarge(_))
-    ));
+    assert!(matches!(p.a.send(&p.peer_b, &vec![0; MAX_MSG + 1]), Err(Error::MessageTooLarge(_))));
     for i in 0..200u32 {
         p.a.send(&p.peer_b, &i.to_le_bytes()).unwrap();
     }
@@ -424,10 +353,7 @@ fn peers_can_be_removed_and_reinserted() {
     assert!(p.a.insert_peer(&addr[..4]).is_err());
     // A peer of another fabric is refused, not dereferenced.
     let foreign = p.b.insert_peer(&p.a.address()).unwrap();
-    assert!(matches!(
-        p.a.write(&foreign, b"x", &r, 0),
-        Err(Error::Invalid(_))
-    ));
+    assert!(matches!(p.a.write(&foreign, b"x", &r, 0), Err(Error::Invalid(_))));
 }
 
 #[test]
@@ -468,7 +394,8 @@ fn ordered_writes(provider: &str, messages: u32) {
     }
     let r = p.mr.remote();
     const LEN: usize = 512;
-    let pat = |seq: u32| -> Vec<u8> { (0..LEN - 4).map(|i| (i as u32 ^ seq.wrapping_mul(0x9e37_79b1)) as u8).collect() };
+    let pat =
+        |seq: u32| -> Vec<u8> { (0..LEN - 4).map(|i| (i as u32 ^ seq.wrapping_mul(0x9e37_79b1)) as u8).collect() };
     let stop = Arc::new(AtomicBool::new(false));
     // The reader acknowledges each message before the next is written, so
     // a payload it checks is never already the next one.

@@ -12,9 +12,9 @@ use vsci_proto::{ClientMsg, IntrKind, Request, SciError, SegmentEvent, PROTOCOL_
 use vscid::fuzz_entry::{link_seed, seed_grant, LINK_KEY};
 use vscid::link::Sealer;
 
-pub use vscid::fuzz_entry::{client_request, cluster_file, node_link_frame};
 pub use vsci_devshare::fuzz_entry::device_message;
 pub use vsci_vm::fuzz_entry::guest_control;
+pub use vscid::fuzz_entry::{client_request, cluster_file, node_link_frame};
 
 /// Every target: its name (the directory of its corpus, the binary in
 /// `fuzz/`) and its entry function.
@@ -48,7 +48,10 @@ pub fn nbd_session(data: &[u8]) {
         let Ok(req) = vsci_nbd::parse_request(head.try_into().expect("REQUEST_SIZE bytes")) else { return };
         let ok = vsci_nbd::check_request(&req, &lim).is_ok();
         if ok && req.command == CMD_WRITE {
-            assert!(req.offset + u64::from(req.len) <= NBD_SIZE && req.len <= NBD_MAX_REQUEST, "a checked write stays in the export");
+            assert!(
+                req.offset + u64::from(req.len) <= NBD_SIZE && req.len <= NBD_MAX_REQUEST,
+                "a checked write stays in the export"
+            );
         }
         if req.command == CMD_WRITE {
             r = &r[(req.len as usize).min(r.len())..];
@@ -65,7 +68,9 @@ fn nbd_client_bytes(requests: &[vsci_nbd::Request]) -> Vec<u8> {
     go.extend_from_slice(b"vsci");
     go.extend_from_slice(&1u16.to_be_bytes());
     go.extend_from_slice(&INFO_BLOCK_SIZE.to_be_bytes());
-    for (opt, data) in [(OPT_LIST, Vec::new()), (OPT_INFO, go.clone()), (OPT_STRUCTURED_REPLY, Vec::new()), (OPT_GO, go)] {
+    for (opt, data) in
+        [(OPT_LIST, Vec::new()), (OPT_INFO, go.clone()), (OPT_STRUCTURED_REPLY, Vec::new()), (OPT_GO, go)]
+    {
         b.extend_from_slice(&IHAVEOPT.to_be_bytes());
         b.extend_from_slice(&opt.to_be_bytes());
         b.extend_from_slice(&(data.len() as u32).to_be_bytes());
@@ -132,7 +137,13 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     let session = |policy: u8, dgrams: Vec<Vec<u8>>| [vec![policy], join(&dgrams)].concat();
     let life = vec![
         on(0, msg(1, hello(PROTOCOL_VERSION, "owner"))),
-        on(0, msg(2, Request::CreateSegment { segment_id: 5, auto_id: false, size: 4096, events: true, broadcast: false })),
+        on(
+            0,
+            msg(
+                2,
+                Request::CreateSegment { segment_id: 5, auto_id: false, size: 4096, events: true, broadcast: false },
+            ),
+        ),
         on(0, msg(3, Request::PrepareSegment { seg: 2 })),
         on(0, msg(4, Request::CreateInterrupt { kind: IntrKind::Plain, hint: 1, fixed: true })),
         on(0, msg(5, Request::SetAvailable { seg: 2 })),
@@ -151,12 +162,28 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     for policy in 0..3 {
         out.push(("client_request", format!("life-policy{policy}"), session(policy, life.clone())));
     }
-    out.push(("client_request", "wrong-version".into(), session(0, vec![on(0, msg(1, hello(PROTOCOL_VERSION + 1, "old")))])));
+    out.push((
+        "client_request",
+        "wrong-version".into(),
+        session(0, vec![on(0, msg(1, hello(PROTOCOL_VERSION + 1, "old")))]),
+    ));
     out.push(("client_request", "no-hello".into(), session(0, vec![on(0, msg(1, Request::Status))])));
     for (i, req) in requests().into_iter().enumerate() {
         let dgrams = vec![
             on(0, msg(1, hello(PROTOCOL_VERSION, "p"))),
-            on(0, msg(2, Request::CreateSegment { segment_id: 5, auto_id: false, size: 4096, events: true, broadcast: false })),
+            on(
+                0,
+                msg(
+                    2,
+                    Request::CreateSegment {
+                        segment_id: 5,
+                        auto_id: false,
+                        size: 4096,
+                        events: true,
+                        broadcast: false,
+                    },
+                ),
+            ),
             on(0, msg(3, req)),
         ];
         out.push(("client_request", format!("request-{i:02}"), session(0, dgrams)));
@@ -164,7 +191,8 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
 
     // node_link_frame: handshake frames, a sealed frame, sealed sessions.
     let plain = |v: Vec<u8>| [(v.len() as u32).to_le_bytes().to_vec(), v].concat();
-    let lh = postcard::to_stdvec(&LinkHello { version: PROTOCOL_VERSION, from: 9, to: 7, nonce: [1; 32] }).expect("encodes");
+    let lh =
+        postcard::to_stdvec(&LinkHello { version: PROTOCOL_VERSION, from: 9, to: 7, nonce: [1; 32] }).expect("encodes");
     let lp = postcard::to_stdvec(&LinkProof { mac: [2; 32] }).expect("encodes");
     let lc = postcard::to_stdvec(&LinkChallenge { nonce: [3; 32], mac: [4; 32] }).expect("encodes");
     out.push(("node_link_frame", "accept-handshake".into(), [vec![0], plain(lh), plain(lp)].concat()));
@@ -204,7 +232,11 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     all.extend(requests().into_iter().enumerate().map(|(i, r)| msg(i as u64 + 2, r)));
     out.push(("guest_control", "records".into(), [vec![1], join(&all)].concat()));
     for (i, req) in requests().into_iter().enumerate() {
-        out.push(("guest_control", format!("request-{i:02}"), [vec![1], join(&[guest_hello.clone(), msg(2, req)])].concat()));
+        out.push((
+            "guest_control",
+            format!("request-{i:02}"),
+            [vec![1], join(&[guest_hello.clone(), msg(2, req)])].concat(),
+        ));
     }
     let rec = [(guest_hello.len() as u32).to_le_bytes().to_vec(), guest_hello].concat();
     let raw = [vec![0], (rec.len() as u32).to_le_bytes().to_vec(), 0u32.to_le_bytes().to_vec(), rec].concat();
@@ -217,7 +249,8 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     // nbd_session: a client's negotiation and requests.
     {
         use vsci_nbd::proto::*;
-        let req = |command, flags, offset, len| vsci_nbd::Request { flags, command, cookie: offset ^ 0x55, offset, len };
+        let req =
+            |command, flags, offset, len| vsci_nbd::Request { flags, command, cookie: offset ^ 0x55, offset, len };
         let all = [
             req(CMD_WRITE, CMD_FLAG_FUA, 4096, 4096),
             req(CMD_READ, 0, 0, 8192),
@@ -245,7 +278,11 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     for (name, text) in files {
         out.push(("cluster_file", name.into(), [text.as_bytes(), &[0], key].concat()));
     }
-    out.push(("cluster_file", "short-key".into(), b"key_file = \"k\"\n[[node]]\nid = 2\naddress = \"127.0.0.1:1\"\n\0short".to_vec()));
+    out.push((
+        "cluster_file",
+        "short-key".into(),
+        b"key_file = \"k\"\n[[node]]\nid = 2\naddress = \"127.0.0.1:1\"\n\0short".to_vec(),
+    ));
     out
 }
 
@@ -259,7 +296,12 @@ mod tests {
         let (_, _, data) = seeds.iter().find(|(t, n, _)| *t == "nbd_session" && n == "session").expect("seed");
         let mut r = &data[..];
         let mut replies = Vec::new();
-        let ex = vsci_nbd::ExportInfo { name: "vsci", size: super::NBD_SIZE, tflags: 0, max_request: super::NBD_MAX_REQUEST };
+        let ex = vsci_nbd::ExportInfo {
+            name: "vsci",
+            size: super::NBD_SIZE,
+            tflags: 0,
+            max_request: super::NBD_MAX_REQUEST,
+        };
         let n = vsci_nbd::negotiate(&mut r, &mut replies, &ex).expect("negotiates");
         assert!(matches!(n, vsci_nbd::Negotiated::Transmission { .. }), "{n:?}");
         assert!(r.len() > 7 * 28, "requests follow");

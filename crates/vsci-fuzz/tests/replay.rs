@@ -51,7 +51,8 @@ fn seeds_run_and_match_the_committed_corpus() {
         let entry = vsci_fuzz::TARGETS.iter().find(|t| t.0 == target).expect("a known target").1;
         entry(&bytes);
         let path = fuzz_dir().join("corpus").join(target).join(format!("seed-{name}"));
-        let committed = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run cargo run -p vsci-fuzz --bin vsci-fuzz-seeds)", path.display()));
+        let committed = std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (run cargo run -p vsci-fuzz --bin vsci-fuzz-seeds)", path.display()));
         assert!(committed == bytes, "{} differs from the generated seed (regenerate it)", path.display());
     }
 }

@@ -12,9 +12,8 @@
 //! [`pagestore`] keeps page-sized objects in loans (tmem), [`memext`]
 //! backs a range of virtual memory with them.
 
-
-pub mod pagestore;
 pub mod memext;
+pub mod pagestore;
 
 use std::io;
 
@@ -41,7 +40,10 @@ type Piece = (usize, u64, usize, usize);
 /// Split `[offset, offset + len)` of a store of `size` bytes striped over
 /// `n` loans into pieces, one per stripe it touches.
 fn pieces(size: u64, stripe: u64, n: usize, offset: u64, len: usize) -> io::Result<Vec<Piece>> {
-    let end = offset.checked_add(len as u64).filter(|e| *e <= size).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "beyond the end of the store"))?;
+    let end = offset
+        .checked_add(len as u64)
+        .filter(|e| *e <= size)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "beyond the end of the store"))?;
     let n = n as u64;
     let mut out = Vec::new();
     let mut o = offset;
@@ -96,7 +98,8 @@ impl LoanStore {
     pub fn write_at(&self, data: &[u8], offset: u64) -> io::Result<()> {
         let pieces = self.pieces(offset, data.len())?;
         for loan in 0..self.loans.len() {
-            let runs: Vec<(&[u8], u64)> = pieces.iter().filter(|p| p.0 == loan).map(|&(_, at, pos, len)| (&data[pos..pos + len], at)).collect();
+            let runs: Vec<(&[u8], u64)> =
+                pieces.iter().filter(|p| p.0 == loan).map(|&(_, at, pos, len)| (&data[pos..pos + len], at)).collect();
             if !runs.is_empty() {
                 self.loans[loan].write_many(&runs).map_err(|e| io_error("writing lent memory", e))?;
             }
@@ -115,7 +118,8 @@ impl LoanStore {
         let mut results: Vec<io::Result<()>> = reqs.iter().map(|_| Ok(())).collect();
         // Per loan: which request each buffer belongs to (and where in it
         // when a request spans stripes), and the buffers with loan offsets.
-        let mut groups: Vec<(Vec<(usize, Option<usize>)>, Vec<(Vec<u8>, u64)>)> = (0..self.loans.len()).map(|_| Default::default()).collect();
+        let mut groups: Vec<(Vec<(usize, Option<usize>)>, Vec<(Vec<u8>, u64)>)> =
+            (0..self.loans.len()).map(|_| Default::default()).collect();
         for (i, (buf, offset)) in reqs.iter_mut().enumerate() {
             match self.pieces(*offset, buf.len()) {
                 Err(e) => results[i] = Err(e),
@@ -162,7 +166,8 @@ impl LoanStore {
     /// with a piece in it.
     pub fn write_many(&self, reqs: &[(&[u8], u64)]) -> Vec<io::Result<()>> {
         let mut results: Vec<io::Result<()>> = reqs.iter().map(|_| Ok(())).collect();
-        let mut groups: Vec<(Vec<usize>, Vec<(&[u8], u64)>)> = (0..self.loans.len()).map(|_| Default::default()).collect();
+        let mut groups: Vec<(Vec<usize>, Vec<(&[u8], u64)>)> =
+            (0..self.loans.len()).map(|_| Default::default()).collect();
         for (i, &(data, offset)) in reqs.iter().enumerate() {
             match self.pieces(offset, data.len()) {
                 Err(e) => results[i] = Err(e),
@@ -197,7 +202,10 @@ mod tests {
     #[test]
     fn pieces_follow_the_stripes_round_the_lenders() {
         let p = pieces(10 * 4096, 4096, 3, 4096 - 10, 4096 * 3 + 20).unwrap();
-        assert_eq!(p, vec![(0, 4086, 0, 10), (1, 0, 10, 4096), (2, 0, 4106, 4096), (0, 4096, 8202, 4096), (1, 4096, 12298, 10)]);
+        assert_eq!(
+            p,
+            vec![(0, 4086, 0, 10), (1, 0, 10, 4096), (2, 0, 4106, 4096), (0, 4096, 8202, 4096), (1, 4096, 12298, 10)]
+        );
         assert_eq!(pieces(10 * 4096, 4096, 3, 0, 0).unwrap(), vec![]);
         assert!(pieces(10 * 4096, 4096, 3, 10 * 4096 - 1, 2).is_err(), "past the end");
         assert!(pieces(10 * 4096, 4096, 3, u64::MAX, 2).is_err(), "overflow");

@@ -67,7 +67,12 @@ pub const READAHEAD: usize = 15;
 /// How many pages after `page` to read ahead: the run of pages
 /// `page + 1 ..` that `eligible` accepts, at most `limit` of them and none
 /// at or past `pages` (the end of the range).
-pub(crate) fn readahead_window(page: usize, pages: usize, limit: usize, mut eligible: impl FnMut(usize) -> bool) -> usize {
+pub(crate) fn readahead_window(
+    page: usize,
+    pages: usize,
+    limit: usize,
+    mut eligible: impl FnMut(usize) -> bool,
+) -> usize {
     let end = pages.min(page.saturating_add(1).saturating_add(limit));
     (page + 1..end).take_while(|&q| eligible(q)).count()
 }
@@ -242,11 +247,15 @@ impl Clock {
 /// The userfaultfd calls the extension makes, over vsci-sys's layer (the
 /// one copy of the UAPI numbers, checked against linux/userfaultfd.h there).
 mod uffd {
-    pub use vsci_sys::uffd::{UffdMsg as Msg, Userfaultfd as Uffd, UFFD_EVENT_PAGEFAULT as EVENT_PAGEFAULT, UFFD_PAGEFAULT_FLAG_WP as FLAG_WP, UFFD_PAGEFAULT_FLAG_WRITE as FLAG_WRITE};
     use vsci_sys::uffd::*;
+    pub use vsci_sys::uffd::{
+        UffdMsg as Msg, Userfaultfd as Uffd, UFFD_EVENT_PAGEFAULT as EVENT_PAGEFAULT,
+        UFFD_PAGEFAULT_FLAG_WP as FLAG_WP, UFFD_PAGEFAULT_FLAG_WRITE as FLAG_WRITE,
+    };
 
     /// The range ioctls the handler needs.
-    const NEEDED: u64 = ioctl_bit(UFFDIO_WAKE) | ioctl_bit(UFFDIO_COPY) | ioctl_bit(UFFDIO_ZEROPAGE) | ioctl_bit(UFFDIO_WRITEPROTECT);
+    const NEEDED: u64 =
+        ioctl_bit(UFFDIO_WAKE) | ioctl_bit(UFFDIO_COPY) | ioctl_bit(UFFDIO_ZEROPAGE) | ioctl_bit(UFFDIO_WRITEPROTECT);
 
     /// A non-blocking userfaultfd handling only user-mode faults (what an
     /// unprivileged process may have with vm.unprivileged_userfaultfd = 0),
@@ -272,7 +281,10 @@ mod uffd {
         // SAFETY: the caller's contract.
         let ioctls = unsafe { u.register(start, len, UFFDIO_REGISTER_MODE_MISSING | UFFDIO_REGISTER_MODE_WP) }?;
         if ioctls & NEEDED != NEEDED {
-            return Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "userfaultfd without write-protect support for anonymous memory"));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "userfaultfd without write-protect support for anonymous memory",
+            ));
         }
         Ok(())
     }
@@ -448,7 +460,8 @@ impl Extension {
         // SAFETY: our own fresh mapping, whose faults the handler thread
         // started below serves for as long as the mapping lives (Drop stops
         // the thread before the mapping goes).
-        unsafe { uffd::register(&uffd, base, len) }.map_err(|e| Error::System("registering the range with userfaultfd", e))?;
+        unsafe { uffd::register(&uffd, base, len) }
+            .map_err(|e| Error::System("registering the range with userfaultfd", e))?;
         let stop = vsci_sys::eventfd::new().map_err(|e| Error::System("eventfd", e))?;
 
         let counters = Arc::new(Counters::default());
@@ -477,7 +490,9 @@ impl Extension {
                 // A panic here would leave the program's threads waiting
                 // on their faults for ever: end the process instead.
                 if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.run(stop_fd))).is_err() {
-                    eprintln!("vsci memext: the page-fault handler failed; ending the process (exit status {LOST_EXIT})");
+                    eprintln!(
+                        "vsci memext: the page-fault handler failed; ending the process (exit status {LOST_EXIT})"
+                    );
                     // SAFETY: _exit ends the process at once; nothing can
                     // serve the range's faults any more.
                     unsafe { libc::_exit(LOST_EXIT) };
@@ -658,7 +673,9 @@ impl Handler {
     /// resident. (Eviction runs on this thread, to its end, before any
     /// fetch: no page is half evicted here.)
     fn ahead(&self, page: usize, limit: usize) -> usize {
-        readahead_window(page, self.pages(), limit, |q| !self.clock.contains(q) && self.flags[q] & STORED != 0 && self.source(q, None).is_some())
+        readahead_window(page, self.pages(), limit, |q| {
+            !self.clock.contains(q) && self.flags[q] & STORED != 0 && self.source(q, None).is_some()
+        })
     }
 
     /// A missing fault on `page`, which is on the lenders: fetch it, and
@@ -698,9 +715,16 @@ impl Handler {
             // Groups only hold lenders with loans, and only lender j's
             // failure below takes its loan.
             let Some(loan) = &self.lenders[j].loan else { continue };
-            let mut bufs: Vec<(Vec<u8>, u64)> = group.iter().map(|&(_, slot, _)| (self.spare.pop().unwrap_or_else(|| vec![0; PAGE]), slot * PAGE as u64)).collect();
+            let mut bufs: Vec<(Vec<u8>, u64)> = group
+                .iter()
+                .map(|&(_, slot, _)| (self.spare.pop().unwrap_or_else(|| vec![0; PAGE]), slot * PAGE as u64))
+                .collect();
             let why = match loan.read_many(&mut bufs) {
-                Ok(()) => group.iter().zip(&bufs).find(|((q, _, _), (b, _))| checksum(*q as u64, b) != self.sums[*q]).map(|((q, _, _), _)| format!("page {q} came back with a wrong checksum")),
+                Ok(()) => group
+                    .iter()
+                    .zip(&bufs)
+                    .find(|((q, _, _), (b, _))| checksum(*q as u64, b) != self.sums[*q])
+                    .map(|((q, _, _), _)| format!("page {q} came back with a wrong checksum")),
                 Err(e) => Some(format!("reading pages {}..={}: {}", group[0].0, group[group.len() - 1].0, e.c_name())),
             };
             match why {
@@ -773,7 +797,12 @@ impl Handler {
                 if l.loan.is_some() {
                     format!("node {} ({copy})", l.node)
                 } else {
-                    format!("node {} ({copy}; failed {:.1} s ago: {})", l.node, now.duration_since(l.last_try).as_secs_f64(), l.why)
+                    format!(
+                        "node {} ({copy}; failed {:.1} s ago: {})",
+                        l.node,
+                        now.duration_since(l.last_try).as_secs_f64(),
+                        l.why
+                    )
                 }
             })
             .collect::<Vec<_>>()
@@ -823,7 +852,10 @@ impl Handler {
             l.last_try = Instant::now();
             match self.client.borrow(l.node, self.loan_size) {
                 Ok(loan) => {
-                    log::warn!("vsci memext: lender node {} is back; pages written back from now on are mirrored again", l.node);
+                    log::warn!(
+                        "vsci memext: lender node {} is back; pages written back from now on are mirrored again",
+                        l.node
+                    );
                     l.loan = Some(loan);
                     add(&self.counters.reborrows, 1);
                 }
@@ -876,7 +908,11 @@ impl Handler {
         let mut writes: Vec<(usize, u8)> = Vec::new();
         for &p in &victims {
             let (pl, c) = places(p as u64, n);
-            let alive = pl[..c].iter().enumerate().filter(|(_, (j, _))| self.lenders[*j].loan.is_some()).fold(0u8, |a, (k, _)| a | 1 << k);
+            let alive = pl[..c]
+                .iter()
+                .enumerate()
+                .filter(|(_, (j, _))| self.lenders[*j].loan.is_some())
+                .fold(0u8, |a, (k, _)| a | 1 << k);
             match plan(self.flags[p], c, alive) {
                 Plan::Lost => self.lost(p, "it must be written back but none of its lenders holds a loan"),
                 Plan::Write(0) => {}
@@ -955,7 +991,9 @@ impl Handler {
             // SAFETY: these pages are in our mapping and their contents are
             // on the lenders (or zeros never stored); dropping them makes the
             // next touch a missing fault that fetches them back.
-            let r = unsafe { libc::madvise(self.addr(victims[i]) as *mut libc::c_void, (j - i) * PAGE, libc::MADV_DONTNEED) };
+            let r = unsafe {
+                libc::madvise(self.addr(victims[i]) as *mut libc::c_void, (j - i) * PAGE, libc::MADV_DONTNEED)
+            };
             if r != 0 {
                 self.lost(victims[i], &format!("dropping it failed: {}", std::io::Error::last_os_error()));
             }

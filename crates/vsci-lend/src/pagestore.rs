@@ -228,7 +228,11 @@ impl Index {
     /// Drop the oldest ephemeral page; false if there is none.
     fn evict_oldest(&mut self) -> bool {
         let Some((_, (pool, object, index))) = self.ephemeral.pop_first() else { return false };
-        let entry = self.pools.get_mut(&pool).and_then(|p| p.pages.remove(&(object, index))).expect("an ephemeral page in the age order is in its pool");
+        let entry = self
+            .pools
+            .get_mut(&pool)
+            .and_then(|p| p.pages.remove(&(object, index)))
+            .expect("an ephemeral page in the age order is in its pool");
         self.release(entry.slot);
         self.stats.evictions += 1;
         true
@@ -559,7 +563,11 @@ mod tests {
     #[test]
     fn a_full_store_drops_the_oldest_ephemeral_page_of_any_pool() {
         let mut ix = Index::new(3, 1);
-        let (e1, e2, per) = (ix.new_pool(PoolKind::Ephemeral).unwrap(), ix.new_pool(PoolKind::Ephemeral).unwrap(), ix.new_pool(PoolKind::Persistent).unwrap());
+        let (e1, e2, per) = (
+            ix.new_pool(PoolKind::Ephemeral).unwrap(),
+            ix.new_pool(PoolKind::Ephemeral).unwrap(),
+            ix.new_pool(PoolKind::Persistent).unwrap(),
+        );
         put(&mut ix, (e1, 0, 0)).unwrap();
         put(&mut ix, (e2, 0, 0)).unwrap();
         put(&mut ix, (e1, 0, 1)).unwrap();

@@ -45,8 +45,8 @@ pub mod proto;
 mod server;
 
 pub use proto::{
-    check_request, parse_client_flags, parse_info_request, parse_option_header, parse_request,
-    ClientFlags, ExportLimits, InfoRequest, OptionHeader, ParseError, Request,
+    check_request, parse_client_flags, parse_info_request, parse_option_header, parse_request, ClientFlags,
+    ExportLimits, InfoRequest, OptionHeader, ParseError, Request,
 };
 pub use server::{negotiate, ExportInfo, Negotiated, Server};
 
@@ -112,12 +112,7 @@ pub struct ServerConfig {
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig {
-            export_name: String::new(),
-            read_only: false,
-            workers_per_connection: 4,
-            max_request: 32 << 20,
-        }
+        ServerConfig { export_name: String::new(), read_only: false, workers_per_connection: 4, max_request: 32 << 20 }
     }
 }
 

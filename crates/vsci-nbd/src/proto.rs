@@ -135,9 +135,7 @@ pub fn parse_client_flags(b: &[u8; 4]) -> Result<ClientFlags, ParseError> {
     if f & FLAG_C_FIXED_NEWSTYLE == 0 {
         return Err(ParseError::NotFixedNewstyle);
     }
-    Ok(ClientFlags {
-        no_zeroes: f & FLAG_C_NO_ZEROES != 0,
-    })
+    Ok(ClientFlags { no_zeroes: f & FLAG_C_NO_ZEROES != 0 })
 }
 
 /// The server's greeting: NBDMAGIC, IHAVEOPT, handshake flags.
@@ -187,9 +185,7 @@ pub fn parse_info_request(data: &[u8]) -> Result<InfoRequest<'_>, ParseError> {
         return Err(ParseError::BadOptionData("name too long"));
     }
     // name_len <= 4096, so these additions cannot overflow.
-    let name = data
-        .get(4..4 + name_len)
-        .ok_or(ParseError::BadOptionData("name overruns option"))?;
+    let name = data.get(4..4 + name_len).ok_or(ParseError::BadOptionData("name overruns option"))?;
     let rest = &data[4 + name_len..];
     let count = rest
         .get(0..2)
@@ -197,23 +193,14 @@ pub fn parse_info_request(data: &[u8]) -> Result<InfoRequest<'_>, ParseError> {
         .ok_or(ParseError::BadOptionData("short request count"))?;
     let list = &rest[2..];
     if list.len() != count * 2 {
-        return Err(ParseError::BadOptionData(
-            "request count does not match length",
-        ));
+        return Err(ParseError::BadOptionData("request count does not match length"));
     }
-    let requests = list
-        .chunks_exact(2)
-        .map(|c| u16::from_be_bytes([c[0], c[1]]))
-        .collect();
+    let requests = list.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]])).collect();
     Ok(InfoRequest { name, requests })
 }
 
 /// Option reply header; `len` bytes of data must follow.
-pub fn encode_option_reply_header(
-    option: u32,
-    reply_type: u32,
-    len: u32,
-) -> [u8; OPTION_REPLY_HEADER_SIZE] {
+pub fn encode_option_reply_header(option: u32, reply_type: u32, len: u32) -> [u8; OPTION_REPLY_HEADER_SIZE] {
     let mut b = [0u8; OPTION_REPLY_HEADER_SIZE];
     b[0..8].copy_from_slice(&OPT_REPLY_MAGIC.to_be_bytes());
     b[8..12].copy_from_slice(&option.to_be_bytes());
@@ -342,13 +329,7 @@ mod tests {
 
     #[test]
     fn request_round_trip_and_magic() {
-        let r = Request {
-            flags: 1,
-            command: CMD_WRITE,
-            cookie: 0xdead_beef_0102_0304,
-            offset: 4096,
-            len: 512,
-        };
+        let r = Request { flags: 1, command: CMD_WRITE, cookie: 0xdead_beef_0102_0304, offset: 4096, len: 512 };
         let b = encode_request(&r);
         assert_eq!(parse_request(&b), Ok(r));
         let mut bad = b;
@@ -358,48 +339,23 @@ mod tests {
 
     #[test]
     fn check_request_ranges() {
-        let lim = ExportLimits {
-            size: 1 << 20,
-            read_only: false,
-            max_request: 65536,
-        };
-        let mk = |command, offset, len| Request {
-            flags: 0,
-            command,
-            cookie: 0,
-            offset,
-            len,
-        };
+        let lim = ExportLimits { size: 1 << 20, read_only: false, max_request: 65536 };
+        let mk = |command, offset, len| Request { flags: 0, command, cookie: 0, offset, len };
         assert_eq!(check_request(&mk(CMD_READ, 0, 4096), &lim), Ok(()));
         assert_eq!(check_request(&mk(CMD_READ, (1 << 20) - 1, 1), &lim), Ok(()));
         assert_eq!(check_request(&mk(CMD_READ, 1 << 20, 0), &lim), Ok(()));
-        assert_eq!(
-            check_request(&mk(CMD_READ, 1 << 20, 1), &lim),
-            Err(NBD_EINVAL)
-        );
-        assert_eq!(
-            check_request(&mk(CMD_READ, u64::MAX, 2), &lim),
-            Err(NBD_EINVAL)
-        );
-        assert_eq!(
-            check_request(&mk(CMD_READ, 0, 65537), &lim),
-            Err(NBD_EINVAL)
-        );
+        assert_eq!(check_request(&mk(CMD_READ, 1 << 20, 1), &lim), Err(NBD_EINVAL));
+        assert_eq!(check_request(&mk(CMD_READ, u64::MAX, 2), &lim), Err(NBD_EINVAL));
+        assert_eq!(check_request(&mk(CMD_READ, 0, 65537), &lim), Err(NBD_EINVAL));
         assert_eq!(check_request(&mk(CMD_TRIM, 0, 1 << 20), &lim), Ok(()));
         assert_eq!(check_request(&mk(CMD_CACHE, 0, 1), &lim), Err(NBD_EINVAL));
         assert_eq!(check_request(&mk(99, 0, 1), &lim), Err(NBD_EINVAL));
         let mut df = mk(CMD_READ, 0, 1);
         df.flags = CMD_FLAG_DF;
         assert_eq!(check_request(&df, &lim), Err(NBD_EINVAL));
-        let ro = ExportLimits {
-            read_only: true,
-            ..lim
-        };
+        let ro = ExportLimits { read_only: true, ..lim };
         assert_eq!(check_request(&mk(CMD_WRITE, 0, 1), &ro), Err(NBD_EPERM));
-        assert_eq!(
-            check_request(&mk(CMD_WRITE_ZEROES, 0, 1), &ro),
-            Err(NBD_EPERM)
-        );
+        assert_eq!(check_request(&mk(CMD_WRITE_ZEROES, 0, 1), &ro), Err(NBD_EPERM));
         assert_eq!(check_request(&mk(CMD_READ, 0, 1), &ro), Ok(()));
     }
 
@@ -426,14 +382,8 @@ mod tests {
 
     #[test]
     fn client_flags() {
-        assert_eq!(
-            parse_client_flags(&3u32.to_be_bytes()),
-            Ok(ClientFlags { no_zeroes: true })
-        );
-        assert_eq!(
-            parse_client_flags(&1u32.to_be_bytes()),
-            Ok(ClientFlags { no_zeroes: false })
-        );
+        assert_eq!(parse_client_flags(&3u32.to_be_bytes()), Ok(ClientFlags { no_zeroes: true }));
+        assert_eq!(parse_client_flags(&1u32.to_be_bytes()), Ok(ClientFlags { no_zeroes: false }));
         assert!(parse_client_flags(&0u32.to_be_bytes()).is_err());
         assert!(parse_client_flags(&5u32.to_be_bytes()).is_err());
     }

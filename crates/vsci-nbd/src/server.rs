@@ -77,11 +77,7 @@ fn invalid(msg: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> io::Erro
 fn option_reply(w: &mut impl Write, option: u32, reply_type: u32, data: &[u8]) -> io::Result<()> {
     // data is at most a few KiB (names are capped at MAX_STRING).
     let mut buf = Vec::with_capacity(OPTION_REPLY_HEADER_SIZE + data.len());
-    buf.extend_from_slice(&encode_option_reply_header(
-        option,
-        reply_type,
-        data.len() as u32,
-    ));
+    buf.extend_from_slice(&encode_option_reply_header(option, reply_type, data.len() as u32));
     buf.extend_from_slice(data);
     w.write_all(&buf)
 }
@@ -97,11 +93,7 @@ fn discard(r: &mut impl Read, len: u64) -> io::Result<()> {
 /// Run fixed-newstyle negotiation from the server's greeting up to the
 /// start of transmission. Generic over the streams so it can be driven
 /// from memory (tests, fuzzing); every byte read is treated as hostile.
-pub fn negotiate<R: Read, W: Write>(
-    r: &mut R,
-    w: &mut W,
-    ex: &ExportInfo<'_>,
-) -> io::Result<Negotiated> {
+pub fn negotiate<R: Read, W: Write>(r: &mut R, w: &mut W, ex: &ExportInfo<'_>) -> io::Result<Negotiated> {
     w.write_all(&encode_greeting())?;
     let mut cf = [0u8; 4];
     r.read_exact(&mut cf)?;
@@ -122,19 +114,10 @@ pub fn negotiate<R: Read, W: Write>(
             let mut name = vec![0u8; h.len as usize];
             r.read_exact(&mut name)?;
             if !name_ok(&name) {
-                return Err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    "unknown export requested",
-                ));
+                return Err(io::Error::new(io::ErrorKind::NotFound, "unknown export requested"));
             }
-            w.write_all(&encode_export_name_reply(
-                ex.size,
-                ex.tflags,
-                client.no_zeroes,
-            ))?;
-            return Ok(Negotiated::Transmission {
-                no_zeroes: client.no_zeroes,
-            });
+            w.write_all(&encode_export_name_reply(ex.size, ex.tflags, client.no_zeroes))?;
+            return Ok(Negotiated::Transmission { no_zeroes: client.no_zeroes });
         }
 
         if h.len > MAX_OPTION_DATA {
@@ -177,21 +160,11 @@ pub fn negotiate<R: Read, W: Write>(
                     option_reply(w, h.option, REP_ERR_UNKNOWN, b"no such export")?;
                     continue;
                 }
-                option_reply(
-                    w,
-                    h.option,
-                    REP_INFO,
-                    &encode_info_export(ex.size, ex.tflags),
-                )?;
+                option_reply(w, h.option, REP_INFO, &encode_info_export(ex.size, ex.tflags))?;
                 // Sent even unrequested (the spec allows it) so clients that
                 // did not ask still learn our maximum request.
                 let preferred = 4096.min(ex.max_request);
-                option_reply(
-                    w,
-                    h.option,
-                    REP_INFO,
-                    &encode_info_block_size(1, preferred, ex.max_request),
-                )?;
+                option_reply(w, h.option, REP_INFO, &encode_info_block_size(1, preferred, ex.max_request))?;
                 if req.requests.contains(&INFO_NAME) {
                     let mut d = Vec::with_capacity(2 + ex.name.len());
                     d.extend_from_slice(&INFO_NAME.to_be_bytes());
@@ -200,9 +173,7 @@ pub fn negotiate<R: Read, W: Write>(
                 }
                 option_reply(w, h.option, REP_ACK, &[])?;
                 if h.option == OPT_GO {
-                    return Ok(Negotiated::Transmission {
-                        no_zeroes: client.no_zeroes,
-                    });
+                    return Ok(Negotiated::Transmission { no_zeroes: client.no_zeroes });
                 }
             }
             _ => option_reply(w, h.option, REP_ERR_UNSUP, b"option not supported")?,
@@ -387,11 +358,7 @@ impl Server {
         }
     }
 
-    fn serve_loop<S: Conn>(
-        &self,
-        fd: BorrowedFd<'_>,
-        mut accept: impl FnMut() -> io::Result<S>,
-    ) -> io::Result<()> {
+    fn serve_loop<S: Conn>(&self, fd: BorrowedFd<'_>, mut accept: impl FnMut() -> io::Result<S>) -> io::Result<()> {
         let mut threads: Vec<(u64, JoinHandle<()>)> = Vec::new();
         let timeout = PollTimeout::from(ACCEPT_POLL.as_millis().min(u128::from(u16::MAX)) as u16);
         while !self.inner.stop.load(Ordering::SeqCst) {
@@ -463,15 +430,13 @@ impl Server {
         bump(&self.inner.stats.connections, 1);
         bump(&self.inner.stats.active, 1);
         let inner = self.inner.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("nbd-conn-{id}"))
-            .spawn(move || {
-                if let Err(e) = run_connection(&inner, id, s) {
-                    log::info!("nbd: connection {id} ended: {e}");
-                }
-                lock(&inner.conns).remove(&id);
-                inner.stats.active.fetch_sub(1, Ordering::Relaxed);
-            });
+        let spawned = std::thread::Builder::new().name(format!("nbd-conn-{id}")).spawn(move || {
+            if let Err(e) = run_connection(&inner, id, s) {
+                log::info!("nbd: connection {id} ended: {e}");
+            }
+            lock(&inner.conns).remove(&id);
+            inner.stats.active.fetch_sub(1, Ordering::Relaxed);
+        });
         match spawned {
             Ok(t) => Ok((id, t)),
             Err(e) => {
@@ -537,27 +502,11 @@ impl Outstanding {
 }
 
 enum Op {
-    Read {
-        offset: u64,
-        len: u32,
-    },
-    Write {
-        offset: u64,
-        data: Vec<u8>,
-        fua: bool,
-    },
+    Read { offset: u64, len: u32 },
+    Write { offset: u64, data: Vec<u8>, fua: bool },
     Flush,
-    Trim {
-        offset: u64,
-        len: u32,
-        fua: bool,
-    },
-    WriteZeroes {
-        offset: u64,
-        len: u32,
-        fua: bool,
-        no_hole: bool,
-    },
+    Trim { offset: u64, len: u32, fua: bool },
+    WriteZeroes { offset: u64, len: u32, fua: bool, no_hole: bool },
 }
 
 struct Job {
@@ -628,12 +577,7 @@ fn serve_connection<S: Conn>(inner: &Arc<Inner>, id: u64, stream: &S) -> io::Res
     if cfg.read_only {
         tflags |= TFLAG_READ_ONLY;
     }
-    let ex = ExportInfo {
-        name: &cfg.export_name,
-        size,
-        tflags,
-        max_request: cfg.max_request,
-    };
+    let ex = ExportInfo { name: &cfg.export_name, size, tflags, max_request: cfg.max_request };
 
     stream.read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let mut r = stream.clone_conn()?;
@@ -649,15 +593,8 @@ fn serve_connection<S: Conn>(inner: &Arc<Inner>, id: u64, stream: &S) -> io::Res
         inner: inner.clone(),
         writer: Mutex::new(w),
         waker: stream.clone_conn()?,
-        budget: Budget {
-            used: Mutex::new(0),
-            cv: Condvar::new(),
-            limit: 2 * u64::from(cfg.max_request),
-        },
-        outstanding: Outstanding {
-            set: Mutex::new(BTreeSet::new()),
-            cv: Condvar::new(),
-        },
+        budget: Budget { used: Mutex::new(0), cv: Condvar::new(), limit: 2 * u64::from(cfg.max_request) },
+        outstanding: Outstanding { set: Mutex::new(BTreeSet::new()), cv: Condvar::new() },
     });
     let (tx, rx) = sync_channel::<Job>(QUEUE_DEPTH);
     let max_batch = inner.backend.max_batch().clamp(1, MAX_BATCH);
@@ -665,9 +602,7 @@ fn serve_connection<S: Conn>(inner: &Arc<Inner>, id: u64, stream: &S) -> io::Res
     let mut workers = Vec::with_capacity(cfg.workers_per_connection);
     for n in 0..cfg.workers_per_connection {
         let (shared, rx) = (shared.clone(), rx.clone());
-        let t = std::thread::Builder::new()
-            .name(format!("nbd-{id}-w{n}"))
-            .spawn(move || worker(&shared, &rx));
+        let t = std::thread::Builder::new().name(format!("nbd-{id}-w{n}")).spawn(move || worker(&shared, &rx));
         match t {
             Ok(t) => workers.push(t),
             // Fewer workers still serve correctly, only with less overlap.
@@ -676,11 +611,7 @@ fn serve_connection<S: Conn>(inner: &Arc<Inner>, id: u64, stream: &S) -> io::Res
         }
     }
 
-    let limits = ExportLimits {
-        size,
-        read_only: cfg.read_only,
-        max_request: cfg.max_request,
-    };
+    let limits = ExportLimits { size, read_only: cfg.read_only, max_request: cfg.max_request };
     let result = read_requests(&shared, BufReader::with_capacity(64 << 10, r), &tx, &limits);
     // Requests already queued still get their replies (spec: a DISC lets
     // in-flight requests finish) before the socket is closed.
@@ -732,11 +663,7 @@ fn read_requests<S: Conn>(
                 shared.reply_error(req.cookie, err)?;
                 continue;
             }
-            Op::Write {
-                offset: req.offset,
-                data,
-                fua,
-            }
+            Op::Write { offset: req.offset, data, fua }
         } else {
             if let Err(err) = check_request(&req, limits) {
                 shared.reply_error(req.cookie, err)?;
@@ -745,17 +672,10 @@ fn read_requests<S: Conn>(
             match req.command {
                 CMD_READ => {
                     shared.budget.acquire(u64::from(req.len));
-                    Op::Read {
-                        offset: req.offset,
-                        len: req.len,
-                    }
+                    Op::Read { offset: req.offset, len: req.len }
                 }
                 CMD_FLUSH => Op::Flush,
-                CMD_TRIM => Op::Trim {
-                    offset: req.offset,
-                    len: req.len,
-                    fua,
-                },
+                CMD_TRIM => Op::Trim { offset: req.offset, len: req.len, fua },
                 CMD_WRITE_ZEROES => Op::WriteZeroes {
                     offset: req.offset,
                     len: req.len,
@@ -1026,12 +946,7 @@ fn execute<S: Conn>(shared: &ConnShared<S>, job: Job) {
             let r = guarded("trim", || b.trim(offset, u64::from(len))).and_then(|()| flush_if(fua));
             done(r, &st.trims)
         }
-        Op::WriteZeroes {
-            offset,
-            len,
-            fua,
-            no_hole,
-        } => {
+        Op::WriteZeroes { offset, len, fua, no_hole } => {
             let r = guarded("write_zeroes", || {
                 let (mut off, end) = (offset, offset + u64::from(len));
                 while off < end {

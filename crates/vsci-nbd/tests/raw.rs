@@ -13,10 +13,7 @@ use common::*;
 use vsci_nbd::{Backend, Server, ServerConfig};
 
 fn cfg(name: &str) -> ServerConfig {
-    ServerConfig {
-        export_name: name.into(),
-        ..ServerConfig::default()
-    }
+    ServerConfig { export_name: name.into(), ..ServerConfig::default() }
 }
 
 /// A transmission-phase connection that must still work.
@@ -96,26 +93,14 @@ fn export_name_honours_no_zeroes() {
 #[test]
 fn hostile_input_closes_only_that_connection() {
     let backend = MemBackend::new(1 << 20);
-    let srv = TestServer::start(
-        backend.clone(),
-        ServerConfig {
-            max_request: 64 << 10,
-            ..cfg("exp")
-        },
-    );
+    let srv = TestServer::start(backend.clone(), ServerConfig { max_request: 64 << 10, ..cfg("exp") });
     let (mut good, _) = open(&srv.sock, "exp");
     assert_healthy(&mut good, 1);
 
     type Case = (&'static str, Box<dyn Fn(&mut UnixStream)>);
     let mut cases: Vec<Case> = Vec::new();
-    cases.push((
-        "garbage client flags",
-        Box::new(|s| greet_raw(s, &[0xff; 4])),
-    ));
-    cases.push((
-        "not fixed newstyle",
-        Box::new(|s| greet_raw(s, &0u32.to_be_bytes())),
-    ));
+    cases.push(("garbage client flags", Box::new(|s| greet_raw(s, &[0xff; 4]))));
+    cases.push(("not fixed newstyle", Box::new(|s| greet_raw(s, &0u32.to_be_bytes()))));
     cases.push((
         "garbage instead of option",
         Box::new(|s| {
@@ -186,20 +171,13 @@ fn hostile_input_closes_only_that_connection() {
     for (what, f) in &cases {
         let mut s = connect(&srv.sock);
         f(&mut s);
-        assert!(
-            closed_by_server(&mut s),
-            "{what}: server should close the connection"
-        );
+        assert!(closed_by_server(&mut s), "{what}: server should close the connection");
         assert_healthy(&mut good, 2);
     }
     // A client that connects and vanishes mid-greeting.
     drop(connect(&srv.sock));
     assert_healthy(&mut good, 3);
-    assert_eq!(
-        &backend.snapshot()[..4],
-        &[0, 0, 0, 0],
-        "no hostile write landed"
-    );
+    assert_eq!(&backend.snapshot()[..4], &[0, 0, 0, 0], "no hostile write landed");
     assert!(srv.server.stats().errors >= 7, "{:?}", srv.server.stats());
 }
 
@@ -211,13 +189,7 @@ fn greet_raw(s: &mut UnixStream, flags: &[u8]) {
 
 #[test]
 fn oversized_requests_get_einval_and_framing_survives() {
-    let srv = TestServer::start(
-        MemBackend::new(1 << 20),
-        ServerConfig {
-            max_request: 64 << 10,
-            ..cfg("exp")
-        },
-    );
+    let srv = TestServer::start(MemBackend::new(1 << 20), ServerConfig { max_request: 64 << 10, ..cfg("exp") });
     let (mut s, info) = open(&srv.sock, "exp");
     assert_eq!(info.block, Some((1, 4096, 64 << 10)));
     assert_eq!(raw_read(&mut s, 0, (64 << 10) + 1), Err(22));
@@ -261,19 +233,12 @@ fn write_zeroes_trim_fua_and_flush() {
     assert_eq!(raw_cmd(&mut s, 0, 6, 0, 1 << 20, &[]), 0);
     assert!(backend.snapshot().iter().all(|&b| b == 0));
     let st = srv.server.stats();
-    assert_eq!(
-        (st.writes, st.zero_writes, st.trims, st.flushes, st.errors),
-        (1, 3, 1, 1, 0),
-        "{st:?}"
-    );
+    assert_eq!((st.writes, st.zero_writes, st.trims, st.flushes, st.errors), (1, 3, 1, 1, 0), "{st:?}");
 }
 
 #[test]
 fn flush_waits_for_earlier_writes() {
-    let backend = Arc::new(MemBackend::with(
-        1 << 20,
-        Some((8192, Duration::from_millis(300))),
-    ));
+    let backend = Arc::new(MemBackend::with(1 << 20, Some((8192, Duration::from_millis(300)))));
     let srv = TestServer::start(backend.clone(), cfg("exp"));
     let (mut s, _) = open(&srv.sock, "exp");
     // Pipelined: a slow write, a fast write, then a flush.
@@ -288,11 +253,7 @@ fn flush_waits_for_earlier_writes() {
         })
         .collect();
     let log = backend.log.lock().unwrap().clone();
-    assert_eq!(
-        log.last().map(String::as_str),
-        Some("flush"),
-        "flush ran after both writes: {log:?}"
-    );
+    assert_eq!(log.last().map(String::as_str), Some("flush"), "flush ran after both writes: {log:?}");
     assert_eq!(log.len(), 3, "{log:?}");
     // Normally cookie 2 overtakes the slow cookie 1; not asserted, since a
     // loaded machine may delay it (requests_of_one_connection_overlap
@@ -317,10 +278,7 @@ impl Backend for Gate {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         if offset == 0 {
             let g = self.other_read_done.lock().unwrap();
-            let (g, to) = self
-                .cv
-                .wait_timeout_while(g, Duration::from_secs(5), |done| !*done)
-                .unwrap();
+            let (g, to) = self.cv.wait_timeout_while(g, Duration::from_secs(5), |done| !*done).unwrap();
             drop(g);
             if to.timed_out() {
                 return Err(std::io::Error::other("requests were not overlapped"));
@@ -344,11 +302,7 @@ impl Backend for Gate {
 
 #[test]
 fn requests_of_one_connection_overlap() {
-    let gate = Arc::new(Gate {
-        mem: MemBackend::new(1 << 20),
-        other_read_done: Mutex::new(false),
-        cv: Condvar::new(),
-    });
+    let gate = Arc::new(Gate { mem: MemBackend::new(1 << 20), other_read_done: Mutex::new(false), cv: Condvar::new() });
     let srv = TestServer::start(gate, cfg("exp"));
     let (mut s, _) = open(&srv.sock, "exp");
     send_request(&mut s, 0, 0, 100, 0, 4096, &[]);
@@ -359,11 +313,7 @@ fn requests_of_one_connection_overlap() {
     let (e2, c2) = read_reply(&mut s);
     s.read_exact(&mut buf).unwrap();
     // Request 100 could only succeed if 200 ran while it was waiting.
-    assert_eq!(
-        (e1, e2),
-        (0, 0),
-        "cookies {c1} {c2}: requests ran one after the other"
-    );
+    assert_eq!((e1, e2), (0, 0), "cookies {c1} {c2}: requests ran one after the other");
     let mut cookies = [c1, c2];
     cookies.sort();
     assert_eq!(cookies, [100, 200]);
@@ -516,11 +466,7 @@ fn backend_errors_map_to_nbd_errors() {
     let srv = TestServer::start(Arc::new(Failing), cfg("exp"));
     let (mut s, _) = open(&srv.sock, "exp");
     assert_eq!(raw_read(&mut s, 4096, 16), Err(5));
-    assert_eq!(
-        raw_read(&mut s, 0, 16),
-        Err(5),
-        "a panicking backend is EIO, not a hang"
-    );
+    assert_eq!(raw_read(&mut s, 0, 16), Err(5), "a panicking backend is EIO, not a hang");
     assert_eq!(raw_cmd(&mut s, 0, 1, 0, 4, b"abcd"), 28);
     assert_eq!(raw_cmd(&mut s, 0, 3, 0, 0, &[]), 0);
 }
@@ -530,10 +476,7 @@ fn stop_makes_serve_return_and_closes_connections() {
     let dir = TempDir::new("stop");
     let sock = dir.0.join("s.sock");
     let listener = UnixListener::bind(&sock).unwrap();
-    let backend = Arc::new(MemBackend::with(
-        1 << 20,
-        Some((8192, Duration::from_millis(300))),
-    ));
+    let backend = Arc::new(MemBackend::with(1 << 20, Some((8192, Duration::from_millis(300)))));
     let server = Arc::new(Server::new(backend.clone(), cfg("exp")));
     let srv2 = server.clone();
     let (tx, rx) = std::sync::mpsc::channel();
@@ -555,15 +498,9 @@ fn stop_makes_serve_return_and_closes_connections() {
 
     let t0 = Instant::now();
     server.stop();
-    let ok = rx
-        .recv_timeout(Duration::from_secs(5))
-        .expect("serve_unix did not return after stop()");
+    let ok = rx.recv_timeout(Duration::from_secs(5)).expect("serve_unix did not return after stop()");
     assert!(ok);
-    assert!(
-        t0.elapsed() < Duration::from_secs(2),
-        "took {:?}",
-        t0.elapsed()
-    );
+    assert!(t0.elapsed() < Duration::from_secs(2), "took {:?}", t0.elapsed());
     assert!(closed_by_server(&mut idle));
     assert!(closed_by_server(&mut handshaking));
     assert_eq!(read_reply(&mut busy), (0, 77));

@@ -13,20 +13,13 @@ use vsci_nbd::{Server, ServerConfig};
 const T: Duration = Duration::from_secs(120);
 
 fn cfg(name: &str) -> ServerConfig {
-    ServerConfig {
-        export_name: name.into(),
-        ..ServerConfig::default()
-    }
+    ServerConfig { export_name: name.into(), ..ServerConfig::default() }
 }
 
 fn export_json(text: &str, name: &str) -> serde_json::Value {
     let v: serde_json::Value = serde_json::from_str(text).expect("nbdinfo --json output parses");
     let exports = v["exports"].as_array().expect("exports array");
-    exports
-        .iter()
-        .find(|e| e["export-name"] == name)
-        .unwrap_or_else(|| panic!("export {name} not in {v}"))
-        .clone()
+    exports.iter().find(|e| e["export-name"] == name).unwrap_or_else(|| panic!("export {name} not in {v}")).clone()
 }
 
 #[test]
@@ -80,11 +73,7 @@ fn nbdinfo_over_tcp() {
         }
     }
     let guard = StopOnDrop(server.clone());
-    let out = run_tool(
-        "nbdinfo",
-        &["--json", &format!("nbd://127.0.0.1:{port}/tcp0")],
-        T,
-    );
+    let out = run_tool("nbdinfo", &["--json", &format!("nbd://127.0.0.1:{port}/tcp0")], T);
     assert!(out.success);
     assert_eq!(export_json(&out.stdout, "tcp0")["export-size"], 1u64 << 20);
     drop(guard);
@@ -121,15 +110,10 @@ fn qemu_io_write_then_read_back() {
     );
     assert!(out.success);
     let text = out.text();
-    assert!(
-        !text.contains("failed") && !text.contains("Pattern verification"),
-        "{text}"
-    );
+    assert!(!text.contains("failed") && !text.contains("Pattern verification"), "{text}");
     let d = backend.snapshot();
     assert!(d[..1 << 20].iter().all(|&b| b == 0xab));
-    assert!(d[1 << 20..(1 << 20) + (64 << 10)]
-        .iter()
-        .all(|&b| b == 0xcd));
+    assert!(d[1 << 20..(1 << 20) + (64 << 10)].iter().all(|&b| b == 0xcd));
     assert!(d[(1 << 20) + (64 << 10)..].iter().all(|&b| b == 0));
     assert!(backend.flushes.load(std::sync::atomic::Ordering::SeqCst) >= 1);
 
@@ -151,19 +135,12 @@ fn qemu_io_write_then_read_back() {
         ],
         T,
     );
-    assert!(
-        out.success && !out.text().contains("failed"),
-        "{}",
-        out.text()
-    );
+    assert!(out.success && !out.text().contains("failed"), "{}", out.text());
     let d = backend.snapshot();
     assert!(d[..128 << 10].iter().all(|&b| b == 0));
     assert!(d[128 << 10..1 << 20].iter().all(|&b| b == 0xab));
     let st = srv.server.stats();
-    assert!(
-        st.writes >= 2 && st.reads >= 2 && st.bytes_written >= (1 << 20) + (64 << 10),
-        "{st:?}"
-    );
+    assert!(st.writes >= 2 && st.reads >= 2 && st.bytes_written >= (1 << 20) + (64 << 10), "{st:?}");
     assert!(st.zero_writes >= 2 && st.trims >= 1, "{st:?}");
 }
 
@@ -177,53 +154,23 @@ fn write_beyond_end_fails_and_server_keeps_serving() {
     let srv = TestServer::start(backend.clone(), cfg("small"));
     let url = srv.url("small");
     // qemu checks the bound itself, so also send one straight to the server.
-    let out = run_tool(
-        "qemu-io",
-        &["-f", "raw", "-c", "write -P 0x11 1020k 8k", &url],
-        T,
-    );
-    assert!(
-        !out.success || out.text().contains("failed"),
-        "{}",
-        out.text()
-    );
+    let out = run_tool("qemu-io", &["-f", "raw", "-c", "write -P 0x11 1020k 8k", &url], T);
+    assert!(!out.success || out.text().contains("failed"), "{}", out.text());
 
     let (mut s, info) = open(&srv.sock, "small");
     assert_eq!(info.size, size as u64);
     let payload = vec![0x11u8; 8192];
-    assert_eq!(
-        raw_cmd(&mut s, 0, 1, size as u64 - 4096, 8192, &payload),
-        22
-    );
+    assert_eq!(raw_cmd(&mut s, 0, 1, size as u64 - 4096, 8192, &payload), 22);
     assert_eq!(raw_cmd(&mut s, 0, 1, u64::MAX - 100, 8192, &payload), 22);
     assert_eq!(raw_read(&mut s, size as u64, 1), Err(22));
     assert_eq!(raw_cmd(&mut s, 0, 6, size as u64, 1, &[]), 22);
     assert_eq!(raw_cmd(&mut s, 0, 4, u64::MAX, u32::MAX, &[]), 22);
-    assert!(
-        backend.snapshot().iter().all(|&b| b == 0),
-        "nothing was written"
-    );
+    assert!(backend.snapshot().iter().all(|&b| b == 0), "nothing was written");
     // Same connection still works, and so does a new client.
     assert_eq!(raw_cmd(&mut s, 0, 1, 0, 4, b"abcd"), 0);
     assert_eq!(raw_read(&mut s, 0, 4).unwrap(), b"abcd");
-    let out = run_tool(
-        "qemu-io",
-        &[
-            "-f",
-            "raw",
-            "-c",
-            "read -P 0x61 0 1",
-            "-c",
-            "write -P 0x22 1020k 4k",
-            &url,
-        ],
-        T,
-    );
-    assert!(
-        out.success && !out.text().contains("failed"),
-        "{}",
-        out.text()
-    );
+    let out = run_tool("qemu-io", &["-f", "raw", "-c", "read -P 0x61 0 1", "-c", "write -P 0x22 1020k 4k", &url], T);
+    assert!(out.success && !out.text().contains("failed"), "{}", out.text());
     assert!(srv.server.stats().errors >= 5);
 }
 
@@ -234,39 +181,17 @@ fn read_only_export_refuses_writes() {
     }
     let backend = MemBackend::new(1 << 20);
     backend.data.write().unwrap()[..4].copy_from_slice(b"keep");
-    let srv = TestServer::start(
-        backend.clone(),
-        ServerConfig {
-            read_only: true,
-            ..cfg("ro")
-        },
-    );
+    let srv = TestServer::start(backend.clone(), ServerConfig { read_only: true, ..cfg("ro") });
     let url = srv.url("ro");
 
     let info = run_tool("nbdinfo", &["--json", &url], T);
     assert_eq!(export_json(&info.stdout, "ro")["is_read_only"], true);
 
-    let out = run_tool(
-        "qemu-io",
-        &["-f", "raw", "-c", "write -P 0xab 0 4k", &url],
-        T,
-    );
-    assert!(
-        !out.success || out.text().contains("failed"),
-        "{}",
-        out.text()
-    );
+    let out = run_tool("qemu-io", &["-f", "raw", "-c", "write -P 0xab 0 4k", &url], T);
+    assert!(!out.success || out.text().contains("failed"), "{}", out.text());
     // Reading is fine (-r: qemu opens read-only).
-    let out = run_tool(
-        "qemu-io",
-        &["-r", "-f", "raw", "-c", "read -P 0 4k 4k", &url],
-        T,
-    );
-    assert!(
-        out.success && !out.text().contains("failed"),
-        "{}",
-        out.text()
-    );
+    let out = run_tool("qemu-io", &["-r", "-f", "raw", "-c", "read -P 0 4k 4k", &url], T);
+    assert!(out.success && !out.text().contains("failed"), "{}", out.text());
 
     // A client ignoring NBD_FLAG_READ_ONLY gets EPERM for every kind of write.
     let (mut s, info) = open(&srv.sock, "ro");
@@ -297,14 +222,8 @@ fn nbdcopy_64mib_round_trip() {
     let out = run_tool("nbdcopy", &["--flush", src.to_str().unwrap(), &url], T);
     assert!(out.success);
     let st = srv.server.stats();
-    assert!(
-        st.connections >= 2,
-        "nbdcopy should use several connections (multi-conn): {st:?}"
-    );
-    assert!(
-        backend.snapshot() == data,
-        "backend differs from the source file"
-    );
+    assert!(st.connections >= 2, "nbdcopy should use several connections (multi-conn): {st:?}");
+    assert!(backend.snapshot() == data, "backend differs from the source file");
 
     std::fs::write(&dst, []).unwrap();
     let out = run_tool("nbdcopy", &[&url, dst.to_str().unwrap()], T);
@@ -313,10 +232,7 @@ fn nbdcopy_64mib_round_trip() {
     assert_eq!(back.len(), size);
     assert!(back == data, "copied-out bytes differ");
     let st = srv.server.stats();
-    assert!(
-        st.bytes_read >= size as u64 && st.bytes_written >= size as u64,
-        "{st:?}"
-    );
+    assert!(st.bytes_read >= size as u64 && st.bytes_written >= size as u64, "{st:?}");
     assert_eq!(st.errors, 0, "{st:?}");
 }
 

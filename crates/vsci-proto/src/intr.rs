@@ -139,7 +139,9 @@ impl Place {
     /// lie inside and be cache-line aligned (the atomics in it must be
     /// aligned).
     pub fn check(&self, size: u64) -> bool {
-        self.offset % 64 == 0 && self.offset.checked_add(size_for(self.kind) as u64).is_some_and(|end| end <= size) && self.generation != 0
+        self.offset % 64 == 0
+            && self.offset.checked_add(size_for(self.kind) as u64).is_some_and(|end| end <= size)
+            && self.generation != 0
     }
 
     /// The page-aligned range to map to reach the slot, and the slot's
@@ -200,17 +202,22 @@ impl SlotMap {
         // A shared mapping of `len` bytes at a page-aligned offset of memory
         // the place was checked to lie in. The memory past `size` (the last
         // page's tail) is inside the file, whose size is a page multiple.
-        let map = vsci_sys::MapOptions::shared().map(fd, len, start).map_err(|e| nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
+        let map = vsci_sys::MapOptions::shared()
+            .map(fd, len, start)
+            .map_err(|e| nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
         let m = SlotMap { map, inner, kind, generation: place.generation };
         let shared = m.view().shared;
-        if shared.magic.load(Ordering::Acquire) != MAGIC || shared.generation.load(Ordering::Acquire) != place.generation {
+        if shared.magic.load(Ordering::Acquire) != MAGIC
+            || shared.generation.load(Ordering::Acquire) != place.generation
+        {
             return Err(nix::Error::ESTALE);
         }
         Ok(m)
     }
 
     pub fn view(&self) -> View<'_> {
-        let p = self.map.ptr_at(self.inner, size_for(self.kind)).expect("the slot lies inside the mapping (Place::pages)");
+        let p =
+            self.map.ptr_at(self.inner, size_for(self.kind)).expect("the slot lies inside the mapping (Place::pages)");
         // SAFETY: `size_for(kind)` bytes at `p` lie inside the mapping
         // (checked), the slot is 64-byte aligned (`Place::check`), and the
         // mapping lives as long as `self`.

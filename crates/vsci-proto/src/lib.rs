@@ -43,10 +43,7 @@ pub const SOCKET_ENV: &str = "VSCI_SOCKET";
 
 /// Resolve the control socket path the way every client does.
 pub fn socket_path() -> std::path::PathBuf {
-    std::env::var_os(SOCKET_ENV)
-        .filter(|v| !v.is_empty())
-        .map(Into::into)
-        .unwrap_or_else(|| DEFAULT_SOCKET.into())
+    std::env::var_os(SOCKET_ENV).filter(|v| !v.is_empty()).map(Into::into).unwrap_or_else(|| DEFAULT_SOCKET.into())
 }
 
 /// Smallest cluster key accepted, in bytes.
@@ -98,7 +95,10 @@ mod tests {
             (b"00112233445566778899aabbccddeeff\n", b"00112233445566778899aabbccddeeff"),
             (b"0123456789abcdef", b"0123456789abcdef"),
             // Binary keys: whitespace inside is key.
-            (b"\x01\x02 \x03\n\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10", b"\x01\x02 \x03\n\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10"),
+            (
+                b"\x01\x02 \x03\n\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10",
+                b"\x01\x02 \x03\n\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10",
+            ),
         ];
         for (file, key) in ok {
             assert_eq!(cluster_key(file).as_deref(), Ok(*key), "{file:?}");

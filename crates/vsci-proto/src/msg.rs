@@ -70,66 +70,137 @@ pub struct ClientMsg {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Request {
     /// First message on every connection.
-    Hello { version: u32, name: String },
+    Hello {
+        version: u32,
+        name: String,
+    },
     /// Reply carries the segment memfd. `broadcast`: a member of the
     /// reflective-memory group `segment_id` (SCI_FLAG_BROADCAST).
-    CreateSegment { segment_id: u32, auto_id: bool, size: u64, events: bool, broadcast: bool },
-    PrepareSegment { seg: ObjId },
-    SetAvailable { seg: ObjId },
-    SetUnavailable { seg: ObjId, notify: bool, force_disconnect: bool },
-    RemoveSegment { seg: ObjId },
+    CreateSegment {
+        segment_id: u32,
+        auto_id: bool,
+        size: u64,
+        events: bool,
+        broadcast: bool,
+    },
+    PrepareSegment {
+        seg: ObjId,
+    },
+    SetAvailable {
+        seg: ObjId,
+    },
+    SetUnavailable {
+        seg: ObjId,
+        notify: bool,
+        force_disconnect: bool,
+    },
+    RemoveSegment {
+        seg: ObjId,
+    },
     /// Waits up to `timeout_ms` (`u32::MAX` = forever) for the segment.
     /// Reply carries the segment memfd. `broadcast`: only a reflective-memory
     /// member (a segment created with `broadcast`) will do.
-    ConnectSegment { node_id: u32, segment_id: u32, timeout_ms: u32, broadcast: bool },
-    DisconnectSegment { conn: ObjId },
+    ConnectSegment {
+        node_id: u32,
+        segment_id: u32,
+        timeout_ms: u32,
+        broadcast: bool,
+    },
+    DisconnectSegment {
+        conn: ObjId,
+    },
     /// Reply carries [shared state memfd, eventfd].
-    CreateInterrupt { kind: IntrKind, hint: u32, fixed: bool },
+    CreateInterrupt {
+        kind: IntrKind,
+        hint: u32,
+        fixed: bool,
+    },
     /// As `CreateInterrupt`, but the request carries the eventfd that wakes
     /// the waiter (a guest's MSI-X vector, so triggers reach the guest
     /// without a hop through its host side). Reply as `CreateInterrupt`.
-    CreateInterruptWake { kind: IntrKind, hint: u32, fixed: bool },
-    RemoveInterrupt { intr: ObjId },
+    CreateInterruptWake {
+        kind: IntrKind,
+        hint: u32,
+        fixed: bool,
+    },
+    RemoveInterrupt {
+        intr: ObjId,
+    },
     /// Reply carries [shared state memfd, eventfd].
-    ConnectInterrupt { kind: IntrKind, node_id: u32, number: u32, timeout_ms: u32 },
-    DisconnectInterrupt { conn: ObjId },
-    ProbeNode { node_id: u32 },
+    ConnectInterrupt {
+        kind: IntrKind,
+        node_id: u32,
+        number: u32,
+        timeout_ms: u32,
+    },
+    DisconnectInterrupt {
+        conn: ObjId,
+    },
+    ProbeNode {
+        node_id: u32,
+    },
     Status,
     /// Guests only, answered by the guest's host side: read
     /// `[offset, offset+len)` of the segment of connection `conn` from its
     /// owner into the shadow the guest sees (its window), so that the guest
     /// can copy it out. At most [`MAX_REMOTE_FETCH`] bytes. vscid refuses it.
-    FetchRemote { conn: ObjId, offset: u64, len: u64 },
+    FetchRemote {
+        conn: ObjId,
+        offset: u64,
+        len: u64,
+    },
     /// Guests only, like `FetchRemote`: write these `(offset, len)` runs of
     /// the shadow (ascending, not overlapping, at most
     /// [`MAX_SHIP_RUNS`]) to the owner, the highest word last; `Done` once
     /// all of it is visible there.
-    ShipRemote { conn: ObjId, runs: Vec<(u64, u64)> },
+    ShipRemote {
+        conn: ObjId,
+        runs: Vec<(u64, u64)>,
+    },
     /// Guests only: run a DMA transfer on the node's engine between the
     /// program's local segment `local` and the segment of connection
     /// `remote`. `queue` is the program's name for its queue; the end comes
     /// as `Event::DmaDone` (an interrupt in the guest). Entries are (size,
     /// local offset, remote offset). Reply `Done` once accepted.
-    DmaStart { queue: u64, local: ObjId, remote: ObjId, entries: Vec<(u64, u64, u64)>, read: bool },
+    DmaStart {
+        queue: u64,
+        local: ObjId,
+        remote: ObjId,
+        entries: Vec<(u64, u64, u64)>,
+        read: bool,
+    },
     /// Guests only: stop queue `queue`'s transfer (it ends `Cancelled`).
-    DmaAbort { queue: u64 },
+    DmaAbort {
+        queue: u64,
+    },
     /// Let other programs of this node attach to the segment (SCIShareSegment).
-    ShareSegment { seg: ObjId },
+    ShareSegment {
+        seg: ObjId,
+    },
     /// A handle of our own on a shared segment of this node
     /// (SCIAttachLocalSegment). Reply `Segment`, carrying the segment memfd;
     /// `RemoveSegment` on the new handle detaches.
-    AttachSegment { segment_id: u32 },
+    AttachSegment {
+        segment_id: u32,
+    },
     /// Borrow `size` bytes of the memory node `node_id` lends (its pool,
     /// `vscid --lend`). Reply `Borrowed`: where to reach the loan over the
     /// RMA engine. The loan is zero-filled and the borrower's alone.
-    Borrow { node_id: u32, size: u64 },
+    Borrow {
+        node_id: u32,
+        size: u64,
+    },
     /// Give a loan back (`loan` from `Borrowed`, or, between nodes, from
     /// `Lent`). Reply `Done`; its memory is freed on the lender.
-    ReturnLoan { loan: ObjId },
+    ReturnLoan {
+        loan: ObjId,
+    },
     /// Another node's pseudo-client only: set aside `size` bytes of this
     /// node's lending pool and register them with the RMA engine. Reply
     /// `Lent`.
-    Lend { size: u64 },
+    Lend {
+        size: u64,
+    },
     /// SCIClose: release everything this connection holds, reply `Done`
     /// once that is done, then end the connection. A program that closes a
     /// descriptor and at once opens another finds the segment ids and
@@ -146,28 +217,63 @@ pub enum ServerMsg {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum Reply {
-    Hello { node_id: u32, wait_mode: WaitMode, spin_us: u32, max_segment_size: u64 },
+    Hello {
+        node_id: u32,
+        wait_mode: WaitMode,
+        spin_us: u32,
+        max_segment_size: u64,
+    },
     Done,
-    Segment { seg: ObjId, segment_id: u32, size: u64 },
+    Segment {
+        seg: ObjId,
+        segment_id: u32,
+        size: u64,
+    },
     /// Local segments carry the segment memfd. Remote ones carry a fresh
     /// zero-filled *shadow* memfd to map, plus where the owner's memory is.
     /// `proxied`: set by a guest's host side for another node's segment it
     /// reaches on the guest's behalf (the memory is then a staging window:
     /// `FetchRemote` fills it from the owner, `ShipRemote` sends from it).
-    Connected { conn: ObjId, node_id: u32, segment_id: u32, size: u64, remote: Option<RemoteAccess>, proxied: bool },
+    Connected {
+        conn: ObjId,
+        node_id: u32,
+        segment_id: u32,
+        size: u64,
+        remote: Option<RemoteAccess>,
+        proxied: bool,
+    },
     /// Carries [arena chunk memfd, eventfd]; `place` is the interrupt's
     /// slot in the chunk.
-    Interrupt { intr: ObjId, number: u32, place: crate::intr::Place },
+    Interrupt {
+        intr: ObjId,
+        number: u32,
+        place: crate::intr::Place,
+    },
     /// Local interrupts carry [arena chunk memfd, eventfd] and their slot's
     /// `place`; remote ones no fds and no place.
-    InterruptConnected { conn: ObjId, remote: Option<RemoteTrigger>, place: Option<crate::intr::Place> },
-    Probe { reachable: bool },
+    InterruptConnected {
+        conn: ObjId,
+        remote: Option<RemoteTrigger>,
+        place: Option<crate::intr::Place>,
+    },
+    Probe {
+        reachable: bool,
+    },
     Status(Box<NodeStatus>),
     /// A loan of `size` bytes of node `node_id`'s memory.
-    Borrowed { loan: ObjId, node_id: u32, size: u64, access: RemoteAccess },
+    Borrowed {
+        loan: ObjId,
+        node_id: u32,
+        size: u64,
+        access: RemoteAccess,
+    },
     /// To a peer's pseudo-client: the loan set aside, and where the RMA
     /// engine has it registered.
-    Lent { loan: ObjId, size: u64, region: crate::peer::RmaRegion },
+    Lent {
+        loan: ObjId,
+        size: u64,
+        region: crate::peer::RmaRegion,
+    },
 }
 
 /// How a process reaches a remote segment's memory over the RMA engine.

@@ -56,23 +56,61 @@ pub enum PeerMsg {
     /// the receiver's incarnation whose connections the sender still holds
     /// (0: none). A link continues the old connections only when both
     /// sides hold each other's current incarnation.
-    Info { node_id: u32, fabric_addr: Vec<u8>, incarnation: u64, knows: u64 },
+    Info {
+        node_id: u32,
+        fabric_addr: Vec<u8>,
+        incarnation: u64,
+        knows: u64,
+    },
     Heartbeat,
-    ConnectSegment { req: u64, segment_id: u32, timeout_ms: u32, broadcast: bool },
-    ConnectSegmentReply { req: u64, result: Result<RemoteSegmentGrant, SciError> },
-    DisconnectSegment { conn: ObjId },
+    ConnectSegment {
+        req: u64,
+        segment_id: u32,
+        timeout_ms: u32,
+        broadcast: bool,
+    },
+    ConnectSegmentReply {
+        req: u64,
+        result: Result<RemoteSegmentGrant, SciError>,
+    },
+    DisconnectSegment {
+        conn: ObjId,
+    },
     /// Owner → importer node: something happened to a connection.
-    SegmentEvent { conn: ObjId, reason: SegmentEvent },
-    ConnectInterrupt { req: u64, kind: IntrKind, number: u32, timeout_ms: u32 },
-    ConnectInterruptReply { req: u64, result: Result<RemoteInterruptGrant, SciError> },
-    DisconnectInterrupt { conn: ObjId },
-    InterruptGone { conn: ObjId },
+    SegmentEvent {
+        conn: ObjId,
+        reason: SegmentEvent,
+    },
+    ConnectInterrupt {
+        req: u64,
+        kind: IntrKind,
+        number: u32,
+        timeout_ms: u32,
+    },
+    ConnectInterruptReply {
+        req: u64,
+        result: Result<RemoteInterruptGrant, SciError>,
+    },
+    DisconnectInterrupt {
+        conn: ObjId,
+    },
+    InterruptGone {
+        conn: ObjId,
+    },
     /// Borrower → lender: lend `size` bytes of your pool.
-    Borrow { req: u64, size: u64 },
+    Borrow {
+        req: u64,
+        size: u64,
+    },
     /// The loan (`conn` names it) and where it is registered.
-    BorrowReply { req: u64, result: Result<RemoteSegmentGrant, SciError> },
+    BorrowReply {
+        req: u64,
+        result: Result<RemoteSegmentGrant, SciError>,
+    },
     /// Borrower → lender: the loan is given back.
-    ReturnLoan { loan: ObjId },
+    ReturnLoan {
+        loan: ObjId,
+    },
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -7,8 +7,7 @@ use std::path::Path;
 
 use nix::cmsg_space;
 use nix::sys::socket::{
-    self, recvmsg, sendmsg, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
-    SockFlag, SockType, UnixAddr,
+    self, recvmsg, sendmsg, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr,
 };
 use serde::{de::DeserializeOwned, Serialize};
 
@@ -30,12 +29,7 @@ pub enum WireError {
 
 /// Create a `SOCK_SEQPACKET` socket connected to `path`.
 pub fn connect(path: &Path) -> Result<OwnedFd, nix::Error> {
-    let fd = socket::socket(
-        AddressFamily::Unix,
-        SockType::SeqPacket,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )?;
+    let fd = socket::socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)?;
     let addr = UnixAddr::new(path)?;
     socket::connect(fd.as_raw_fd(), &addr)?;
     Ok(fd)
@@ -43,12 +37,7 @@ pub fn connect(path: &Path) -> Result<OwnedFd, nix::Error> {
 
 /// Bind and listen on `path` (the caller removes stale files first).
 pub fn listen(path: &Path) -> Result<OwnedFd, nix::Error> {
-    let fd = socket::socket(
-        AddressFamily::Unix,
-        SockType::SeqPacket,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )?;
+    let fd = socket::socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)?;
     let addr = UnixAddr::new(path)?;
     socket::bind(fd.as_raw_fd(), &addr)?;
     socket::listen(&fd, socket::Backlog::new(128)?)?;
@@ -103,12 +92,7 @@ pub fn recv(sock: impl AsFd) -> Result<Received, WireError> {
     let mut space = cmsg_space!([RawFd; MAX_FDS]);
     loop {
         let mut iov = [IoSliceMut::new(&mut buf)];
-        let res = recvmsg::<UnixAddr>(
-            sock.as_fd().as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        );
+        let res = recvmsg::<UnixAddr>(sock.as_fd().as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC);
         let msg = match res {
             Ok(m) => m,
             Err(nix::Error::EINTR) => continue,

@@ -329,7 +329,16 @@ impl Drop for Mapping {
 pub unsafe fn map_fixed(addr: usize, len: usize, prot: Prot, fd: BorrowedFd<'_>, offset: u64) -> io::Result<()> {
     let offset = libc::off_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: the caller's contract; `fd` is a live borrowed descriptor.
-    let p = unsafe { libc::mmap(addr as *mut libc::c_void, len, prot.bits(), libc::MAP_SHARED | libc::MAP_FIXED, fd.as_raw_fd(), offset) };
+    let p = unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len,
+            prot.bits(),
+            libc::MAP_SHARED | libc::MAP_FIXED,
+            fd.as_raw_fd(),
+            offset,
+        )
+    };
     if p == libc::MAP_FAILED {
         return Err(last_error());
     }

@@ -243,7 +243,13 @@ impl Userfaultfd {
         // The kernel only fills pages that are not there (EEXIST
         // otherwise), reading `src`, which we borrow: no byte anyone could
         // have seen changes.
-        let mut c = UffdioCopy { dst: dst as u64, src: src.as_ptr() as u64, len: src.len() as u64, mode: if wp { UFFDIO_COPY_MODE_WP } else { 0 }, copy: 0 };
+        let mut c = UffdioCopy {
+            dst: dst as u64,
+            src: src.as_ptr() as u64,
+            len: src.len() as u64,
+            mode: if wp { UFFDIO_COPY_MODE_WP } else { 0 },
+            copy: 0,
+        };
         self.ioctl(UFFDIO_COPY, &mut c)
     }
 
@@ -257,7 +263,10 @@ impl Userfaultfd {
     /// Write-protect `[start, start + len)`, or lift the protection (which
     /// wakes the threads waiting on it). Changes page protection only.
     pub fn write_protect(&self, start: usize, len: usize, wp: bool) -> Result<(), i32> {
-        let mut w = UffdioWriteprotect { range: UffdioRange { start: start as u64, len: len as u64 }, mode: if wp { UFFDIO_WRITEPROTECT_MODE_WP } else { 0 } };
+        let mut w = UffdioWriteprotect {
+            range: UffdioRange { start: start as u64, len: len as u64 },
+            mode: if wp { UFFDIO_WRITEPROTECT_MODE_WP } else { 0 },
+        };
         self.ioctl(UFFDIO_WRITEPROTECT, &mut w)
     }
 
@@ -266,7 +275,11 @@ impl Userfaultfd {
     /// if `wp` (Linux 6.4; `EINVAL` before). `EEXIST` when one is mapped
     /// already.
     pub fn map_continue(&self, start: usize, len: usize, wp: bool) -> Result<(), i32> {
-        let mut c = UffdioContinue { range: UffdioRange { start: start as u64, len: len as u64 }, mode: if wp { UFFDIO_CONTINUE_MODE_WP } else { 0 }, mapped: 0 };
+        let mut c = UffdioContinue {
+            range: UffdioRange { start: start as u64, len: len as u64 },
+            mode: if wp { UFFDIO_CONTINUE_MODE_WP } else { 0 },
+            mapped: 0,
+        };
         self.ioctl(UFFDIO_CONTINUE, &mut c)
     }
 
@@ -352,7 +365,9 @@ mod tests {
     /// Missing faults of private anonymous memory served by a thread.
     #[test]
     fn a_missing_fault_is_served_with_a_copy() {
-        let Ok(u) = Userfaultfd::open(libc::O_CLOEXEC | UFFD_USER_MODE_ONLY).or_else(|_| Userfaultfd::open(libc::O_CLOEXEC)) else {
+        let Ok(u) =
+            Userfaultfd::open(libc::O_CLOEXEC | UFFD_USER_MODE_ONLY).or_else(|_| Userfaultfd::open(libc::O_CLOEXEC))
+        else {
             eprintln!("skipped: no userfaultfd here");
             return;
         };

@@ -53,7 +53,12 @@ fn socket_group_lets_members_in() {
     assert_eq!((meta.gid(), meta.mode() & 0o777), (u.gid, 0o660), "socket group and mode");
 
     u.as_user(&u.member, &d, &t_nodegone(), &["open"]).assert_success().assert_contains("OPEN SCI_ERR_OK");
-    let out = u.as_user(&u.member, &d, &built("bin/vsci"), &["status", "--socket", &d.socket.display().to_string(), "--json"]);
+    let out = u.as_user(
+        &u.member,
+        &d,
+        &built("bin/vsci"),
+        &["status", "--socket", &d.socket.display().to_string(), "--json"],
+    );
     out.assert_success();
     let out = u.as_user(&u.outsider, &d, &t_nodegone(), &["open"]);
     assert_eq!(out.status.code(), Some(3), "{}", out.describe());

@@ -24,9 +24,17 @@ fn demo_moves_data_and_interrupts() {
 #[test]
 fn status_lists_what_a_node_holds() {
     let d = Daemon::start(9);
-    let out = run("vsci status", Command::new(built("bin/vsci")).arg("status").arg("--socket").arg(&d.socket), PROGRAM_TIMEOUT);
+    let out = run(
+        "vsci status",
+        Command::new(built("bin/vsci")).arg("status").arg("--socket").arg(&d.socket),
+        PROGRAM_TIMEOUT,
+    );
     out.assert_success().assert_contains("node 9").assert_contains("segments (0)");
-    let out = run("vsci status (no node)", Command::new(built("bin/vsci")).args(["status", "--socket", "/nonexistent/vscid.sock"]), PROGRAM_TIMEOUT);
+    let out = run(
+        "vsci status (no node)",
+        Command::new(built("bin/vsci")).args(["status", "--socket", "/nonexistent/vscid.sock"]),
+        PROGRAM_TIMEOUT,
+    );
     assert!(!out.status.success(), "status against a missing node must fail: {}", out.describe());
     out.assert_contains("cannot reach vscid");
 }
@@ -50,7 +58,8 @@ fn bench_quick_smoke_run_writes_json_and_report() {
         PROGRAM_TIMEOUT,
     );
     out.assert_success();
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("bench wrote its JSON")).expect("valid JSON");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("bench wrote its JSON")).expect("valid JSON");
     assert!(v["paths"]["local"]["sisci_bench"].is_object(), "bench JSON has the local sisci_bench results: {v}");
     assert!(v["machine"]["cores"].as_u64().is_some(), "bench JSON describes the machine: {v}");
     // dma_bench ran on the host: every section came back, sizes as integers.
@@ -59,13 +68,21 @@ fn bench_quick_smoke_run_writes_json_and_report() {
         assert!(dma[sect].as_array().is_some_and(|a| !a.is_empty()), "dma_bench section {sect}: {dma}");
     }
     assert_eq!(dma["failures"], 0, "{dma}");
-    assert!(v["dma"]["rows"].as_array().is_some_and(|r| r.iter().any(|x| x["what"] == "single transfer 512 KiB, write" && x["host"].as_f64().is_some())), "{}", v["dma"]);
+    assert!(
+        v["dma"]["rows"].as_array().is_some_and(|r| r
+            .iter()
+            .any(|x| x["what"] == "single transfer 512 KiB, write" && x["host"].as_f64().is_some())),
+        "{}",
+        v["dma"]
+    );
     let md = std::fs::read_to_string(report.join("benchmarks.md")).expect("report wrote benchmarks.md");
     for part in ["## The machine and the run", "## Local path", "thesis 5.1", "Seed 001", "## DMA engine (seed 003)"] {
         assert!(md.contains(part), "benchmarks.md has {part:?}:\n{md}");
     }
-    let saved: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(report.join("bench/results.json")).expect("report wrote results.json")).expect("valid JSON");
+    let saved: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(report.join("bench/results.json")).expect("report wrote results.json"),
+    )
+    .expect("valid JSON");
     assert!(saved["paths"]["local"].is_object());
     assert!(report.join("bench/results.txt").exists(), "report wrote results.txt");
     // Plots need a TrueType font (fonts-dejavu-core); without one the run
@@ -78,7 +95,11 @@ fn bench_quick_smoke_run_writes_json_and_report() {
 
 #[test]
 fn bench_names_the_paths_when_one_is_unknown() {
-    let out = run("vsci bench --paths nowhere", Command::new(built("bin/vsci")).args(["bench", "--paths", "local,nowhere"]), PROGRAM_TIMEOUT);
+    let out = run(
+        "vsci bench --paths nowhere",
+        Command::new(built("bin/vsci")).args(["bench", "--paths", "local,nowhere"]),
+        PROGRAM_TIMEOUT,
+    );
     assert!(!out.status.success(), "an unknown path must fail: {}", out.describe());
     out.assert_contains("unknown path `nowhere`").assert_contains("local").assert_contains("remote");
 }
@@ -93,7 +114,9 @@ fn pkg_config_builds_an_unmodified_program() {
     let exe = dir.path.join("pingpong");
     let flags = run(
         "pkg-config",
-        Command::new("pkg-config").args(["--cflags", "--libs", "sisci"]).env("PKG_CONFIG_PATH", build_dir().join("lib/pkgconfig")),
+        Command::new("pkg-config")
+            .args(["--cflags", "--libs", "sisci"])
+            .env("PKG_CONFIG_PATH", build_dir().join("lib/pkgconfig")),
         PROGRAM_TIMEOUT,
     );
     flags.assert_success();

@@ -40,11 +40,7 @@ fn t_remote() -> PathBuf {
 
 /// Start `program args` on member `node`.
 fn spawn(c: &Cluster, node: u32, program: &PathBuf, args: &[&str]) -> Proc {
-    let name = format!(
-        "{} {} (node {node})",
-        program.file_name().unwrap().to_string_lossy(),
-        args.join(" ")
-    );
+    let name = format!("{} {} (node {node})", program.file_name().unwrap().to_string_lossy(), args.join(" "));
     let mut cmd = c.client(node, program);
     cmd.args(args);
     Proc::spawn(&name, &mut cmd)
@@ -193,14 +189,8 @@ fn sendrecv_across_nodes() {
 #[test]
 fn interrupt_across_nodes() {
     let Some(c) = Cluster::start(&[1, 2]) else { return };
-    let (s, cl) = server_client(
-        &c,
-        "interrupt",
-        2,
-        &["-rn", &rn(1), "-loops", "300"],
-        1,
-        &["-rn", &rn(2), "-loops", "300"],
-    );
+    let (s, cl) =
+        server_client(&c, "interrupt", 2, &["-rn", &rn(1), "-loops", "300"], 1, &["-rn", &rn(2), "-loops", "300"]);
     s.assert_contains("300 round trips").assert_contains("average round trip");
     cl.assert_contains("300 round trips").assert_contains("average round trip");
     c.wait_clean(1, "after interrupt");
@@ -244,7 +234,12 @@ fn pingpong_across_nodes() {
     {
         // The server learns the client's node from the CONNECT event.
         let server = spawn(&c, 2, &prog, &["-server", "-n", n, "-size", size, "-segid", segid, "-timeout", EX_TIMEOUT]);
-        let client = spawn(&c, 1, &prog, &["-client", "-rn", "2", "-n", n, "-size", size, "-segid", segid, "-timeout", EX_TIMEOUT]);
+        let client = spawn(
+            &c,
+            1,
+            &prog,
+            &["-client", "-rn", "2", "-n", n, "-size", size, "-segid", segid, "-timeout", EX_TIMEOUT],
+        );
         let co = finish(client, limit);
         let so = finish(server, limit);
         so.assert_contains("client connected from node 1");
@@ -271,8 +266,14 @@ fn nodes_paused_together_keep_their_links() {
     let Some(mut c) = Cluster::start(&[1, 2]) else { return };
     let prog = example("pingpong");
     let (n, size) = ("3000", "64");
-    let mut server = spawn(&c, 2, &prog, &["-server", "-n", n, "-size", size, "-segid", "0x9400", "-timeout", EX_TIMEOUT]);
-    let client = spawn(&c, 1, &prog, &["-client", "-rn", "2", "-n", n, "-size", size, "-segid", "0x9400", "-timeout", EX_TIMEOUT]);
+    let mut server =
+        spawn(&c, 2, &prog, &["-server", "-n", n, "-size", size, "-segid", "0x9400", "-timeout", EX_TIMEOUT]);
+    let client = spawn(
+        &c,
+        1,
+        &prog,
+        &["-client", "-rn", "2", "-n", n, "-size", size, "-segid", "0x9400", "-timeout", EX_TIMEOUT],
+    );
     server.wait_line("mapped the client's inbox", LINE_TIMEOUT);
     thread::sleep(Duration::from_millis(200));
     c.pause_nodes(&[1, 2], Duration::from_secs(3));
@@ -317,15 +318,20 @@ fn three_nodes_at_once() {
 
     let writer = spawn(&c, 3, &tr, &["write", "1:0x7701", "2:0x7701"]);
     let shmem_client = spawn(&c, 3, &example("shmem"), &["-client", "-rn", "1", "-size", "2m", "-timeout", EX_TIMEOUT]);
-    let memcopy_client = spawn(&c, 3, &example("memcopy"), &["-client", "-rn", "2", "-size", "4m", "-timeout", EX_TIMEOUT]);
+    let memcopy_client =
+        spawn(&c, 3, &example("memcopy"), &["-client", "-rn", "2", "-size", "4m", "-timeout", EX_TIMEOUT]);
 
     let w = finish(writer, RUN);
-    w.assert_contains("WRITE OK node=1 seg=30465").assert_contains("WRITE OK node=2 seg=30465").assert_contains("WRITER DONE");
+    w.assert_contains("WRITE OK node=1 seg=30465")
+        .assert_contains("WRITE OK node=2 seg=30465")
+        .assert_contains("WRITER DONE");
     o1.wait_line("OWNER VERIFIED round=1 writer=3", LINE_TIMEOUT);
     o2.wait_line("OWNER VERIFIED round=1 writer=3", LINE_TIMEOUT);
     finish(shmem_client, RUN).assert_contains("server verified every byte");
     finish(memcopy_client, RUN).assert_contains("server says the written data arrived intact");
-    finish(shmem_server, RUN).assert_contains("all 2097152 bytes are correct").assert_contains("DISCONNECT from node 3");
+    finish(shmem_server, RUN)
+        .assert_contains("all 2097152 bytes are correct")
+        .assert_contains("DISCONNECT from node 3");
     finish(memcopy_server, RUN).assert_contains("client read back the data intact");
 
     o1.signal(libc::SIGTERM);
@@ -393,7 +399,8 @@ fn unauthenticated_nodes_refused() {
     // The refusals are in the members' logs (at the default log level).
     let rogue4_ip = rogue4.ip.clone();
     let rogue1_ip = rogue1.ip.clone();
-    let refusal = |l: &str| l.contains("refus") || l.contains("authenticat") || l.contains("reject") || l.contains("denied");
+    let refusal =
+        |l: &str| l.contains("refus") || l.contains("authenticat") || l.contains("reject") || l.contains("denied");
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let (mut seen1, mut seen2) = (false, false);
     while std::time::Instant::now() < deadline && !(seen1 && seen2) {
@@ -478,7 +485,8 @@ fn dma_peer_node_killed() {
     let out = finish(st, RUN);
     out.assert_contains("STREAM FAILED").assert_contains("STREAM DONE");
     assert!(
-        out.stdout.contains("state=5 err=SCI_ERR_TRANSFER_FAILED") || out.stdout.contains("err=SCI_ERR_SEGMENT_NOT_CONNECTED"),
+        out.stdout.contains("state=5 err=SCI_ERR_TRANSFER_FAILED")
+            || out.stdout.contains("err=SCI_ERR_SEGMENT_NOT_CONNECTED"),
         "unexpected end of the DMA stream\n{}",
         out.describe()
     );
@@ -689,7 +697,12 @@ fn guest_and_remote_node() {
     soft(&mut failures, "guest (node 1) ping-pong with node 2, large inboxes, no calls", || {
         // 420 s, as above: the server waits for the guest's inbox, and a
         // guest under emulation on a busy host took over a minute to reach it.
-        let server = spawn(&c, 2, &example("pingpong"), &["-server", "-rn", "1", "-n", "300", "-inbox", "8m", "-timeout", "420000"]);
+        let server = spawn(
+            &c,
+            2,
+            &example("pingpong"),
+            &["-server", "-rn", "1", "-n", "300", "-inbox", "8m", "-timeout", "420000"],
+        );
         let g = guest_on(&c, 1, "pp", &["pingpong"], "pingpong -client -rn 2 -n 300 -inbox 8m -timeout 420000");
         finish(g, Duration::from_secs(480)).assert_contains("client: success");
         finish(server, RUN).assert_contains("server: success");

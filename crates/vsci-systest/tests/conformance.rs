@@ -94,9 +94,11 @@ fn force_remove_with_a_peer_on_another_node() {
     let Some(c) = Cluster::start(&[1, 2]) else { return };
     c.wait_all_up();
     let segid = "0x3460";
-    let mut owner = Proc::spawn("force_owner (node 1)", c.client(1, &t_conformance()).args(["-role", "force_owner", segid]));
+    let mut owner =
+        Proc::spawn("force_owner (node 1)", c.client(1, &t_conformance()).args(["-role", "force_owner", segid]));
     owner.wait_line("OWNER READY", LINE_TIMEOUT);
-    let peer = Proc::spawn("force_peer (node 2)", c.client(2, &t_conformance()).args(["-role", "force_peer", "1", segid]));
+    let peer =
+        Proc::spawn("force_peer (node 2)", c.client(2, &t_conformance()).args(["-role", "force_peer", "1", segid]));
     let outs = run_together(vec![owner, peer], Duration::from_secs(180));
     outs[0].assert_contains("OWNER: NO STALE WRITES");
     outs[0].assert_contains("OWNER OK");
@@ -116,9 +118,13 @@ fn releases_after_close_and_terminate_finish_across_nodes() {
     let Some(c) = Cluster::start(&[1, 2]) else { return };
     c.wait_all_up();
     let segid = "0x3480";
-    let mut owner = Proc::spawn("gasnet_owner (node 1)", c.client(1, &t_conformance()).args(["-role", "gasnet_owner", segid]));
+    let mut owner =
+        Proc::spawn("gasnet_owner (node 1)", c.client(1, &t_conformance()).args(["-role", "gasnet_owner", segid]));
     owner.wait_line("OWNER READY", LINE_TIMEOUT);
-    let program = Proc::spawn("gasnet_remote (node 2)", c.client(2, &t_conformance()).args(["-role", "gasnet_remote", "1", segid]));
+    let program = Proc::spawn(
+        "gasnet_remote (node 2)",
+        c.client(2, &t_conformance()).args(["-role", "gasnet_remote", "1", segid]),
+    );
     let outs = run_together(vec![owner, program], Duration::from_secs(180));
     outs[0].assert_contains("OWNER SAW THE PROGRAM CONNECT AND GO");
     outs[0].assert_contains("OWNER OK");

@@ -26,7 +26,8 @@ fn raise_own_fd_limit() {
 }
 
 fn hello() -> Vec<u8> {
-    postcard::to_stdvec(&ClientMsg { tag: 0, req: Request::Hello { version: PROTOCOL_VERSION, name: "idle".into() } }).unwrap()
+    postcard::to_stdvec(&ClientMsg { tag: 0, req: Request::Hello { version: PROTOCOL_VERSION, name: "idle".into() } })
+        .unwrap()
 }
 
 /// Wait for one packet on `fd`; its length.
@@ -77,7 +78,9 @@ fn idle_clients_hold_no_thread() {
     let now = d.counts();
     assert!(now.clients >= base.clients + n, "{now:?} with {n} clients connected (baseline {base:?})");
     let t = threads(d.pid());
-    eprintln!("{n} idle connected clients: vscid has {t} threads (idle node: {base_threads}); connecting them took {took:?}");
+    eprintln!(
+        "{n} idle connected clients: vscid has {t} threads (idle node: {base_threads}); connecting them took {took:?}"
+    );
     assert!(t <= base_threads + 2, "{n} idle clients: {t} threads, baseline {base_threads}");
 
     // The node still serves a real client.

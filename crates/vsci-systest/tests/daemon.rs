@@ -89,10 +89,7 @@ fn second_daemon_on_live_socket_refuses() {
     let mut d = Daemon::start(15);
     let second = run(
         "second vscid",
-        Command::new(built("bin/vscid"))
-            .args(["--node-id", "16", "--socket"])
-            .arg(&d.socket)
-            .stdin(Stdio::null()),
+        Command::new(built("bin/vscid")).args(["--node-id", "16", "--socket"]).arg(&d.socket).stdin(Stdio::null()),
         Duration::from_secs(60),
     );
     assert!(!second.status.success(), "a second vscid started on a live socket\n{}", second.describe());

@@ -50,13 +50,26 @@ fn vsci_on(c: &Cluster, node: u32) -> Command {
 fn rig(ids: &[u32], functions: u8) -> Option<Rig> {
     let c = Cluster::start(ids)?;
     let mut cmd = vsci_on(&c, DEVICE);
-    cmd.args(["device", "serve", "--tap", "nic0", "--address", "10.99.0.1/24", "--functions", &functions.to_string(), "--key-file"])
-        .arg(c.key_file())
-        .arg("--socket")
-        .arg(&c.node(DEVICE).socket);
+    cmd.args([
+        "device",
+        "serve",
+        "--tap",
+        "nic0",
+        "--address",
+        "10.99.0.1/24",
+        "--functions",
+        &functions.to_string(),
+        "--key-file",
+    ])
+    .arg(c.key_file())
+    .arg("--socket")
+    .arg(&c.node(DEVICE).socket);
     let mut device = Proc::spawn("vsci device serve", &mut cmd);
     device.wait_line("functions on node", Duration::from_secs(30));
-    let mut echo = Proc::spawn("echo server", c.client(DEVICE, &PathBuf::from(env!("CARGO_BIN_EXE_vsci-tcp-echo"))).args(["server", ECHO]));
+    let mut echo = Proc::spawn(
+        "echo server",
+        c.client(DEVICE, &PathBuf::from(env!("CARGO_BIN_EXE_vsci-tcp-echo"))).args(["server", ECHO]),
+    );
     echo.wait_line("listening", Duration::from_secs(10));
     Some(Rig { c, device, _echo: echo })
 }
@@ -67,10 +80,24 @@ impl Rig {
     fn vm(&mut self, node: u32, name: &str, mode: &str, host: u8, driver: Option<&[&str]>) -> (Proc, String) {
         let ns = self.c.extra_netns(name);
         let mut cmd = vsci_on(&self.c, node);
-        cmd.args(["device", "vm", "--device-node", &DEVICE.to_string(), "--name", name, "--mode", mode, "--netns", &ns, "--address", &format!("10.99.0.{host}/24"), "--key-file"])
-            .arg(self.c.key_file())
-            .arg("--socket")
-            .arg(&self.c.node(node).socket);
+        cmd.args([
+            "device",
+            "vm",
+            "--device-node",
+            &DEVICE.to_string(),
+            "--name",
+            name,
+            "--mode",
+            mode,
+            "--netns",
+            &ns,
+            "--address",
+            &format!("10.99.0.{host}/24"),
+            "--key-file",
+        ])
+        .arg(self.c.key_file())
+        .arg("--socket")
+        .arg(&self.c.node(node).socket);
         if let Some(d) = driver {
             cmd.arg("--").args(d);
         }
@@ -81,7 +108,10 @@ impl Rig {
 
     fn list(&self, from: u32) -> serde_json::Value {
         let mut cmd = vsci_on(&self.c, from);
-        cmd.args(["device", "list", "--json", "--device-node", &DEVICE.to_string(), "--key-file"]).arg(self.c.key_file()).arg("--socket").arg(&self.c.node(from).socket);
+        cmd.args(["device", "list", "--json", "--device-node", &DEVICE.to_string(), "--key-file"])
+            .arg(self.c.key_file())
+            .arg("--socket")
+            .arg(&self.c.node(from).socket);
         let out = run("vsci device list", &mut cmd, Duration::from_secs(30));
         out.assert_success();
         serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("vsci device list --json: {e}\n{}", out.describe()))
@@ -95,14 +125,23 @@ impl Rig {
 
     fn function_of(&self, vm: &str) -> serde_json::Value {
         let l = self.list(DEVICE);
-        l["functions"].as_array().unwrap().iter().find(|f| f["holder"]["vm"] == vm).cloned().unwrap_or_else(|| panic!("no function held by {vm}: {l}"))
+        l["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["holder"]["vm"] == vm)
+            .cloned()
+            .unwrap_or_else(|| panic!("no function held by {vm}: {l}"))
     }
 }
 
 /// Echo `bytes` through TCP from VM namespace `ns` to the echo server.
 fn echo(ns: &str, bytes: u64) -> Proc {
     let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", ns]).arg(env!("CARGO_BIN_EXE_vsci-tcp-echo")).args(["client", ECHO, &bytes.to_string()]).stdin(std::process::Stdio::null());
+    cmd.args(["netns", "exec", ns])
+        .arg(env!("CARGO_BIN_EXE_vsci-tcp-echo"))
+        .args(["client", ECHO, &bytes.to_string()])
+        .stdin(std::process::Stdio::null());
     Proc::spawn(&format!("echo from {ns}"), &mut cmd)
 }
 
@@ -136,14 +175,26 @@ fn assign_use_revoke_reassign() {
         eprintln!("{}", out.stdout.trim());
     }
     // The seed's setup steps, in order, on each side.
-    assert_in_order(&r.device.stderr_text(), &["setup step 1 (received): node 2", "setup step 2: function", "setup step 3:", "setup step 4: IOMMU context", "setup step 5: requester table"]);
+    assert_in_order(
+        &r.device.stderr_text(),
+        &[
+            "setup step 1 (received): node 2",
+            "setup step 2: function",
+            "setup step 3:",
+            "setup step 4: IOMMU context",
+            "setup step 5: requester table",
+        ],
+    );
     assert_in_order(&a.stderr_text(), &["setup step 1: asking node 1", "setup step 6: VM vmA"]);
     let fa = r.function_of("vmA");
     assert_eq!(fa["holder"]["node"], 2);
     assert!(fa["tx_packets"].as_u64().unwrap() > 1000 && fa["rx_packets"].as_u64().unwrap() > 1000, "{fa}");
     assert_eq!(fa["faults"], 0, "{fa}");
     let fb = r.function_of("vmB");
-    assert_eq!((fb["holder"]["node"].clone(), fb["holder"]["mode"].clone()), (serde_json::json!(3), serde_json::json!("Bounce")));
+    assert_eq!(
+        (fb["holder"]["node"].clone(), fb["holder"]["mode"].clone()),
+        (serde_json::json!(3), serde_json::json!("Bounce"))
+    );
 
     // `vsci status` on each side says who holds what.
     let status = |node: u32| {
@@ -154,17 +205,29 @@ fn assign_use_revoke_reassign() {
         out.stdout
     };
     let s1 = status(1);
-    assert!(s1.contains("device nic0") && s1.contains("held by node 2 VM vmA (ZeroCopy)") && s1.contains("held by node 3 VM vmB (Bounce)"), "{s1}");
+    assert!(
+        s1.contains("device nic0")
+            && s1.contains("held by node 2 VM vmA (ZeroCopy)")
+            && s1.contains("held by node 3 VM vmB (Bounce)"),
+        "{s1}"
+    );
     let s2 = status(2);
     assert!(s2.contains("VM vmA (pid") && s2.contains("of node 1's device, ZeroCopy"), "{s2}");
 
     // An administrator on node 3 takes vmA's function back.
     let func_a = fa["func"].as_u64().unwrap();
     let mut cmd = vsci_on(&r.c, 3);
-    cmd.args(["device", "revoke", "--func", &func_a.to_string(), "--device-node", "1", "--key-file"]).arg(r.c.key_file()).arg("--socket").arg(&r.c.node(3).socket);
+    cmd.args(["device", "revoke", "--func", &func_a.to_string(), "--device-node", "1", "--key-file"])
+        .arg(r.c.key_file())
+        .arg("--socket")
+        .arg(&r.c.node(3).socket);
     run("vsci device revoke", &mut cmd, Duration::from_secs(30)).assert_success();
     let out = a.wait(Duration::from_secs(30));
-    assert!(!out.status.success() && out.stderr.contains("revoked"), "vmA must stop when its function is revoked\n{}", out.describe());
+    assert!(
+        !out.status.success() && out.stderr.contains("revoked"),
+        "vmA must stop when its function is revoked\n{}",
+        out.describe()
+    );
     assert_eq!(r.holder(func_a), None);
     assert!(!status(2).contains("VM vmA"), "a revoked VM leaves node 2's status");
     // vmB was not disturbed.
@@ -228,8 +291,15 @@ impl Attack {
 
 fn victim_handle(v: &Proc) -> String {
     let log = v.stderr_text();
-    let line = log.lines().find(|l| l.contains("MSI-X handles")).unwrap_or_else(|| panic!("no handles in the victim's log:\n{log}"));
-    let list = line.split("MSI-X handles [").nth(1).and_then(|l| l.split(']').next()).unwrap_or_else(|| panic!("no handle list in {line}"));
+    let line = log
+        .lines()
+        .find(|l| l.contains("MSI-X handles"))
+        .unwrap_or_else(|| panic!("no handles in the victim's log:\n{log}"));
+    let list = line
+        .split("MSI-X handles [")
+        .nth(1)
+        .and_then(|l| l.split(']').next())
+        .unwrap_or_else(|| panic!("no handle list in {line}"));
     format!("0x{}", list.split(',').next().unwrap().trim())
 }
 
@@ -239,7 +309,11 @@ fn victim_handle(v: &Proc) -> String {
 #[test]
 fn attack_dma_into_device_host_memory() {
     let Some(mut a) = attack("dma-at=0x7f0000000000", "zero-copy", 3) else { return };
-    a.hostile.wait_line("transmit descriptor: status", Duration::from_secs(30)).contains("refused").then_some(()).expect("the transmit must be refused");
+    a.hostile
+        .wait_line("transmit descriptor: status", Duration::from_secs(30))
+        .contains("refused")
+        .then_some(())
+        .expect("the transmit must be refused");
     a.r.device.wait_stderr("IOMMU fault", Duration::from_secs(10));
     let f = a.r.function_of("hostile");
     assert!(f["faults"].as_u64().unwrap() >= 1, "{f}");
@@ -286,9 +360,26 @@ fn attack_own_host_memory_not_granted() {
     assert!(line.contains("refused"), "{line}");
     a.r.device.wait_stderr("IOMMU fault", Duration::from_secs(10));
     // What the VM process holds: its memory, its channel, stdio.
-    let pid = a.hostile.stderr_text().lines().find(|l| l.contains("setup step 6")).and_then(|l| l.split("(pid ").nth(1)).and_then(|s| s.split(')').next()).map(str::to_string).expect("the VM's pid");
-    let fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.flatten().map(|e| std::fs::read_link(e.path()).map(|p| p.display().to_string()).unwrap_or_default()).collect()).unwrap_or_default();
-    assert!(fds.iter().all(|f| !f.contains(".sock") && !f.contains("vscid")), "the VM must hold nothing of the node: {fds:?}");
+    let pid = a
+        .hostile
+        .stderr_text()
+        .lines()
+        .find(|l| l.contains("setup step 6"))
+        .and_then(|l| l.split("(pid ").nth(1))
+        .and_then(|s| s.split(')').next())
+        .map(str::to_string)
+        .expect("the VM's pid");
+    let fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| std::fs::read_link(e.path()).map(|p| p.display().to_string()).unwrap_or_default())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        fds.iter().all(|f| !f.contains(".sock") && !f.contains("vscid")),
+        "the VM must hold nothing of the node: {fds:?}"
+    );
     a.victim_unharmed();
 }
 
@@ -334,7 +425,8 @@ fn spoofed_and_replayed_manager_requests() {
     let Some(mut r) = rig(&[1, 2, 3], 2) else { return };
     let (_v, ns_v) = r.vm(2, "victim", "zero-copy", 11, None);
     let tool = PathBuf::from(env!("CARGO_BIN_EXE_vsci-devshare-attack"));
-    run("forged revoke", r.c.client(3, &tool).args(["forged-revoke", "1", "0"]), Duration::from_secs(30)).assert_success();
+    run("forged revoke", r.c.client(3, &tool).args(["forged-revoke", "1", "0"]), Duration::from_secs(30))
+        .assert_success();
     r.device.wait_stderr("manager: refused a request: bad signature", Duration::from_secs(10));
     assert_eq!(r.holder(0).as_deref(), Some("victim"));
     let key = r.c.key_file();
@@ -358,13 +450,46 @@ fn guest_echo(mode: &str) {
     let script = "ip addr flush dev eth0 && ip route flush dev eth0; ip addr add 10.99.0.21/24 dev eth0 && ip link set eth0 up && vsci-tcp-echo client 10.99.0.1:7300 1048576";
     let echo_bin = format!("{}:/bin/vsci-tcp-echo", env!("CARGO_BIN_EXE_vsci-tcp-echo"));
     let mut cmd = vsci_on(&r.c, 2);
-    cmd.args(["device", "vm", "--guest", "--device-node", "1", "--name", "g1", "--mode", mode, "--ram", "256M", "--key-file"])
-        .arg(r.c.key_file())
-        .args(["--socket", &sock, "--", "--socket", &sock, "--timeout", "240", "--add", &echo_bin, "--", "sh", "-c", script]);
+    cmd.args([
+        "device",
+        "vm",
+        "--guest",
+        "--device-node",
+        "1",
+        "--name",
+        "g1",
+        "--mode",
+        mode,
+        "--ram",
+        "256M",
+        "--key-file",
+    ])
+    .arg(r.c.key_file())
+    .args([
+        "--socket",
+        &sock,
+        "--",
+        "--socket",
+        &sock,
+        "--timeout",
+        "240",
+        "--add",
+        &echo_bin,
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
     let out = Proc::spawn("guest g1", &mut cmd).wait(Duration::from_secs(300));
     eprintln!("{}", out.stdout.trim());
     assert!(out.stdout.contains("echoed intact"), "the guest's TCP through the device\n{}", out.describe());
-    let copies: u64 = out.stdout.split("copies: ").nth(1).and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("no backend counters\n{}", out.describe()));
+    let copies: u64 = out
+        .stdout
+        .split("copies: ")
+        .nth(1)
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no backend counters\n{}", out.describe()));
     if mode == "zero-copy" {
         assert_eq!(copies, 0, "zero-copy mode copied packets\n{}", out.describe());
     } else {

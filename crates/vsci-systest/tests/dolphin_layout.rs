@@ -23,16 +23,8 @@ use std::time::Duration;
 use common::*;
 
 /// The warning set of the strictest public SISCI programs, plus -Werror.
-const STRICT: &[&str] = &[
-    "-Wall",
-    "-Wextra",
-    "-pedantic",
-    "-Wcast-qual",
-    "-Wconversion",
-    "-Wshadow",
-    "-Wredundant-decls",
-    "-Werror",
-];
+const STRICT: &[&str] =
+    &["-Wall", "-Wextra", "-pedantic", "-Wcast-qual", "-Wconversion", "-Wshadow", "-Wredundant-decls", "-Werror"];
 /// Valid for C only (g++ rejects it, and -Werror makes that fatal).
 const C_ONLY: &str = "-Wstrict-prototypes";
 
@@ -181,7 +173,11 @@ fn dis_layout_in_a_temporary_root() {
     let destdir = format!("DESTDIR={}", root.path.display());
     let o = make(&["install-dis", &destdir]);
     o.assert_success();
-    assert!(!o.stdout.contains("install-dis: ldconfig"), "install-dis ran ldconfig with DESTDIR set:\n{}", o.describe());
+    assert!(
+        !o.stdout.contains("install-dis: ldconfig"),
+        "install-dis ran ldconfig with DESTDIR set:\n{}",
+        o.describe()
+    );
 
     let dis = root.path.join("opt/DIS");
     let (inc, inc_dis, lib64) = (dis.join("include"), dis.join("include/dis"), dis.join("lib64"));
@@ -233,7 +229,10 @@ fn dis_layout_in_a_temporary_root() {
     // its build-tree programs with a runpath to the imported library.
     let cmake_dir = work.path.join("cmake");
     let out = cmake_build(&dis, &cmake_dir, &[]);
-    assert!(out.contains(&format!("from {}", dis.join("share/cmake/SISCI").display())), "CMake found another SISCI:\n{out}");
+    assert!(
+        out.contains(&format!("from {}", dis.join("share/cmake/SISCI").display())),
+        "CMake found another SISCI:\n{out}"
+    );
     for t in ["dolphin_style_c99", "dolphin_style_c17", "dolphin_style_cxx", "dolphin_style_static"] {
         run_against(&d, &cmake_dir.join(t), None);
     }

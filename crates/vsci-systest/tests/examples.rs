@@ -174,12 +174,7 @@ fn sendrecv(node: u32, bytes: &str, expect: &[&str]) {
         let sent = s.stdout.lines().any(|l| l.contains(&format!(" {size} bytes in ")) && l.contains("MB/s"));
         assert!(sent, "sender did not report a {size}-byte transfer\n{}", s.describe());
     }
-    assert_eq!(
-        r.stdout.matches("verified, every byte").count(),
-        expect.len(),
-        "{}",
-        r.describe()
-    );
+    assert_eq!(r.stdout.matches("verified, every byte").count(), expect.len(), "{}", r.describe());
     assert_clean(&mut d, base, "sendrecv");
 }
 
@@ -247,7 +242,8 @@ fn examples_reject_bad_arguments() {
 fn pingpong_on_one_node() {
     let mut d = Daemon::start(2);
     let base = d.counts();
-    let (s, c) = server_client(&d, "pingpong", &["-n", "2000", "-size", "256"], &["-rn", "2", "-n", "2000", "-size", "256"]);
+    let (s, c) =
+        server_client(&d, "pingpong", &["-n", "2000", "-size", "256"], &["-rn", "2", "-n", "2000", "-size", "256"]);
     s.assert_success();
     c.assert_success().assert_contains("median");
     assert_clean(&mut d, base, "after pingpong");

@@ -116,7 +116,8 @@ fn guest_and_host_process() {
     );
     let shmem2 = host(&d, &example("shmem"), &["-client", "-size", "256k", "-segid", "0x7102", "-timeout", WAIT_MS]);
     let intr2 = host(&d, &example("interrupt"), &["-client", "-loops", "200", "-intno", "0x7110", "-timeout", WAIT_MS]);
-    let data2 = host(&d, &example("datainterrupt"), &["-client", "-loops", "3", "-intno", "0x7120", "-timeout", WAIT_MS]);
+    let data2 =
+        host(&d, &example("datainterrupt"), &["-client", "-loops", "3", "-intno", "0x7120", "-timeout", WAIT_MS]);
 
     let go = g.wait(GUEST_TIMEOUT);
     go.assert_success()
@@ -205,9 +206,18 @@ fn map_unmap_cycles_in_a_guest_leave_nothing_behind() {
     );
     let out = g.wait(GUEST_TIMEOUT);
     out.assert_success().assert_contains(&format!("MAP CYCLES OK remote={cycles} local={cycles}"));
-    let line = out.stdout.lines().find(|l| l.starts_with("WINDOWS ")).unwrap_or_else(|| panic!("no WINDOWS line\n{}", out.describe()));
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("WINDOWS "))
+        .unwrap_or_else(|| panic!("no WINDOWS line\n{}", out.describe()));
     let (b, a) = line["WINDOWS ".len()..].split_once(' ').expect("two counts");
-    assert_eq!(b.trim_start_matches("before="), a.trim_start_matches("after="), "window devices left in the guest: {line}\n{}", out.describe());
+    assert_eq!(
+        b.trim_start_matches("before="),
+        a.trim_start_matches("after="),
+        "window devices left in the guest: {line}\n{}",
+        out.describe()
+    );
     d.wait_counts(base, "after the map/unmap cycles");
     d.wait_fd_count(base_fds, "after the map/unmap cycles");
 }

@@ -103,7 +103,9 @@ fn a_block_device_of_lent_memory_holds_256_mib_across_namespaces() {
     if !(have("nbdcopy") && have("nbdinfo") && have("qemu-io")) {
         return;
     }
-    let Some(mut c) = Cluster::start_args(&[1, 2, 3], &[(2, &["--lend", "512M"]), (3, &["--lend", "512M"])]) else { return };
+    let Some(mut c) = Cluster::start_args(&[1, 2, 3], &[(2, &["--lend", "512M"]), (3, &["--lend", "512M"])]) else {
+        return;
+    };
     let dir = c.dir.path.clone();
     let sock = dir.join("bd.sock");
     let bd = blockdev(&c, 1, &sock, &["--size", "256M", "--from", "2,3"]);
@@ -156,13 +158,19 @@ fn a_block_device_of_lent_memory_holds_256_mib_across_namespaces() {
     assert!(took < Duration::from_secs(30), "the failed read took {took:?}");
     let q = nbd_tool(&c, 1, "qemu-io", &["-f", "raw", "-c", &format!("read -P {} 0 1", byte(0)), &url(&sock)]);
     q.assert_success();
-    assert!(!q.stdout.contains("failed") && !q.stdout.contains("Pattern verification"), "node 2's stripe after node 3 died: {}", q.describe());
+    assert!(
+        !q.stdout.contains("failed") && !q.stdout.contains("Pattern verification"),
+        "node 2's stripe after node 3 died: {}",
+        q.describe()
+    );
 
     // Stopping the device gives the loans back.
     bd.signal(libc::SIGTERM);
     let out = bd.wait(Duration::from_secs(30));
     assert!(out.stdout.contains("stopped"), "{}", out.describe());
-    wait_for(Duration::from_secs(20), "node 2's loan returned", || loans(&c.status(2), "lent").is_empty().then_some(()));
+    wait_for(Duration::from_secs(20), "node 2's loan returned", || {
+        loans(&c.status(2), "lent").is_empty().then_some(())
+    });
     assert!(loans(&c.status(1), "borrowed").is_empty());
 }
 
@@ -171,7 +179,12 @@ fn a_lender_lends_no_more_than_its_pool() {
     let Some(c) = Cluster::start_args(&[1, 2], &[(2, &["--lend", "64M"])]) else { return };
     let sock = c.dir.path.join("bd.sock");
     let mut cmd = c.client(1, &built("bin/vsci"));
-    cmd.arg("blockdev").arg("--socket").arg(&c.node(1).socket).arg("--listen-unix").arg(&sock).args(["--size", "128M", "--from", "2"]);
+    cmd.arg("blockdev")
+        .arg("--socket")
+        .arg(&c.node(1).socket)
+        .arg("--listen-unix")
+        .arg(&sock)
+        .args(["--size", "128M", "--from", "2"]);
     let out = run("vsci blockdev beyond the pool", &mut cmd, Duration::from_secs(60));
     assert!(!out.status.success(), "{}", out.describe());
     out.assert_contains("SCI_ERR_NOSPC");
@@ -179,15 +192,31 @@ fn a_lender_lends_no_more_than_its_pool() {
     let _bd = blockdev(&c, 1, &sock, &["--size", "48M", "--from", "2"]);
     let sock2 = c.dir.path.join("bd2.sock");
     let mut cmd = c.client(1, &built("bin/vsci"));
-    cmd.arg("blockdev").arg("--socket").arg(&c.node(1).socket).arg("--listen-unix").arg(&sock2).args(["--size", "32M", "--from", "2"]);
+    cmd.arg("blockdev")
+        .arg("--socket")
+        .arg(&c.node(1).socket)
+        .arg("--listen-unix")
+        .arg(&sock2)
+        .args(["--size", "32M", "--from", "2"]);
     run("vsci blockdev past what is left", &mut cmd, Duration::from_secs(60)).assert_contains("SCI_ERR_NOSPC");
     // A node that lends nothing refuses, and a node not in the cluster is
     // no lender.
     let mut cmd = c.client(2, &built("bin/vsci"));
-    cmd.arg("blockdev").arg("--socket").arg(&c.node(2).socket).arg("--listen-unix").arg(c.dir.path.join("bd3.sock")).args(["--size", "4M", "--from", "1"]);
-    run("vsci blockdev from a node that lends nothing", &mut cmd, Duration::from_secs(60)).assert_contains("SCI_ERR_NOSPC");
+    cmd.arg("blockdev")
+        .arg("--socket")
+        .arg(&c.node(2).socket)
+        .arg("--listen-unix")
+        .arg(c.dir.path.join("bd3.sock"))
+        .args(["--size", "4M", "--from", "1"]);
+    run("vsci blockdev from a node that lends nothing", &mut cmd, Duration::from_secs(60))
+        .assert_contains("SCI_ERR_NOSPC");
     let mut cmd = c.client(1, &built("bin/vsci"));
-    cmd.arg("blockdev").arg("--socket").arg(&c.node(1).socket).arg("--listen-unix").arg(c.dir.path.join("bd4.sock")).args(["--size", "4M", "--from", "9"]);
+    cmd.arg("blockdev")
+        .arg("--socket")
+        .arg(&c.node(1).socket)
+        .arg("--listen-unix")
+        .arg(c.dir.path.join("bd4.sock"))
+        .args(["--size", "4M", "--from", "9"]);
     run("vsci blockdev from no such node", &mut cmd, Duration::from_secs(60)).assert_contains("SCI_ERR_NO_SUCH_NODEID");
 }
 
@@ -210,11 +239,21 @@ fn a_guest_swaps_onto_lent_memory() {
     let out = Proc::spawn("guest swapping onto lent memory", &mut cmd).wait(Duration::from_secs(450));
     println!("{}{}", out.stdout, out.stderr);
     out.assert_success();
-    let line = out.stdout.lines().find(|l| l.starts_with("MEMHOG")).unwrap_or_else(|| panic!("no MEMHOG line: {}", out.describe()));
+    let line = out
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("MEMHOG"))
+        .unwrap_or_else(|| panic!("no MEMHOG line: {}", out.describe()));
     assert!(line.starts_with("MEMHOG OK"), "{line}");
-    let swapped: i64 = line.split_whitespace().find_map(|w| w.strip_prefix("swapped_kib=")).and_then(|k| k.parse().ok()).unwrap_or(-1);
+    let swapped: i64 =
+        line.split_whitespace().find_map(|w| w.strip_prefix("swapped_kib=")).and_then(|k| k.parse().ok()).unwrap_or(-1);
     assert!(swapped > 32 * 1024, "the program should have been partly swapped out: {line}");
-    let mem_kib: u64 = out.stdout.lines().find_map(|l| l.strip_prefix("MemTotal:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).expect("MemTotal");
+    let mem_kib: u64 = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("MemTotal");
     assert!(mem_kib < 192 * 1024, "the guest has less RAM ({mem_kib} KiB) than the program needs");
     // What went through the device: the server counted writes and reads.
     bd.signal(libc::SIGTERM);
@@ -256,7 +295,13 @@ fn a_guest_kernel_attaches_the_device_with_its_own_nbd_client() {
     let out = Proc::spawn("guest with the kernel's NBD client", &mut cmd).wait(Duration::from_secs(360));
     println!("{}{}", out.stdout, out.stderr);
     out.assert_success();
-    let sum = |tag: &str| out.stdout.lines().find_map(|l| l.strip_prefix(tag)).map(|s| s.split_whitespace().next().unwrap_or("").to_string()).unwrap_or_else(|| panic!("no {tag} line: {}", out.describe()));
+    let sum = |tag: &str| {
+        out.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(tag))
+            .map(|s| s.split_whitespace().next().unwrap_or("").to_string())
+            .unwrap_or_else(|| panic!("no {tag} line: {}", out.describe()))
+    };
     let (wrote, read) = (sum("WROTE "), sum("READ "));
     assert_eq!(wrote, read, "what the guest read back through /dev/nbd0 differs from what it wrote");
     out.assert_contains("MKSWAP OK");

@@ -28,12 +28,19 @@ fn count(log: &str, needle: &str) -> usize {
 #[test]
 fn per_client_and_per_uid_limits() {
     let Some(u) = Users::new() else { return };
-    let d = Daemon::start_with(70, &["--max-objects-per-client", "200", "--max-objects-per-uid", "300", "--socket-mode", "0666"]);
+    let d = Daemon::start_with(
+        70,
+        &["--max-objects-per-client", "200", "--max-objects-per-uid", "300", "--socket-mode", "0666"],
+    );
     let base = d.counts();
     let (a, made_a, err_a) = hog(&d, 1000);
     assert_eq!((made_a, err_a.as_str()), (200, "SCI_ERR_NOSPC"), "first client stops at the per-client limit");
     let (b, made_b, err_b) = hog(&d, 1000);
-    assert_eq!((made_b, err_b.as_str()), (100, "SCI_ERR_NOSPC"), "second client of the same uid stops at the uid's limit");
+    assert_eq!(
+        (made_b, err_b.as_str()),
+        (100, "SCI_ERR_NOSPC"),
+        "second client of the same uid stops at the uid's limit"
+    );
 
     // The node still serves: status, and another user's whole session.
     let st = d.status();
@@ -94,7 +101,9 @@ fn clients_per_uid() {
     let out = run("t_nodegone open", d.client(&built("tests/t_nodegone")).arg("open"), Duration::from_secs(60));
     assert_eq!(out.status.code(), Some(3), "{}", out.describe());
     out.assert_contains("OPEN SCI_ERR_NOSPC");
-    u.as_user(&u.outsider, &d, &built("tests/t_nodegone"), &["open"]).assert_success().assert_contains("OPEN SCI_ERR_OK");
+    u.as_user(&u.outsider, &d, &built("tests/t_nodegone"), &["open"])
+        .assert_success()
+        .assert_contains("OPEN SCI_ERR_OK");
     let log = d.log_text();
     assert!(log.contains("uid 0 already has 2 clients (--max-clients-per-uid 2)"), "{log}");
 }

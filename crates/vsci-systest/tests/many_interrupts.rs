@@ -90,7 +90,10 @@ fn five_thousand_interrupts_in_one_process() {
             before.0,
             after.0
         );
-        assert!(per_intr_kib <= most_kib, "each {kind:?} interrupt should cost the node at most {most_kib} KiB, not {per_intr_kib:.2} KiB");
+        assert!(
+            per_intr_kib <= most_kib,
+            "each {kind:?} interrupt should cost the node at most {most_kib} KiB, not {per_intr_kib:.2} KiB"
+        );
         assert!(per_intr_fds <= 1.05, "each {kind:?} interrupt should cost the node one descriptor and a share of a chunk's, not {per_intr_fds:.3}");
         before = after;
     }
@@ -101,7 +104,9 @@ fn five_thousand_interrupts_in_one_process() {
     for (i, li) in intrs.iter().enumerate().filter(|(i, _)| i % 100 < 2) {
         for (from, client) in [("node 1", &c), ("node 2", &far)] {
             // Node 2 may still be linking up at first: the connect waits.
-            let ri = client.connect_interrupt(li.kind, d.node_id, li.number, 20_000).unwrap_or_else(|e| panic!("{from}: connect to interrupt {i}: {e:?}"));
+            let ri = client
+                .connect_interrupt(li.kind, d.node_id, li.number, 20_000)
+                .unwrap_or_else(|e| panic!("{from}: connect to interrupt {i}: {e:?}"));
             match li.kind {
                 IntrKind::Plain => {
                     ri.trigger().unwrap();
@@ -110,7 +115,10 @@ fn five_thousand_interrupts_in_one_process() {
                 IntrKind::Data => {
                     let msg = format!("message for interrupt {i} from {from}").into_bytes();
                     ri.trigger_data(&msg).unwrap();
-                    match li.wait_data(&mut buf, 10_000).unwrap_or_else(|e| panic!("data interrupt {i} from {from}: {e:?}")) {
+                    match li
+                        .wait_data(&mut buf, 10_000)
+                        .unwrap_or_else(|e| panic!("data interrupt {i} from {from}: {e:?}"))
+                    {
                         DataWait::Got(n) => assert_eq!(&buf[..n], &msg[..], "data interrupt {i} from {from}"),
                         DataWait::TooSmall(n) => panic!("data interrupt {i} from {from}: message of {n} bytes"),
                     }
@@ -127,7 +135,9 @@ fn five_thousand_interrupts_in_one_process() {
     // Node 1's engine keeps ended connections' tokens (and their eventfds)
     // for 2 s so a late trigger still lands, and the provider may hold a
     // connection from one of node 2's endpoints a while: allow a few.
-    wait_for(Duration::from_secs(30), "node 1's descriptors back near the baseline", || (d.fd_count() <= fds0 + 8).then_some(()));
+    wait_for(Duration::from_secs(30), "node 1's descriptors back near the baseline", || {
+        (d.fd_count() <= fds0 + 8).then_some(())
+    });
 }
 
 /// A connection to a removed interrupt cannot reach the interrupt that
@@ -150,9 +160,17 @@ fn a_reused_slot_refuses_connections_to_its_old_interrupt() {
     // Every slot of the chunk, the removed one last.
     let slots = vsci_proto::intr::slots_per_chunk(IntrKind::Plain);
     let fresh: Vec<_> = (0..slots).map(|_| owner.create_interrupt(IntrKind::Plain, 0, false).unwrap()).collect();
-    assert_eq!(stale.trigger(), Err(vsci_client::SciError::NotConnected), "a trigger through the removed interrupt's connection");
+    assert_eq!(
+        stale.trigger(),
+        Err(vsci_client::SciError::NotConnected),
+        "a trigger through the removed interrupt's connection"
+    );
     for (i, f) in fresh.iter().enumerate() {
-        assert_eq!(f.wait(0), Err(vsci_client::SciError::Timeout), "new interrupt {i} saw a trigger meant for the removed one");
+        assert_eq!(
+            f.wait(0),
+            Err(vsci_client::SciError::Timeout),
+            "new interrupt {i} saw a trigger meant for the removed one"
+        );
     }
     assert_eq!(keep.wait(0), Err(vsci_client::SciError::Timeout));
     // And the new ones work.

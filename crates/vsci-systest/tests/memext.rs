@@ -29,7 +29,12 @@ fn counter(line: &str, name: &str) -> u64 {
 }
 
 fn last_counters(stdout: &str) -> String {
-    stdout.lines().filter(|l| l.starts_with("faults=")).last().unwrap_or_else(|| panic!("no counters in:\n{stdout}")).to_string()
+    stdout
+        .lines()
+        .filter(|l| l.starts_with("faults="))
+        .last()
+        .unwrap_or_else(|| panic!("no counters in:\n{stdout}"))
+        .to_string()
 }
 
 fn start() -> Option<Cluster> {
@@ -119,6 +124,10 @@ fn a_page_with_no_copy_left_ends_the_program_with_a_message_not_a_wrong_page() {
     // The first page the check needs is on the dead lender, and to make
     // room for it a dirty page has to go there too: whichever fails first
     // is named, with the lender.
-    assert!(out.stderr.contains("vsci memext: page ") && out.stderr.contains("is lost") && out.stderr.contains("node 2 ("), "{}", out.describe());
+    assert!(
+        out.stderr.contains("vsci memext: page ") && out.stderr.contains("is lost") && out.stderr.contains("node 2 ("),
+        "{}",
+        out.describe()
+    );
     eprintln!("{}", out.stderr);
 }

@@ -23,7 +23,9 @@ fn scrape(addr: &str, path: &str) -> (String, String) {
 
 /// The value of the sample line starting with `name` (labels included).
 fn value(body: &str, name: &str) -> Option<f64> {
-    body.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with(' ')).and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    body.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
 /// The address a daemon logged for its metrics endpoint (a node of a
@@ -31,7 +33,11 @@ fn value(body: &str, name: &str) -> Option<f64> {
 /// the control socket accepts).
 fn metrics_addr(d: &Daemon) -> String {
     wait_for(Duration::from_secs(20), "the metrics address in the log", || {
-        d.log_text().lines().find_map(|l| l.split("metrics on http://").nth(1)).and_then(|r| r.strip_suffix("/metrics")).map(str::to_string)
+        d.log_text()
+            .lines()
+            .find_map(|l| l.split("metrics on http://").nth(1))
+            .and_then(|r| r.strip_suffix("/metrics"))
+            .map(str::to_string)
     })
 }
 
@@ -59,7 +65,11 @@ fn metrics_endpoint_is_scraped_over_http() {
     eprintln!("{body}");
     assert_eq!(value(&body, "vsci_interrupts"), Some(50.0), "{body}");
     assert!(value(&body, "vsci_clients").is_some_and(|v| v >= 1.0), "{body}");
-    assert_eq!(value(&body, "vsci_limit_hits_total{limit=\"objects_per_client\"}"), Some(10.0), "the hog was refused 10 times: {body}");
+    assert_eq!(
+        value(&body, "vsci_limit_hits_total{limit=\"objects_per_client\"}"),
+        Some(10.0),
+        "the hog was refused 10 times: {body}"
+    );
     assert_eq!(value(&body, "vsci_errors_total{code=\"SCI_ERR_NOSPC\"}"), Some(10.0), "{body}");
     assert_eq!(value(&body, "vsci_errors_total{code=\"SCI_ERR_NO_SUCH_SEGMENT\"}"), Some(1.0), "{body}");
     assert!(value(&body, "vsci_connections_accepted_total").is_some_and(|v| v >= 3.0), "{body}");
@@ -83,8 +93,14 @@ fn link_and_rma_engine_metrics_move_with_traffic() {
     let (a1, a2) = (metrics_addr(&n1), metrics_addr(&n2));
 
     let prog = built("examples/interrupt");
-    let server = Proc::spawn("interrupt server (node 2)", n2.client(&prog).args(["-server", "-timeout", "30000", "-rn", "1", "-loops", "50"]));
-    let client = Proc::spawn("interrupt client (node 1)", n1.client(&prog).args(["-client", "-timeout", "30000", "-rn", "2", "-loops", "50"]));
+    let server = Proc::spawn(
+        "interrupt server (node 2)",
+        n2.client(&prog).args(["-server", "-timeout", "30000", "-rn", "1", "-loops", "50"]),
+    );
+    let client = Proc::spawn(
+        "interrupt client (node 1)",
+        n1.client(&prog).args(["-client", "-timeout", "30000", "-rn", "2", "-loops", "50"]),
+    );
     client.wait(Duration::from_secs(90)).assert_success().assert_contains("50 round trips");
     server.wait(Duration::from_secs(90)).assert_success().assert_contains("50 round trips");
 
@@ -96,7 +112,10 @@ fn link_and_rma_engine_metrics_move_with_traffic() {
             let msgs = value(&body, &format!("vsci_link_messages_total{l}")).unwrap_or(0.0);
             let bytes = value(&body, &format!("vsci_link_bytes_total{l}")).unwrap_or(0.0);
             // Each frame carries a 4-byte length and a 32-byte MAC at least.
-            assert!(msgs >= 2.0 && bytes >= 36.0 * msgs, "node {me}, link to {peer} {dir}: {msgs} frames, {bytes} bytes\n{body}");
+            assert!(
+                msgs >= 2.0 && bytes >= 36.0 * msgs,
+                "node {me}, link to {peer} {dir}: {msgs} frames, {bytes} bytes\n{body}"
+            );
         }
         // Each side triggered the other's interrupt 50 times over the engine.
         let applied = value(&body, "vsci_remote_triggers_total{outcome=\"applied\"}").unwrap_or(0.0);
@@ -104,7 +123,10 @@ fn link_and_rma_engine_metrics_move_with_traffic() {
         assert!(value(&body, "vsci_rma_messages_received_total").is_some_and(|v| v >= 50.0), "node {me}\n{body}");
         assert!(value(&body, "vsci_rma_completions_total").is_some_and(|v| v >= 50.0), "node {me}\n{body}");
         for q in ["ops_in_flight", "received", "repost"] {
-            assert!(value(&body, &format!("vsci_rma_queue_depth{{queue=\"{q}\"}}")).is_some(), "node {me}: no {q} queue depth\n{body}");
+            assert!(
+                value(&body, &format!("vsci_rma_queue_depth{{queue=\"{q}\"}}")).is_some(),
+                "node {me}: no {q} queue depth\n{body}"
+            );
         }
         assert!(value(&body, "vsci_rma_trigger_tokens").is_some(), "node {me}\n{body}");
         assert!(value(&body, "vsci_rma_regions").is_some(), "node {me}\n{body}");

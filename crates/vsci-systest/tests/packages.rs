@@ -186,7 +186,10 @@ fn packages_hold_what_they_should() {
         tool("dpkg-deb -x", Command::new("dpkg-deb").arg("-x").arg(deb(p)).arg(&x.path)).assert_success();
     }
     let unit = fs::read_to_string(x.path.join("usr/lib/systemd/system/vscid.service")).unwrap();
-    assert!(unit.contains("ExecStart=/usr/bin/vscid --node-id ${VSCI_NODE_ID} --socket /run/vsci/vscid.sock"), "{unit}");
+    assert!(
+        unit.contains("ExecStart=/usr/bin/vscid --node-id ${VSCI_NODE_ID} --socket /run/vsci/vscid.sock"),
+        "{unit}"
+    );
     assert!(unit.contains("Documentation=file:/usr/share/doc/vsci/operations.md"), "{unit}");
     let pc = fs::read_to_string(x.path.join(format!("usr/lib/{ma}/pkgconfig/sisci.pc"))).unwrap();
     assert!(pc.contains("prefix=/usr\n") && pc.contains(&format!("libdir=${{prefix}}/lib/{ma}\n")), "{pc}");
@@ -195,7 +198,10 @@ fn packages_hold_what_they_should() {
     let re = tool("readelf -d", Command::new("readelf").arg("-d").arg(&so));
     assert!(re.stdout.contains("Library soname: [libsisci.so]"), "{}", re.stdout);
     assert_eq!(fs::metadata(&so).unwrap().mode() & 0o777, 0o644);
-    let man = tool("man -l", Command::new("man").arg("-l").arg(x.path.join("usr/share/man/man1/vsci.1.gz")).env("MANWIDTH", "80"));
+    let man = tool(
+        "man -l",
+        Command::new("man").arg("-l").arg(x.path.join("usr/share/man/man1/vsci.1.gz")).env("MANWIDTH", "80"),
+    );
     if man.status.success() {
         for cmd in ["status", "demo", "bench", "vm run"] {
             assert!(man.stdout.contains(cmd), "vsci(1) lacks {cmd}:\n{}", man.stdout);
@@ -253,7 +259,11 @@ fn lintian_is_clean() {
     }
     let o = tool("lintian", &mut cmd);
     let tags: Vec<&str> = o.stdout.lines().filter(|l| l.starts_with("E:") || l.starts_with("W:")).collect();
-    assert!(o.status.success() && tags.is_empty(), "lintian (dist/deb/*.lintian-overrides say why each remaining tag is accepted):\n{}", o.describe());
+    assert!(
+        o.status.success() && tags.is_empty(),
+        "lintian (dist/deb/*.lintian-overrides say why each remaining tag is accepted):\n{}",
+        o.describe()
+    );
     println!("{}", o.stdout);
 }
 
@@ -342,7 +352,9 @@ fn snapshot(dirs: &BTreeSet<PathBuf>) -> BTreeSet<String> {
     for d in ["/usr/local/bin", "/usr/local/lib", "/usr/local/include", "/usr/local/share", "/var/lib"] {
         list_into(Path::new(d), false, &mut s);
     }
-    s.retain(|p| !matches!(p.as_str(), "/etc/passwd-" | "/etc/group-" | "/etc/shadow-" | "/etc/gshadow-" | "/etc/.pwd.lock"));
+    s.retain(|p| {
+        !matches!(p.as_str(), "/etc/passwd-" | "/etc/group-" | "/etc/shadow-" | "/etc/gshadow-" | "/etc/.pwd.lock")
+    });
     s.insert(format!("group vsci: {}", getent("group", "vsci")));
     s.insert(format!("user vscid: {}", getent("passwd", "vscid")));
     for (i, l) in cached_libsisci().iter().enumerate() {
@@ -380,7 +392,8 @@ fn system_includes_without_local() -> Vec<String> {
     let text = o.stderr;
     let start = text.find("#include <...> search starts here:").expect("cc -v lists its include directories");
     let end = text[start..].find("End of search list.").expect("end of cc's list") + start;
-    let dirs: Vec<String> = text[start..end].lines().skip(1).map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect();
+    let dirs: Vec<String> =
+        text[start..end].lines().skip(1).map(|l| l.trim().to_string()).filter(|l| !l.is_empty()).collect();
     let mut args = vec!["-nostdinc".to_string()];
     for d in dirs.iter().filter(|d| !d.starts_with("/usr/local/")) {
         args.push("-isystem".into());
@@ -633,8 +646,16 @@ fn install_use_and_purge() {
     let created = fs::read_to_string("/var/lib/vsci/created-by-package").unwrap_or_default();
     assert_eq!(created.contains("group vsci"), !had_group, "recorded: {created:?}");
     assert_eq!(created.contains("user vscid"), !had_user, "recorded: {created:?}");
-    assert!(!exists(Path::new("/etc/systemd/system/multi-user.target.wants/vscid.service")), "the package enabled the service");
-    let running = Command::new("pgrep").args(["-u", "vscid"]).stdout(Stdio::null()).status().map(|s| s.success()).unwrap_or(false);
+    assert!(
+        !exists(Path::new("/etc/systemd/system/multi-user.target.wants/vscid.service")),
+        "the package enabled the service"
+    );
+    let running = Command::new("pgrep")
+        .args(["-u", "vscid"])
+        .stdout(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
     assert!(!running, "the package started something as user vscid");
     let cache = cached_libsisci();
     assert!(
@@ -658,7 +679,9 @@ fn install_use_and_purge() {
     tool("vsci status", client(Path::new("/usr/bin/vsci")).args(["status", "--socket"]).arg(&socket)).assert_success();
     let demo = tool(
         "vsci demo",
-        client(Path::new("/usr/bin/vsci")).args(["demo", "--round-trips", "200", "--stream-bytes", "16777216", "--socket"]).arg(&socket),
+        client(Path::new("/usr/bin/vsci"))
+            .args(["demo", "--round-trips", "200", "--stream-bytes", "16777216", "--socket"])
+            .arg(&socket),
     );
     demo.assert_success().assert_contains("demo finished");
     println!("{}", demo.stdout);
@@ -668,7 +691,10 @@ fn install_use_and_purge() {
     let work = TempDir::new("pkg-build");
     let pc = tool(
         "pkg-config",
-        Command::new("pkg-config").args(["--cflags", "--libs", "sisci"]).env("PKG_CONFIG_LIBDIR", format!("{libdir}/pkgconfig")).env_remove("PKG_CONFIG_PATH"),
+        Command::new("pkg-config")
+            .args(["--cflags", "--libs", "sisci"])
+            .env("PKG_CONFIG_LIBDIR", format!("{libdir}/pkgconfig"))
+            .env_remove("PKG_CONFIG_PATH"),
     );
     pc.assert_success();
     assert!(!pc.stdout.contains("/usr/local") && !pc.stdout.contains("build"), "pkg-config sisci: {}", pc.stdout);
@@ -716,7 +742,8 @@ fn install_use_and_purge() {
             .env_remove("CMAKE_PREFIX_PATH"),
     );
     conf.assert_success().assert_contains("from /usr/share/cmake/SISCI");
-    tool("cmake --build", Command::new("cmake").arg("--build").arg(&cm).args(["--target", "dolphin_style_c17"])).assert_success();
+    tool("cmake --build", Command::new("cmake").arg("--build").arg(&cm).args(["--target", "dolphin_style_c17"]))
+        .assert_success();
     let ds = tool("dolphin_style (CMake)", &mut with_path(client(&cm.join("dolphin_style_c17"))));
     ds.assert_success().assert_contains("DOLPHIN STYLE OK");
 
@@ -725,7 +752,8 @@ fn install_use_and_purge() {
         // Dolphin's own software would have there), and changes nothing.
         fs::create_dir_all("/opt/DIS/lib64").unwrap();
         fs::write("/opt/DIS/lib64/libsisci.so", "not vsci's").unwrap();
-        let refused = tool("dpkg -i vsci-dis (over a foreign file)", Command::new("dpkg").arg("-i").arg(deb("vsci-dis")));
+        let refused =
+            tool("dpkg -i vsci-dis (over a foreign file)", Command::new("dpkg").arg("-i").arg(deb("vsci-dis")));
         let foreign = fs::read_to_string("/opt/DIS/lib64/libsisci.so");
         fs::remove_dir_all("/opt/DIS").unwrap();
         assert!(!refused.status.success(), "vsci-dis installed over a foreign file:\n{}", refused.describe());
@@ -762,7 +790,10 @@ fn install_use_and_purge() {
     let _ = fs::remove_file(marker);
     for f in installed_files.iter().filter(|f| f.as_str() != "/.") {
         let p = Path::new(f);
-        assert!(!exists(p) || before.contains(f.as_str()) || before.contains(&format!("{f}/")), "{f} is left after the purge");
+        assert!(
+            !exists(p) || before.contains(f.as_str()) || before.contains(&format!("{f}/")),
+            "{f} is left after the purge"
+        );
     }
     let after = snapshot(&dirs);
     let added: Vec<&String> = after.difference(&before).collect();

@@ -59,7 +59,9 @@ fn pipe() -> (OwnedFd, File) {
 
 #[test]
 fn pages_put_into_lent_memory_come_back_and_a_dead_lender_s_pages_fail() {
-    let Some(mut c) = Cluster::start_args(&[1, 2, 3], &[(2, &["--lend", "64M"]), (3, &["--lend", "64M"])]) else { return };
+    let Some(mut c) = Cluster::start_args(&[1, 2, 3], &[(2, &["--lend", "64M"]), (3, &["--lend", "64M"])]) else {
+        return;
+    };
 
     // Round trip: 1000 random pages in each kind of pool, flushes, errors.
     let out = t_tmem(&c, &["roundtrip", "2,3"], Duration::from_secs(120));
@@ -75,14 +77,28 @@ fn pages_put_into_lent_memory_come_back_and_a_dead_lender_s_pages_fail() {
     let out = t_tmem(&c, &["fill", "2,3"], Duration::from_secs(120));
     out.assert_success();
     let s = &out.stdout;
-    assert_eq!((num(s, "FILL persistent", "", "stored"), num(s, "FILL persistent", "", "refused")), (64, 8), "{}", out.describe());
     assert_eq!(
-        (num(s, "FILL ephemeral", "", "absent"), num(s, "FILL ephemeral", "", "present"), num(s, "FILL ephemeral", "", "evictions")),
+        (num(s, "FILL persistent", "", "stored"), num(s, "FILL persistent", "", "refused")),
+        (64, 8),
+        "{}",
+        out.describe()
+    );
+    assert_eq!(
+        (
+            num(s, "FILL ephemeral", "", "absent"),
+            num(s, "FILL ephemeral", "", "present"),
+            num(s, "FILL ephemeral", "", "evictions")
+        ),
         (64, 64, 64),
         "{}",
         out.describe()
     );
-    assert_eq!((num(s, "FILL priority", "", "persistent"), num(s, "FILL priority", "", "ephemeral_left")), (64, 0), "{}", out.describe());
+    assert_eq!(
+        (num(s, "FILL priority", "", "persistent"), num(s, "FILL priority", "", "ephemeral_left")),
+        (64, 0),
+        "{}",
+        out.describe()
+    );
     assert!(s.contains("FILL OK"), "{}", out.describe());
 
     // Every store was closed: the lenders lent nothing any more.

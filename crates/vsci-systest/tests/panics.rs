@@ -39,7 +39,9 @@ fn t_panic(d: Option<&Daemon>, mode: &str, names: &str) -> BTreeSet<String> {
     let caught: BTreeSet<String> = out
         .stderr
         .lines()
-        .filter_map(|l| l.split_once(": caught a panic").map(|(head, _)| head.rsplit(' ').next().unwrap_or("").to_string()))
+        .filter_map(|l| {
+            l.split_once(": caught a panic").map(|(head, _)| head.rsplit(' ').next().unwrap_or("").to_string())
+        })
         .collect();
     println!("t_panic {mode}: caught in {caught:?}");
     caught
@@ -49,7 +51,11 @@ fn t_panic(d: Option<&Daemon>, mode: &str, names: &str) -> BTreeSet<String> {
 /// forwarders aside: each only calls the plain-named function, and
 /// `t_panic api` calls one to show the guard is reached through it).
 fn exported_functions() -> BTreeSet<String> {
-    let out = run("nm", Command::new("nm").args(["-D", "--defined-only"]).arg(built("lib/libsisci.so")), Duration::from_secs(60));
+    let out = run(
+        "nm",
+        Command::new("nm").args(["-D", "--defined-only"]).arg(built("lib/libsisci.so")),
+        Duration::from_secs(60),
+    );
     out.assert_success();
     out.stdout
         .lines()

@@ -29,10 +29,12 @@ fn python() -> PathBuf {
 #[test]
 fn pytest_python_binding() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("workspace root");
-    let build = build_dir().canonicalize().unwrap_or_else(|_| panic!("{} missing: run `make` first", build_dir().display()));
+    let build =
+        build_dir().canonicalize().unwrap_or_else(|_| panic!("{} missing: run `make` first", build_dir().display()));
     let py = python();
     // The binding's imports first, so a missing package says which.
-    let probe = run("python imports", Command::new(&py).args(["-c", "import cffi, numpy, pytest"]), Duration::from_secs(60));
+    let probe =
+        run("python imports", Command::new(&py).args(["-c", "import cffi, numpy, pytest"]), Duration::from_secs(60));
     assert!(
         probe.status.success(),
         "{} lacks cffi, numpy or pytest (scripts/install-deps.sh installs python3-cffi python3-numpy python3-pytest):\n{}",

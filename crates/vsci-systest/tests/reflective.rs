@@ -64,7 +64,15 @@ fn member(c: &Cluster, node: u32, k: u32, rounds: &str, group: &str, ack: &str, 
 
 /// Members 1, 2, 3 on nodes 1, 2, 3 (member 3 with `extra3`), then the
 /// writer on node 1 in `mode`, waiting for the members in `need`.
-fn run_group(rounds: &str, group: &str, ack: &str, mode: &str, need: &str, extra1: &[&str], extra3: &[&str]) -> Vec<Output> {
+fn run_group(
+    rounds: &str,
+    group: &str,
+    ack: &str,
+    mode: &str,
+    need: &str,
+    extra1: &[&str],
+    extra3: &[&str],
+) -> Vec<Output> {
     let Some(c) = Cluster::start(&[1, 2, 3]) else { return Vec::new() };
     let r1 = if extra1.first() == Some(&"hold") { "0" } else { rounds };
     let m1 = member(&c, 1, 1, r1, group, ack, extra1);

@@ -108,9 +108,7 @@ fn link_bytes(c: &Cluster, id: u32) -> u64 {
     assert!(out.status.success(), "ip -s link in {}: {}", n.ns, String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("ip -j printed JSON");
     let s = &v[0]["stats64"];
-    let get = |dir: &str| {
-        s[dir]["bytes"].as_u64().unwrap_or_else(|| panic!("no stats64.{dir}.bytes in {v}"))
-    };
+    let get = |dir: &str| s[dir]["bytes"].as_u64().unwrap_or_else(|| panic!("no stats64.{dir}.bytes in {v}"));
     get("rx") + get("tx")
 }
 
@@ -136,7 +134,8 @@ fn mailbox_with(mode: &str, guest_writer: bool, watched_rounds: Option<&str>) {
         (_, false) => ("0x5711", "0x5712", "0x5713"),
         (_, true) => ("0x5741", "0x5742", "0x5743"),
     };
-    let rounds = if guest_writer && !vsci_vm::run::choose_accel(vsci_vm::Accel::Auto).kvm { GUEST_TCG_ROUNDS } else { ROUNDS };
+    let rounds =
+        if guest_writer && !vsci_vm::run::choose_accel(vsci_vm::Accel::Auto).kvm { GUEST_TCG_ROUNDS } else { ROUNDS };
     let rounds = watched_rounds.unwrap_or(rounds);
     let w1_target = format!("2:{seg_1}");
     let w2_target = format!("3:{seg_2}");
@@ -162,7 +161,10 @@ fn mailbox_with(mode: &str, guest_writer: bool, watched_rounds: Option<&str>) {
         // count once per byte); the first rounds may go before the watch.
         let hits = w.hits();
         eprintln!("mailbox under a watchpoint: {hits} writes by node 1's vscid to the flag words");
-        assert!(hits >= rounds.parse::<u64>().unwrap(), "the watchpoint saw {hits} writes to the flags of {rounds} rounds");
+        assert!(
+            hits >= rounds.parse::<u64>().unwrap(),
+            "the watchpoint saw {hits} writes to the flags of {rounds} rounds"
+        );
     }
     outs[0].assert_contains(&format!("MBOX OWNER DONE rounds={rounds}"));
     outs[1].assert_contains(&format!("MBOX WRITER 1 DONE rounds={rounds}"));
@@ -228,7 +230,11 @@ impl Watchpoint {
                 let start = line.split('-').next().expect("a range");
                 break u64::from_str_radix(start, 16).expect("hex address");
             }
-            assert!(Instant::now() < deadline, "vscid {pid} did not map segment {segid:#x} ({name}) within 20 s; its memfd maps:\n{}", maps.lines().filter(|l| l.contains("memfd")).collect::<Vec<_>>().join("\n"));
+            assert!(
+                Instant::now() < deadline,
+                "vscid {pid} did not map segment {segid:#x} ({name}) within 20 s; its memfd maps:\n{}",
+                maps.lines().filter(|l| l.contains("memfd")).collect::<Vec<_>>().join("\n")
+            );
             thread::sleep(Duration::from_millis(20));
         };
         let addr = base + off;
@@ -439,9 +445,13 @@ fn streaming_copies_arrive() {
     let Some(c) = Cluster::start(&[1, 2]) else { return };
     let mut owner = spawn(&c, 2, &["big-owner", "0x5760", "4m"]);
     owner.wait_line("BIG READY", LINE_TIMEOUT);
-    for (size, iters, off, memcpy) in
-        [("1m", "100", "0", "1"), ("256k", "200", "0", "1"), ("8k", "500", "0", "1"), ("3m", "20", "4093", "1"), ("3m", "20", "4093", "0")]
-    {
+    for (size, iters, off, memcpy) in [
+        ("1m", "100", "0", "1"),
+        ("256k", "200", "0", "1"),
+        ("8k", "500", "0", "1"),
+        ("3m", "20", "4093", "1"),
+        ("3m", "20", "4093", "0"),
+    ] {
         let out = spawn_env(&c, 1, &["stream", "2:0x5760", size, iters, off], &[("VSCI_MEMCPY", memcpy)]).wait(RUN);
         show(&out);
         out.assert_success().assert_contains("STREAM DONE");

@@ -40,7 +40,10 @@ fn make_install_puts_the_service_in_place() {
     let unit = root.join("lib/systemd/system/vscid.service");
     let text = std::fs::read_to_string(&unit).expect("the unit is installed");
     for want in [
-        &format!("ExecStart={}/bin/vscid --node-id ${{VSCI_NODE_ID}} --socket /run/vsci/vscid.sock --socket-group vsci", prefix.display()),
+        &format!(
+            "ExecStart={}/bin/vscid --node-id ${{VSCI_NODE_ID}} --socket /run/vsci/vscid.sock --socket-group vsci",
+            prefix.display()
+        ),
         "LimitNOFILE=1048576",
         "User=vscid",
         "Group=vsci",
@@ -51,14 +54,29 @@ fn make_install_puts_the_service_in_place() {
     }
     assert!(!text.contains("@PREFIX@"));
     assert_eq!(std::fs::metadata(&unit).unwrap().mode() & 0o777, 0o644);
-    for f in ["lib/sysusers.d/vsci.conf", "share/vsci/cluster.toml.example", "share/vsci/vscid.env", "share/vsci/vsci-profile.sh", "share/doc/vsci/operations.md", "share/doc/vsci/security.md"] {
+    for f in [
+        "lib/sysusers.d/vsci.conf",
+        "share/vsci/cluster.toml.example",
+        "share/vsci/vscid.env",
+        "share/vsci/vsci-profile.sh",
+        "share/doc/vsci/operations.md",
+        "share/doc/vsci/security.md",
+    ] {
         assert!(root.join(f).exists(), "{f} is not installed");
     }
     if have("systemd-analyze") {
         // verify resolves ExecStart, so point it at the installed binary.
         let probe = dir.path.join("vscid.service");
-        std::fs::write(&probe, text.replace(&format!("{}/bin/vscid", prefix.display()), &root.join("bin/vscid").display().to_string())).unwrap();
-        let out = run("systemd-analyze verify", Command::new("systemd-analyze").arg("verify").arg(&probe), Duration::from_secs(60));
+        std::fs::write(
+            &probe,
+            text.replace(&format!("{}/bin/vscid", prefix.display()), &root.join("bin/vscid").display().to_string()),
+        )
+        .unwrap();
+        let out = run(
+            "systemd-analyze verify",
+            Command::new("systemd-analyze").arg("verify").arg(&probe),
+            Duration::from_secs(60),
+        );
         assert!(out.status.success() && out.stderr.trim().is_empty(), "{}", out.describe());
     }
     if have("systemd-sysusers") {
@@ -122,7 +140,9 @@ fn runs_unprivileged_with_a_socket_group() {
     assert_eq!(out.status.code(), Some(3), "{}", out.describe());
     out.assert_contains("OPEN SCI_ERR_ACCESS");
     // A whole session against the unprivileged node.
-    run("t_kill smoke", d.client(&built("tests/t_kill")).arg("smoke"), PROGRAM_TIMEOUT).assert_success().assert_contains("SMOKE OK");
+    run("t_kill smoke", d.client(&built("tests/t_kill")).arg("smoke"), PROGRAM_TIMEOUT)
+        .assert_success()
+        .assert_contains("SMOKE OK");
     d.signal(libc::SIGTERM);
     assert!(d.wait_exit(Duration::from_secs(10)).success());
     assert!(!socket.exists(), "the socket is removed on SIGTERM");

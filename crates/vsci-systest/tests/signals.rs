@@ -163,7 +163,9 @@ fn check_end(o: &Output, killed: bool, end: End, core_expected: bool, bad: &mut 
             }
         }
         End::HandledThenDies(_, sig) | End::Dies(sig) => {
-            if matches!(end, End::Dies(_)) && (all.contains("OWN SIGSEGV HANDLED") || all.contains("OWN SIGBUS HANDLED")) {
+            if matches!(end, End::Dies(_))
+                && (all.contains("OWN SIGSEGV HANDLED") || all.contains("OWN SIGBUS HANDLED"))
+            {
                 bad.push("its own fault reached a handler; nothing of the program's should have run".into());
             }
             if o.status.signal() != Some(sig) {
@@ -207,10 +209,28 @@ fn row_with(row: &str, bin: &str, slots: u32, stores: u32, end: End, env: &[(&st
 
     let stores = stores.to_string();
     let mut wcmd = c.client(2, &built(bin));
-    wcmd.args(["-wait", WRITER_WAIT_S, "writer", "--row", row, "--stores", &stores, "--core", &owner_target, WRITER_SEG])
-        .current_dir(&dir)
-        .envs(env.iter().copied());
-    let writer = Proc::spawn(&format!("{} writer --row {row} (node 2{})", bin.trim_start_matches("tests/"), if env.is_empty() { String::new() } else { format!(", {env:?}") }), &mut wcmd);
+    wcmd.args([
+        "-wait",
+        WRITER_WAIT_S,
+        "writer",
+        "--row",
+        row,
+        "--stores",
+        &stores,
+        "--core",
+        &owner_target,
+        WRITER_SEG,
+    ])
+    .current_dir(&dir)
+    .envs(env.iter().copied());
+    let writer = Proc::spawn(
+        &format!(
+            "{} writer --row {row} (node 2{})",
+            bin.trim_start_matches("tests/"),
+            if env.is_empty() { String::new() } else { format!(", {env:?}") }
+        ),
+        &mut wcmd,
+    );
 
     let (wout, wkilled) = finish(writer, RUN);
     // The owner finishes right after the last store arrives; if the writer
@@ -244,7 +264,8 @@ fn row_with(row: &str, bin: &str, slots: u32, stores: u32, end: End, env: &[(&st
     if stores_done {
         check_end(&wout, wkilled, end, core_expected, &mut bad);
     }
-    let timing: Vec<&str> = wout.stdout.lines().filter(|l| l.starts_with("THREAD ") || l.starts_with("WRITER STORES DONE")).collect();
+    let timing: Vec<&str> =
+        wout.stdout.lines().filter(|l| l.starts_with("THREAD ") || l.starts_with("WRITER STORES DONE")).collect();
     if !bad.is_empty() {
         panic!(
             "row {row}: {} problem(s):\n  - {}\n\n{}\n\n{}\n\n(a process killed by SIGSEGV here {} core)",
@@ -262,12 +283,24 @@ fn row_with(row: &str, bin: &str, slots: u32, stores: u32, end: End, env: &[(&st
 
 #[test]
 fn handlers_after_map() {
-    row("handlers_after_map", "tests/t_sigchain", 1, End::Handled(&["OWN SIGSEGV HANDLED row=handlers_after_map signo=11 si_code=1 si_addr=(nil)"]), &[]);
+    row(
+        "handlers_after_map",
+        "tests/t_sigchain",
+        1,
+        End::Handled(&["OWN SIGSEGV HANDLED row=handlers_after_map signo=11 si_code=1 si_addr=(nil)"]),
+        &[],
+    );
 }
 
 #[test]
 fn handlers_before_map() {
-    row("handlers_before_map", "tests/t_sigchain", 1, End::Handled(&["OWN SIGSEGV HANDLED row=handlers_before_map signo=11 si_code=1 si_addr=(nil)"]), &[]);
+    row(
+        "handlers_before_map",
+        "tests/t_sigchain",
+        1,
+        End::Handled(&["OWN SIGSEGV HANDLED row=handlers_before_map signo=11 si_code=1 si_addr=(nil)"]),
+        &[],
+    );
 }
 
 /// SA_RESETHAND on both: libsisci's traps must not use up the program's
@@ -279,7 +312,10 @@ fn resethand() {
         "resethand",
         "tests/t_sigchain",
         1,
-        End::HandledThenDies(&["OWN SIGSEGV HANDLED row=resethand signo=11 si_code=1 si_addr=(nil)", "OWN SIGSEGV HANDLER RETURNS"], libc::SIGSEGV),
+        End::HandledThenDies(
+            &["OWN SIGSEGV HANDLED row=resethand signo=11 si_code=1 si_addr=(nil)", "OWN SIGSEGV HANDLER RETURNS"],
+            libc::SIGSEGV,
+        ),
         &[],
     );
 }
@@ -287,7 +323,13 @@ fn resethand() {
 /// signal() handlers, and signal() save/restore around every 100 stores.
 #[test]
 fn signal_save_restore() {
-    row("signal_save_restore", "tests/t_sigchain", 1, End::Handled(&["OWN SIGSEGV HANDLED row=signal_save_restore signo=11 (a handler without SA_SIGINFO)"]), &[]);
+    row(
+        "signal_save_restore",
+        "tests/t_sigchain",
+        1,
+        End::Handled(&["OWN SIGSEGV HANDLED row=signal_save_restore signo=11 (a handler without SA_SIGINFO)"]),
+        &[],
+    );
 }
 
 /// The storing thread blocks SIGSEGV and SIGBUS: its stores still arrive,
@@ -307,7 +349,10 @@ fn altstack() {
         "altstack",
         "tests/t_sigchain",
         1,
-        End::Handled(&["OWN SIGSEGV HANDLED row=altstack signo=11 si_code=1 si_addr=(nil) on_altstack=1", "all on the alternate stack"]),
+        End::Handled(&[
+            "OWN SIGSEGV HANDLED row=altstack signo=11 si_code=1 si_addr=(nil) on_altstack=1",
+            "all on the alternate stack",
+        ]),
         &[],
     );
 }
@@ -321,18 +366,36 @@ fn sig_ign() {
 /// it must leave the program's handlers in place.
 #[test]
 fn dlopen() {
-    row("dlopen", "tests/t_sigchain_dlopen", 1, End::Handled(&["OWN SIGSEGV HANDLED row=dlopen signo=11 si_code=1 si_addr=(nil)"]), &[]);
+    row(
+        "dlopen",
+        "tests/t_sigchain_dlopen",
+        1,
+        End::Handled(&["OWN SIGSEGV HANDLED row=dlopen signo=11 si_code=1 si_addr=(nil)"]),
+        &[],
+    );
 }
 
 #[test]
 fn four_threads() {
-    row("four_threads", "tests/t_sigchain", 4, End::Handled(&["OWN SIGSEGV HANDLED row=four_threads signo=11 si_code=1 si_addr=(nil)"]), &[]);
+    row(
+        "four_threads",
+        "tests/t_sigchain",
+        4,
+        End::Handled(&["OWN SIGSEGV HANDLED row=four_threads signo=11 si_code=1 si_addr=(nil)"]),
+        &[],
+    );
 }
 
 /// Linked with libsisci.a.
 #[test]
 fn static_link() {
-    row("static", "tests/t_sigchain_static", 1, End::Handled(&["OWN SIGSEGV HANDLED row=static signo=11 si_code=1 si_addr=(nil)"]), &[]);
+    row(
+        "static",
+        "tests/t_sigchain_static",
+        1,
+        End::Handled(&["OWN SIGSEGV HANDLED row=static signo=11 si_code=1 si_addr=(nil)"]),
+        &[],
+    );
 }
 
 /// The baseline: nothing installed.
@@ -429,10 +492,25 @@ fn gasnet_like_pingpong() {
         bad.push(format!("pong ended with {}{}", describe_status(pout.status), if pkilled { " (killed)" } else { "" }));
     }
     if iout.stdout.contains("DONE round_trips") {
-        check_end(&iout, ikilled, End::HandledThenDies(&["*** Caught a fatal signal: SIGSEGV(11) on node 0/2 (the program's own fault)"], libc::SIGSEGV), core_expected, &mut bad);
+        check_end(
+            &iout,
+            ikilled,
+            End::HandledThenDies(
+                &["*** Caught a fatal signal: SIGSEGV(11) on node 0/2 (the program's own fault)"],
+                libc::SIGSEGV,
+            ),
+            core_expected,
+            &mut bad,
+        );
     }
     if !bad.is_empty() {
-        panic!("GASNet-like ping-pong: {} problem(s):\n  - {}\n\n{}\n\n{}", bad.len(), bad.join("\n  - "), iout.describe(), pout.describe());
+        panic!(
+            "GASNet-like ping-pong: {} problem(s):\n  - {}\n\n{}\n\n{}",
+            bad.len(),
+            bad.join("\n  - "),
+            iout.describe(),
+            pout.describe()
+        );
     }
     let line = iout.stdout.lines().find(|l| l.contains("GASNET ping DONE")).unwrap_or_default();
     eprintln!("GASNet-like ping-pong: {line}");
@@ -447,11 +525,7 @@ fn python_script() -> PathBuf {
 }
 
 fn have_python() -> bool {
-    Command::new("python3")
-        .args(["-c", "import ctypes, faulthandler"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
+    Command::new("python3").args(["-c", "import ctypes, faulthandler"]).status().map(|s| s.success()).unwrap_or(false)
 }
 
 /// python3 with faulthandler enabled before libsisci is loaded (ctypes:
@@ -491,15 +565,29 @@ fn python_faulthandler() {
         let done = pout.stdout.contains(&format!("PY STORES DONE stores={PY_STORES}"));
         let (oout, okilled) = finish(owner, if done { RUN } else { Duration::from_secs(5) });
         remove_cores(&dir);
-        let tag = if mode.is_empty() { "faulthandler enabled before loading libsisci" } else { "faulthandler enabled again after the map" };
+        let tag = if mode.is_empty() {
+            "faulthandler enabled before loading libsisci"
+        } else {
+            "faulthandler enabled again after the map"
+        };
         if !oout.status.success() || !oout.stdout.contains("OWNER DONE") {
-            bad.push(format!("{tag}: not every store arrived (the owner ended with {}{})", describe_status(oout.status), if okilled { ", killed" } else { "" }));
+            bad.push(format!(
+                "{tag}: not every store arrived (the owner ended with {}{})",
+                describe_status(oout.status),
+                if okilled { ", killed" } else { "" }
+            ));
         }
         if !done {
             bad.push(format!("{tag}: python did not finish its stores"));
         } else {
             let mut b = Vec::new();
-            check_end(&pout, pkilled, End::HandledThenDies(&["Fatal Python error: Segmentation fault"], libc::SIGSEGV), core_expected, &mut b);
+            check_end(
+                &pout,
+                pkilled,
+                End::HandledThenDies(&["Fatal Python error: Segmentation fault"], libc::SIGSEGV),
+                core_expected,
+                &mut b,
+            );
             bad.extend(b.into_iter().map(|s| format!("{tag}: {s}")));
         }
         outs.push(pout);
@@ -507,7 +595,12 @@ fn python_faulthandler() {
     }
     if !bad.is_empty() {
         let all: Vec<String> = outs.iter().map(|o| o.describe()).collect();
-        panic!("python with faulthandler: {} problem(s):\n  - {}\n\n{}", bad.len(), bad.join("\n  - "), all.join("\n\n"));
+        panic!(
+            "python with faulthandler: {} problem(s):\n  - {}\n\n{}",
+            bad.len(),
+            bad.join("\n  - "),
+            all.join("\n\n")
+        );
     }
     c.wait_clean(1, "after the python runs");
     c.wait_clean(2, "after the python runs");
@@ -526,7 +619,11 @@ fn bus_nested() {
         1,
         EXTRA_STORES,
         End::HandledThenDies(
-            &["OWN SIGBUS HANDLED row=bus_nested signo=7 si_code=2 (BUS_ADRERR)", "depth=0", "A SECOND OWN SIGBUS INSIDE THE HANDLER"],
+            &[
+                "OWN SIGBUS HANDLED row=bus_nested signo=7 si_code=2 (BUS_ADRERR)",
+                "depth=0",
+                "A SECOND OWN SIGBUS INSIDE THE HANDLER",
+            ],
             libc::SIGBUS,
         ),
         &[],
@@ -608,7 +705,10 @@ fn raised_sigbus() {
         "tests/t_sigchain",
         1,
         EXTRA_STORES,
-        End::Handled(&["RAISED SIGBUS: 12 reached the program's handler as sent (want 12)", "OWN SIGSEGV HANDLED row=raised_sigbus signo=11"]),
+        End::Handled(&[
+            "RAISED SIGBUS: 12 reached the program's handler as sent (want 12)",
+            "OWN SIGSEGV HANDLED row=raised_sigbus signo=11",
+        ]),
         &[],
     );
 }
@@ -752,7 +852,8 @@ fn guest_rows() {
             rb.push(format!("a signal reached the program before its own fault: {l}"));
         }
         if section.contains("GUEST WATCHDOG") {
-            let threads: Vec<&str> = section.lines().filter(|l| l.starts_with("GUEST WATCHDOG") || l.starts_with("Sig")).collect();
+            let threads: Vec<&str> =
+                section.lines().filter(|l| l.starts_with("GUEST WATCHDOG") || l.starts_with("Sig")).collect();
             rb.push(format!("the program was stuck and killed by the watchdog:\n      {}", threads.join("\n      ")));
         }
         let stores_done = section.contains("WRITER STORES DONE");
@@ -770,7 +871,11 @@ fn guest_rows() {
             // code, or 128 + the signal that killed it).
             let o = Output {
                 name: format!("t_sigchain writer --row {row} (in a guest on node 2)"),
-                status: if code > 128 { ExitStatus::from_raw(code - 128) } else { ExitStatus::from_raw((code & 0xff) << 8) },
+                status: if code > 128 {
+                    ExitStatus::from_raw(code - 128)
+                } else {
+                    ExitStatus::from_raw((code & 0xff) << 8)
+                },
                 stdout: section.to_string(),
                 stderr: String::new(),
             };
@@ -780,7 +885,13 @@ fn guest_rows() {
     }
     if !bad.is_empty() {
         let owners: Vec<String> = oouts.iter().map(|(o, _)| o.describe()).collect();
-        panic!("guest rows: {} problem(s):\n  - {}\n\n{}\n\n{}", bad.len(), bad.join("\n  - "), gout.describe(), owners.join("\n\n"));
+        panic!(
+            "guest rows: {} problem(s):\n  - {}\n\n{}\n\n{}",
+            bad.len(),
+            bad.join("\n  - "),
+            gout.describe(),
+            owners.join("\n\n")
+        );
     }
     eprintln!(
         "guest rows ({}, {stores} stores per phase): every store arrived, report-back OK, own fault handled; {}; {:.1} s in all",

@@ -243,7 +243,12 @@ fn guest_writer_owner_node_paused_3s() {
         let seg = format!("{:#x}", 0x7a50 + k as u32);
         let mut owner = spawn(&c, 2, &["owner", &seg, GUEST_STORES]);
         owner.wait_line("OWNER READY", LINE_TIMEOUT);
-        let mut g = c.guest(1, &format!("stall{k}"), &[(t_stall(), "t_stall")], &format!("t_stall write 2 {seg} {GUEST_STORES} {mode}"));
+        let mut g = c.guest(
+            1,
+            &format!("stall{k}"),
+            &[(t_stall(), "t_stall")],
+            &format!("t_stall write 2 {seg} {GUEST_STORES} {mode}"),
+        );
         // A guest boots in 10-60 s under TCG, longer on a busy host.
         g.wait_line("WRITER STORING", Duration::from_secs(400));
         c.pause_nodes(&[2], Duration::from_secs(3));
@@ -269,9 +274,13 @@ fn link_dropped_and_back_keeps_connections() {
     c.cut_link(2);
     c.wait_peer(1, 2, "\"link down\"", Duration::from_secs(60), |s| s == Some("link down"));
     let text = c.status_text(1);
-    assert!(text.lines().any(|l| l.contains("node 2") && l.contains("link down")), "vsci status does not show the link down:\n{text}");
+    assert!(
+        text.lines().any(|l| l.contains("node 2") && l.contains("link down")),
+        "vsci status does not show the link down:\n{text}"
+    );
     // What a program asks: the adapter's link and a probe of the node.
-    finish(spawn(&c, 1, &["link", "2"])).assert_contains("LINK operational=0 hw_ok=0 probe=0 err=SCI_ERR_NODE_NOT_RESPONDING");
+    finish(spawn(&c, 1, &["link", "2"]))
+        .assert_contains("LINK operational=0 hw_ok=0 probe=0 err=SCI_ERR_NODE_NOT_RESPONDING");
     c.restore_link(2);
     c.wait_peer(1, 2, "\"up\" again", Duration::from_secs(60), |s| s == Some("up"));
     c.wait_peer(2, 1, "\"up\" again", Duration::from_secs(60), |s| s == Some("up"));
@@ -298,7 +307,9 @@ fn peer_declared_dead_is_reported() {
     c.cut_link(2);
     for p in w.writers {
         let o = finish(p);
-        o.assert_contains("EVENT reason=5 status=SCI_ERR_NODE_NOT_RESPONDING").assert_contains("WRITER SAW LOST").assert_contains("WRITER DONE");
+        o.assert_contains("EVENT reason=5 status=SCI_ERR_NODE_NOT_RESPONDING")
+            .assert_contains("WRITER SAW LOST")
+            .assert_contains("WRITER DONE");
     }
     let log = c.node(1).log_text();
     assert!(log.contains("declared dead"), "node 1 did not declare node 2 dead:\n{log}");
@@ -320,11 +331,15 @@ fn peer_restarted_is_dead_to_its_old_connections() {
     c.respawn_node(2);
     // Its link listener is bound (else node 1's redial could be refused,
     // a different way of learning the same thing).
-    wait_for(Duration::from_secs(60), "node 2's link listener", || c.node(2).log_text().contains("links on").then_some(()));
+    wait_for(Duration::from_secs(60), "node 2's link listener", || {
+        c.node(2).log_text().contains("links on").then_some(())
+    });
     c.restore_link(2);
     for p in w.writers {
         let o = finish(p);
-        o.assert_contains("EVENT reason=5 status=SCI_ERR_NODE_NOT_RESPONDING").assert_contains("WRITER SAW LOST").assert_contains("WRITER DONE");
+        o.assert_contains("EVENT reason=5 status=SCI_ERR_NODE_NOT_RESPONDING")
+            .assert_contains("WRITER SAW LOST")
+            .assert_contains("WRITER DONE");
     }
     let log = c.node(1).log_text();
     assert!(log.contains("declared dead (it restarted"), "node 1 did not see node 2's restart:\n{log}");

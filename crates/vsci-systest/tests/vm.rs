@@ -76,7 +76,8 @@ fn vsci_vm() -> Command {
 
 fn memfd(size: u64, data: &[u8]) -> OwnedFd {
     let fd = vsci_sys::memfd::create(c"vsci-vm-test", size, vsci_sys::memfd::Seals::NONE).expect("memfd_create");
-    std::os::unix::fs::FileExt::write_all_at(&std::fs::File::from(fd.try_clone().expect("dup")), data, 0).expect("pwrite");
+    std::os::unix::fs::FileExt::write_all_at(&std::fs::File::from(fd.try_clone().expect("dup")), data, 0)
+        .expect("pwrite");
     fd
 }
 
@@ -173,10 +174,12 @@ fn runs_a_command_and_returns_its_status() {
     // answers there; here none does, so the guest has no node.
     let o = run(
         "vsci vm run sh",
-        vsci_vm()
-            .args(["--name", "hello", "--add"])
-            .arg(format!("{}:/usr/bin/shmem", sisci.display()))
-            .args(["--", "/bin/sh", "-c", "echo hello; echo oops >&2; shmem -server -timeout 100 >&2; exit 3"]),
+        vsci_vm().args(["--name", "hello", "--add"]).arg(format!("{}:/usr/bin/shmem", sisci.display())).args([
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo hello; echo oops >&2; shmem -server -timeout 100 >&2; exit 3",
+        ]),
         VM_TIMEOUT,
     );
     assert_eq!(o.status.code(), Some(3), "{}", o.describe());
@@ -197,7 +200,10 @@ fn timeout_and_interrupt_stop_qemu_and_clean_up() {
     let tmp = TempDir::new("vm-stop");
     let start = |name: &str, timeout: &str| {
         let mut c = Command::new(built("bin/vsci"));
-        c.args(["vm", "run", "--name", name, "--timeout", timeout, "--", "sleep", "600"]).env("TMPDIR", &tmp.path).env("VSCI_SOCKET", NO_NODE).stdin(Stdio::null());
+        c.args(["vm", "run", "--name", name, "--timeout", timeout, "--", "sleep", "600"])
+            .env("TMPDIR", &tmp.path)
+            .env("VSCI_SOCKET", NO_NODE)
+            .stdin(Stdio::null());
         Proc::spawn(name, &mut c)
     };
     let timed = start("timed", "3");
@@ -208,7 +214,11 @@ fn timeout_and_interrupt_stop_qemu_and_clean_up() {
     let o = interrupted.wait(VM_TIMEOUT);
     assert_eq!(o.status.code(), Some(130), "{}", o.describe());
     assert!(o.stderr.contains("interrupted"), "{}", o.describe());
-    assert!(!Path::new(&format!("/proc/{qemu}")).exists() || fs::read_to_string(format!("/proc/{qemu}/stat")).map_or(true, |s| s.contains(") Z")), "QEMU {qemu} still runs");
+    assert!(
+        !Path::new(&format!("/proc/{qemu}")).exists()
+            || fs::read_to_string(format!("/proc/{qemu}/stat")).map_or(true, |s| s.contains(") Z")),
+        "QEMU {qemu} still runs"
+    );
     let o = timed.wait(VM_TIMEOUT);
     assert_eq!(o.status.code(), Some(124), "{}", o.describe());
     assert!(o.stderr.contains("timed out"), "{}", o.describe());

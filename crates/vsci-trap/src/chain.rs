@@ -483,7 +483,11 @@ pub(crate) fn install(handler: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c
         // (`on_private_stack`). SA_NODEFER: a fault of another trapped
         // range inside a handler (a program copying between two remote
         // maps) is handled too. SA_RESTART follows the program's choice.
-        let restart = if prev.sa_sigaction == libc::SIG_DFL || prev.sa_sigaction == libc::SIG_IGN { libc::SA_RESTART } else { prev.sa_flags & libc::SA_RESTART };
+        let restart = if prev.sa_sigaction == libc::SIG_DFL || prev.sa_sigaction == libc::SIG_IGN {
+            libc::SA_RESTART
+        } else {
+            prev.sa_flags & libc::SA_RESTART
+        };
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | restart;
         libc::sigemptyset(&mut sa.sa_mask);
         // What the program reads back keeps only what it set (the C

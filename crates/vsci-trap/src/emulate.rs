@@ -99,13 +99,42 @@ const GPR_STORES: [Mnemonic; 2] = [Mnemonic::Mov, Mnemonic::Movnti];
 /// other effect. `MOVHPS`/`MOVHPD` (upper half), masked, scatter and
 /// compress stores and lane extracts are deliberately not here.
 const VECTOR_STORES: [Mnemonic; 36] = [
-    Mnemonic::Movups, Mnemonic::Movaps, Mnemonic::Movupd, Mnemonic::Movapd, Mnemonic::Movdqu, Mnemonic::Movdqa,
-    Mnemonic::Movntdq, Mnemonic::Movntps, Mnemonic::Movntpd, Mnemonic::Movq, Mnemonic::Movd, Mnemonic::Movss,
-    Mnemonic::Movsd, Mnemonic::Movlps, Mnemonic::Movlpd, Mnemonic::Vmovups, Mnemonic::Vmovaps, Mnemonic::Vmovupd,
-    Mnemonic::Vmovapd, Mnemonic::Vmovdqu, Mnemonic::Vmovdqa, Mnemonic::Vmovdqu8, Mnemonic::Vmovdqu16,
-    Mnemonic::Vmovdqu32, Mnemonic::Vmovdqu64, Mnemonic::Vmovdqa32, Mnemonic::Vmovdqa64, Mnemonic::Vmovntdq,
-    Mnemonic::Vmovntps, Mnemonic::Vmovntpd, Mnemonic::Vmovq, Mnemonic::Vmovd, Mnemonic::Vmovss, Mnemonic::Vmovsd,
-    Mnemonic::Vmovlps, Mnemonic::Vmovlpd,
+    Mnemonic::Movups,
+    Mnemonic::Movaps,
+    Mnemonic::Movupd,
+    Mnemonic::Movapd,
+    Mnemonic::Movdqu,
+    Mnemonic::Movdqa,
+    Mnemonic::Movntdq,
+    Mnemonic::Movntps,
+    Mnemonic::Movntpd,
+    Mnemonic::Movq,
+    Mnemonic::Movd,
+    Mnemonic::Movss,
+    Mnemonic::Movsd,
+    Mnemonic::Movlps,
+    Mnemonic::Movlpd,
+    Mnemonic::Vmovups,
+    Mnemonic::Vmovaps,
+    Mnemonic::Vmovupd,
+    Mnemonic::Vmovapd,
+    Mnemonic::Vmovdqu,
+    Mnemonic::Vmovdqa,
+    Mnemonic::Vmovdqu8,
+    Mnemonic::Vmovdqu16,
+    Mnemonic::Vmovdqu32,
+    Mnemonic::Vmovdqu64,
+    Mnemonic::Vmovdqa32,
+    Mnemonic::Vmovdqa64,
+    Mnemonic::Vmovntdq,
+    Mnemonic::Vmovntps,
+    Mnemonic::Vmovntpd,
+    Mnemonic::Vmovq,
+    Mnemonic::Vmovd,
+    Mnemonic::Vmovss,
+    Mnemonic::Vmovsd,
+    Mnemonic::Vmovlps,
+    Mnemonic::Vmovlpd,
 ];
 
 /// Decode the store at the instruction pointer that faulted on `fault_addr`
@@ -145,8 +174,14 @@ pub fn decode_store(code: &[u8], regs: &dyn Registers, fault_addr: usize, page: 
     }
     let mut bytes = [0u8; 64];
     match insn.op1_kind() {
-        OpKind::Register if gpr && len <= 8 => bytes[..8].copy_from_slice(&reg_value(regs, insn.op1_register())?.to_le_bytes()),
-        OpKind::Immediate8 | OpKind::Immediate16 | OpKind::Immediate32 | OpKind::Immediate8to64 | OpKind::Immediate32to64
+        OpKind::Register if gpr && len <= 8 => {
+            bytes[..8].copy_from_slice(&reg_value(regs, insn.op1_register())?.to_le_bytes())
+        }
+        OpKind::Immediate8
+        | OpKind::Immediate16
+        | OpKind::Immediate32
+        | OpKind::Immediate8to64
+        | OpKind::Immediate32to64
             if insn.mnemonic() == Mnemonic::Mov =>
         {
             bytes[..8].copy_from_slice(&insn.immediate(1).to_le_bytes())
@@ -380,8 +415,22 @@ mod tests {
     impl Registers for Regs {
         fn gpr(&self, full: Register) -> Option<u64> {
             let order = [
-                Register::RAX, Register::RCX, Register::RDX, Register::RBX, Register::RSP, Register::RBP, Register::RSI, Register::RDI,
-                Register::R8, Register::R9, Register::R10, Register::R11, Register::R12, Register::R13, Register::R14, Register::R15,
+                Register::RAX,
+                Register::RCX,
+                Register::RDX,
+                Register::RBX,
+                Register::RSP,
+                Register::RBP,
+                Register::RSI,
+                Register::RDI,
+                Register::R8,
+                Register::R9,
+                Register::R10,
+                Register::R11,
+                Register::R12,
+                Register::R13,
+                Register::R14,
+                Register::R15,
             ];
             order.iter().position(|r| *r == full).map(|i| self.0[i])
         }
@@ -426,7 +475,10 @@ mod tests {
         );
         // mov [rbx+rcx*8+0x10], r8
         let s = decode_store(&[0x4c, 0x89, 0x44, 0xcb, 0x10], &r, 0x1_0028, 4096).unwrap();
-        assert_eq!((s.addr, s.len, s.insn_len, u64::from_le_bytes(s.bytes[..8].try_into().unwrap())), (0x1_0028, 8, 5, 0xdead_beef_cafe_f00d));
+        assert_eq!(
+            (s.addr, s.len, s.insn_len, u64::from_le_bytes(s.bytes[..8].try_into().unwrap())),
+            (0x1_0028, 8, 5, 0xdead_beef_cafe_f00d)
+        );
         // mov byte [rbx+1], ah
         let s = decode_store(&[0x88, 0x63, 0x01], &r, 0x1_0001, 4096).unwrap();
         assert_eq!((s.len, s.bytes[0]), (1, 0x77));
@@ -448,19 +500,20 @@ mod tests {
         let r = regs();
         let cases: [(&[u8], usize, usize, usize, usize); 8] = [
             // (code, address, register, bytes, instruction length)
-            (&[0x0f, 0x11, 0x03], 0x1_0000, 0, 16, 3),                         // movups [rbx], xmm0
-            (&[0xc5, 0xfe, 0x7f, 0x0b], 0x1_0000, 1, 32, 4),                   // vmovdqu [rbx], ymm1
-            (&[0x62, 0xe1, 0xfe, 0x48, 0x7f, 0x0b], 0x1_0000, 17, 64, 6),      // vmovdqu64 [rbx], zmm17
+            (&[0x0f, 0x11, 0x03], 0x1_0000, 0, 16, 3), // movups [rbx], xmm0
+            (&[0xc5, 0xfe, 0x7f, 0x0b], 0x1_0000, 1, 32, 4), // vmovdqu [rbx], ymm1
+            (&[0x62, 0xe1, 0xfe, 0x48, 0x7f, 0x0b], 0x1_0000, 17, 64, 6), // vmovdqu64 [rbx], zmm17
             (&[0x62, 0xe1, 0xfe, 0x28, 0x7f, 0x43, 0x01], 0x1_0020, 16, 32, 7), // vmovdqu64 [rbx+0x20], ymm16
-            (&[0x66, 0x0f, 0xd6, 0x13], 0x1_0000, 2, 8, 4),                    // movq [rbx], xmm2
-            (&[0xc5, 0xfd, 0xe7, 0x2b], 0x1_0000, 5, 32, 4),                   // vmovntdq [rbx], ymm5
-            (&[0xc5, 0xfa, 0x11, 0x23], 0x1_0000, 4, 4, 4),                    // vmovss [rbx], xmm4
-            (&[0x48, 0x0f, 0xc3, 0x03], 0x1_0000, usize::MAX, 8, 4),           // movnti [rbx], rax
+            (&[0x66, 0x0f, 0xd6, 0x13], 0x1_0000, 2, 8, 4), // movq [rbx], xmm2
+            (&[0xc5, 0xfd, 0xe7, 0x2b], 0x1_0000, 5, 32, 4), // vmovntdq [rbx], ymm5
+            (&[0xc5, 0xfa, 0x11, 0x23], 0x1_0000, 4, 4, 4), // vmovss [rbx], xmm4
+            (&[0x48, 0x0f, 0xc3, 0x03], 0x1_0000, usize::MAX, 8, 4), // movnti [rbx], rax
         ];
         for (code, addr, reg, len, insn_len) in cases {
             let s = decode_store(code, &r, addr + len - 1, 4096).unwrap_or_else(|| panic!("{code:02x?} not decoded"));
             assert_eq!((s.addr, s.len, s.insn_len), (addr, len, insn_len), "{code:02x?}");
-            let want = if reg == usize::MAX { 0x1122_3344_5566_7788u64.to_le_bytes().to_vec() } else { vec_bytes(reg, len) };
+            let want =
+                if reg == usize::MAX { 0x1122_3344_5566_7788u64.to_le_bytes().to_vec() } else { vec_bytes(reg, len) };
             assert_eq!(s.bytes[..len].to_vec(), want, "{code:02x?}");
         }
     }
@@ -471,7 +524,7 @@ mod tests {
         r.0[1] = 100; // rcx: bytes left
         r.0[6] = 0x2_0000; // rsi
         r.0[7] = 0x1_0010; // rdi
-        // rep movsb
+                           // rep movsb
         let m = decode_rep(&[0xf3, 0xa4], &r, 0x1_0010).unwrap();
         assert_eq!(m, RepString { dst: 0x1_0010, count: 100, src: Some(0x2_0000), value: 0x88, insn_len: 2 });
         // rep stosb (al = 0x88)
@@ -499,7 +552,15 @@ mod tests {
         // movq [rbx], mm0 (MMX)
         assert_eq!(decode_store(&[0x0f, 0x7f, 0x03], &r, 0x1_0000, 4096), None);
         // A 64-byte store that straddles two pages.
-        assert_eq!(decode_store(&[0x62, 0xe1, 0xfe, 0x48, 0x7f, 0x0b], &Regs([0, 0, 0, 0xffe0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 0), 0xfff0, 4096), None);
+        assert_eq!(
+            decode_store(
+                &[0x62, 0xe1, 0xfe, 0x48, 0x7f, 0x0b],
+                &Regs([0, 0, 0, 0xffe0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 0),
+                0xfff0,
+                4096
+            ),
+            None
+        );
         // xchg [rbx], eax (reads as well)
         assert_eq!(decode_store(&[0x87, 0x03], &r, 0x1_0000, 4096), None);
         // rep movsb

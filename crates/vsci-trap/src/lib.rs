@@ -30,11 +30,7 @@ pub enum Error {
     EmptyRange,
     /// An offset/length outside the tracked range.
     #[error("range {offset}+{len} outside the tracked {size} bytes")]
-    OutOfRange {
-        offset: usize,
-        len: usize,
-        size: usize,
-    },
+    OutOfRange { offset: usize, len: usize, size: usize },
     /// Write-protect tracking was required but is not available.
     #[error("write-protect tracking unavailable: {0}")]
     WpUnavailable(String),

@@ -201,7 +201,12 @@ impl Trap {
     /// until the returned `Trap` is dropped, and every access to it the
     /// handler cannot resolve must be acceptable to lose (the handler
     /// decides what the faulting thread sees).
-    pub unsafe fn new(addr: *mut u8, len: usize, opts: TrapOptions, handler: Arc<dyn TrapHandler>) -> Result<Arc<Trap>> {
+    pub unsafe fn new(
+        addr: *mut u8,
+        len: usize,
+        opts: TrapOptions,
+        handler: Arc<dyn TrapHandler>,
+    ) -> Result<Arc<Trap>> {
         let page = page_size();
         let base = addr as usize;
         if base == 0 || base & (page - 1) != 0 {
@@ -221,7 +226,9 @@ impl Trap {
             0
         };
         let uffd = open_uffd()?;
-        let features = signal | uffd::UFFD_FEATURE_MINOR_SHMEM | if opts.writes { uffd::UFFD_FEATURE_WP_HUGETLBFS_SHMEM } else { 0 };
+        let features = signal
+            | uffd::UFFD_FEATURE_MINOR_SHMEM
+            | if opts.writes { uffd::UFFD_FEATURE_WP_HUGETLBFS_SHMEM } else { 0 };
         if let Err(e) = uffd.api(features) {
             return Err(Error::WpUnavailable(format!("UFFDIO_API: {e}")));
         }
@@ -251,7 +258,10 @@ impl Trap {
 
     /// The address of `[off, off + len)`, whole pages inside the range.
     fn range(&self, off: usize, len: usize) -> Result<usize> {
-        if !off.is_multiple_of(self.page) || !len.is_multiple_of(self.page) || off.checked_add(len).is_none_or(|e| e > self.len) {
+        if !off.is_multiple_of(self.page)
+            || !len.is_multiple_of(self.page)
+            || off.checked_add(len).is_none_or(|e| e > self.len)
+        {
             return Err(Error::OutOfRange { offset: off, len, size: self.len });
         }
         Ok(self.base + off)
@@ -259,7 +269,9 @@ impl Trap {
 
     fn writeprotect(&self, off: usize, len: usize, on: bool) -> Result<()> {
         let start = self.range(off, len)?;
-        self.uffd.write_protect(start, len, on).map_err(|e| Error::Os { op: "UFFDIO_WRITEPROTECT", source: std::io::Error::from_raw_os_error(e) })
+        self.uffd
+            .write_protect(start, len, on)
+            .map_err(|e| Error::Os { op: "UFFDIO_WRITEPROTECT", source: std::io::Error::from_raw_os_error(e) })
     }
 
     /// Make stores to these (mapped) pages trap again. When this returns no
@@ -343,9 +355,8 @@ pub fn unregister(trap: &Arc<Trap>) {
 /// Callers use `may_be_trapped` to choose a faster way, never for
 /// correctness.
 fn recompute_bounds() {
-    let ranges = || {
-        SLOTS.iter().map(|s| (s.start.load(Ordering::SeqCst), s.end.load(Ordering::SeqCst))).filter(|&(a, b)| b > a)
-    };
+    let ranges =
+        || SLOTS.iter().map(|s| (s.start.load(Ordering::SeqCst), s.end.load(Ordering::SeqCst))).filter(|&(a, b)| b > a);
     let lo = ranges().map(|r| r.0).min().unwrap_or(usize::MAX);
     let hi = ranges().map(|r| r.1).max().unwrap_or(0);
     LOWEST.store(lo, Ordering::SeqCst);

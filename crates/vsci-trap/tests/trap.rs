@@ -43,7 +43,9 @@ impl TrapHandler for Recorder {
         let src = self.source.lock().unwrap();
         if f.present != Some(true) {
             // SAFETY: the page lies inside the fill mapping of the test.
-            unsafe { std::ptr::copy_nonoverlapping(src[f.page..].as_ptr(), (self.fill + f.page) as *mut u8, self.page) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(src[f.page..].as_ptr(), (self.fill + f.page) as *mut u8, self.page)
+            };
             trap.map_in(f.page, self.page, !f.write).unwrap();
         }
         if f.write && f.present != Some(false) {
@@ -67,7 +69,13 @@ fn first_accesses_trap_and_are_resolved() {
     let page = vsci_trap::page_size();
     let m = map(PAGES * page);
     let source: Vec<u8> = (0..m.len).map(|i| (i / page) as u8 + 1).collect();
-    let rec = Arc::new(Recorder { fill: m.fill as usize, page, source: Mutex::new(source), faults: Mutex::new(Vec::new()), count: AtomicUsize::new(0) });
+    let rec = Arc::new(Recorder {
+        fill: m.fill as usize,
+        page,
+        source: Mutex::new(source),
+        faults: Mutex::new(Vec::new()),
+        count: AtomicUsize::new(0),
+    });
     // SAFETY: the mapping outlives the trap (unregistered below).
     let t = unsafe { Trap::new(m.base, m.len, TrapOptions { writes: true }, rec.clone()) }.unwrap();
 
@@ -125,7 +133,13 @@ fn read_only_ranges_trap_loads() {
     // SCI_FLAG_READONLY_MAP map is.
     assert_eq!(unsafe { libc::mprotect(m.base.cast(), m.len, libc::PROT_READ) }, 0);
     let source: Vec<u8> = vec![5; 2 * page];
-    let rec = Arc::new(Recorder { fill: m.fill as usize, page, source: Mutex::new(source), faults: Mutex::new(Vec::new()), count: AtomicUsize::new(0) });
+    let rec = Arc::new(Recorder {
+        fill: m.fill as usize,
+        page,
+        source: Mutex::new(source),
+        faults: Mutex::new(Vec::new()),
+        count: AtomicUsize::new(0),
+    });
     // SAFETY: the mapping outlives the trap.
     let t = unsafe { Trap::new(m.base, m.len, TrapOptions { writes: false }, rec.clone()) }.unwrap();
     assert_eq!(read(m.base.wrapping_add(page + 3)), 5);
@@ -137,7 +151,13 @@ fn read_only_ranges_trap_loads() {
 fn misaligned_or_empty_ranges_are_refused() {
     let page = vsci_trap::page_size();
     let m = map(page * 2);
-    let rec = Arc::new(Recorder { fill: m.fill as usize, page, source: Mutex::new(vec![0; page * 2]), faults: Mutex::new(Vec::new()), count: AtomicUsize::new(0) });
+    let rec = Arc::new(Recorder {
+        fill: m.fill as usize,
+        page,
+        source: Mutex::new(vec![0; page * 2]),
+        faults: Mutex::new(Vec::new()),
+        count: AtomicUsize::new(0),
+    });
     // SAFETY: the calls fail before registering anything.
     unsafe {
         assert!(Trap::new(m.base.wrapping_add(1), page, TrapOptions { writes: true }, rec.clone()).is_err());
@@ -187,7 +207,11 @@ impl TrapHandler for Emulator {
                 // mapping (decode_store checked), written through the fill
                 // mapping of the same memfd.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(s.bytes.as_ptr(), (self.fill + (s.addr - self.base)) as *mut u8, s.len);
+                    std::ptr::copy_nonoverlapping(
+                        s.bytes.as_ptr(),
+                        (self.fill + (s.addr - self.base)) as *mut u8,
+                        s.len,
+                    );
                     f.skip_store(s.insn_len);
                 }
                 self.emulated.fetch_add(1, Ordering::SeqCst);
@@ -210,7 +234,13 @@ impl TrapHandler for Emulator {
 fn stores_are_emulated_in_place() {
     let page = vsci_trap::page_size();
     let m = map(PAGES * page);
-    let em = Arc::new(Emulator { fill: m.fill as usize, base: m.base as usize, page, emulated: AtomicUsize::new(0), other: AtomicUsize::new(0) });
+    let em = Arc::new(Emulator {
+        fill: m.fill as usize,
+        base: m.base as usize,
+        page,
+        emulated: AtomicUsize::new(0),
+        other: AtomicUsize::new(0),
+    });
     // SAFETY: the mapping outlives the trap (unregistered below).
     let t = unsafe { Trap::new(m.base, m.len, TrapOptions { writes: true }, em.clone()) }.unwrap();
     let words = m.base.cast::<u64>();
@@ -219,7 +249,12 @@ fn stores_are_emulated_in_place() {
         unsafe { std::ptr::write_volatile(words.add(i as usize * 3), i * 0x0101_0101_0101_0101 + 7) };
         write(m.base.wrapping_add(8 * 200 + i as usize), i as u8);
     }
-    assert_eq!(em.emulated.load(Ordering::SeqCst), 128, "every plain store emulated ({} others)", em.other.load(Ordering::SeqCst));
+    assert_eq!(
+        em.emulated.load(Ordering::SeqCst),
+        128,
+        "every plain store emulated ({} others)",
+        em.other.load(Ordering::SeqCst)
+    );
     for i in 0..64u64 {
         // SAFETY: reading the fill mapping of the same memfd.
         assert_eq!(unsafe { *(m.fill as *const u64).add(i as usize * 3) }, i * 0x0101_0101_0101_0101 + 7);
@@ -229,7 +264,9 @@ fn stores_are_emulated_in_place() {
     // page becomes writable.
     let v: [f32; 4] = [1.0, 2.0, 3.0, 4.0];
     // SAFETY: reads 16 bytes of v, stores 8 inside the mapping.
-    unsafe { std::arch::asm!("movups xmm3, [{s}]", "movhps [{d}], xmm3", s = in(reg) v.as_ptr(), d = in(reg) m.base.wrapping_add(page + 16), out("xmm3") _) };
+    unsafe {
+        std::arch::asm!("movups xmm3, [{s}]", "movhps [{d}], xmm3", s = in(reg) v.as_ptr(), d = in(reg) m.base.wrapping_add(page + 16), out("xmm3") _)
+    };
     assert_eq!(em.other.load(Ordering::SeqCst), 1);
     // SAFETY: reading inside the mapping.
     assert_eq!(unsafe { std::ptr::read_volatile(m.base.wrapping_add(page + 16).cast::<[f32; 2]>()) }, [3.0, 4.0]);
@@ -245,7 +282,13 @@ fn stores_are_emulated_in_place() {
 fn vector_stores_are_emulated_in_place() {
     let page = vsci_trap::page_size();
     let m = map(PAGES * page);
-    let em = Arc::new(Emulator { fill: m.fill as usize, base: m.base as usize, page, emulated: AtomicUsize::new(0), other: AtomicUsize::new(0) });
+    let em = Arc::new(Emulator {
+        fill: m.fill as usize,
+        base: m.base as usize,
+        page,
+        emulated: AtomicUsize::new(0),
+        other: AtomicUsize::new(0),
+    });
     // SAFETY: the mapping outlives the trap (unregistered below).
     let t = unsafe { Trap::new(m.base, m.len, TrapOptions { writes: true }, em.clone()) }.unwrap();
     let src: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37).wrapping_add(11)).collect();
@@ -255,7 +298,12 @@ fn vector_stores_are_emulated_in_place() {
     };
     let mut expect = 0;
     // SAFETY: inside the mapping; a 16-byte unaligned store.
-    unsafe { std::arch::x86_64::_mm_storeu_si128(m.base.wrapping_add(16).cast(), std::arch::x86_64::_mm_loadu_si128(src.as_ptr().cast())) };
+    unsafe {
+        std::arch::x86_64::_mm_storeu_si128(
+            m.base.wrapping_add(16).cast(),
+            std::arch::x86_64::_mm_loadu_si128(src.as_ptr().cast()),
+        )
+    };
     expect += 1;
     assert_eq!(fill_at(16, 16), src[..16]);
     if std::arch::is_x86_feature_detected!("avx") {
@@ -284,7 +332,13 @@ fn vector_stores_are_emulated_in_place() {
 fn string_stores_are_emulated_whole() {
     let page = vsci_trap::page_size();
     let m = map(PAGES * page);
-    let em = Arc::new(Emulator { fill: m.fill as usize, base: m.base as usize, page, emulated: AtomicUsize::new(0), other: AtomicUsize::new(0) });
+    let em = Arc::new(Emulator {
+        fill: m.fill as usize,
+        base: m.base as usize,
+        page,
+        emulated: AtomicUsize::new(0),
+        other: AtomicUsize::new(0),
+    });
     // SAFETY: the mapping outlives the trap (unregistered below).
     let t = unsafe { Trap::new(m.base, m.len, TrapOptions { writes: true }, em.clone()) }.unwrap();
     let src: Vec<u8> = (0..3 * page).map(|i| (i % 251) as u8).collect();
@@ -314,7 +368,9 @@ fn string_stores_are_emulated_whole() {
 #[target_feature(enable = "avx")]
 unsafe fn store_ymm3(dst: *mut u8, src: *const u8) {
     // SAFETY: the caller passes 32 readable bytes at src, 32 writable at dst.
-    unsafe { std::arch::asm!("vmovdqu ymm3, [{s}]", "vmovdqu [{d}], ymm3", s = in(reg) src, d = in(reg) dst, out("ymm3") _) };
+    unsafe {
+        std::arch::asm!("vmovdqu ymm3, [{s}]", "vmovdqu [{d}], ymm3", s = in(reg) src, d = in(reg) dst, out("ymm3") _)
+    };
 }
 
 /// Loads zmm20 from `src` and stores it at `dst` (the store may trap).
@@ -322,5 +378,7 @@ unsafe fn store_ymm3(dst: *mut u8, src: *const u8) {
 #[target_feature(enable = "avx512f")]
 unsafe fn store_zmm20(dst: *mut u8, src: *const u8) {
     // SAFETY: the caller passes 64 readable bytes at src, 64 writable at dst.
-    unsafe { std::arch::asm!("vmovdqu64 zmm20, [{s}]", "vmovdqu64 [{d}], zmm20", s = in(reg) src, d = in(reg) dst, out("zmm20") _) };
+    unsafe {
+        std::arch::asm!("vmovdqu64 zmm20, [{s}]", "vmovdqu64 [{d}], zmm20", s = in(reg) src, d = in(reg) dst, out("zmm20") _)
+    };
 }

@@ -102,7 +102,10 @@ impl Agent {
     /// is up).
     pub fn start(cfg: AgentConfig, dir: &Path) -> Result<Agent> {
         // Fail early and clearly if the node is not there.
-        drop(wire::connect(&cfg.node_socket).with_context(|| format!("cannot reach vscid at {}", cfg.node_socket.display()))?);
+        drop(
+            wire::connect(&cfg.node_socket)
+                .with_context(|| format!("cannot reach vscid at {}", cfg.node_socket.display()))?,
+        );
         let region = Region::new().context("control region")?;
         let memfd = region.memfd.try_clone()?;
         let path = dir.join("ivshmem.sock");
@@ -111,7 +114,10 @@ impl Agent {
             ivshmem::Config { vectors: cfg.vectors, host_peer: true, announce_peers: false, max_clients: 1 },
             move |_| memfd.try_clone(),
         )?;
-        let stop: OwnedFd = nix::sys::eventfd::EventFd::from_flags(nix::sys::eventfd::EfdFlags::EFD_CLOEXEC | nix::sys::eventfd::EfdFlags::EFD_NONBLOCK)?.into();
+        let stop: OwnedFd = nix::sys::eventfd::EventFd::from_flags(
+            nix::sys::eventfd::EfdFlags::EFD_CLOEXEC | nix::sys::eventfd::EfdFlags::EFD_NONBLOCK,
+        )?
+        .into();
         let stop2 = stop.try_clone()?;
         let thread = std::thread::Builder::new().name("vsci-agent".into()).spawn(move || {
             let mut w = Worker::new(cfg, server, region, stop2);
@@ -148,7 +154,8 @@ struct Region {
 
 impl Region {
     fn new() -> Result<Region> {
-        let memfd = vsci_sys::memfd::create(c"vsci-guest-ctl", guest::REGION_SIZE as u64, vsci_sys::memfd::Seals::NONE)?;
+        let memfd =
+            vsci_sys::memfd::create(c"vsci-guest-ctl", guest::REGION_SIZE as u64, vsci_sys::memfd::Seals::NONE)?;
         let map = vsci_sys::MapOptions::shared().map(memfd.as_fd(), guest::REGION_SIZE, 0)?;
         let r = Region { memfd, map };
         r.word(guest::VERSION_OFFSET).store(guest::VERSION, Ordering::Relaxed);
@@ -166,7 +173,10 @@ impl Region {
 
     fn session(&self, i: usize) -> Session {
         assert!(i < guest::MAX_SESSIONS);
-        let p = self.map.ptr_at(guest::session_offset(i), guest::SESSION_SIZE).expect("session areas lie inside the region");
+        let p = self
+            .map
+            .ptr_at(guest::session_offset(i), guest::SESSION_SIZE)
+            .expect("session areas lie inside the region");
         // SAFETY: the session area lies inside the REGION_SIZE mapping
         // (checked), which outlives every Session the worker keeps (both
         // die with it).
@@ -282,9 +292,11 @@ impl Worker {
             next_vpeer: FIRST_VPEER,
             dma_done: channel(),
             dma_bell: Arc::new(
-                nix::sys::eventfd::EventFd::from_flags(nix::sys::eventfd::EfdFlags::EFD_CLOEXEC | nix::sys::eventfd::EfdFlags::EFD_NONBLOCK)
-                    .expect("eventfd")
-                    .into(),
+                nix::sys::eventfd::EventFd::from_flags(
+                    nix::sys::eventfd::EfdFlags::EFD_CLOEXEC | nix::sys::eventfd::EfdFlags::EFD_NONBLOCK,
+                )
+                .expect("eventfd")
+                .into(),
             ),
             own_tag: OWN_TAG,
         }
@@ -371,7 +383,15 @@ impl Worker {
 
     /// A guest program's DMA transfer: check it against the program's own
     /// objects, then run it on a thread of the node's engine.
-    fn dma_start(&mut self, i: usize, queue: u64, local: ObjId, remote: ObjId, entries: Vec<(u64, u64, u64)>, read: bool) -> std::result::Result<(), SciError> {
+    fn dma_start(
+        &mut self,
+        i: usize,
+        queue: u64,
+        local: ObjId,
+        remote: ObjId,
+        entries: Vec<(u64, u64, u64)>,
+        read: bool,
+    ) -> std::result::Result<(), SciError> {
         let s = self.sessions[i].as_mut().expect("open");
         if s.dma.contains_key(&queue) {
             return Err(SciError::Busy);
@@ -454,7 +474,9 @@ impl Worker {
                 guest::SESSION_CLOSING => {
                     self.close_session(i);
                     self.region.session(i).reset();
-                    self.region.word(guest::SESSIONS_OFFSET + 4 * i).store(generation << 8 | guest::SESSION_FREE, Ordering::Release);
+                    self.region
+                        .word(guest::SESSIONS_OFFSET + 4 * i)
+                        .store(generation << 8 | guest::SESSION_FREE, Ordering::Release);
                 }
                 _ => {
                     // FREE, or garbage the guest wrote: nothing may live here.
@@ -695,7 +717,12 @@ impl Worker {
 
     /// Replace descriptors by attachments. On failure, says which request
     /// undoes what vscid already did.
-    fn translate(&mut self, i: usize, sm: &mut ServerMsg, fds: Vec<OwnedFd>) -> std::result::Result<Vec<Attachment>, (anyhow::Error, Option<Request>)> {
+    fn translate(
+        &mut self,
+        i: usize,
+        sm: &mut ServerMsg,
+        fds: Vec<OwnedFd>,
+    ) -> std::result::Result<Vec<Attachment>, (anyhow::Error, Option<Request>)> {
         if let ServerMsg::Event(Event::RemoteSegment { conn, reason: vsci_proto::SegmentEvent::Lost, .. }) = sm {
             let s = self.sessions[i].as_mut().expect("open");
             s.lost.entry(*conn).or_default().store(true, Ordering::SeqCst);
@@ -706,13 +733,16 @@ impl Worker {
         match reply {
             Reply::Segment { seg, size, .. } => {
                 let (seg, size) = (*seg, *size);
-                let w = one(&fds).and_then(|fd| self.window(fd)).map_err(|e| (e, Some(Request::RemoveSegment { seg })))?;
+                let w =
+                    one(&fds).and_then(|fd| self.window(fd)).map_err(|e| (e, Some(Request::RemoveSegment { seg })))?;
                 self.keep_mem(i, seg, &fds[0], size);
                 Ok(vec![w])
             }
             Reply::Connected { conn, remote: None, size, .. } => {
                 let (conn, size) = (*conn, *size);
-                let w = one(&fds).and_then(|fd| self.window(fd)).map_err(|e| (e, Some(Request::DisconnectSegment { conn })))?;
+                let w = one(&fds)
+                    .and_then(|fd| self.window(fd))
+                    .map_err(|e| (e, Some(Request::DisconnectSegment { conn })))?;
                 self.keep_mem(i, conn, &fds[0], size);
                 Ok(vec![w])
             }
@@ -721,7 +751,8 @@ impl Worker {
                 let access = remote.take().expect("matched Some");
                 let undo = Some(Request::DisconnectSegment { conn });
                 let shadow = one(&fds).map_err(|e| (e, undo.clone()))?;
-                let p = ProxiedSegment::new(&access, shadow, *size).map_err(|e| (anyhow::anyhow!("reaching the owner: {}", e.c_name()), undo.clone()))?;
+                let p = ProxiedSegment::new(&access, shadow, *size)
+                    .map_err(|e| (anyhow::anyhow!("reaching the owner: {}", e.c_name()), undo.clone()))?;
                 let w = self.window(shadow).map_err(|e| (e, undo))?;
                 *proxied = true;
                 self.sessions[i].as_mut().expect("open").proxied.insert(conn, Arc::new(p));
@@ -731,7 +762,10 @@ impl Worker {
                 let intr = *intr;
                 let v = s.vector_for.remove(&tag).unwrap_or(0);
                 if fds.len() != 2 {
-                    return Err((anyhow::anyhow!("interrupt reply with {} descriptors", fds.len()), Some(Request::RemoveInterrupt { intr })));
+                    return Err((
+                        anyhow::anyhow!("interrupt reply with {} descriptors", fds.len()),
+                        Some(Request::RemoveInterrupt { intr }),
+                    ));
                 }
                 let w = self.window(fds[0].as_fd()).map_err(|e| (e, Some(Request::RemoveInterrupt { intr })))?;
                 Ok(vec![w, Attachment::Vector(v)])
@@ -860,10 +894,13 @@ impl Worker {
         // QEMU aborts on a BAR that is not a power of two; vscid sizes its
         // memfds so, but never let anything else reach device_add.
         anyhow::ensure!(size.is_power_of_two() && size >= 4096, "memory of {size} bytes cannot be a PCI BAR");
-        let slot = (FIRST_WINDOW_SLOT..SLOTS).find(|s| !self.windows.contains_key(s)).context("the guest has no free PCI slot for another window")?;
+        let slot = (FIRST_WINDOW_SLOT..SLOTS)
+            .find(|s| !self.windows.contains_key(s))
+            .context("the guest has no free PCI slot for another window")?;
         let qmp = self.qmp.as_mut().context("QMP not connected")?;
         let plugged = qmp.plug_memfd(&format!("vsci-win{slot}"), fd, size, Some(slot))?;
-        self.windows.insert(slot, Window { plugged, size, key: (dev, ino), handed_out: Instant::now(), seen_in_use: false });
+        self.windows
+            .insert(slot, Window { plugged, size, key: (dev, ino), handed_out: Instant::now(), seen_in_use: false });
         Ok(Attachment::Window { slot, size })
     }
 
@@ -903,8 +940,12 @@ impl Relay {
         let size = (vsci_proto::intr::DATA_SIZE as u64).next_power_of_two();
         let page = nix::sys::memfd::memfd_create(c"vsci-relay", nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC)?;
         nix::unistd::ftruncate(&page, size as i64)?;
-        let trigger = ProxiedTrigger::new(trig, page.as_fd()).map_err(|e| anyhow::anyhow!("reaching the interrupt's node: {}", e.c_name()))?;
-        let bell: OwnedFd = nix::sys::eventfd::EventFd::from_flags(nix::sys::eventfd::EfdFlags::EFD_CLOEXEC | nix::sys::eventfd::EfdFlags::EFD_NONBLOCK)?.into();
+        let trigger = ProxiedTrigger::new(trig, page.as_fd())
+            .map_err(|e| anyhow::anyhow!("reaching the interrupt's node: {}", e.c_name()))?;
+        let bell: OwnedFd = nix::sys::eventfd::EventFd::from_flags(
+            nix::sys::eventfd::EfdFlags::EFD_CLOEXEC | nix::sys::eventfd::EfdFlags::EFD_NONBLOCK,
+        )?
+        .into();
         Ok((Relay { trigger, bell }, page))
     }
 }

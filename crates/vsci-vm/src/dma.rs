@@ -35,7 +35,9 @@ pub struct Mem {
 
 impl Mem {
     pub fn new(fd: OwnedFd, size: u64) -> Mem {
-        let key = nix::sys::stat::fstat(std::os::fd::AsRawFd::as_raw_fd(&fd)).map(|st| (st.st_dev, st.st_ino)).unwrap_or((0, 0));
+        let key = nix::sys::stat::fstat(std::os::fd::AsRawFd::as_raw_fd(&fd))
+            .map(|st| (st.st_dev, st.st_ino))
+            .unwrap_or((0, 0));
         Mem { fd, size, key, map: OnceLock::new() }
     }
 

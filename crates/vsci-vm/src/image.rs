@@ -19,8 +19,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
 use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -258,7 +258,12 @@ fn image_key(pin: &KernelPin, libs: &[PathBuf], sisci: Option<&Path>) -> Result<
 
 /// An exclusive flock, released when the file closes.
 fn lock(path: &Path) -> Result<File> {
-    let f = File::options().create(true).truncate(false).write(true).open(path).with_context(|| format!("open {}", path.display()))?;
+    let f = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("open {}", path.display()))?;
     // SAFETY: flock(2) on a descriptor we own; no memory is involved.
     if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
         bail!("lock {}: {}", path.display(), std::io::Error::last_os_error());
@@ -306,7 +311,9 @@ fn ensure_kernel(cache: &Path, pin: &KernelPin, say: &dyn Fn(&str)) -> Result<Pa
         files.clear();
         for p in pin.packages() {
             let (name, ver) = p.split_once('=').unwrap();
-            files.push(find_deb(&debs, &format!("{name}_{ver}_"))?.ok_or_else(|| anyhow!("apt-get download gave no {p}"))?);
+            files.push(
+                find_deb(&debs, &format!("{name}_{ver}_"))?.ok_or_else(|| anyhow!("apt-get download gave no {p}"))?,
+            );
         }
     }
     say("extracting the kernel and its headers");
@@ -315,7 +322,12 @@ fn ensure_kernel(cache: &Path, pin: &KernelPin, say: &dyn Fn(&str)) -> Result<Pa
     // Only /boot from the image package: its 4,900 module files are not needed
     // (everything the guest uses is built into Debian's kernel).
     let image_deb = &files[0];
-    let mut deb = Command::new("dpkg-deb").arg("--fsys-tarfile").arg(image_deb).stdout(Stdio::piped()).spawn().context("run dpkg-deb")?;
+    let mut deb = Command::new("dpkg-deb")
+        .arg("--fsys-tarfile")
+        .arg(image_deb)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("run dpkg-deb")?;
     let st = Command::new("tar")
         .arg("-x")
         .arg("-C")
@@ -355,7 +367,12 @@ fn ensure_extra_modules(cache: &Path, kdir: &Path, pin: &KernelPin) -> Result<Ve
         let deb = find_deb(&cache.join("debs"), &format!("linux-image-{}-amd64_{}_", pin.abi, pin.version))?
             .ok_or_else(|| anyhow!("the kernel image package is no longer in {}", cache.join("debs").display()))?;
         fs::create_dir_all(&dir)?;
-        let mut pkg = Command::new("dpkg-deb").arg("--fsys-tarfile").arg(&deb).stdout(Stdio::piped()).spawn().context("run dpkg-deb")?;
+        let mut pkg = Command::new("dpkg-deb")
+            .arg("--fsys-tarfile")
+            .arg(&deb)
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("run dpkg-deb")?;
         let st = Command::new("tar")
             .arg("-x")
             .arg("-C")
@@ -415,9 +432,16 @@ fn build_module(kdir: &Path, pin: &KernelPin, build: &Path) -> Result<PathBuf> {
 
 /// The base initramfs: directories, /init, busybox and its applets, the
 /// driver, the C runtime and a minimal /etc.
-fn base_archive(module: &[u8], extra: &[(String, String, Vec<u8>)], libs: &[PathBuf], sisci: Option<&Path>) -> Result<Vec<u8>> {
+fn base_archive(
+    module: &[u8],
+    extra: &[(String, String, Vec<u8>)],
+    libs: &[PathBuf],
+    sisci: Option<&Path>,
+) -> Result<Vec<u8>> {
     let mut c = Cpio::new();
-    for d in ["/bin", "/sbin", "/usr/bin", "/usr/sbin", "/etc", "/proc", "/sys", "/dev", "/tmp", "/root", "/run", "/vsci"] {
+    for d in
+        ["/bin", "/sbin", "/usr/bin", "/usr/sbin", "/etc", "/proc", "/sys", "/dev", "/tmp", "/root", "/run", "/vsci"]
+    {
         c.dir(d, 0o755);
     }
     c.dir("/tmp", 0o1777);
@@ -425,7 +449,11 @@ fn base_archive(module: &[u8], extra: &[(String, String, Vec<u8>)], libs: &[Path
     c.char_dev("/dev/console", 0o600, 5, 1);
     c.char_dev("/dev/null", 0o666, 1, 3);
     c.file("/init", 0o755, INIT.as_bytes());
-    c.file("/bin/busybox", 0o755, &fs::read(BUSYBOX).with_context(|| format!("read {BUSYBOX}: install busybox-static"))?);
+    c.file(
+        "/bin/busybox",
+        0o755,
+        &fs::read(BUSYBOX).with_context(|| format!("read {BUSYBOX}: install busybox-static"))?,
+    );
     for applet in busybox_applets()? {
         if applet != "/bin/busybox" {
             c.symlink(&applet, "/bin/busybox");
@@ -460,7 +488,8 @@ fn base_archive(module: &[u8], extra: &[(String, String, Vec<u8>)], libs: &[Path
 }
 
 fn busybox_applets() -> Result<Vec<String>> {
-    let out = Command::new(BUSYBOX).arg("--list-full").output().with_context(|| format!("run {BUSYBOX} --list-full"))?;
+    let out =
+        Command::new(BUSYBOX).arg("--list-full").output().with_context(|| format!("run {BUSYBOX} --list-full"))?;
     if !out.status.success() {
         bail!("{BUSYBOX} --list-full failed");
     }
@@ -545,7 +574,10 @@ pub fn run_archive(r: &RunFiles) -> Result<Vec<u8>> {
         for m in missing {
             // the image's own libsisci is found in the guest without help
             if !(m == "libsisci.so" && r.has_libsisci) {
-                (r.warn)(&format!("{} needs {m}, which ldd cannot find here: add it too, or it will not start", host.display()));
+                (r.warn)(&format!(
+                    "{} needs {m}, which ldd cannot find here: add it too, or it will not start",
+                    host.display()
+                ));
             }
         }
         for l in found {
@@ -571,7 +603,10 @@ pub fn run_archive(r: &RunFiles) -> Result<Vec<u8>> {
         env.push_str(&format!("export LD_LIBRARY_PATH={}\n", shell_quote(&joined.join(":"))));
     }
     for (k, v) in r.env {
-        if k.is_empty() || !k.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_') || k.starts_with(|ch: char| ch.is_ascii_digit()) {
+        if k.is_empty()
+            || !k.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
+            || k.starts_with(|ch: char| ch.is_ascii_digit())
+        {
             bail!("bad environment variable name {k:?}");
         }
         env.push_str(&format!("export {k}={}\n", shell_quote(v)));
@@ -637,11 +672,29 @@ mod tests {
     #[test]
     fn run_archive_has_command_and_rejects_relative_paths() {
         let cmd = vec!["/bin/sh".to_string(), "-c".to_string(), "echo 'x'; exit 3".to_string()];
-        let a = run_archive(&RunFiles { name: "g", nonce: "n", command: &cmd, adds: &[], env: &[], has_libsisci: false, warn: &|_| {} }).unwrap();
+        let a = run_archive(&RunFiles {
+            name: "g",
+            nonce: "n",
+            command: &cmd,
+            adds: &[],
+            env: &[],
+            has_libsisci: false,
+            warn: &|_| {},
+        })
+        .unwrap();
         let s = String::from_utf8_lossy(&a);
         assert!(s.contains("exec '/bin/sh' '-c' 'echo '\\''x'\\''; exit 3'"));
         let adds = vec![(PathBuf::from("/bin/busybox"), "rel/path".to_string())];
-        assert!(run_archive(&RunFiles { name: "g", nonce: "n", command: &cmd, adds: &adds, env: &[], has_libsisci: false, warn: &|_| {} }).is_err());
+        assert!(run_archive(&RunFiles {
+            name: "g",
+            nonce: "n",
+            command: &cmd,
+            adds: &adds,
+            env: &[],
+            has_libsisci: false,
+            warn: &|_| {}
+        })
+        .is_err());
     }
 
     #[test]

@@ -138,16 +138,27 @@ fn send(sock: &UnixStream, value: i64, fd: Option<RawFd>) -> io::Result<()> {
 impl Server {
     /// Listen on `path` (an existing socket file there is replaced) and serve
     /// in a thread. `shm(id)` gives the shared memory for client `id`.
-    pub fn start(path: &Path, cfg: Config, shm: impl Fn(u16) -> io::Result<OwnedFd> + Send + Sync + 'static) -> io::Result<Server> {
+    pub fn start(
+        path: &Path,
+        cfg: Config,
+        shm: impl Fn(u16) -> io::Result<OwnedFd> + Send + Sync + 'static,
+    ) -> io::Result<Server> {
         if cfg.vectors == 0 || cfg.vectors > MAX_VECTORS {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("vectors must be 1..={MAX_VECTORS}")));
         }
         let _ = std::fs::remove_file(path);
         let listener = UnixListener::bind(path)?;
         listener.set_nonblocking(true)?;
-        let host_vectors = if cfg.host_peer { (0..cfg.vectors).map(|_| eventfd()).collect::<io::Result<Vec<_>>>()? } else { Vec::new() };
+        let host_vectors = if cfg.host_peer {
+            (0..cfg.vectors).map(|_| eventfd()).collect::<io::Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
         let host_vectors = Arc::new(host_vectors);
-        let state = Arc::new(Mutex::new(State { clients: BTreeMap::new(), next_id: if cfg.host_peer { HOST_ID as u32 + 1 } else { 0 } }));
+        let state = Arc::new(Mutex::new(State {
+            clients: BTreeMap::new(),
+            next_id: if cfg.host_peer { HOST_ID as u32 + 1 } else { 0 },
+        }));
         let stop = eventfd()?;
         let wake = eventfd()?;
         let (tx, rx) = mpsc::channel();
@@ -186,8 +197,14 @@ impl Server {
     /// Raise `vector` in client `peer` (an MSI-X interrupt in its guest).
     pub fn notify(&self, peer: u16, vector: u16) -> io::Result<()> {
         let st = self.state.lock().unwrap();
-        let p = st.clients.get(&peer).ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no ivshmem peer {peer}")))?;
-        let fd = p.vectors.get(vector as usize).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("no vector {vector}")))?;
+        let p = st
+            .clients
+            .get(&peer)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no ivshmem peer {peer}")))?;
+        let fd = p
+            .vectors
+            .get(vector as usize)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("no vector {vector}")))?;
         ring(fd.as_fd())
     }
 
@@ -195,8 +212,14 @@ impl Server {
     /// raises that MSI-X vector in the guest, with no server in between.
     pub fn client_vector(&self, peer: u16, vector: u16) -> io::Result<OwnedFd> {
         let st = self.state.lock().unwrap();
-        let p = st.clients.get(&peer).ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no ivshmem peer {peer}")))?;
-        let fd = p.vectors.get(vector as usize).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("no vector {vector}")))?;
+        let p = st
+            .clients
+            .get(&peer)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no ivshmem peer {peer}")))?;
+        let fd = p
+            .vectors
+            .get(vector as usize)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("no vector {vector}")))?;
         fd.try_clone()
     }
 
@@ -209,7 +232,10 @@ impl Server {
         if peer == HOST_ID || st.clients.contains_key(&peer) || fds.len() > self.cfg.vectors as usize {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("bad virtual peer {peer}")));
         }
-        let c = st.clients.get(&client).ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no ivshmem peer {client}")))?;
+        let c = st
+            .clients
+            .get(&client)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no ivshmem peer {client}")))?;
         for fd in fds {
             send(&c.sock, peer as i64, Some(fd.as_raw_fd()))?;
         }
@@ -219,7 +245,10 @@ impl Server {
     /// Withdraw a virtual peer: QEMU closes its copies of the eventfds.
     pub fn remove_virtual_peer(&self, client: u16, peer: u16) -> io::Result<()> {
         let st = self.state.lock().unwrap();
-        let c = st.clients.get(&client).ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no ivshmem peer {client}")))?;
+        let c = st
+            .clients
+            .get(&client)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no ivshmem peer {client}")))?;
         send(&c.sock, peer as i64, None)
     }
 
@@ -442,7 +471,9 @@ pub fn probe(path: &Path, timeout: Duration) -> Probe {
     let s = match UnixStream::connect(path) {
         Ok(s) => s,
         // a SOCK_SEQPACKET socket (vscid's control socket) refuses a stream
-        Err(e) if e.raw_os_error() == Some(libc::EPROTOTYPE) => return Probe::Other("not a stream socket (a vscid control socket?)".into()),
+        Err(e) if e.raw_os_error() == Some(libc::EPROTOTYPE) => {
+            return Probe::Other("not a stream socket (a vscid control socket?)".into())
+        }
         Err(e) => return Probe::Other(format!("cannot connect: {e}")),
     };
     let _ = s.set_read_timeout(Some(timeout));
@@ -458,8 +489,8 @@ pub fn probe(path: &Path, timeout: Duration) -> Probe {
 mod tests {
     use super::*;
     use nix::sys::socket::{recvmsg, ControlMessageOwned};
-    use std::os::fd::FromRawFd;
     use std::io::IoSliceMut;
+    use std::os::fd::FromRawFd;
 
     fn memfd(size: u64) -> OwnedFd {
         vsci_sys::memfd::create(c"ivshmem-test", size, vsci_sys::memfd::Seals::NONE).expect("memfd")

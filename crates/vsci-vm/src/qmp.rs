@@ -91,8 +91,14 @@ impl Qmp {
             Some(fd) => {
                 let raw = [fd.as_raw_fd()];
                 let iov = [IoSlice::new(&text)];
-                let n = sendmsg::<()>(self.sock.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&raw)], MsgFlags::MSG_NOSIGNAL, None)
-                    .with_context(|| format!("send {cmd} to QMP"))?;
+                let n = sendmsg::<()>(
+                    self.sock.as_raw_fd(),
+                    &iov,
+                    &[ControlMessage::ScmRights(&raw)],
+                    MsgFlags::MSG_NOSIGNAL,
+                    None,
+                )
+                .with_context(|| format!("send {cmd} to QMP"))?;
                 if n != text.len() {
                     bail!("short write of {cmd} to QMP");
                 }
@@ -115,7 +121,9 @@ impl Qmp {
 
     /// Wait for an event named `name` whose `data` satisfies `pred`.
     pub fn wait_event(&mut self, name: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Result<Value> {
-        let matches = |v: &Value| v.get("event").and_then(Value::as_str) == Some(name) && pred(v.get("data").unwrap_or(&Value::Null));
+        let matches = |v: &Value| {
+            v.get("event").and_then(Value::as_str) == Some(name) && pred(v.get("data").unwrap_or(&Value::Null))
+        };
         if let Some(i) = self.pending.iter().position(matches) {
             return Ok(self.pending.remove(i));
         }

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-use crate::image::{self, RunFiles};
 use crate::agent::{Agent, AgentConfig};
+use crate::image::{self, RunFiles};
 use crate::ivshmem;
 
 /// Exit status when the run timed out (as timeout(1)).
@@ -180,7 +180,9 @@ fn remove_stale(base: &std::path::Path) {
     let Ok(entries) = fs::read_dir(base) else { return };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().to_string();
-        let Some(pid) = name.strip_prefix("vsci-vm-").and_then(|r| r.split('-').next()).and_then(|p| p.parse::<i32>().ok()) else {
+        let Some(pid) =
+            name.strip_prefix("vsci-vm-").and_then(|r| r.split('-').next()).and_then(|p| p.parse::<i32>().ok())
+        else {
             continue;
         };
         // SAFETY: kill with signal 0 only checks whether the process exists.
@@ -249,7 +251,8 @@ pub fn run(cfg: &RunConfig) -> Result<i32> {
     if cfg.command.is_empty() {
         bail!("no command to run in the guest");
     }
-    let qemu = find_qemu().context("qemu-system-x86_64 not found: install Debian's qemu-system-x86 (scripts/install-deps.sh does)")?;
+    let qemu = find_qemu()
+        .context("qemu-system-x86_64 not found: install Debian's qemu-system-x86 (scripts/install-deps.sh does)")?;
     let say = |s: &str| eprintln!("vsci vm: {s}");
     let img = image::ensure_image(&say)?;
 
@@ -268,7 +271,12 @@ pub fn run(cfg: &RunConfig) -> Result<i32> {
             ivshmem::Probe::Ivshmem => doorbell = Some(sock.clone()),
             ivshmem::Probe::Other(_) => {
                 let a = Agent::start(
-                    AgentConfig { node_socket: sock.clone(), name: cfg.name.clone(), vectors: cfg.vectors, qmp: agent_qmp.clone() },
+                    AgentConfig {
+                        node_socket: sock.clone(),
+                        name: cfg.name.clone(),
+                        vectors: cfg.vectors,
+                        qmp: agent_qmp.clone(),
+                    },
                     &tmp.0,
                 )?;
                 doorbell = Some(a.ivshmem_socket().to_path_buf());
@@ -308,7 +316,11 @@ pub fn run(cfg: &RunConfig) -> Result<i32> {
     cmd.arg("-name").arg(sanitize(&cfg.name));
     match &cfg.mem_path {
         Some(p) => {
-            cmd.arg("-object").arg(format!("memory-backend-file,id=vsci-ram,size={}M,mem-path={},share=on", cfg.memory_mb, qemu_opt(p)));
+            cmd.arg("-object").arg(format!(
+                "memory-backend-file,id=vsci-ram,size={}M,mem-path={},share=on",
+                cfg.memory_mb,
+                qemu_opt(p)
+            ));
             cmd.args(["-machine", "pc,memory-backend=vsci-ram"]);
         }
         None => {
@@ -352,7 +364,10 @@ pub fn run(cfg: &RunConfig) -> Result<i32> {
         cmd.args(["-nic", "user,model=virtio-net-pci"]);
     }
     if let Some((sock, mac)) = &cfg.vhost_user_net {
-        anyhow::ensure!(cfg.mem_path.is_some(), "a vhost-user network card needs the guest's memory in a file (--mem-path)");
+        anyhow::ensure!(
+            cfg.mem_path.is_some(),
+            "a vhost-user network card needs the guest's memory in a file (--mem-path)"
+        );
         cmd.arg("-chardev").arg(format!("socket,id=vsci-vu,path={}", qemu_opt(sock)));
         cmd.args(["-netdev", "vhost-user,id=vsci-vun,chardev=vsci-vu"]);
         // vectors=0 (INTx): QEMU 7.2 crashes in msix_set_vector_notifiers
@@ -399,7 +414,6 @@ pub fn run(cfg: &RunConfig) -> Result<i32> {
         }
     };
     drop((con_w, out_w, err_w));
-
 
     let mut relay = Relay { nonce: &nonce, console, line: Vec::new(), status: None, started: false, tail: Vec::new() };
     let mut streams = [Some(con_r), Some(out_r), Some(err_r)];
@@ -475,7 +489,9 @@ pub fn run(cfg: &RunConfig) -> Result<i32> {
     match relay.status {
         Some(s) => Ok(s),
         None => {
-            say(&format!("the guest ended without reporting the command's status (qemu {st}); its last console lines:"));
+            say(&format!(
+                "the guest ended without reporting the command's status (qemu {st}); its last console lines:"
+            ));
             for l in &relay.tail {
                 eprintln!("  | {l}");
             }
@@ -579,7 +595,8 @@ mod tests {
 
     #[test]
     fn relay_finds_status_and_ignores_foreign_markers() {
-        let mut r = Relay { nonce: "abc", console: false, line: Vec::new(), status: None, started: false, tail: Vec::new() };
+        let mut r =
+            Relay { nonce: "abc", console: false, line: Vec::new(), status: None, started: false, tail: Vec::new() };
         r.console(b"[    1.0] noise\r\n@@vsci-start abc@@\r\n@@vsci-exit zzz 9@@\r\n@@vsci-exit abc 3@@\r\n");
         assert!(r.started);
         assert_eq!(r.status, Some(3));

@@ -36,8 +36,8 @@ use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
 use vsci_proto::wire::{self, WireError};
 use vsci_proto::{ClientInfo, ClientMsg, Reply, Request, SciError, MAX_NAME, PROTOCOL_VERSION};
 
-use crate::recover::{self, Recover};
 use crate::node::{Handled, Node};
+use crate::recover::{self, Recover};
 use crate::registry::{ClientId, Outgoing};
 
 /// Messages that may wait for one client before it is considered stuck.
@@ -169,7 +169,12 @@ pub struct Server {
 
 impl Server {
     /// Serve clients on `listener` with `workers` worker threads.
-    pub fn start(node: Arc<Node>, listener: OwnedFd, workers: usize, handshake_timeout: Duration) -> anyhow::Result<()> {
+    pub fn start(
+        node: Arc<Node>,
+        listener: OwnedFd,
+        workers: usize,
+        handshake_timeout: Duration,
+    ) -> anyhow::Result<()> {
         set_nonblocking(&listener)?;
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         epoll.add(listener.as_fd(), EpollEvent::new(EpollFlags::EPOLLIN, LISTENER))?;
@@ -230,10 +235,7 @@ impl Server {
                 let st = conn.st.locked();
                 if matches!(st.phase, Phase::Handshake) {
                     let pid = getsockopt(&*conn.sock, PeerCredentials).map(|c| c.pid()).unwrap_or(0);
-                    warn!(
-                        "connection from pid {pid} sent no Hello within {:?}; closing it",
-                        self.handshake_timeout
-                    );
+                    warn!("connection from pid {pid} sent no Hello within {:?}; closing it", self.handshake_timeout);
                     crate::metrics::get().handshake_timeout();
                     conn.hang_up();
                 }
@@ -241,7 +243,12 @@ impl Server {
         }
     }
 
-    fn accept_all(self: &Arc<Self>, listener: &OwnedFd, handshakes: &mut VecDeque<(Instant, u64)>, fd_warned: &mut bool) {
+    fn accept_all(
+        self: &Arc<Self>,
+        listener: &OwnedFd,
+        handshakes: &mut VecDeque<(Instant, u64)>,
+        fd_warned: &mut bool,
+    ) {
         loop {
             let flags = nix::sys::socket::SockFlag::SOCK_CLOEXEC | nix::sys::socket::SockFlag::SOCK_NONBLOCK;
             match nix::sys::socket::accept4(listener.as_raw_fd(), flags) {
@@ -277,7 +284,13 @@ impl Server {
         let conn = Arc::new(Conn {
             token,
             sock: Arc::new(fd),
-            st: Mutex::new(State { busy: false, events: EpollFlags::empty(), out: VecDeque::new(), phase: Phase::Handshake, closed: false }),
+            st: Mutex::new(State {
+                busy: false,
+                events: EpollFlags::empty(),
+                out: VecDeque::new(),
+                phase: Phase::Handshake,
+                closed: false,
+            }),
             server: Arc::downgrade(self),
         });
         self.conns.locked().insert(token, Arc::clone(&conn));
@@ -328,7 +341,8 @@ impl Server {
                 }
                 e
             };
-            if events.intersects(EpollFlags::EPOLLIN | EpollFlags::EPOLLHUP | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLERR)
+            if events
+                .intersects(EpollFlags::EPOLLIN | EpollFlags::EPOLLHUP | EpollFlags::EPOLLRDHUP | EpollFlags::EPOLLERR)
                 && !self.read(conn)
             {
                 self.close(conn);
@@ -441,7 +455,8 @@ impl Server {
         }
         // A handler's panic (a bug of ours) ends this request: it is
         // answered SCI_ERR_SYSTEM and the client and the worker go on.
-        let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.node.handle_with(id, tag, req, wake)));
+        let handled =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.node.handle_with(id, tag, req, wake)));
         let handled = handled.unwrap_or_else(|p| {
             error!("client {id} (pid {pid}): the handler of its request (tag {tag}) panicked ({}); answering SCI_ERR_SYSTEM", recover::message(&*p));
             Handled::Reply(Outgoing::reply(tag, Err(SciError::System)))

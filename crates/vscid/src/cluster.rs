@@ -69,7 +69,6 @@ pub struct Cluster {
     pub lend: BTreeMap<u32, u64>,
 }
 
-
 /// Defaults of the liveness settings (docs/cluster.md, "Failures").
 ///
 /// Sized for busy hosts: a node that did not get the CPU for seconds (a
@@ -98,12 +97,18 @@ impl Cluster {
         let mut lend = BTreeMap::new();
         for n in &file.node {
             if let Some(l) = &n.lend {
-                lend.insert(n.id, vsci_proto::parse_size(l).map_err(anyhow::Error::msg).with_context(|| format!("node {}: lend", n.id))?);
+                lend.insert(
+                    n.id,
+                    vsci_proto::parse_size(l)
+                        .map_err(anyhow::Error::msg)
+                        .with_context(|| format!("node {}: lend", n.id))?,
+                );
             }
             if n.id == 0 || n.id > 65535 {
                 bail!("node id {} out of range 1..=65535", n.id);
             }
-            let addr: SocketAddr = n.address.parse().with_context(|| format!("node {}: address {:?} is not IP:PORT", n.id, n.address))?;
+            let addr: SocketAddr =
+                n.address.parse().with_context(|| format!("node {}: address {:?} is not IP:PORT", n.id, n.address))?;
             if nodes.insert(n.id, addr).is_some() {
                 bail!("node id {} listed twice", n.id);
             }
@@ -123,7 +128,11 @@ impl Cluster {
         let link_timeout_ms = file.link_timeout_ms.unwrap_or(LINK_TIMEOUT_MS);
         // A day bounds them all (a typo of a few zeros should not make a
         // dead node hold its peers' memory for a year).
-        for (k, v) in [("node_timeout_ms", node_timeout_ms), ("node_dead_after_ms", node_dead_after_ms), ("link_timeout_ms", link_timeout_ms)] {
+        for (k, v) in [
+            ("node_timeout_ms", node_timeout_ms),
+            ("node_dead_after_ms", node_dead_after_ms),
+            ("link_timeout_ms", link_timeout_ms),
+        ] {
             if !(100..=86_400_000).contains(&v) {
                 bail!("{k} = {v}: must be 100..=86400000 (ms)");
             }
@@ -170,10 +179,22 @@ mod tests {
         let nodes = "[[node]]\nid = 1\naddress = \"127.0.0.1:7100\"\n";
         let c = Cluster::parse(&format!("key_file = \"k\"\n{nodes}"), Path::new("/c.toml"), key).unwrap();
         assert_eq!((c.node_timeout_ms, c.node_dead_after_ms, c.link_timeout_ms), (1500, 120_000, 20_000));
-        let c = Cluster::parse(&format!("key_file = \"k\"\nnode_dead_after_ms = 5000\nlink_timeout_ms = 1000\n{nodes}"), Path::new("/c.toml"), key).unwrap();
+        let c = Cluster::parse(
+            &format!("key_file = \"k\"\nnode_dead_after_ms = 5000\nlink_timeout_ms = 1000\n{nodes}"),
+            Path::new("/c.toml"),
+            key,
+        )
+        .unwrap();
         assert_eq!((c.node_dead_after_ms, c.link_timeout_ms), (5000, 1000));
-        for bad in ["node_dead_after_ms = 1000\nnode_timeout_ms = 2000", "link_timeout_ms = 0", "node_dead_after_ms = 99999999999"] {
-            assert!(Cluster::parse(&format!("key_file = \"k\"\n{bad}\n{nodes}"), Path::new("/c.toml"), key).is_err(), "{bad}");
+        for bad in [
+            "node_dead_after_ms = 1000\nnode_timeout_ms = 2000",
+            "link_timeout_ms = 0",
+            "node_dead_after_ms = 99999999999",
+        ] {
+            assert!(
+                Cluster::parse(&format!("key_file = \"k\"\n{bad}\n{nodes}"), Path::new("/c.toml"), key).is_err(),
+                "{bad}"
+            );
         }
     }
 
@@ -191,7 +212,11 @@ mod tests {
         std::fs::write(&f, "key_file = \"k\"\nsocket_group = \"vsci\"\nsocket_mode = \"0660\"\n[[node]]\nid = 1\naddress = \"127.0.0.1:7100\"\n").unwrap();
         let c = Cluster::load(&f).unwrap();
         assert_eq!((c.socket_group.as_deref(), c.socket_mode), (Some("vsci"), Some(0o660)));
-        std::fs::write(&f, "key_file = \"k\"\nsocket_mode = \"0999\"\n[[node]]\nid = 1\naddress = \"127.0.0.1:7100\"\n").unwrap();
+        std::fs::write(
+            &f,
+            "key_file = \"k\"\nsocket_mode = \"0999\"\n[[node]]\nid = 1\naddress = \"127.0.0.1:7100\"\n",
+        )
+        .unwrap();
         assert!(Cluster::load(&f).is_err());
         std::fs::write(&f, "key_file = \"k\"\n[[node]]\nid = 1\naddress = \"nope\"\n").unwrap();
         assert!(Cluster::load(&f).is_err());

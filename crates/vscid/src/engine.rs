@@ -81,7 +81,8 @@ const FULL_QUEUE_WAIT: Duration = Duration::from_secs(1);
 
 impl Engine {
     pub fn open(provider: &str, bind_ip: &str) -> anyhow::Result<Arc<Engine>> {
-        let fabric = Fabric::open(provider, Some(bind_ip)).map_err(|e| anyhow::anyhow!("opening RMA engine ({provider} on {bind_ip}): {e}"))?;
+        let fabric = Fabric::open(provider, Some(bind_ip))
+            .map_err(|e| anyhow::anyhow!("opening RMA engine ({provider} on {bind_ip}): {e}"))?;
         let fabric = Arc::new(fabric);
         let progress = fabric.spawn_progress_thread_realtime();
         let engine = Arc::new(Engine { fabric, tables: Mutex::new(Tables::default()), _progress: progress });
@@ -139,7 +140,13 @@ impl Engine {
 
     /// Let other nodes trigger the interrupt whose slot is at `place` in
     /// `chunk` (what the registry handed our pseudo-client for `conn`).
-    pub fn add_trigger_conn(&self, conn: ObjId, chunk: OwnedFd, place: intr::Place, eventfd: OwnedFd) -> Result<u64, SciError> {
+    pub fn add_trigger_conn(
+        &self,
+        conn: ObjId,
+        chunk: OwnedFd,
+        place: intr::Place,
+        eventfd: OwnedFd,
+    ) -> Result<u64, SciError> {
         let size = nix::sys::stat::fstat(chunk.as_raw_fd()).map_err(|_| SciError::System)?.st_size as u64;
         let slot = intr::SlotMap::new(chunk.as_fd(), size, place).map_err(|_| SciError::System)?;
         let target = Arc::new(TriggerTarget { slot, eventfd });

@@ -14,16 +14,16 @@ use std::path::Path;
 use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::Arc;
 
-use vsci_proto::peer::{LinkChallenge, LinkHello, LinkProof, PeerMsg, RemoteSegmentGrant, RmaRegion};
 use vsci_proto::fuzz_input::{join, split};
+use vsci_proto::peer::{LinkChallenge, LinkHello, LinkProof, PeerMsg, RemoteSegmentGrant, RmaRegion};
 use vsci_proto::wire::Received;
 use vsci_proto::{ClientInfo, RemoteAccess, RemoteTrigger, WaitMode};
 
 use crate::client::{check_hello, check_request, HelloCheck};
 use crate::cluster::Cluster;
 use crate::link::{self, Sealer};
-use crate::peers::{peer_request, run_for_peer};
 use crate::node::{Handled, Node};
+use crate::peers::{peer_request, run_for_peer};
 use crate::registry::{ClientId, Config, ConnectPolicy, Outgoing};
 
 /// This node's id in the fuzzed node.
@@ -199,11 +199,19 @@ fn link_session(rest: &[u8]) {
     node.lock().set_client_node(pseudo, PEER);
     let Some((local, lrx)) = add_client(&node, 1000, "local".into()) else { return };
     use vsci_proto::{Reply, Request as R, ServerMsg};
-    let seg = match node.handle(local, 1, R::CreateSegment { segment_id: 1, auto_id: false, size: 4096, events: true, broadcast: false }) {
+    let seg = match node.handle(
+        local,
+        1,
+        R::CreateSegment { segment_id: 1, auto_id: false, size: 4096, events: true, broadcast: false },
+    ) {
         Handled::Reply(Outgoing { msg: ServerMsg::Reply { result: Ok(Reply::Segment { seg, .. }), .. }, .. }) => seg,
         _ => panic!("a fresh node creates a small segment"),
     };
-    for req in [R::PrepareSegment { seg }, R::SetAvailable { seg }, R::CreateInterrupt { kind: vsci_proto::IntrKind::Plain, hint: 1, fixed: true }] {
+    for req in [
+        R::PrepareSegment { seg },
+        R::SetAvailable { seg },
+        R::CreateInterrupt { kind: vsci_proto::IntrKind::Plain, hint: 1, fixed: true },
+    ] {
         let _ = node.handle(local, 1, req);
     }
     let mut rx = Sealer::new(LINK_KEY, 0);

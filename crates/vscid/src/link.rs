@@ -168,13 +168,18 @@ const NO_HELLO: &str = "closed before its hello";
 
 /// Did `accept` fail because the other end closed without sending anything?
 pub fn is_probe(e: &anyhow::Error) -> bool {
-    e.to_string() == NO_HELLO && e.root_cause().downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::UnexpectedEof)
+    e.to_string() == NO_HELLO
+        && e.root_cause()
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::UnexpectedEof)
 }
 
 /// Did `dial` fail because nothing listens at the address (connection
 /// refused): no vscid runs there.
 pub fn is_refused(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused))
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+    })
 }
 
 /// Authenticate an accepted connection. `known` says whether a node id is
@@ -188,8 +193,8 @@ pub fn accept(mut s: TcpStream, me: u32, key: &[u8], known: impl Fn(u32) -> bool
     let idb = [hello.from.to_le_bytes(), me.to_le_bytes()].concat();
     let m = mac(key, &[b"vsci-accept", &idb, &hello.nonce, &ns]);
     write_plain(&mut s, &LinkChallenge { nonce: ns, mac: m })?;
-    let proof: LinkProof =
-        read_plain(&mut s).with_context(|| format!("node {} did not answer our challenge (wrong cluster key?)", hello.from))?;
+    let proof: LinkProof = read_plain(&mut s)
+        .with_context(|| format!("node {} did not answer our challenge (wrong cluster key?)", hello.from))?;
     if !verify(key, &[b"vsci-dial", &idb, &hello.nonce, &ns], &proof.mac) {
         bail!("node {} failed authentication (wrong cluster key)", hello.from);
     }

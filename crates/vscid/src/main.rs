@@ -176,9 +176,7 @@ fn main() {
         1 => "debug",
         _ => "trace",
     };
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level))
-        .format_timestamp_micros()
-        .init();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(level)).format_timestamp_micros().init();
     if let Err(e) = run(args) {
         error!("{e:#}");
         std::process::exit(1);
@@ -277,7 +275,12 @@ fn run(args: Args) -> Result<()> {
     if let Some(addr) = args.metrics {
         metrics::serve(addr, node.clone())?;
     }
-    client::Server::start(node.clone(), listener, args.workers.into(), Duration::from_millis(args.handshake_timeout_ms))?;
+    client::Server::start(
+        node.clone(),
+        listener,
+        args.workers.into(),
+        Duration::from_millis(args.handshake_timeout_ms),
+    )?;
 
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])?;
     let sig = signals.forever().next().unwrap_or(signal_hook::consts::SIGTERM);

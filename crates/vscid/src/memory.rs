@@ -2,9 +2,9 @@
 //! segments and for arenas of interrupt slots, eventfds for sleeping
 //! waiters.
 
+use std::collections::VecDeque;
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
@@ -146,7 +146,12 @@ impl Arena {
                 let n = self.chunks.iter().position(Option::is_none).unwrap_or(self.chunks.len());
                 let chunk = Chunk::new(&format!("{}-{n}", self.name), self.kind)?;
                 let slots = intr::slots_per_chunk(self.kind);
-                let state = ChunkState { chunk: Arc::new(chunk), free: (0..slots as u32).collect(), generations: vec![0; slots], used: 0 };
+                let state = ChunkState {
+                    chunk: Arc::new(chunk),
+                    free: (0..slots as u32).collect(),
+                    generations: vec![0; slots],
+                    used: 0,
+                };
                 if n == self.chunks.len() {
                     self.chunks.push(None);
                 }
@@ -168,7 +173,13 @@ impl Arena {
             c.chunk.zero(off, intr::size_for(self.kind));
         }
         c.chunk.shared(index).init(generation);
-        Ok(IntrObjects { chunk: c.chunk.clone(), chunk_no, index, place: Place { kind: self.kind, offset: off as u64, generation }, eventfd })
+        Ok(IntrObjects {
+            chunk: c.chunk.clone(),
+            chunk_no,
+            index,
+            place: Place { kind: self.kind, offset: off as u64, generation },
+            eventfd,
+        })
     }
 
     /// Take a slot back: marked removed (waking any sleeper so it notices),
@@ -282,7 +293,10 @@ mod tests {
             if kind == IntrKind::Data {
                 let ring = new.view().ring.unwrap();
                 assert_eq!(intr::next_len(ring, 0), None, "the old message went with the old use");
-                assert_eq!(stale.view().shared.try_enqueue(stale.view().ring.unwrap(), old_place.generation, b"late"), Err(intr::EnqueueError::Removed));
+                assert_eq!(
+                    stale.view().shared.try_enqueue(stale.view().ring.unwrap(), old_place.generation, b"late"),
+                    Err(intr::EnqueueError::Removed)
+                );
             } else {
                 assert_eq!(new.view().shared.triggers.load(std::sync::atomic::Ordering::SeqCst), 0);
             }

@@ -123,28 +123,76 @@ impl Metrics {
             rma_received: Counter::default(),
             rma_completions: Counter::default(),
         };
-        registry.register("clients", "Connected clients (SISCI descriptors, peer nodes' stand-ins included)", m.clients.clone());
+        registry.register(
+            "clients",
+            "Connected clients (SISCI descriptors, peer nodes' stand-ins included)",
+            m.clients.clone(),
+        );
         registry.register("segments", "Segments held by the node", m.segments.clone());
         registry.register("segment_bytes", "Bytes of segment memory held by the node", m.segment_bytes.clone());
-        registry.register("connections", "Connections to segments (local and to other nodes); each map lives in its program", m.connections.clone());
+        registry.register(
+            "connections",
+            "Connections to segments (local and to other nodes); each map lives in its program",
+            m.connections.clone(),
+        );
         registry.register("interrupts", "Interrupts and data interrupts held by the node", m.interrupts.clone());
         registry.register("open_fds", "Descriptors the daemon has open", m.open_fds.clone());
-        registry.register("peer", "Other nodes of the cluster, 1 per node with its link state as a label", m.peers.clone());
-        registry.register("peer_imports", "Connections of this node's clients to each other node's objects", m.peer_imports.clone());
+        registry.register(
+            "peer",
+            "Other nodes of the cluster, 1 per node with its link state as a label",
+            m.peers.clone(),
+        );
+        registry.register(
+            "peer_imports",
+            "Connections of this node's clients to each other node's objects",
+            m.peer_imports.clone(),
+        );
         registry.register("errors", "Requests answered with a SISCI error, by code", m.errors.clone());
         registry.register("limit_hits", "Requests refused at a limit, by limit", m.limit_hits.clone());
         registry.register("connections_accepted", "Control-socket connections accepted", m.accepted.clone());
-        registry.register("handshake_timeouts", "Connections closed for sending no Hello in time", m.handshake_timeouts.clone());
-        registry.register("link_messages", "Frames on each node link (heartbeats included), by peer and direction (tx, rx)", m.link_frames.clone());
-        registry.register("link_bytes", "Bytes on each node link as framed on the wire (length, body, MAC), by peer and direction", m.link_bytes.clone());
+        registry.register(
+            "handshake_timeouts",
+            "Connections closed for sending no Hello in time",
+            m.handshake_timeouts.clone(),
+        );
+        registry.register(
+            "link_messages",
+            "Frames on each node link (heartbeats included), by peer and direction (tx, rx)",
+            m.link_frames.clone(),
+        );
+        registry.register(
+            "link_bytes",
+            "Bytes on each node link as framed on the wire (length, body, MAC), by peer and direction",
+            m.link_bytes.clone(),
+        );
         registry.register("remote_triggers", "Trigger messages from other nodes' programs to the RMA engine, by outcome (applied, unknown_token, undecodable)", m.remote_triggers.clone());
         registry.register("rma_queue_depth", "RMA engine queues now: ops_in_flight (posted, not completed), received (messages not yet taken), repost (receive buffers waiting to be re-posted)", m.rma_queue.clone());
-        registry.register("rma_regions", "Segments registered with the RMA engine for other nodes", m.rma_regions.clone());
-        registry.register("rma_trigger_tokens", "Interrupt connections other nodes trigger through the RMA engine", m.rma_trigger_tokens.clone());
-        registry.register("lend_pool_bytes", "Memory this node lends to other nodes at most (vscid --lend)", m.lend_pool.clone());
-        registry.register("loan_bytes", "Memory lent to each other node and borrowed from it by this node's programs", m.loan_bytes.clone());
+        registry.register(
+            "rma_regions",
+            "Segments registered with the RMA engine for other nodes",
+            m.rma_regions.clone(),
+        );
+        registry.register(
+            "rma_trigger_tokens",
+            "Interrupt connections other nodes trigger through the RMA engine",
+            m.rma_trigger_tokens.clone(),
+        );
+        registry.register(
+            "lend_pool_bytes",
+            "Memory this node lends to other nodes at most (vscid --lend)",
+            m.lend_pool.clone(),
+        );
+        registry.register(
+            "loan_bytes",
+            "Memory lent to each other node and borrowed from it by this node's programs",
+            m.loan_bytes.clone(),
+        );
         registry.register("rma_messages_received", "Messages the RMA engine received", m.rma_received.clone());
-        registry.register("rma_completions", "Completions the RMA engine handled (operations, receives, errors)", m.rma_completions.clone());
+        registry.register(
+            "rma_completions",
+            "Completions the RMA engine handled (operations, receives, errors)",
+            m.rma_completions.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -271,7 +319,10 @@ fn answer(mut s: TcpStream, node: &Node) -> std::io::Result<()> {
     } else {
         ("404 Not Found", "text/plain; charset=utf-8", "try GET /metrics\n".to_string())
     };
-    let head = format!("HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
     s.write_all(head.as_bytes())?;
     s.write_all(body.as_bytes())?;
     s.flush()

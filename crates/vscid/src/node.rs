@@ -36,7 +36,13 @@ pub enum Handled {
 impl Node {
     pub fn new(cfg: Config) -> Arc<Node> {
         let reg = Registry { loans: crate::loans::Loans::new(cfg.lend_pool), ..Default::default() };
-        Arc::new(Node { cfg, started: Instant::now(), reg: Mutex::new(reg), changed: Condvar::new(), peers: std::sync::OnceLock::new() })
+        Arc::new(Node {
+            cfg,
+            started: Instant::now(),
+            reg: Mutex::new(reg),
+            changed: Condvar::new(),
+            peers: std::sync::OnceLock::new(),
+        })
     }
 
     /// Join the cluster: requests for other nodes go to `peers` from now
@@ -68,7 +74,13 @@ impl Node {
 
     /// Handle a request that may carry a validated eventfd (`wake`, only for
     /// `CreateInterruptWake`).
-    pub fn handle_with(self: &Arc<Self>, client: ClientId, tag: u64, req: vsci_proto::Request, wake: Option<OwnedFd>) -> Handled {
+    pub fn handle_with(
+        self: &Arc<Self>,
+        client: ClientId,
+        tag: u64,
+        req: vsci_proto::Request,
+        wake: Option<OwnedFd>,
+    ) -> Handled {
         use vsci_proto::Request as R;
         let cfg = &self.cfg;
         let mut reg = self.lock();
@@ -76,9 +88,12 @@ impl Node {
         let result: Result<Outgoing, SciError> = match req {
             // Close ends the connection, which the connection's server does
             // (`client::Server::request`); it never reaches the registry.
-            R::Hello { .. } | R::FetchRemote { .. } | R::ShipRemote { .. } | R::DmaStart { .. } | R::DmaAbort { .. } | R::Close => {
-                Err(SciError::IllegalOperation)
-            }
+            R::Hello { .. }
+            | R::FetchRemote { .. }
+            | R::ShipRemote { .. }
+            | R::DmaStart { .. }
+            | R::DmaAbort { .. }
+            | R::Close => Err(SciError::IllegalOperation),
             R::CreateSegment { segment_id, auto_id, size, events: _, broadcast } => {
                 let r = reg.create_segment(cfg, client, segment_id, auto_id, size, broadcast);
                 self.changed.notify_all();
@@ -120,9 +135,23 @@ impl Node {
                                 if let Some(s) = reg.segments.get_mut(&seg) {
                                     s.conns.remove(&conn);
                                 }
-                                reg.send(connector, Outgoing::event(Event::RemoteSegment { conn, reason: SegmentEvent::Lost, status: SciError::Ok }));
+                                reg.send(
+                                    connector,
+                                    Outgoing::event(Event::RemoteSegment {
+                                        conn,
+                                        reason: SegmentEvent::Lost,
+                                        status: SciError::Ok,
+                                    }),
+                                );
                             } else if notify {
-                                reg.send(connector, Outgoing::event(Event::RemoteSegment { conn, reason: SegmentEvent::Disconnect, status: SciError::Ok }));
+                                reg.send(
+                                    connector,
+                                    Outgoing::event(Event::RemoteSegment {
+                                        conn,
+                                        reason: SegmentEvent::Disconnect,
+                                        status: SciError::Ok,
+                                    }),
+                                );
                             }
                         }
                         Ok(done())
@@ -139,7 +168,9 @@ impl Node {
                 done()
             }),
             R::AttachSegment { segment_id } => reg.attach_segment(cfg, client, segment_id),
-            R::ConnectSegment { node_id, segment_id, timeout_ms, broadcast } if self.peers.get().is_some_and(|l| l.is_member(node_id)) => {
+            R::ConnectSegment { node_id, segment_id, timeout_ms, broadcast }
+                if self.peers.get().is_some_and(|l| l.is_member(node_id)) =>
+            {
                 let links = self.peers.get().cloned().expect("checked");
                 drop(reg);
                 links.connect_segment(Arc::clone(self), client, tag, node_id, segment_id, timeout_ms, broadcast);
@@ -186,7 +217,9 @@ impl Node {
                 }
                 _ => Err(SciError::IllegalParameter),
             },
-            R::ConnectInterrupt { kind, node_id, number, timeout_ms } if self.peers.get().is_some_and(|l| l.is_member(node_id)) => {
+            R::ConnectInterrupt { kind, node_id, number, timeout_ms }
+                if self.peers.get().is_some_and(|l| l.is_member(node_id)) =>
+            {
                 let links = self.peers.get().cloned().expect("checked");
                 drop(reg);
                 links.connect_interrupt(Arc::clone(self), client, tag, node_id, kind, number, timeout_ms);
@@ -222,7 +255,9 @@ impl Node {
                 }
             }
             R::Status => Ok(simple(Reply::Status(Box::new(reg.status(cfg, self.started))))),
-            R::Borrow { node_id, size } if node_id != cfg.node_id && self.peers.get().is_some_and(|l| l.is_member(node_id)) => {
+            R::Borrow { node_id, size }
+                if node_id != cfg.node_id && self.peers.get().is_some_and(|l| l.is_member(node_id)) =>
+            {
                 if size == 0 {
                     Err(SciError::IllegalParameter)
                 } else if reg.clients.get(&client).is_some_and(|c| c.waiting >= cfg.max_waiting_per_client) {
@@ -289,10 +324,14 @@ impl Node {
                 }
                 // A panic of the attempt ends this request, not the node
                 // (see crate::recover).
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| attempt(&mut reg, &node.cfg))).unwrap_or_else(|p| {
-                    log::error!("client {client}: a waiting request (tag {tag}) panicked ({}); answering SCI_ERR_SYSTEM", crate::recover::message(&*p));
-                    Err(SciError::System)
-                });
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| attempt(&mut reg, &node.cfg)))
+                    .unwrap_or_else(|p| {
+                        log::error!(
+                            "client {client}: a waiting request (tag {tag}) panicked ({}); answering SCI_ERR_SYSTEM",
+                            crate::recover::message(&*p)
+                        );
+                        Err(SciError::System)
+                    });
                 match r {
                     Ok(out) => {
                         finish_wait(&mut reg, client, tagged(out, tag));
@@ -376,26 +415,49 @@ mod tests {
         let n = node();
         let (a, rx_a) = add_client(&n);
         let (b, rx_b) = add_client(&n);
-        let (r, nfds) = call(&n, a, R::CreateSegment { segment_id: 5, auto_id: false, size: 4096, events: true, broadcast: false });
+        let (r, nfds) =
+            call(&n, a, R::CreateSegment { segment_id: 5, auto_id: false, size: 4096, events: true, broadcast: false });
         assert_eq!(nfds, 1, "the reply carries the memfd");
         let seg = seg_of(r);
-        assert_eq!(call(&n, a, R::CreateSegment { segment_id: 5, auto_id: false, size: 1, events: true, broadcast: false }).0.unwrap_err(), SciError::SegmentidUsed);
-        assert_eq!(call(&n, b, R::ConnectSegment { node_id: 7, segment_id: 5, timeout_ms: 0, broadcast: false }).0.unwrap_err(), SciError::ConnectionRefused);
+        assert_eq!(
+            call(&n, a, R::CreateSegment { segment_id: 5, auto_id: false, size: 1, events: true, broadcast: false })
+                .0
+                .unwrap_err(),
+            SciError::SegmentidUsed
+        );
+        assert_eq!(
+            call(&n, b, R::ConnectSegment { node_id: 7, segment_id: 5, timeout_ms: 0, broadcast: false })
+                .0
+                .unwrap_err(),
+            SciError::ConnectionRefused
+        );
         assert_eq!(call(&n, a, R::SetAvailable { seg }).0.unwrap_err(), SciError::SegmentNotPrepared);
         call(&n, a, R::PrepareSegment { seg }).0.unwrap();
         call(&n, a, R::SetAvailable { seg }).0.unwrap();
-        assert_eq!(call(&n, b, R::ConnectSegment { node_id: 8, segment_id: 5, timeout_ms: 0, broadcast: false }).0.unwrap_err(), SciError::NoSuchNodeid);
-        let conn = match call(&n, b, R::ConnectSegment { node_id: 7, segment_id: 5, timeout_ms: 0, broadcast: false }).0 {
+        assert_eq!(
+            call(&n, b, R::ConnectSegment { node_id: 8, segment_id: 5, timeout_ms: 0, broadcast: false })
+                .0
+                .unwrap_err(),
+            SciError::NoSuchNodeid
+        );
+        let conn = match call(&n, b, R::ConnectSegment { node_id: 7, segment_id: 5, timeout_ms: 0, broadcast: false }).0
+        {
             Ok(Reply::Connected { conn, size: 4096, .. }) => conn,
             other => panic!("{other:?}"),
         };
-        assert!(matches!(rx_a.try_recv().unwrap().msg, ServerMsg::Event(Event::LocalSegment { reason: SegmentEvent::Connect, node_id: 7, .. })));
+        assert!(matches!(
+            rx_a.try_recv().unwrap().msg,
+            ServerMsg::Event(Event::LocalSegment { reason: SegmentEvent::Connect, node_id: 7, .. })
+        ));
         // Isolation: B cannot remove or prepare A's segment, A cannot disconnect B.
         assert_eq!(call(&n, b, R::RemoveSegment { seg }).0.unwrap_err(), SciError::IllegalParameter);
         assert_eq!(call(&n, a, R::DisconnectSegment { conn }).0.unwrap_err(), SciError::IllegalParameter);
         // Removing a connected segment succeeds and tells the connector.
         call(&n, a, R::RemoveSegment { seg }).0.unwrap();
-        assert!(matches!(rx_b.try_recv().unwrap().msg, ServerMsg::Event(Event::RemoteSegment { reason: SegmentEvent::Lost, .. })));
+        assert!(matches!(
+            rx_b.try_recv().unwrap().msg,
+            ServerMsg::Event(Event::RemoteSegment { reason: SegmentEvent::Lost, .. })
+        ));
         let reg = n.lock();
         assert!(reg.segments.is_empty() && reg.seg_conns.is_empty() && reg.seg_by_id.is_empty());
     }
@@ -406,15 +468,23 @@ mod tests {
         let (a, _rx_a) = add_client(&n);
         let (b, _rx_b) = add_client(&n);
         for (id, broadcast) in [(5, false), (6, true)] {
-            let seg = seg_of(call(&n, a, R::CreateSegment { segment_id: id, auto_id: false, size: 4096, events: true, broadcast }).0);
+            let seg = seg_of(
+                call(&n, a, R::CreateSegment { segment_id: id, auto_id: false, size: 4096, events: true, broadcast }).0,
+            );
             call(&n, a, R::PrepareSegment { seg }).0.unwrap();
             call(&n, a, R::SetAvailable { seg }).0.unwrap();
         }
         // An ordinary segment with the group's id is not a member...
-        assert_eq!(call(&n, b, R::ConnectSegment { node_id: 7, segment_id: 5, timeout_ms: 0, broadcast: true }).0.unwrap_err(), SciError::NoSuchSegment);
+        assert_eq!(
+            call(&n, b, R::ConnectSegment { node_id: 7, segment_id: 5, timeout_ms: 0, broadcast: true }).0.unwrap_err(),
+            SciError::NoSuchSegment
+        );
         // ...a broadcast one is, and unicast connects reach both.
         for (id, broadcast) in [(6, true), (6, false), (5, false)] {
-            assert!(matches!(call(&n, b, R::ConnectSegment { node_id: 7, segment_id: id, timeout_ms: 0, broadcast }).0, Ok(Reply::Connected { .. })));
+            assert!(matches!(
+                call(&n, b, R::ConnectSegment { node_id: 7, segment_id: id, timeout_ms: 0, broadcast }).0,
+                Ok(Reply::Connected { .. })
+            ));
         }
         let st = n.lock().status(&n.cfg, Instant::now());
         let flags: Vec<(u32, bool)> = st.segments.iter().map(|s| (s.segment_id, s.broadcast)).collect();
@@ -426,7 +496,10 @@ mod tests {
         let n = node();
         let (a, _rx_a) = add_client(&n);
         let (b, rx_b) = add_client(&n);
-        let seg = seg_of(call(&n, a, R::CreateSegment { segment_id: 0, auto_id: true, size: 8192, events: true, broadcast: false }).0);
+        let seg = seg_of(
+            call(&n, a, R::CreateSegment { segment_id: 0, auto_id: true, size: 8192, events: true, broadcast: false })
+                .0,
+        );
         call(&n, a, R::PrepareSegment { seg }).0.unwrap();
         call(&n, a, R::SetAvailable { seg }).0.unwrap();
         let id = n.lock().segments[&seg].segment_id;
@@ -436,7 +509,10 @@ mod tests {
             other => panic!("{other:?}"),
         };
         assert_eq!(number, 3);
-        assert_eq!(call(&n, b, R::CreateInterrupt { kind: IntrKind::Plain, hint: 3, fixed: true }).0.unwrap_err(), SciError::Busy);
+        assert_eq!(
+            call(&n, b, R::CreateInterrupt { kind: IntrKind::Plain, hint: 3, fixed: true }).0.unwrap_err(),
+            SciError::Busy
+        );
         match call(&n, b, R::CreateInterrupt { kind: IntrKind::Plain, hint: 3, fixed: false }).0 {
             Ok(Reply::Interrupt { number, .. }) => assert_ne!(number, 3, "a taken hint gives another number"),
             other => panic!("{other:?}"),
@@ -445,7 +521,9 @@ mod tests {
         let cfg = n.cfg.clone();
         n.lock().remove_client(&cfg, a);
         let kinds: Vec<_> = rx_b.try_iter().map(|o| o.msg).collect();
-        assert!(kinds.iter().any(|m| matches!(m, ServerMsg::Event(Event::RemoteSegment { reason: SegmentEvent::Lost, .. }))));
+        assert!(kinds
+            .iter()
+            .any(|m| matches!(m, ServerMsg::Event(Event::RemoteSegment { reason: SegmentEvent::Lost, .. }))));
         assert!(kinds.iter().any(|m| matches!(m, ServerMsg::Event(Event::InterruptGone { .. }))));
         let reg = n.lock();
         assert!(reg.segments.is_empty() && reg.seg_conns.is_empty());
@@ -463,7 +541,14 @@ mod tests {
         let sock: OwnedFd = nix::sys::eventfd::EventFd::new().unwrap().into();
         let a = n.lock().register_client(ClientInfo { uid: 1000, ..Default::default() }, tx, Arc::new(sock));
         let (b, _rx_b) = add_client(&n);
-        let seg = seg_of(call(&n, a, R::CreateSegment { segment_id: 5, auto_id: false, size: 4096, events: false, broadcast: false }).0);
+        let seg = seg_of(
+            call(
+                &n,
+                a,
+                R::CreateSegment { segment_id: 5, auto_id: false, size: 4096, events: false, broadcast: false },
+            )
+            .0,
+        );
         call(&n, a, R::ShareSegment { seg }).0.unwrap();
         call(&n, b, R::AttachSegment { segment_id: 5 }).0.unwrap();
         let cfg = n.cfg.clone();
@@ -477,11 +562,47 @@ mod tests {
     fn limits_are_enforced() {
         let n = node();
         let (a, _rx) = add_client(&n);
-        assert_eq!(call(&n, a, R::CreateSegment { segment_id: 1, auto_id: false, size: 0, events: true, broadcast: false }).0.unwrap_err(), SciError::IllegalParameter);
-        assert_eq!(call(&n, a, R::CreateSegment { segment_id: 1, auto_id: false, size: 2 << 30, events: true, broadcast: false }).0.unwrap_err(), SciError::Nospc);
+        assert_eq!(
+            call(&n, a, R::CreateSegment { segment_id: 1, auto_id: false, size: 0, events: true, broadcast: false })
+                .0
+                .unwrap_err(),
+            SciError::IllegalParameter
+        );
+        assert_eq!(
+            call(
+                &n,
+                a,
+                R::CreateSegment { segment_id: 1, auto_id: false, size: 2 << 30, events: true, broadcast: false }
+            )
+            .0
+            .unwrap_err(),
+            SciError::Nospc
+        );
         for i in 0..8 {
-            seg_of(call(&n, a, R::CreateSegment { segment_id: 100 + i, auto_id: false, size: 4096, events: true, broadcast: false }).0);
+            seg_of(
+                call(
+                    &n,
+                    a,
+                    R::CreateSegment {
+                        segment_id: 100 + i,
+                        auto_id: false,
+                        size: 4096,
+                        events: true,
+                        broadcast: false,
+                    },
+                )
+                .0,
+            );
         }
-        assert_eq!(call(&n, a, R::CreateSegment { segment_id: 200, auto_id: false, size: 4096, events: true, broadcast: false }).0.unwrap_err(), SciError::Nospc);
+        assert_eq!(
+            call(
+                &n,
+                a,
+                R::CreateSegment { segment_id: 200, auto_id: false, size: 4096, events: true, broadcast: false }
+            )
+            .0
+            .unwrap_err(),
+            SciError::Nospc
+        );
     }
 }

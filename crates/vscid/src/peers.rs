@@ -30,10 +30,10 @@ use vsci_proto::{
 };
 
 use crate::cluster::Cluster;
-use crate::recover::Recover;
 use crate::engine::Engine;
 use crate::link::{self, Link};
 use crate::node::{Handled, Node};
+use crate::recover::Recover;
 use crate::registry::{ClientId, Outgoing};
 
 const HEARTBEAT: Duration = Duration::from_millis(250);
@@ -113,7 +113,8 @@ impl Peers {
         let Some(my_addr) = cluster.nodes.get(&me).copied() else {
             anyhow::bail!("node {me} is not listed in the cluster file");
         };
-        let listener = TcpListener::bind(my_addr).map_err(|e| anyhow::anyhow!("binding node link address {my_addr}: {e}"))?;
+        let listener =
+            TcpListener::bind(my_addr).map_err(|e| anyhow::anyhow!("binding node link address {my_addr}: {e}"))?;
         let mut state = HashMap::new();
         for id in cluster.nodes.keys().filter(|id| **id != me) {
             state.insert(*id, PeerState::default());
@@ -249,7 +250,10 @@ impl Peers {
                     // attention; a node that is simply not up yet is not.
                     let text = format!("{e:#}");
                     if text.contains("authentication") {
-                        rate_limited_warn(&format!("dial {peer}"), &format!("cannot link to node {peer} at {addr}: {text}"));
+                        rate_limited_warn(
+                            &format!("dial {peer}"),
+                            &format!("cannot link to node {peer} at {addr}: {text}"),
+                        );
                     } else if !logged {
                         debug!("cannot link to node {peer} at {addr}: {text}");
                         logged = true;
@@ -286,7 +290,11 @@ impl Peers {
     fn refused(&self, node: &Arc<Node>, peer: u32, addr: SocketAddr) {
         let holding = self.state.locked().get(&peer).is_some_and(|s| s.tx.is_none() && s.incarnation != 0);
         if holding {
-            self.declare_dead(node, peer, &format!("its link address {addr} refuses connections: its vscid is not running"));
+            self.declare_dead(
+                node,
+                peer,
+                &format!("its link address {addr} refuses connections: its vscid is not running"),
+            );
         }
     }
 
@@ -342,7 +350,11 @@ impl Peers {
             id
         };
         let p = self.clone();
-        if std::thread::Builder::new().name(format!("vscid-fwd{peer}")).spawn(move || p.forward_pseudo(peer, prx)).is_err() {
+        if std::thread::Builder::new()
+            .name(format!("vscid-fwd{peer}"))
+            .spawn(move || p.forward_pseudo(peer, prx))
+            .is_err()
+        {
             node.lock().remove_client(&node.cfg, id);
             return None;
         }
@@ -361,7 +373,12 @@ impl Peers {
 
         // Introductions: who each side is now, and whose state it holds.
         let knows = self.state.locked().get(&peer).map_or(0, |s| s.incarnation);
-        let intro = PeerMsg::Info { node_id: self.me, fabric_addr: self.engine.address(), incarnation: self.incarnation, knows };
+        let intro = PeerMsg::Info {
+            node_id: self.me,
+            fabric_addr: self.engine.address(),
+            incarnation: self.incarnation,
+            knows,
+        };
         if let Err(e) = tx.write(&mut wstream, &intro) {
             debug!("node {peer}: link ended before its introduction: {e:#}");
             return;
@@ -369,7 +386,11 @@ impl Peers {
         let mut rs = stream;
         let _ = rs.set_read_timeout(Some(INTRO_TIMEOUT));
         let (their_inc, their_knows, their_addr) = match rx.read(&mut rs) {
-            Ok((PeerMsg::Info { node_id, fabric_addr, incarnation, knows }, _)) if node_id == peer && incarnation != 0 => (incarnation, knows, fabric_addr),
+            Ok((PeerMsg::Info { node_id, fabric_addr, incarnation, knows }, _))
+                if node_id == peer && incarnation != 0 =>
+            {
+                (incarnation, knows, fabric_addr)
+            }
             Ok(_) => {
                 warn!("node {peer}: its link did not start with a valid introduction; closing it");
                 return;
@@ -387,7 +408,8 @@ impl Peers {
         // dead released everything of ours.
         let continuing = knows != 0 && knows == their_inc && their_knows == self.incarnation;
         if !continuing && knows != 0 {
-            let why = if knows != their_inc { "it restarted: a new run of its vscid" } else { "it declared this node dead" };
+            let why =
+                if knows != their_inc { "it restarted: a new run of its vscid" } else { "it declared this node dead" };
             self.declare_dead(node, peer, why);
         }
         let fresh = if continuing { None } else { self.new_pseudo(node, peer) };
@@ -404,7 +426,8 @@ impl Peers {
             // Our view must not have changed since our introduction (the
             // peer was declared dead meanwhile, or another link took over):
             // the next link sorts it out.
-            let view_ok = if continuing { s.incarnation == their_inc && s.pseudo.is_some() } else { s.incarnation == 0 };
+            let view_ok =
+                if continuing { s.incarnation == their_inc && s.pseudo.is_some() } else { s.incarnation == 0 };
             // OPERATIONAL follows a NOT_OPERATIONAL only: a link replacing
             // one we had not yet seen fail changes nothing for programs.
             was_down = s.tx.is_none();
@@ -564,7 +587,10 @@ impl Peers {
             {
                 let mut st = self.state.locked();
                 if late >= PAUSED {
-                    info!("this node did not run for {} ms; its peers' silence meanwhile is not held against them", late.as_millis());
+                    info!(
+                        "this node did not run for {} ms; its peers' silence meanwhile is not held against them",
+                        late.as_millis()
+                    );
                     for s in st.values_mut() {
                         for t in [s.last_seen.as_mut(), s.down_since.as_mut()].into_iter().flatten() {
                             *t = (*t + late).min(now);
@@ -578,7 +604,10 @@ impl Peers {
                             dead.push((id, format!("silent for {} ms on a link that stayed up", quiet.as_millis())));
                         } else if quiet > silent_after {
                             if !s.silent_logged {
-                                info!("node {id}: silent for {} ms (not responding); its link stays", quiet.as_millis());
+                                info!(
+                                    "node {id}: silent for {} ms (not responding); its link stays",
+                                    quiet.as_millis()
+                                );
                                 s.silent_logged = true;
                             }
                         } else if s.silent_logged {
@@ -698,7 +727,9 @@ impl Peers {
                     let result = result.and_then(|r| match r {
                         Reply::InterruptConnected { conn, place: Some(place), .. } => {
                             let mut fds = out.fds.into_iter();
-                            let (Some(chunk), Some(efd)) = (fds.next(), fds.next()) else { return Err(SciError::System) };
+                            let (Some(chunk), Some(efd)) = (fds.next(), fds.next()) else {
+                                return Err(SciError::System);
+                            };
                             let token = self.engine.add_trigger_conn(conn, chunk, place, efd)?;
                             Ok(RemoteInterruptGrant { conn, token })
                         }
@@ -748,7 +779,12 @@ impl Peers {
     }
 
     /// Send a request to `peer` and wait for its reply.
-    fn ask(&self, peer: u32, deadline: Option<Instant>, make: impl FnOnce(u64) -> PeerMsg) -> Result<PeerReply, SciError> {
+    fn ask(
+        &self,
+        peer: u32,
+        deadline: Option<Instant>,
+        make: impl FnOnce(u64) -> PeerMsg,
+    ) -> Result<PeerReply, SciError> {
         let req = self.next_req.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = sync_channel(1);
         self.pending.locked().insert(req, tx);
@@ -774,21 +810,39 @@ impl Peers {
 
     /// A local client asks for a segment of another node (runs on its own thread).
     #[allow(clippy::too_many_arguments)]
-    pub fn connect_segment(self: &Arc<Self>, node: Arc<Node>, client: ClientId, tag: u64, peer: u32, segment_id: u32, timeout_ms: u32, broadcast: bool) {
+    pub fn connect_segment(
+        self: &Arc<Self>,
+        node: Arc<Node>,
+        client: ClientId,
+        tag: u64,
+        peer: u32,
+        segment_id: u32,
+        timeout_ms: u32,
+        broadcast: bool,
+    ) {
         let p = self.clone();
         std::thread::spawn(move || {
             let deadline = (timeout_ms != u32::MAX).then(|| Instant::now() + Duration::from_millis(timeout_ms.into()));
-            let result = p.wait_ready(peer, deadline.or(Some(Instant::now() + Duration::from_secs(10)))).and_then(|addr| {
-                let left = deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u32).unwrap_or(u32::MAX);
-                match p.ask(peer, deadline, |req| PeerMsg::ConnectSegment { req, segment_id, timeout_ms: left, broadcast })? {
-                    PeerReply::Segment(g) => Ok((g, addr)),
-                    _ => Err(SciError::System),
-                }
-            });
+            let result =
+                p.wait_ready(peer, deadline.or(Some(Instant::now() + Duration::from_secs(10)))).and_then(|addr| {
+                    let left = deadline
+                        .map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u32)
+                        .unwrap_or(u32::MAX);
+                    match p.ask(peer, deadline, |req| PeerMsg::ConnectSegment {
+                        req,
+                        segment_id,
+                        timeout_ms: left,
+                        broadcast,
+                    })? {
+                        PeerReply::Segment(g) => Ok((g, addr)),
+                        _ => Err(SciError::System),
+                    }
+                });
             let mut reg = node.lock();
             match result {
                 Ok((grant, addr)) => {
-                    let access = RemoteAccess { region: grant.region, fabric_addr: addr, provider: p.cluster.provider.clone() };
+                    let access =
+                        RemoteAccess { region: grant.region, fabric_addr: addr, provider: p.cluster.provider.clone() };
                     match reg.add_remote_segment(&node.cfg, client, peer, segment_id, &grant, access) {
                         Ok(out) => reg.send_to(client, crate::registry::tagged(out, tag)),
                         Err(e) => {
@@ -804,21 +858,39 @@ impl Peers {
     }
 
     /// A local client asks for an interrupt of another node.
-    pub fn connect_interrupt(self: &Arc<Self>, node: Arc<Node>, client: ClientId, tag: u64, peer: u32, kind: IntrKind, number: u32, timeout_ms: u32) {
+    pub fn connect_interrupt(
+        self: &Arc<Self>,
+        node: Arc<Node>,
+        client: ClientId,
+        tag: u64,
+        peer: u32,
+        kind: IntrKind,
+        number: u32,
+        timeout_ms: u32,
+    ) {
         let p = self.clone();
         std::thread::spawn(move || {
             let deadline = (timeout_ms != u32::MAX).then(|| Instant::now() + Duration::from_millis(timeout_ms.into()));
-            let result = p.wait_ready(peer, deadline.or(Some(Instant::now() + Duration::from_secs(10)))).and_then(|addr| {
-                let left = deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u32).unwrap_or(u32::MAX);
-                match p.ask(peer, deadline, |req| PeerMsg::ConnectInterrupt { req, kind, number, timeout_ms: left })? {
-                    PeerReply::Interrupt(g) => Ok((g, addr)),
-                    _ => Err(SciError::System),
-                }
-            });
+            let result =
+                p.wait_ready(peer, deadline.or(Some(Instant::now() + Duration::from_secs(10)))).and_then(|addr| {
+                    let left = deadline
+                        .map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u32)
+                        .unwrap_or(u32::MAX);
+                    match p.ask(peer, deadline, |req| PeerMsg::ConnectInterrupt {
+                        req,
+                        kind,
+                        number,
+                        timeout_ms: left,
+                    })? {
+                        PeerReply::Interrupt(g) => Ok((g, addr)),
+                        _ => Err(SciError::System),
+                    }
+                });
             let mut reg = node.lock();
             match result {
                 Ok((grant, addr)) => {
-                    let trig = RemoteTrigger { token: grant.token, fabric_addr: addr, provider: p.cluster.provider.clone() };
+                    let trig =
+                        RemoteTrigger { token: grant.token, fabric_addr: addr, provider: p.cluster.provider.clone() };
                     match reg.add_remote_interrupt(&node.cfg, client, peer, grant.conn, trig) {
                         Ok(out) => reg.send_to(client, crate::registry::tagged(out, tag)),
                         Err(e) => {
@@ -841,20 +913,23 @@ impl Peers {
         let p = self.clone();
         std::thread::spawn(move || {
             let deadline = Some(Instant::now() + Duration::from_secs(10));
-            let result = p.wait_ready(peer, deadline).and_then(|addr| match p.ask(peer, deadline, |req| PeerMsg::Borrow { req, size })? {
-                PeerReply::Loan(g) if g.size == size && g.region.len >= size => Ok((g, addr)),
-                PeerReply::Loan(g) => {
-                    // A lender that answers with another size is broken or
-                    // hostile: give it back, use nothing of it.
-                    p.send(peer, PeerMsg::ReturnLoan { loan: g.conn });
-                    Err(SciError::System)
+            let result = p.wait_ready(peer, deadline).and_then(|addr| {
+                match p.ask(peer, deadline, |req| PeerMsg::Borrow { req, size })? {
+                    PeerReply::Loan(g) if g.size == size && g.region.len >= size => Ok((g, addr)),
+                    PeerReply::Loan(g) => {
+                        // A lender that answers with another size is broken or
+                        // hostile: give it back, use nothing of it.
+                        p.send(peer, PeerMsg::ReturnLoan { loan: g.conn });
+                        Err(SciError::System)
+                    }
+                    _ => Err(SciError::System),
                 }
-                _ => Err(SciError::System),
             });
             let mut reg = node.lock();
             let out = match result {
                 Ok((grant, addr)) => {
-                    let access = RemoteAccess { region: grant.region, fabric_addr: addr, provider: p.cluster.provider.clone() };
+                    let access =
+                        RemoteAccess { region: grant.region, fabric_addr: addr, provider: p.cluster.provider.clone() };
                     match reg.add_borrowed(client, peer, &grant, access) {
                         Ok(out) => crate::registry::tagged(out, tag),
                         Err(e) => {
@@ -894,12 +969,14 @@ impl crate::registry::Links for Peers {
 /// a connect to wait at most a minute.
 pub fn peer_request(me: u32, msg: &PeerMsg) -> Option<(u64, Request)> {
     match *msg {
-        PeerMsg::ConnectSegment { req, segment_id, timeout_ms, broadcast } => {
-            Some(((req << TAG_BITS) | TAG_SEGMENT, Request::ConnectSegment { node_id: me, segment_id, timeout_ms: timeout_ms.min(60_000), broadcast }))
-        }
-        PeerMsg::ConnectInterrupt { req, kind, number, timeout_ms } => {
-            Some(((req << TAG_BITS) | TAG_INTERRUPT, Request::ConnectInterrupt { kind, node_id: me, number, timeout_ms: timeout_ms.min(60_000) }))
-        }
+        PeerMsg::ConnectSegment { req, segment_id, timeout_ms, broadcast } => Some((
+            (req << TAG_BITS) | TAG_SEGMENT,
+            Request::ConnectSegment { node_id: me, segment_id, timeout_ms: timeout_ms.min(60_000), broadcast },
+        )),
+        PeerMsg::ConnectInterrupt { req, kind, number, timeout_ms } => Some((
+            (req << TAG_BITS) | TAG_INTERRUPT,
+            Request::ConnectInterrupt { kind, node_id: me, number, timeout_ms: timeout_ms.min(60_000) },
+        )),
         PeerMsg::Borrow { req, size } => Some(((req << TAG_BITS) | TAG_LOAN, Request::Lend { size })),
         PeerMsg::DisconnectSegment { conn } => Some((0, Request::DisconnectSegment { conn })),
         PeerMsg::DisconnectInterrupt { conn } => Some((0, Request::DisconnectInterrupt { conn })),

@@ -21,8 +21,8 @@ use std::time::Instant;
 
 use log::{debug, info, warn};
 use vsci_proto::{
-    ClientInfo, ConnectionInfo, Event, InterruptInfo, IntrKind, NodeStatus, ObjId, Reply,
-    SciError, SegmentEvent, SegmentInfo, ServerMsg, 
+    ClientInfo, ConnectionInfo, Event, InterruptInfo, IntrKind, NodeStatus, ObjId, Reply, SciError, SegmentEvent,
+    SegmentInfo, ServerMsg,
 };
 
 pub use crate::config::{Config, ConnectPolicy};
@@ -72,10 +72,14 @@ pub enum Limit {
 impl Limit {
     fn describe(self, cfg: &Config) -> String {
         match self {
-            Limit::ObjectsPerClient => format!("{} objects per client (--max-objects-per-client)", cfg.max_objects_per_client),
+            Limit::ObjectsPerClient => {
+                format!("{} objects per client (--max-objects-per-client)", cfg.max_objects_per_client)
+            }
             Limit::ObjectsPerUid => format!("{} objects per uid (--max-objects-per-uid)", cfg.max_objects_per_uid),
             Limit::MemoryPerUid => format!("{} segment bytes per uid (--max-memory-per-uid)", cfg.max_memory_per_uid),
-            Limit::PendingPerClient => format!("{} waiting requests per client (--max-pending-per-client)", cfg.max_waiting_per_client),
+            Limit::PendingPerClient => {
+                format!("{} waiting requests per client (--max-pending-per-client)", cfg.max_waiting_per_client)
+            }
             Limit::Descriptors => format!(
                 "the node's descriptor reserve (limit {}, {} kept for new clients and status)",
                 cfg.fd_limit, cfg.fd_reserve
@@ -341,7 +345,10 @@ impl Registry {
     pub fn admit(&self, cfg: &Config, uid: u32) -> Result<(), String> {
         let n = self.uids.get(&uid).map_or(0, |u| u.clients);
         if n >= cfg.max_clients_per_uid {
-            return Err(format!("uid {uid} already has {n} clients (--max-clients-per-uid {})", cfg.max_clients_per_uid));
+            return Err(format!(
+                "uid {uid} already has {n} clients (--max-clients-per-uid {})",
+                cfg.max_clients_per_uid
+            ));
         }
         let low = memory::lowest_free_fd();
         if low >= cfg.fd_limit.saturating_sub(cfg.fd_reserve / 4) {
@@ -398,7 +405,8 @@ impl Registry {
         if size > cfg.max_segment_size {
             return Err(self.limit_hit(cfg, client, Limit::SegmentSize));
         }
-        let (uid, local) = self.clients.get(&client).map(|c| (c.info.uid, c.node_id.is_none())).ok_or(SciError::NoLinkAccess)?;
+        let (uid, local) =
+            self.clients.get(&client).map(|c| (c.info.uid, c.node_id.is_none())).ok_or(SciError::NoLinkAccess)?;
         let used = self.uids.get(&uid).map_or(0, |u| u.memory);
         if local && cfg.max_memory_per_uid > 0 && used.saturating_add(size) > cfg.max_memory_per_uid {
             return Err(self.limit_hit(cfg, client, Limit::MemoryPerUid));
@@ -486,7 +494,11 @@ impl Registry {
                 self.uncharge(c.client);
                 self.send(
                     c.client,
-                    Outgoing::event(Event::RemoteSegment { conn: *conn, reason: SegmentEvent::Lost, status: SciError::Ok }),
+                    Outgoing::event(Event::RemoteSegment {
+                        conn: *conn,
+                        reason: SegmentEvent::Lost,
+                        status: SciError::Ok,
+                    }),
                 );
             }
         }
@@ -496,7 +508,12 @@ impl Registry {
         debug!("segment {} removed", s.segment_id);
     }
 
-    pub(crate) fn attach_segment(&mut self, cfg: &Config, client: ClientId, segment_id: u32) -> Result<Outgoing, SciError> {
+    pub(crate) fn attach_segment(
+        &mut self,
+        cfg: &Config,
+        client: ClientId,
+        segment_id: u32,
+    ) -> Result<Outgoing, SciError> {
         let seg = *self.seg_by_id.get(&segment_id).ok_or(SciError::NoSuchSegment)?;
         let s = &self.segments[&seg];
         if !s.shared {
@@ -524,12 +541,21 @@ impl Registry {
         if ok {
             Ok(())
         } else {
-            debug!("client {client} (uid {} gid {}) may not connect to an object of uid {uid} gid {gid}", c.info.uid, c.info.gid);
+            debug!(
+                "client {client} (uid {} gid {}) may not connect to an object of uid {uid} gid {gid}",
+                c.info.uid, c.info.gid
+            );
             Err(SciError::Access)
         }
     }
 
-    pub(crate) fn connect_segment(&mut self, cfg: &Config, client: ClientId, segment_id: u32, broadcast: bool) -> Result<Outgoing, SciError> {
+    pub(crate) fn connect_segment(
+        &mut self,
+        cfg: &Config,
+        client: ClientId,
+        segment_id: u32,
+        broadcast: bool,
+    ) -> Result<Outgoing, SciError> {
         let seg = *self.seg_by_id.get(&segment_id).ok_or(SciError::NoSuchSegment)?;
         let s = &self.segments[&seg];
         if broadcast && !s.broadcast {
@@ -550,7 +576,10 @@ impl Registry {
         let from = self.node_of(cfg, client);
         self.notify_holders(seg, SegmentEvent::Connect, from);
         Ok(Outgoing {
-            msg: reply_ok(0, Reply::Connected { conn, node_id: cfg.node_id, segment_id, size, remote: None, proxied: false }),
+            msg: reply_ok(
+                0,
+                Reply::Connected { conn, node_id: cfg.node_id, segment_id, size, remote: None, proxied: false },
+            ),
             fds: vec![fd],
         })
     }
@@ -587,7 +616,10 @@ impl Registry {
             (0..u32::MAX).find(|n| !self.intr_by_num.contains_key(&(kind, *n))).ok_or(SciError::Nospc)?
         };
         self.charge(cfg, client)?;
-        let arena = self.arenas.entry((client, kind)).or_insert_with(|| Arena::new(kind, format!("vsci-intr-{client}-{kind:?}")));
+        let arena = self
+            .arenas
+            .entry((client, kind))
+            .or_insert_with(|| Arena::new(kind, format!("vsci-intr-{client}-{kind:?}")));
         let objects = match arena.alloc(wake) {
             Ok(o) => o,
             Err(e) => {
@@ -680,12 +712,23 @@ impl Registry {
         if !self.clients.contains_key(&client) {
             return Err(SciError::NoLinkAccess);
         }
-        let shadow = memory::sealed_memfd(&format!("vsci-shadow-{peer}-{segment_id}"), grant.size).map_err(|_| SciError::Nospc)?;
+        let shadow = memory::sealed_memfd(&format!("vsci-shadow-{peer}-{segment_id}"), grant.size)
+            .map_err(|_| SciError::Nospc)?;
         self.charge(cfg, client)?;
         let conn = self.new_id();
         self.remote_segs.insert(conn, RemoteSeg { client, peer, remote_conn: grant.conn, segment_id });
         Ok(Outgoing {
-            msg: reply_ok(0, Reply::Connected { conn, node_id: peer, segment_id, size: grant.size, remote: Some(access), proxied: false }),
+            msg: reply_ok(
+                0,
+                Reply::Connected {
+                    conn,
+                    node_id: peer,
+                    segment_id,
+                    size: grant.size,
+                    remote: Some(access),
+                    proxied: false,
+                },
+            ),
             fds: vec![shadow],
         })
     }
@@ -704,12 +747,16 @@ impl Registry {
         self.charge(cfg, client)?;
         let conn = self.new_id();
         self.remote_intrs.insert(conn, RemoteIntr { client, peer, remote_conn });
-        Ok(Outgoing { msg: reply_ok(0, Reply::InterruptConnected { conn, remote: Some(trig), place: None }), fds: Vec::new() })
+        Ok(Outgoing {
+            msg: reply_ok(0, Reply::InterruptConnected { conn, remote: Some(trig), place: None }),
+            fds: Vec::new(),
+        })
     }
 
     /// The owner node reports an event on one of our clients' connections.
     pub fn remote_segment_event(&mut self, peer: u32, remote_conn: ObjId, reason: SegmentEvent) {
-        let Some((&conn, rec)) = self.remote_segs.iter().find(|(_, r)| r.peer == peer && r.remote_conn == remote_conn) else {
+        let Some((&conn, rec)) = self.remote_segs.iter().find(|(_, r)| r.peer == peer && r.remote_conn == remote_conn)
+        else {
             return;
         };
         let client = rec.client;
@@ -721,7 +768,8 @@ impl Registry {
     }
 
     pub fn remote_interrupt_gone(&mut self, peer: u32, remote_conn: ObjId) {
-        let Some((&conn, rec)) = self.remote_intrs.iter().find(|(_, r)| r.peer == peer && r.remote_conn == remote_conn) else {
+        let Some((&conn, rec)) = self.remote_intrs.iter().find(|(_, r)| r.peer == peer && r.remote_conn == remote_conn)
+        else {
             return;
         };
         let client = rec.client;
@@ -734,7 +782,9 @@ impl Registry {
     /// A peer node's pseudo-client asks for a loan: set it aside and
     /// register it with the RMA engine for that node.
     pub(crate) fn lend(&mut self, client: ClientId, size: u64) -> Result<Outgoing, SciError> {
-        let Some(node_id) = self.clients.get(&client).and_then(|c| c.node_id) else { return Err(SciError::IllegalOperation) };
+        let Some(node_id) = self.clients.get(&client).and_then(|c| c.node_id) else {
+            return Err(SciError::IllegalOperation);
+        };
         let engine = self.links.as_ref().map(|l| l.engine().clone()).ok_or(SciError::IllegalOperation)?;
         let loan = self.new_id();
         let fd = self.loans.lend(loan, client, node_id, size)?;
@@ -767,7 +817,13 @@ impl Registry {
     /// A lender granted a loan to `client` (charged when it asked): record
     /// it and build the program's reply. Err if the program is gone (the
     /// caller returns the loan).
-    pub fn add_borrowed(&mut self, client: ClientId, lender: u32, grant: &vsci_proto::peer::RemoteSegmentGrant, access: vsci_proto::RemoteAccess) -> Result<Outgoing, SciError> {
+    pub fn add_borrowed(
+        &mut self,
+        client: ClientId,
+        lender: u32,
+        grant: &vsci_proto::peer::RemoteSegmentGrant,
+        access: vsci_proto::RemoteAccess,
+    ) -> Result<Outgoing, SciError> {
         if !self.clients.contains_key(&client) {
             return Err(SciError::NoLinkAccess);
         }
@@ -792,7 +848,8 @@ impl Registry {
     /// the node is declared dead).
     pub fn peer_link(&mut self, peer: u32, up: bool) {
         let reason = if up { SegmentEvent::Operational } else { SegmentEvent::NotOperational };
-        let conns: Vec<(ClientId, ObjId)> = self.remote_segs.iter().filter(|(_, r)| r.peer == peer).map(|(k, r)| (r.client, *k)).collect();
+        let conns: Vec<(ClientId, ObjId)> =
+            self.remote_segs.iter().filter(|(_, r)| r.peer == peer).map(|(k, r)| (r.client, *k)).collect();
         for (client, conn) in conns {
             self.send(client, Outgoing::event(Event::RemoteSegment { conn, reason, status: SciError::Ok }));
         }
@@ -806,7 +863,14 @@ impl Registry {
         for conn in segs {
             let rec = self.remote_segs.remove(&conn).expect("listed");
             self.uncharge(rec.client);
-            self.send(rec.client, Outgoing::event(Event::RemoteSegment { conn, reason: SegmentEvent::Lost, status: SciError::NodeNotResponding }));
+            self.send(
+                rec.client,
+                Outgoing::event(Event::RemoteSegment {
+                    conn,
+                    reason: SegmentEvent::Lost,
+                    status: SciError::NodeNotResponding,
+                }),
+            );
         }
         let intrs: Vec<ObjId> = self.remote_intrs.iter().filter(|(_, r)| r.peer == peer).map(|(k, _)| *k).collect();
         for conn in intrs {
@@ -865,7 +929,8 @@ impl Registry {
         for c in rsegs {
             self.disconnect_remote_segment(c);
         }
-        let rintrs: Vec<ObjId> = self.remote_intrs.iter().filter(|(_, r)| r.client == client).map(|(k, _)| *k).collect();
+        let rintrs: Vec<ObjId> =
+            self.remote_intrs.iter().filter(|(_, r)| r.client == client).map(|(k, _)| *k).collect();
         for c in rintrs {
             self.disconnect_remote_interrupt(c);
         }
@@ -898,7 +963,8 @@ impl Registry {
         let mut info = info;
         info.client = id;
         self.uids.entry(info.uid).or_default().clients += 1;
-        self.clients.insert(id, ClientEntry { info, tx, sock, node_id: None, objects: 0, waiting: 0, limits_logged: 0 });
+        self.clients
+            .insert(id, ClientEntry { info, tx, sock, node_id: None, objects: 0, waiting: 0, limits_logged: 0 });
         id
     }
 
@@ -972,9 +1038,18 @@ impl Registry {
         st.interrupts = self
             .intrs
             .values()
-            .map(|i| InterruptInfo { number: i.number, data: i.kind == IntrKind::Data, owner: i.owner, connections: i.conns.len() as u32 })
+            .map(|i| InterruptInfo {
+                number: i.number,
+                data: i.kind == IntrKind::Data,
+                owner: i.owner,
+                connections: i.conns.len() as u32,
+            })
             .collect();
-        st.connections.extend(self.remote_segs.values().map(|r| ConnectionInfo { client: r.client, node_id: r.peer, segment_id: r.segment_id }));
+        st.connections.extend(self.remote_segs.values().map(|r| ConnectionInfo {
+            client: r.client,
+            node_id: r.peer,
+            segment_id: r.segment_id,
+        }));
         st.interrupts.sort_by_key(|i| (i.data, i.number));
         if let Some(l) = &self.links {
             let mut imports: HashMap<u32, u32> = HashMap::new();

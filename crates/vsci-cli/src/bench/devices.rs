@@ -52,7 +52,9 @@ const IPERF_SERVERS: u16 = 4;
 
 fn unavailable(ctx: &Ctx) -> Option<String> {
     super::remote::needs_root_and_ip(ctx).or_else(|| {
-        peers::which("iperf3").is_none().then(|| "needs iperf3 (Debian package iperf3; scripts/install-deps.sh installs it)".into())
+        peers::which("iperf3")
+            .is_none()
+            .then(|| "needs iperf3 (Debian package iperf3; scripts/install-deps.sh installs it)".into())
     })
 }
 
@@ -68,11 +70,18 @@ struct Route {
 impl Sites for Route {
     fn command(&self, i: usize, program: &Path) -> Command {
         let mut c = Command::new("ip");
-        c.args(["netns", "exec", if i == 0 { &self.from } else { &self.to_ns }]).arg(program).stdin(Stdio::null()).process_group(0);
+        c.args(["netns", "exec", if i == 0 { &self.from } else { &self.to_ns }])
+            .arg(program)
+            .stdin(Stdio::null())
+            .process_group(0);
         c
     }
     fn addr(&self, i: usize) -> String {
-        if i == 1 { self.to.clone() } else { self.from_ip.clone() }
+        if i == 1 {
+            self.to.clone()
+        } else {
+            self.from_ip.clone()
+        }
     }
     fn node_id(&self, _: usize) -> u32 {
         0
@@ -122,18 +131,35 @@ impl Bench<'_> {
         self.next_host += 1;
         let out = self.pair.dir.join(format!("{name}.out"));
         let mut c = self.pair.command(node - 1, &self.vsci);
-        c.args(["device", "vm", "--device-node", "1", "--name", name, "--mode", mode, "--netns", &ns, "--address", &format!("{ip}/24"), "--key-file"])
-            .arg(self.pair.dir.join("cluster.key"))
-            .arg("--socket")
-            .arg(&self.pair.sockets[node - 1])
-            .stdout(std::fs::File::create(&out)?)
-            .stderr(std::fs::File::create(out.with_extension("err"))?);
+        c.args([
+            "device",
+            "vm",
+            "--device-node",
+            "1",
+            "--name",
+            name,
+            "--mode",
+            mode,
+            "--netns",
+            &ns,
+            "--address",
+            &format!("{ip}/24"),
+            "--key-file",
+        ])
+        .arg(self.pair.dir.join("cluster.key"))
+        .arg("--socket")
+        .arg(&self.pair.sockets[node - 1])
+        .stdout(std::fs::File::create(&out)?)
+        .stderr(std::fs::File::create(out.with_extension("err"))?);
         let helper = self.pair.spawn(c, "vsci device vm")?;
         let t0 = Instant::now();
         while !std::fs::read_to_string(&out).unwrap_or_default().contains("(MAC") {
             if let Some(st) = self.pair.helper(helper).try_wait()? {
                 let err = std::fs::read_to_string(out.with_extension("err")).unwrap_or_default();
-                bail!("vsci device vm {name} on node {node} ended ({st}) before it held a function:\n{}", tail(&err, 10));
+                bail!(
+                    "vsci device vm {name} on node {node} ended ({st}) before it held a function:\n{}",
+                    tail(&err, 10)
+                );
             }
             if t0.elapsed() > Duration::from_secs(60) {
                 bail!("vsci device vm {name} on node {node} held no function after 60 s");
@@ -142,7 +168,12 @@ impl Bench<'_> {
         }
         // It holds a function; its driver then brings its interface up.
         let vm = Vm { name: name.into(), helper, ns, ip, out, wire_dropped: tx_dropped(&self.pair.ns[0], "nic0") };
-        while !Command::new("ip").args(["-n", &vm.ns, "route", "get", WIRE]).stdin(Stdio::null()).output().is_ok_and(|o| o.status.success()) {
+        while !Command::new("ip")
+            .args(["-n", &vm.ns, "route", "get", WIRE])
+            .stdin(Stdio::null())
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
             if t0.elapsed() > Duration::from_secs(60) {
                 self.stop_vm(vm);
                 bail!("VM {name} on node {node} has no route to {WIRE} after 60 s");
@@ -162,7 +193,8 @@ impl Bench<'_> {
         let device = self.device_function(&vm.name);
         let drops = json!({"vm_tap_tx": tx_dropped(&vm.ns, "eth0"), "wire_tap_tx": tx_dropped(&self.pair.ns[0], "nic0").zip(vm.wire_dropped).map(|(a, b)| a - b)});
         let child = self.pair.helper(vm.helper);
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let _ =
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
         let _ = netns::wait_child(child, Duration::from_secs(20), "vsci device vm");
         self.pair.drop_netns(&vm.ns);
         let text = std::fs::read_to_string(&vm.out).unwrap_or_default();
@@ -176,9 +208,14 @@ impl Bench<'_> {
     /// VM `name` holds.
     fn device_function(&self, name: &str) -> Value {
         let mut c = self.pair.command(0, &self.vsci);
-        c.args(["device", "list", "--json", "--device-node", "1", "--key-file"]).arg(self.pair.dir.join("cluster.key")).arg("--socket").arg(&self.pair.sockets[0]);
-        let list: Option<Value> = c.stderr(Stdio::null()).output().ok().and_then(|o| serde_json::from_slice(&o.stdout).ok());
-        let f = list.as_ref().and_then(|l| l["functions"].as_array()?.iter().find(|f| f["holder"]["vm"] == name).cloned());
+        c.args(["device", "list", "--json", "--device-node", "1", "--key-file"])
+            .arg(self.pair.dir.join("cluster.key"))
+            .arg("--socket")
+            .arg(&self.pair.sockets[0]);
+        let list: Option<Value> =
+            c.stderr(Stdio::null()).output().ok().and_then(|o| serde_json::from_slice(&o.stdout).ok());
+        let f =
+            list.as_ref().and_then(|l| l["functions"].as_array()?.iter().find(|f| f["holder"]["vm"] == name).cloned());
         match f {
             Some(Value::Object(mut o)) => {
                 o.retain(|k, _| !matches!(k.as_str(), "holder" | "mac"));
@@ -194,7 +231,16 @@ impl Bench<'_> {
         let (count, warmup) = if self.ctx.quick { (50, 5) } else { (200, 20) };
         let list: Vec<String> = sizes.iter().map(u64::to_string).collect();
         let mut c = route.command(0, &self.pingpong);
-        c.args(["client", &format!("{}:{PINGPONG_PORT}", route.to), "--sizes", &list.join(","), "--count", &count.to_string(), "--warmup", &warmup.to_string()]);
+        c.args([
+            "client",
+            &format!("{}:{PINGPONG_PORT}", route.to),
+            "--sizes",
+            &list.join(","),
+            "--count",
+            &count.to_string(),
+            "--warmup",
+            &warmup.to_string(),
+        ]);
         let run = || -> Result<Value> {
             let (st, out) = run_forwarded(c, "tcp_pingpong client", Duration::from_secs(600), false)?;
             for l in out.lines().filter(|l| l.starts_with("tcp_pingpong ")) {
@@ -241,7 +287,13 @@ impl Bench<'_> {
                 Some(m) => format!(
                     "{:.2} Gbit/s{}",
                     m * 8e-3,
-                    row[format!("{dir}_cpu_ms_per_MB")].as_f64().map(|c| format!(" ({c:.2} CPU-ms/MB, {:.0} % busy)", row[format!("{dir}_cpu_busy")].as_f64().unwrap_or(0.0) * 100.0)).unwrap_or_default()
+                    row[format!("{dir}_cpu_ms_per_MB")]
+                        .as_f64()
+                        .map(|c| format!(
+                            " ({c:.2} CPU-ms/MB, {:.0} % busy)",
+                            row[format!("{dir}_cpu_busy")].as_f64().unwrap_or(0.0) * 100.0
+                        ))
+                        .unwrap_or_default()
                 ),
                 None => format!("FAILED: {}", row[format!("{dir}_error")].as_str().unwrap_or("?")),
             };
@@ -262,7 +314,9 @@ impl Bench<'_> {
         let driver = self.stop_vm(vm);
         say(&format!("  driver counters over those {secs:.0} s: {driver}"));
         let interrupts = self.interrupts(node, name, mode)?;
-        Ok(json!({"name": name, "node": node, "mode": mode, "latency": latency, "throughput": throughput, "driver": driver, "seconds": secs, "interrupts": interrupts}))
+        Ok(
+            json!({"name": name, "node": node, "mode": mode, "latency": latency, "throughput": throughput, "driver": driver, "seconds": secs, "interrupts": interrupts}),
+        )
     }
 
     /// A fresh VM, one iperf3 RX run of fixed length, the interrupts and
@@ -285,7 +339,9 @@ impl Bench<'_> {
             fmt_opt(mbps.map(|m| m * 8e-3), 2),
             r.as_ref().err().map(|e| format!(" (iperf3 FAILED: {e:#})")).unwrap_or_default()
         ));
-        Ok(json!({"secs": secs, "vm_secs": vm_secs, "rx_MBps": mbps, "error": r.err().map(|e| format!("{e:#}")), "driver": driver}))
+        Ok(
+            json!({"secs": secs, "vm_secs": vm_secs, "rx_MBps": mbps, "error": r.err().map(|e| format!("{e:#}")), "driver": driver}),
+        )
     }
 
     /// Zero-copy VMs on `hosts`, one concurrent `iperf3 -R` each: their
@@ -310,12 +366,17 @@ impl Bench<'_> {
             let runs: Vec<_> = routes
                 .iter()
                 .enumerate()
-                .map(|(k, r)| s.spawn(move || peers::iperf3_client(r, iperf3, &(IPERF_PORT + k as u16).to_string(), secs, &["-R"])))
+                .map(|(k, r)| {
+                    s.spawn(move || {
+                        peers::iperf3_client(r, iperf3, &(IPERF_PORT + k as u16).to_string(), secs, &["-R"])
+                    })
+                })
                 .collect();
             runs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("the iperf3 thread panicked")))).collect()
         });
         let drivers: Vec<Value> = vms.into_iter().map(|vm| self.stop_vm(vm)).collect();
-        let shares: Vec<Option<f64>> = results.iter().map(|r| r.as_ref().ok().and_then(peers::iperf3_received)).collect();
+        let shares: Vec<Option<f64>> =
+            results.iter().map(|r| r.as_ref().ok().and_then(peers::iperf3_received)).collect();
         let errors: Vec<String> = results.iter().filter_map(|r| r.as_ref().err().map(|e| format!("{e:#}"))).collect();
         let got: Vec<f64> = shares.iter().flatten().copied().collect();
         let total: f64 = got.iter().sum();
@@ -328,7 +389,9 @@ impl Bench<'_> {
             fmt_opt(index, 3),
             if errors.is_empty() { String::new() } else { format!("; FAILED: {}", errors.join("; ")) }
         ));
-        Ok(json!({"case": label, "hosts": hosts, "secs": secs, "MBps": shares, "total_MBps": total, "jain": index, "errors": errors, "drivers": drivers}))
+        Ok(
+            json!({"case": label, "hosts": hosts, "secs": secs, "MBps": shares, "total_MBps": total, "jain": index, "errors": errors, "drivers": drivers}),
+        )
     }
 }
 
@@ -336,8 +399,11 @@ impl Bench<'_> {
 /// 1, rx: 2, tx_errors: 0, rx_errors: 0, irqs: 3, copies: 0 }`.
 fn driver_stats(text: &str) -> Option<Value> {
     let body = text.rsplit_once("DriverStats {")?.1.split('}').next()?;
-    let m: serde_json::Map<String, Value> =
-        body.split(',').filter_map(|kv| kv.split_once(':')).filter_map(|(k, v)| Some((k.trim().to_string(), json!(v.trim().parse::<u64>().ok()?)))).collect();
+    let m: serde_json::Map<String, Value> = body
+        .split(',')
+        .filter_map(|kv| kv.split_once(':'))
+        .filter_map(|(k, v)| Some((k.trim().to_string(), json!(v.trim().parse::<u64>().ok()?))))
+        .collect();
     (!m.is_empty()).then_some(Value::Object(m))
 }
 
@@ -363,7 +429,11 @@ fn cpu_jiffies() -> Option<(u64, u64)> {
 fn clock_ticks() -> f64 {
     // SAFETY: sysconf only reads a constant of the system.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 { t as f64 } else { 100.0 }
+    if t > 0 {
+        t as f64
+    } else {
+        100.0
+    }
 }
 
 fn jain(x: &[f64]) -> Option<f64> {
@@ -372,7 +442,8 @@ fn jain(x: &[f64]) -> Option<f64> {
 }
 
 fn run(ctx: &Ctx) -> Result<Value> {
-    let iperf3 = ctx.tools.get(Tool::Iperf3).context("iperf3 is needed (scripts/install-deps.sh installs it)")?.to_path_buf();
+    let iperf3 =
+        ctx.tools.get(Tool::Iperf3).context("iperf3 is needed (scripts/install-deps.sh installs it)")?.to_path_buf();
     let pingpong = ctx.program(&ctx.bench_dir, "tcp_pingpong")?;
     let vsci = crate::node::sibling("vsci");
     step("devices: three nodes, a shared NIC on node 1");
@@ -380,12 +451,22 @@ fn run(ctx: &Ctx) -> Result<Value> {
     pair.start_nodes(&crate::node::sibling("vscid"), Duration::from_secs(30))?;
     let dev_out = pair.dir.join("device.out");
     let mut dev = pair.command(0, &vsci);
-    dev.args(["device", "serve", "--tap", "nic0", "--address", &format!("{WIRE}/24"), "--functions", "4", "--key-file"])
-        .arg(pair.dir.join("cluster.key"))
-        .arg("--socket")
-        .arg(&pair.sockets[0])
-        .stdout(std::fs::File::create(&dev_out)?)
-        .stderr(Stdio::null());
+    dev.args([
+        "device",
+        "serve",
+        "--tap",
+        "nic0",
+        "--address",
+        &format!("{WIRE}/24"),
+        "--functions",
+        "4",
+        "--key-file",
+    ])
+    .arg(pair.dir.join("cluster.key"))
+    .arg("--socket")
+    .arg(&pair.sockets[0])
+    .stdout(std::fs::File::create(&dev_out)?)
+    .stderr(Stdio::null());
     let dev = pair.spawn(dev, "vsci device serve")?;
     let t0 = Instant::now();
     while !std::fs::read_to_string(&dev_out).unwrap_or_default().contains("functions on node") {
@@ -405,7 +486,12 @@ fn run(ctx: &Ctx) -> Result<Value> {
     netns::sleep(Duration::from_millis(500))?;
     let sizes: &[u64] = if ctx.quick { &[32, 4096, 65536] } else { &[32, 256, 1024, 4096, 16384, 65536] };
     let lens: &[u64] = if ctx.quick { &[1024, 65536] } else { &[1024, 4096, 16384, 65536] };
-    let veth = Route { from: pair.ns[1].clone(), from_ip: pair.ip[1].clone(), to_ns: pair.ns[0].clone(), to: pair.ip[0].clone() };
+    let veth = Route {
+        from: pair.ns[1].clone(),
+        from_ip: pair.ip[1].clone(),
+        to_ns: pair.ns[0].clone(),
+        to: pair.ip[0].clone(),
+    };
     let mut b = Bench { ctx, pair, vsci, iperf3, pingpong, next_host: 11 };
 
     step("devices: the veth reference");
@@ -425,7 +511,9 @@ fn run(ctx: &Ctx) -> Result<Value> {
 
     step("devices: fairness (concurrent RX streams, zero-copy)");
     let mut fairness = Vec::new();
-    for (label, hosts) in [("1 VM", &[2usize][..]), ("1 VM on each of 2 hosts", &[2, 3]), ("2 VMs on each of 2 hosts", &[2, 2, 3, 3])] {
+    for (label, hosts) in
+        [("1 VM", &[2usize][..]), ("1 VM on each of 2 hosts", &[2, 3]), ("2 VMs on each of 2 hosts", &[2, 2, 3, 3])]
+    {
         netns::check_interrupted()?;
         fairness.push(b.fairness(label, hosts).unwrap_or_else(|e| {
             say(&format!("  !! {label}: {e:#}"));
@@ -455,7 +543,10 @@ mod tests {
     fn driver_stats_line_is_parsed() {
         let out = "vsci device vm vm-x: function 1 (MAC 02:..) of node 1\nvsci vm-driver vm-x: stopped; DriverStats { tx: 10, rx: 20, tx_errors: 0, rx_errors: 1, irqs: 7, copies: 0 }\n";
         let v = driver_stats(out).unwrap();
-        assert_eq!((v["tx"].as_u64(), v["rx"].as_u64(), v["irqs"].as_u64(), v["rx_errors"].as_u64()), (Some(10), Some(20), Some(7), Some(1)));
+        assert_eq!(
+            (v["tx"].as_u64(), v["rx"].as_u64(), v["irqs"].as_u64(), v["rx_errors"].as_u64()),
+            (Some(10), Some(20), Some(7), Some(1))
+        );
         assert!(driver_stats("no stats here").is_none());
     }
 

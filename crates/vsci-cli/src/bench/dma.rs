@@ -81,7 +81,10 @@ pub fn remote(ctx: &Ctx, pair: &mut Pair, sections: Option<&str>) -> Value {
             let limit = Duration::from_secs(if ctx.quick { 300 } else { 1200 });
             run_forwarded(cmd, "dma_bench -rn 2", limit, true).map(|(st, text)| (st, text, read_json(&json_path)))
         } else {
-            Err(anyhow::anyhow!("dma_bench -owner on node 2 never got ready:\n{}", std::fs::read_to_string(&owner_log).unwrap_or_default()))
+            Err(anyhow::anyhow!(
+                "dma_bench -owner on node 2 never got ready:\n{}",
+                std::fs::read_to_string(&owner_log).unwrap_or_default()
+            ))
         };
         netns::stop_child(pair.helper(h), Duration::from_secs(3));
         let (st, text, v) = result?;
@@ -152,7 +155,9 @@ impl Row {
     /// for the same work, as a fraction of the host's time.
     fn overhead(&self) -> Option<f64> {
         match (self.host, self.guest) {
-            (Some(h), Some(g)) if h > 0.0 && g > 0.0 => Some(if self.higher_better { h / g - 1.0 } else { g / h - 1.0 }),
+            (Some(h), Some(g)) if h > 0.0 && g > 0.0 => {
+                Some(if self.higher_better { h / g - 1.0 } else { g / h - 1.0 })
+            }
             _ => None,
         }
     }
@@ -164,9 +169,24 @@ pub fn versus(host: Option<&Value>, guest: Option<&Value>, remote: Option<&Value
     let null = Value::Null;
     let (h, g, r) = (host.unwrap_or(&null), guest.unwrap_or(&null), remote.unwrap_or(&null));
     let mut out: Vec<Row> = Vec::new();
-    let get = |v: &Value, sect: &str, f: &dyn Fn(&Value) -> bool, key: &str| find(v, sect, f).and_then(|x| x[key].as_f64());
-    let mut add = |what: String, unit: &'static str, higher_better: bool, sect: &str, f: &dyn Fn(&Value) -> bool, key: &str, paper: &'static str| {
-        out.push(Row { what, unit, higher_better, host: get(h, sect, f, key), guest: get(g, sect, f, key), remote: get(r, sect, f, key), paper });
+    let get =
+        |v: &Value, sect: &str, f: &dyn Fn(&Value) -> bool, key: &str| find(v, sect, f).and_then(|x| x[key].as_f64());
+    let mut add = |what: String,
+                   unit: &'static str,
+                   higher_better: bool,
+                   sect: &str,
+                   f: &dyn Fn(&Value) -> bool,
+                   key: &str,
+                   paper: &'static str| {
+        out.push(Row {
+            what,
+            unit,
+            higher_better,
+            host: get(h, sect, f, key),
+            guest: get(g, sect, f, key),
+            remote: get(r, sect, f, key),
+            paper,
+        });
     };
     for (bytes, paper) in [(512u64 << 10, "31-34 ms virtualized (derived); native flat"), (8 << 20, "")] {
         let s = size_name(bytes);
@@ -177,7 +197,13 @@ pub fn versus(host: Option<&Value>, guest: Option<&Value>, remote: Option<&Value
     }
     for bytes in [4096u64, 64 << 10, 512 << 10, 2 << 20, 8 << 20] {
         let s = size_name(bytes);
-        let paper = if bytes == 512 << 10 { "7 % overhead (max, at 512 KiB)" } else if bytes > 512 << 10 { "< 7 % overhead" } else { "" };
+        let paper = if bytes == 512 << 10 {
+            "7 % overhead (max, at 512 KiB)"
+        } else if bytes > 512 << 10 {
+            "< 7 % overhead"
+        } else {
+            ""
+        };
         let w = move |x: &Value| x["bytes"].as_u64() == Some(bytes) && x["dir"] == "write";
         let rd = move |x: &Value| x["bytes"].as_u64() == Some(bytes) && x["dir"] == "read";
         add(format!("single transfer {s}, write"), "MB/s", true, "single", &w, "dma_mbps", paper);

@@ -70,15 +70,17 @@ pub const GUEST_GUEST: PathSpec = PathSpec {
 pub const GUEST_REMOTE: PathSpec = PathSpec {
     name: "guest-remote",
     what: "a guest on node 1 and a host process on node 2 (two network namespaces over veth)",
-    unavailable: |ctx| no_qemu(ctx).or_else(|| {
-        if !nix::unistd::geteuid().is_root() {
-            Some("needs root to create network namespaces (ip netns); run as root".into())
-        } else if peers::which("ip").is_none() {
-            Some("needs `ip` (iproute2)".into())
-        } else {
-            None
-        }
-    }),
+    unavailable: |ctx| {
+        no_qemu(ctx).or_else(|| {
+            if !nix::unistd::geteuid().is_root() {
+                Some("needs root to create network namespaces (ip netns); run as root".into())
+            } else if peers::which("ip").is_none() {
+                Some("needs `ip` (iproute2)".into())
+            } else {
+                None
+            }
+        })
+    },
     steps: 2,
     tools: &[],
     run: run_guest_remote,
@@ -228,7 +230,12 @@ fn run_guest(ctx: &Ctx) -> Result<Value> {
         dma = dma::guest_script()
     );
     let end = End::guest(node.socket(), "vsci-bench-guest", 2);
-    let cmd = end.command(&[("sisci_bench", &sb), ("sendrecv", &sr), ("dma_bench", &db)], &script, Path::new("/tmp"), TIMEOUT);
+    let cmd = end.command(
+        &[("sisci_bench", &sb), ("sendrecv", &sr), ("dma_bench", &db)],
+        &script,
+        Path::new("/tmp"),
+        TIMEOUT,
+    );
     let (st, text) = super::run_forwarded(cmd, "vsci vm run (guest)", TIMEOUT + Duration::from_secs(30), true)?;
     netns::check_interrupted()?;
     drop(node);
@@ -286,14 +293,26 @@ pub fn versus_host(local: &Value, guest: &Value) -> Value {
     }
     for r in rows(g, &["interrupt"]) {
         let Some(hr) = find(h, "interrupt", "wait", &r["wait"]) else { continue };
-        add(format!("interrupt, VSCI_WAIT={}", r["wait"].as_str().unwrap_or("?")), "us", med(&hr["vsci"]), med(&r["vsci"]));
+        add(
+            format!("interrupt, VSCI_WAIT={}", r["wait"].as_str().unwrap_or("?")),
+            "us",
+            med(&hr["vsci"]),
+            med(&r["vsci"]),
+        );
     }
     add("interrupt peer: eventfd ping-pong".into(), "us", med(&h["interrupt"]["peer"]), med(&g["interrupt"]["peer"]));
     for r in rows(g, &["data_interrupt"]) {
-        let hr = rows(h, &["data_interrupt"]).into_iter().find(|x| x["wait"] == r["wait"] && x["payload"] == r["payload"]).cloned();
+        let hr = rows(h, &["data_interrupt"])
+            .into_iter()
+            .find(|x| x["wait"] == r["wait"] && x["payload"] == r["payload"])
+            .cloned();
         let Some(hr) = hr else { continue };
         add(
-            format!("data interrupt {}, {}", size_name(r["payload"].as_u64().unwrap_or(0)), r["wait"].as_str().unwrap_or("?")),
+            format!(
+                "data interrupt {}, {}",
+                size_name(r["payload"].as_u64().unwrap_or(0)),
+                r["wait"].as_str().unwrap_or("?")
+            ),
             "us",
             med(&hr["vsci"]),
             med(&r["vsci"]),
@@ -347,9 +366,15 @@ fn run_guest_remote(ctx: &Ctx) -> Result<Value> {
     step("guest-remote: two nodes in two network namespaces");
     let mut pair = Pair::create()?;
     pair.start_nodes(&crate::node::sibling("vscid"), Duration::from_secs(30))?;
-    say(&format!("namespaces {} (node 1, guest) and {} (node 2, host process); vscid up on both", pair.ns[0], pair.ns[1]));
+    say(&format!(
+        "namespaces {} (node 1, guest) and {} (node 2, host process); vscid up on both",
+        pair.ns[0], pair.ns[1]
+    ));
     step("guest-remote: remote_bench and the transfers, guest on node 1 -> host process on node 2");
-    let ends = [End::guest(&pair.sockets[0], "vsci-bench-gr", 1).in_ns(&pair.ns[0]), End::host(&pair.sockets[1]).in_ns(&pair.ns[1])];
+    let ends = [
+        End::guest(&pair.sockets[0], "vsci-bench-gr", 1).in_ns(&pair.ns[0]),
+        End::host(&pair.sockets[1]).in_ns(&pair.ns[1]),
+    ];
     let v = run_pair(ctx, "guest-remote", &ends, [1, 2]);
     pair.check_daemons()?;
     v.map(|mut v| {
@@ -386,7 +411,11 @@ fn run_pair(ctx: &Ctx, name: &str, ends: &[End; 2], nodes: [u32; 2]) -> Result<V
          exit $st",
         rn = nodes[0]
     );
-    say(&format!("{name}: end 0 (remote_bench -client, sendrecv -sender): {}; end 1 (-server, -receiver): {}", ends[0].label(), ends[1].label()));
+    say(&format!(
+        "{name}: end 0 (remote_bench -client, sendrecv -sender): {}; end 1 (-server, -receiver): {}",
+        ends[0].label(),
+        ends[1].label()
+    ));
     let scratch = Scratch::new(name)?;
     let (s0, s1) = (scratch.0.join("0"), scratch.0.join("1"));
     std::fs::create_dir_all(&s0)?;

@@ -58,14 +58,24 @@ fn run(ctx: &Ctx) -> Result<Value> {
     let mut nodes = Pair::create_n(2)?;
     nodes.node_args = vec![Vec::new(), vec!["--lend".into(), "1G".into()]];
     nodes.start_nodes(&vscid, Duration::from_secs(30))?;
-    say(&format!("namespaces {} (nodes 1-2, {}); files in {}", nodes.ns.join(", "), nodes.ip.join(", "), nodes.dir.display()));
+    say(&format!(
+        "namespaces {} (nodes 1-2, {}); files in {}",
+        nodes.ns.join(", "),
+        nodes.ip.join(", "),
+        nodes.dir.display()
+    ));
 
     let sock = nodes.dir.join("blockdev.sock");
     let mut bd = nodes.command(0, &vsci);
-    bd.args(["blockdev", "--size", SIZE, "--from", "2", "--listen-unix"]).arg(&sock).stdout(Stdio::null()).stderr(Stdio::null());
+    bd.args(["blockdev", "--size", SIZE, "--from", "2", "--listen-unix"])
+        .arg(&sock)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     nodes.spawn(bd, "vsci blockdev")?;
     let mut kit = nodes.command(1, &nbdkit);
-    kit.args(["-f", "-i", &nodes.ip[1], "-p", &NBDKIT_PORT.to_string(), "memory", SIZE]).stdout(Stdio::null()).stderr(Stdio::null());
+    kit.args(["-f", "-i", &nodes.ip[1], "-p", &NBDKIT_PORT.to_string(), "memory", SIZE])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
     nodes.spawn(kit, "nbdkit")?;
     let vsci_url = format!("nbd+unix:///vsci?socket={}", sock.display());
     let kit_url = format!("nbd://{}:{NBDKIT_PORT}/", nodes.ip[1]);
@@ -133,8 +143,11 @@ fn tmem_bench(nodes: &Pair, count: u32) -> Result<Value> {
     c.args(["bench", "2", &count.to_string()]);
     let (st, out) = run_forwarded(c, "t_tmem bench", Duration::from_secs(300), false)?;
     if !st.success() || !out.contains("BENCH DONE") {
-        bail!("t_tmem bench failed ({st}):
-{}", super::tail(&out, 20));
+        bail!(
+            "t_tmem bench failed ({st}):
+{}",
+            super::tail(&out, 20)
+        );
     }
     // "BENCH WHAT OP ops/s=.. MiB/s=.. p50_us=.. p99_us=.."
     let mut rows = Vec::new();
@@ -160,11 +173,19 @@ fn memext_bench(nodes: &Pair, quick: bool) -> Result<Value> {
         c.args(["stream", size, budget, "2"]);
         let (st, text) = run_forwarded(c, "vsci-memext-check", Duration::from_secs(600), false)?;
         if !st.success() || !text.lines().any(|l| l.trim() == "OK") {
-            bail!("vsci-memext-check {what} failed ({st}):
-{}", super::tail(&text, 20));
+            bail!(
+                "vsci-memext-check {what} failed ({st}):
+{}",
+                super::tail(&text, 20)
+            );
         }
         // "write: 0.123 GB/s (...)" lines.
-        let rate = |k: &str| text.lines().find_map(|l| l.strip_prefix(k)).and_then(|r| r.split_whitespace().next()).and_then(|v| v.parse::<f64>().ok());
+        let rate = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .and_then(|r| r.split_whitespace().next())
+                .and_then(|v| v.parse::<f64>().ok())
+        };
         out.insert(
             what.into(),
             json!({
@@ -190,7 +211,10 @@ fn wait_export(nodes: &Pair, fio: &Path, url: &str) -> Result<()> {
     loop {
         netns::check_interrupted()?;
         let mut c = nodes.command(0, fio);
-        c.args(["--name=probe", "--ioengine=nbd", "--rw=read", "--bs=4k", "--size=4k", "--output-format=terse"]).arg(format!("--uri={url}")).stdout(Stdio::null()).stderr(Stdio::null());
+        c.args(["--name=probe", "--ioengine=nbd", "--rw=read", "--bs=4k", "--size=4k", "--output-format=terse"])
+            .arg(format!("--uri={url}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
         if c.status().is_ok_and(|s| s.success()) {
             return Ok(());
         }
@@ -254,5 +278,7 @@ fn swap_run(nodes: &Pair, vsci: &Path, url: &str) -> Result<Value> {
         bail!("the swapping guest failed ({st}):\n{}", super::tail(&out, 20));
     }
     say(&format!("swap onto {url}: {line} (guest run {wall:.1} s)"));
-    Ok(json!({"program_secs": field(line, "secs="), "swapped_kib": field(line, "swapped_kib="), "guest_wall_secs": wall, "working_set_MiB": 160, "guest_ram_MiB": 128}))
+    Ok(
+        json!({"program_secs": field(line, "secs="), "swapped_kib": field(line, "swapped_kib="), "guest_wall_secs": wall, "working_set_MiB": 160, "guest_ram_MiB": 128}),
+    )
 }

@@ -93,9 +93,16 @@ fn run(ctx: &Ctx) -> Result<Value> {
     // sisci_bench took minutes earlier.
     let tmp2 = std::env::temp_dir().join(format!("vsci-bench-local-ref-{}.json", std::process::id()));
     let mut cmd = Command::new(&prog);
-    cmd.args(["-quick", "-s", "b", "-json"]).arg(&tmp2).env(vsci_proto::SOCKET_ENV, node.socket()).stdin(Stdio::null()).process_group(0);
+    cmd.args(["-quick", "-s", "b", "-json"])
+        .arg(&tmp2)
+        .env(vsci_proto::SOCKET_ENV, node.socket())
+        .stdin(Stdio::null())
+        .process_group(0);
     let reference = match run_forwarded(cmd, "sisci_bench -s b", Duration::from_secs(120), false) {
-        Ok(_) => std::fs::read_to_string(&tmp2).ok().and_then(|s| serde_json::from_str::<Value>(&s).ok()).map(|v| v["pingpong"].clone()),
+        Ok(_) => std::fs::read_to_string(&tmp2)
+            .ok()
+            .and_then(|s| serde_json::from_str::<Value>(&s).ok())
+            .map(|v| v["pingpong"].clone()),
         Err(e) => {
             say(&format!("!! reference ping-pong for UCX failed: {e:#}"));
             None
@@ -103,11 +110,15 @@ fn run(ctx: &Ctx) -> Result<Value> {
     };
     let _ = std::fs::remove_file(&tmp2);
     drop(node);
-    let (lat, bw): (&[u64], &[u64]) =
-        if ctx.quick { (&[64, 8192], &[65536, 8 << 20]) } else { (&[4, 64, 1024, 8192], &[1024, 4096, 65536, 1 << 20, 8 << 20]) };
+    let (lat, bw): (&[u64], &[u64]) = if ctx.quick {
+        (&[64, 8192], &[65536, 8 << 20])
+    } else {
+        (&[4, 64, 1024, 8192], &[1024, 4096, 65536, 1 << 20, 8 << 20])
+    };
     // posix: the shared-memory transport between processes; self: a
     // process's own endpoint, which UCP wants available.
-    let mut ucx = peers::ucx(&Local { socket: Path::new("/nonexistent") }, &ctx.tools, "posix,self", lat, bw, false, ctx.quick);
+    let mut ucx =
+        peers::ucx(&Local { socket: Path::new("/nonexistent") }, &ctx.tools, "posix,self", lat, bw, false, ctx.quick);
     if let (Some(r), Some(o)) = (reference, ucx.as_object_mut()) {
         o.insert("reference_pingpong".into(), r);
     }

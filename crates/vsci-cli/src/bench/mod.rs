@@ -69,7 +69,17 @@ pub struct PathSpec {
 
 /// Every path, in the order they run. The guest paths start their guest
 /// ends through `vsci vm run`.
-pub const PATHS: &[PathSpec] = &[local::PATH, remote::PATH, reflective::PATH, lending::PATH, devices::PATH, guest::GUEST, guest::GUEST_HOST, guest::GUEST_GUEST, guest::GUEST_REMOTE];
+pub const PATHS: &[PathSpec] = &[
+    local::PATH,
+    remote::PATH,
+    reflective::PATH,
+    lending::PATH,
+    devices::PATH,
+    guest::GUEST,
+    guest::GUEST_HOST,
+    guest::GUEST_GUEST,
+    guest::GUEST_REMOTE,
+];
 
 /// What every runner gets.
 pub struct Ctx {
@@ -128,7 +138,10 @@ fn select_paths(names: &[String]) -> Result<Vec<&'static PathSpec>> {
             Some(_) => {}
             None => {
                 let list: Vec<String> = PATHS.iter().map(|p| format!("  {:<12} {}", p.name, p.what)).collect();
-                bail!("unknown path `{n}` in --paths; the paths are:\n{}\n  all          every path above", list.join("\n"));
+                bail!(
+                    "unknown path `{n}` in --paths; the paths are:\n{}\n  all          every path above",
+                    list.join("\n")
+                );
             }
         }
     }
@@ -143,11 +156,13 @@ pub fn run(opts: Options) -> Result<()> {
         let exe = std::env::current_exe().unwrap_or_default();
         exe.parent().and_then(|p| p.parent()).map(|p| p.join("bench")).unwrap_or_else(|| PathBuf::from("build/bench"))
     });
-    let examples_dir = bench_dir.parent().map(|p| p.join("examples")).unwrap_or_else(|| PathBuf::from("build/examples"));
+    let examples_dir =
+        bench_dir.parent().map(|p| p.join("examples")).unwrap_or_else(|| PathBuf::from("build/examples"));
     if let Some(f) = &opts.from_json {
         let Some(dir) = &opts.report else { bail!("--from-json needs --report DIR") };
-        let mut out: Value = serde_json::from_str(&std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?)
-            .with_context(|| format!("{} is not JSON", f.display()))?;
+        let mut out: Value =
+            serde_json::from_str(&std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?)
+                .with_context(|| format!("{} is not JSON", f.display()))?;
         if out["dma"].is_null() {
             // Results saved before the DMA comparison existed.
             out["dma"] = dma_versus(&out["paths"]);
@@ -184,8 +199,10 @@ pub fn run(opts: Options) -> Result<()> {
         }
     }
     if runnable.is_empty() {
-        let why: Vec<String> =
-            skipped.iter().map(|s| format!("  {}: {}", s["path"].as_str().unwrap_or(""), s["reason"].as_str().unwrap_or(""))).collect();
+        let why: Vec<String> = skipped
+            .iter()
+            .map(|s| format!("  {}: {}", s["path"].as_str().unwrap_or(""), s["reason"].as_str().unwrap_or("")))
+            .collect();
         bail!("no path asked for can run here:\n{}", why.join("\n"));
     }
     let mut tools: Vec<Tool> = runnable.iter().flat_map(|p| p.tools.iter().copied()).collect();
@@ -298,7 +315,8 @@ fn write_report(dir: &Path, out: &Value, with_transcript: bool) -> Result<Vec<Pa
         }
     };
     let md = dir.join("benchmarks.md");
-    let names: Vec<String> = plots.iter().filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())).collect();
+    let names: Vec<String> =
+        plots.iter().filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned())).collect();
     write_file(&md, &report::markdown(out, &names))?;
     files.push(md);
     files.extend(plots);
@@ -499,7 +517,12 @@ fn machine() -> Value {
         .and_then(|l| l.split_once(':'))
         .map(|(_, v)| v.trim().to_string())
         .unwrap_or_else(|| "unknown".into());
-    let flags: Vec<&str> = cpuinfo.lines().find(|l| l.starts_with("flags")).and_then(|l| l.split_once(':')).map(|(_, v)| v.split_whitespace().collect()).unwrap_or_default();
+    let flags: Vec<&str> = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.split_whitespace().collect())
+        .unwrap_or_default();
     let hw_virt = flags.iter().any(|f| *f == "vmx" || *f == "svm");
     let under_hv = flags.contains(&"hypervisor");
     let kvm_dev = Path::new("/dev/kvm").exists();
@@ -533,7 +556,8 @@ fn machine() -> Value {
 
 /// ISO 8601 UTC, without a date crate.
 fn utc_now() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0) as i64;
+    let secs =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0) as i64;
     let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
     // Howard Hinnant's civil_from_days.
     let z = days + 719468;
@@ -622,7 +646,10 @@ mod tests {
 
     #[test]
     fn paths_are_selected_by_name_and_all() {
-        let names = |v: &[&str]| select_paths(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>()).map(|p| p.iter().map(|p| p.name).collect::<Vec<_>>());
+        let names = |v: &[&str]| {
+            select_paths(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                .map(|p| p.iter().map(|p| p.name).collect::<Vec<_>>())
+        };
         assert_eq!(names(&["local"]).unwrap(), ["local"]);
         assert_eq!(names(&["remote", "local", "remote"]).unwrap(), ["remote", "local"]);
         assert_eq!(names(&["all"]).unwrap(), PATHS.iter().map(|p| p.name).collect::<Vec<_>>());

@@ -128,7 +128,10 @@ fn ns_pids(ns: &str) -> Vec<i32> {
 fn ns_list() -> Vec<String> {
     ip_output(&["netns", "list"])
         .map(|o| {
-            String::from_utf8_lossy(&o.stdout).lines().filter_map(|l| l.split_whitespace().next().map(str::to_string)).collect()
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+                .collect()
         })
         .unwrap_or_default()
 }
@@ -335,7 +338,8 @@ impl Pair {
                     }
                 }
                 if t0.elapsed() > timeout {
-                    let logs: Vec<String> = (0..n).map(|j| format!("--- node {} log ---\n{}", j + 1, self.log(j))).collect();
+                    let logs: Vec<String> =
+                        (0..n).map(|j| format!("--- node {} log ---\n{}", j + 1, self.log(j))).collect();
                     bail!(
                         "node {} does not see node {peer} up after {} s (state {:?})\n{}",
                         i + 1,

@@ -65,7 +65,11 @@ impl Tools {
     }
     /// A line for a peer that is not there.
     pub fn missing(&self, t: Tool) -> String {
-        format!("{}: NOT AVAILABLE, its figures show \"-\" (Debian package {}; scripts/install-deps.sh installs it)", t.binary(), t.package())
+        format!(
+            "{}: NOT AVAILABLE, its figures show \"-\" (Debian package {}; scripts/install-deps.sh installs it)",
+            t.binary(),
+            t.package()
+        )
     }
 }
 
@@ -117,7 +121,9 @@ pub fn ensure(tools: &[Tool], install: bool) -> Tools {
                 }
                 None => {
                     say(&format!("peers: {} is still missing after apt-get install {}", tool.binary(), tool.package()));
-                    t.notes.push(json!({"tool": tool.binary(), "package": tool.package(), "missing": "apt-get install failed"}));
+                    t.notes.push(
+                        json!({"tool": tool.binary(), "package": tool.package(), "missing": "apt-get install failed"}),
+                    );
                 }
             }
         }
@@ -224,7 +230,18 @@ fn sockperf_run(sites: &dyn Sites, prog: &Path, sizes: &[u64], secs: u32) -> Res
                 bail!("sockperf server exited ({st}): {}", srv_out.text.lock().map(|t| t.clone()).unwrap_or_default());
             }
             let mut c = sites.command(0, prog);
-            c.args(["ping-pong", "--tcp", "-i", &addr, "-p", SOCKPERF_PORT, "-m", &m.to_string(), "-t", &secs.to_string()]);
+            c.args([
+                "ping-pong",
+                "--tcp",
+                "-i",
+                &addr,
+                "-p",
+                SOCKPERF_PORT,
+                "-m",
+                &m.to_string(),
+                "-t",
+                &secs.to_string(),
+            ]);
             let (st, out) = run_forwarded(c, "sockperf ping-pong", Duration::from_secs(secs as u64 + 30), false)?;
             text = strip_ansi(&out);
             if st.success() && text.contains("avg-latency") {
@@ -296,7 +313,11 @@ pub fn iperf3_client(sites: &dyn Sites, prog: &Path, port: &str, secs: u32, extr
         let v: Option<Value> = out.find('{').and_then(|i| serde_json::from_str(out[i..].trim_end()).ok());
         match v {
             Some(v) if st.success() && iperf3_received(&v).is_some() => return Ok(v),
-            _ if attempt == 9 => bail!("iperf3 -c {addr} -p {port} {} failed ({st}): {}", extra.join(" "), out.chars().take(600).collect::<String>()),
+            _ if attempt == 9 => bail!(
+                "iperf3 -c {addr} -p {port} {} failed ({st}): {}",
+                extra.join(" "),
+                out.chars().take(600).collect::<String>()
+            ),
             _ => netns::sleep(Duration::from_millis(300))?,
         }
     }
@@ -344,7 +365,15 @@ fn ucx_final(text: &str) -> Option<Vec<f64>> {
 /// over TCP and emulates it, slowly for large messages; active messages
 /// are what UCX moves fastest over TCP, so they bound what UCX can do on
 /// the path.
-pub fn ucx(sites: &dyn Sites, tools: &Tools, tls: &str, lat_sizes: &[u64], bw_sizes: &[u64], am_bw: bool, quick: bool) -> Value {
+pub fn ucx(
+    sites: &dyn Sites,
+    tools: &Tools,
+    tls: &str,
+    lat_sizes: &[u64],
+    bw_sizes: &[u64],
+    am_bw: bool,
+    quick: bool,
+) -> Value {
     let Some(prog) = tools.get(Tool::UcxPerftest) else {
         say(&tools.missing(Tool::UcxPerftest));
         return json!({"available": false, "tls": tls});
@@ -367,7 +396,10 @@ pub fn ucx(sites: &dyn Sites, tools: &Tools, tls: &str, lat_sizes: &[u64], bw_si
     for &s in lat_sizes {
         let iters = if quick { 2000 } else { 20000 };
         if let Some(v) = one("ucp_put_lat", s, iters) {
-            say(&format!("ucx_perftest -t ucp_put_lat -s {:<5} UCX_TLS={tls}: median {:.3} us, average {:.3} us (RTT/2)", s, v[1], v[2]));
+            say(&format!(
+                "ucx_perftest -t ucp_put_lat -s {:<5} UCX_TLS={tls}: median {:.3} us, average {:.3} us (RTT/2)",
+                s, v[1], v[2]
+            ));
             lat.push(json!({"size": s, "n": v[0], "median_us": v[1], "mean_us": v[2]}));
         }
     }
@@ -402,7 +434,8 @@ pub fn ucx(sites: &dyn Sites, tools: &Tools, tls: &str, lat_sizes: &[u64], bw_si
 }
 
 fn ucx_run(sites: &dyn Sites, prog: &Path, tls: &str, test: &str, size: u64, iters: u64) -> Result<Vec<f64>> {
-    let args: Vec<String> = ["-t", test, "-s", &size.to_string(), "-n", &iters.to_string()].iter().map(|s| s.to_string()).collect();
+    let args: Vec<String> =
+        ["-t", test, "-s", &size.to_string(), "-n", &iters.to_string()].iter().map(|s| s.to_string()).collect();
     ucx_run_args(sites, prog, tls, &args).map(|(v, _)| v)
 }
 
@@ -488,7 +521,12 @@ pub fn ucx_am(sites: &dyn Sites, tools: &Tools, sizes: &[u64], counts: AmCounts)
             let iters = if lat { counts.lat } else { (counts.bw_bytes / size).clamp(counts.bw_min, counts.bw_max) };
             let (uct, ucp) = if lat { ("am_lat", "ucp_am_lat") } else { ("am_bw", "ucp_am_bw") };
             let mut tries: Vec<(&str, &str, Vec<String>)> = Vec::new();
-            let common = |t: &str| -> Vec<String> { ["-t", t, "-s", &size.to_string(), "-n", &iters.to_string(), "-w", "0"].iter().map(|s| s.to_string()).collect() };
+            let common = |t: &str| -> Vec<String> {
+                ["-t", t, "-s", &size.to_string(), "-n", &iters.to_string(), "-w", "0"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect()
+            };
             if let Some(d) = &dev {
                 let mut a = common(uct);
                 a.extend(["-x".to_string(), "tcp".to_string(), "-d".to_string(), d.clone()]);
@@ -586,7 +624,11 @@ fn fabric_write_run(sites: &dyn Sites, prog: &Path, sizes: &[u64], quick: bool) 
     let mut target = Guard(child);
     let t0 = Instant::now();
     let line = loop {
-        let found = fwd.text.lock().ok().and_then(|t| t.lines().find_map(|l| l.strip_prefix("fabric-target ").map(str::to_string)));
+        let found = fwd
+            .text
+            .lock()
+            .ok()
+            .and_then(|t| t.lines().find_map(|l| l.strip_prefix("fabric-target ").map(str::to_string)));
         if let Some(l) = found {
             break l;
         }
@@ -666,7 +708,18 @@ pub fn transfers(sites: &dyn Sites, sendrecv: &Path, quick: bool) -> Result<Valu
         netns::sleep(Duration::from_millis(20))?;
     }
     let mut sc = sites.command(0, sendrecv);
-    sc.args(["-sender", "-rn", &sites.node_id(1).to_string(), "-bytes", &list, "-slots", "1", "-copy", "-segid", segid]);
+    sc.args([
+        "-sender",
+        "-rn",
+        &sites.node_id(1).to_string(),
+        "-bytes",
+        &list,
+        "-slots",
+        "1",
+        "-copy",
+        "-segid",
+        segid,
+    ]);
     let limit = Duration::from_secs(if quick { 120 } else { 900 });
     let (st, text) = run_forwarded(sc, "sendrecv -sender", limit, true)?;
     let rst = netns::wait_child(&mut recv.0, Duration::from_secs(30), "sendrecv -receiver");
@@ -697,7 +750,11 @@ pub fn parse_transfers(text: &str, rtext: &str, window: &str, list: &str, rn: u3
     let mut chunks: BTreeMap<u64, u64> = BTreeMap::new();
     for l in text.lines().filter(|l| l.starts_with("sender:") && l.contains(" bytes in ")) {
         let w: Vec<&str> = l.split_whitespace().collect();
-        let (Some(b), Some(c), Some(ms)) = (w.get(1).and_then(|x| x.parse::<u64>().ok()), w.get(4).and_then(|x| x.parse::<u64>().ok()), w.get(6).and_then(|x| x.parse::<f64>().ok())) else {
+        let (Some(b), Some(c), Some(ms)) = (
+            w.get(1).and_then(|x| x.parse::<u64>().ok()),
+            w.get(4).and_then(|x| x.parse::<u64>().ok()),
+            w.get(6).and_then(|x| x.parse::<f64>().ok()),
+        ) else {
             continue;
         };
         by_size.entry(b).or_default().push(ms);

@@ -27,13 +27,17 @@ fn register_font() -> Result<()> {
     static DONE: OnceLock<std::result::Result<(), String>> = OnceLock::new();
     DONE.get_or_init(|| {
         let path = FONT_FILES.iter().find(|p| Path::new(p).exists()).ok_or_else(|| {
-            format!("no TrueType font found ({}); install fonts-dejavu-core (scripts/install-deps.sh does)", FONT_FILES[0])
+            format!(
+                "no TrueType font found ({}); install fonts-dejavu-core (scripts/install-deps.sh does)",
+                FONT_FILES[0]
+            )
         })?;
         let bytes = std::fs::read(path).map_err(|e| format!("reading {path}: {e}"))?;
         // plotters keeps fonts for the life of the process; the run draws a
         // few plots and exits, so one leaked copy is what it needs.
         let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-        plotters::style::register_font(FONT, FontStyle::Normal, bytes).map_err(|_| format!("{path} is not a usable font"))
+        plotters::style::register_font(FONT, FontStyle::Normal, bytes)
+            .map_err(|_| format!("{path} is not a usable font"))
     })
     .clone()
     .map_err(anyhow::Error::msg)
@@ -47,7 +51,8 @@ struct Series {
 }
 
 fn series(name: &str, pts: Vec<(f64, f64)>, dashed: bool) -> Option<Series> {
-    let pts: Vec<(f64, f64)> = pts.into_iter().filter(|(x, y)| x.is_finite() && y.is_finite() && *x > 0.0 && *y > 0.0).collect();
+    let pts: Vec<(f64, f64)> =
+        pts.into_iter().filter(|(x, y)| x.is_finite() && y.is_finite() && *x > 0.0 && *y > 0.0).collect();
     (!pts.is_empty()).then(|| Series { name: name.into(), pts, dashed })
 }
 
@@ -70,7 +75,8 @@ fn med(v: &Value, k: &str) -> Option<f64> {
     v.get(k)?.get("median_us")?.as_f64()
 }
 
-const T5_SIZES: [f64; 11] = [1024., 2048., 4096., 8192., 32768., 65536., 262144., 1048576., 2097152., 4194304., 8388608.];
+const T5_SIZES: [f64; 11] =
+    [1024., 2048., 4096., 8192., 32768., 65536., 262144., 1048576., 2097152., 4194304., 8388608.];
 
 /// Draw every plot the run has data for; returns the files written.
 pub fn write_all(dir: &Path, out: &Value) -> Result<Vec<PathBuf>> {
@@ -85,16 +91,36 @@ pub fn write_all(dir: &Path, out: &Value) -> Result<Vec<PathBuf>> {
     let mut s = Vec::new();
     s.extend(series("local vsci (memcpy + SCIFlush)", pts(&lb, "size", |r| r["vsci_MBps"].as_f64()), false));
     s.extend(series("local memcpy (limit)", pts(&lb, "size", |r| r["peer_MBps"].as_f64()), false));
-    s.extend(series("UCX shm put_bw", pts(&arr(l, &["peers", "ucx_perftest", "bw"]), "size", |r| r["MBps"].as_f64()), false));
+    s.extend(series(
+        "UCX shm put_bw",
+        pts(&arr(l, &["peers", "ucx_perftest", "bw"]), "size", |r| r["MBps"].as_f64()),
+        false,
+    ));
     s.extend(series("remote vsci (memcpy + SCIFlush)", pts(&rb, "size", |r| r["flush_MBps"].as_f64()), false));
     s.extend(series("remote vsci (SCIMemCpy)", pts(&rb, "size", |r| r["memcpy_MBps"].as_f64()), false));
-    s.extend(series("UCX tcp put_bw", pts(&arr(r, &["peers", "ucx_perftest", "bw"]), "size", |r| r["MBps"].as_f64()), false));
-    s.extend(series("UCX tcp am_bw", pts(&arr(r, &["peers", "ucx_perftest", "am_bw"]), "size", |r| r["MBps"].as_f64()), false));
+    s.extend(series(
+        "UCX tcp put_bw",
+        pts(&arr(r, &["peers", "ucx_perftest", "bw"]), "size", |r| r["MBps"].as_f64()),
+        false,
+    ));
+    s.extend(series(
+        "UCX tcp am_bw",
+        pts(&arr(r, &["peers", "ucx_perftest", "am_bw"]), "size", |r| r["MBps"].as_f64()),
+        false,
+    ));
     if let Some(ip) = r["peers"]["iperf3"]["MBps"].as_f64() {
         s.extend(series("iperf3 (1 TCP stream, any size)", vec![(1024.0, ip), (8388608.0, ip)], false));
     }
-    s.extend(series("thesis 5.2 native (2017, local)", T5_SIZES.iter().copied().zip(super::report::t52_native()).collect(), true));
-    s.extend(series("thesis 5.5 PXH830 native (remote)", T5_SIZES.iter().copied().zip(super::report::t55_native()).collect(), true));
+    s.extend(series(
+        "thesis 5.2 native (2017, local)",
+        T5_SIZES.iter().copied().zip(super::report::t52_native()).collect(),
+        true,
+    ));
+    s.extend(series(
+        "thesis 5.5 PXH830 native (remote)",
+        T5_SIZES.iter().copied().zip(super::report::t55_native()).collect(),
+        true,
+    ));
     if !s.is_empty() {
         let f = dir.join("bandwidth.png");
         log_plot(&f, "Write bandwidth", "size", "MB/s", &s, true)?;
@@ -107,11 +133,27 @@ pub fn write_all(dir: &Path, out: &Value) -> Result<Vec<PathBuf>> {
     let mut s = Vec::new();
     s.extend(series("local vsci", pts(&lp, "size", |r| med(r, "vsci")), false));
     s.extend(series("local raw memfd polling (limit)", pts(&lp, "size", |r| med(r, "peer")), false));
-    s.extend(series("UCX shm put_lat", pts(&arr(l, &["peers", "ucx_perftest", "lat"]), "size", |r| r["median_us"].as_f64()), false));
+    s.extend(series(
+        "UCX shm put_lat",
+        pts(&arr(l, &["peers", "ucx_perftest", "lat"]), "size", |r| r["median_us"].as_f64()),
+        false,
+    ));
     s.extend(series("remote vsci", pts(&rp, "size", |r| med(r, "vsci")), false));
-    s.extend(series("sockperf TCP", pts(&arr(r, &["peers", "sockperf", "rows"]), "size", |r| r["median_us"].as_f64()), false));
-    s.extend(series("UCX tcp put_lat", pts(&arr(r, &["peers", "ucx_perftest", "lat"]), "size", |r| r["median_us"].as_f64()), false));
-    s.extend(series("thesis 5.6 IXH610 native (remote)", (0..12).map(|i| ((4u64 << i) as f64, super::report::t56_native()[i])).collect(), true));
+    s.extend(series(
+        "sockperf TCP",
+        pts(&arr(r, &["peers", "sockperf", "rows"]), "size", |r| r["median_us"].as_f64()),
+        false,
+    ));
+    s.extend(series(
+        "UCX tcp put_lat",
+        pts(&arr(r, &["peers", "ucx_perftest", "lat"]), "size", |r| r["median_us"].as_f64()),
+        false,
+    ));
+    s.extend(series(
+        "thesis 5.6 IXH610 native (remote)",
+        (0..12).map(|i| ((4u64 << i) as f64, super::report::t56_native()[i])).collect(),
+        true,
+    ));
     if !s.is_empty() {
         let f = dir.join("latency.png");
         log_plot(&f, "Ping-pong latency (median, RTT/2)", "message size", "µs", &s, true)?;
@@ -121,12 +163,23 @@ pub fn write_all(dir: &Path, out: &Value) -> Result<Vec<PathBuf>> {
     // Interrupt histograms: share of round trips per 10 µs bucket.
     let mut s = Vec::new();
     let hist = |v: &Value| -> Vec<(f64, f64)> {
-        let h: Vec<f64> = v.get("hist_10us").and_then(Value::as_array).map(|a| a.iter().map(|x| x.as_f64().unwrap_or(0.0)).collect()).unwrap_or_default();
+        let h: Vec<f64> = v
+            .get("hist_10us")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().map(|x| x.as_f64().unwrap_or(0.0)).collect())
+            .unwrap_or_default();
         let total: f64 = h.iter().sum();
-        h.iter().enumerate().map(|(i, c)| (i as f64 * 10.0 + 5.0, if total > 0.0 { 100.0 * c / total } else { 0.0 })).collect()
+        h.iter()
+            .enumerate()
+            .map(|(i, c)| (i as f64 * 10.0 + 5.0, if total > 0.0 { 100.0 * c / total } else { 0.0 }))
+            .collect()
     };
     for row in rows(&l["sisci_bench"], &["interrupt"]) {
-        s.extend(series(&format!("local vsci, {} wait", row["wait"].as_str().unwrap_or("?")), hist(&row["vsci"]), false));
+        s.extend(series(
+            &format!("local vsci, {} wait", row["wait"].as_str().unwrap_or("?")),
+            hist(&row["vsci"]),
+            false,
+        ));
     }
     if let Some(p) = l["sisci_bench"]["interrupt"].get("peer") {
         s.extend(series("local eventfd ping-pong", hist(p), false));
@@ -136,7 +189,14 @@ pub fn write_all(dir: &Path, out: &Value) -> Result<Vec<PathBuf>> {
     }
     if !s.is_empty() {
         let f = dir.join("interrupts.png");
-        log_plot(&f, "Interrupt latency histogram (10 µs buckets, last = ≥300 µs)", "RTT/2, µs (bucket middle)", "% of round trips", &s, false)?;
+        log_plot(
+            &f,
+            "Interrupt latency histogram (10 µs buckets, last = ≥300 µs)",
+            "RTT/2, µs (bucket middle)",
+            "% of round trips",
+            &s,
+            false,
+        )?;
         files.push(f);
     }
 
@@ -188,7 +248,13 @@ fn log_plot(path: &Path, title: &str, xdesc: &str, ydesc: &str, s: &[Series], si
                 .y_desc(ydesc)
                 .label_style((FONT, 14))
                 .x_labels(((l1 - l0) as usize + 1).min(32))
-                .x_label_formatter(&|x| if (x - x.round()).abs() < 0.01 { size_name(2f64.powf(x.round()) as u64) } else { String::new() })
+                .x_label_formatter(&|x| {
+                    if (x - x.round()).abs() < 0.01 {
+                        size_name(2f64.powf(x.round()) as u64)
+                    } else {
+                        String::new()
+                    }
+                })
                 .y_label_formatter(&|y| short(*y))
                 .draw()?;
             for (i, se) in s.iter().enumerate() {
@@ -196,16 +262,34 @@ fn log_plot(path: &Path, title: &str, xdesc: &str, ydesc: &str, s: &[Series], si
                 let style = c.stroke_width(2);
                 let p: Vec<(f64, f64)> = se.pts.iter().map(|&(x, y)| (x.log2(), y)).collect();
                 if se.dashed {
-                    chart.draw_series(DashedLineSeries::new(p, 8, 5, style))?.label(se.name.clone()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c));
+                    chart
+                        .draw_series(DashedLineSeries::new(p, 8, 5, style))?
+                        .label(se.name.clone())
+                        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c));
                 } else {
-                    chart.draw_series(LineSeries::new(p.clone(), style))?.label(se.name.clone()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+                    chart
+                        .draw_series(LineSeries::new(p.clone(), style))?
+                        .label(se.name.clone())
+                        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
                     chart.draw_series(p.iter().map(|&q| Circle::new(q, 3, c.filled())))?;
                 }
             }
-            chart.configure_series_labels().label_font((FONT, 14)).background_style(WHITE.mix(0.85)).border_style(BLACK).position(SeriesLabelPosition::UpperLeft).draw()?;
+            chart
+                .configure_series_labels()
+                .label_font((FONT, 14))
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .position(SeriesLabelPosition::UpperLeft)
+                .draw()?;
         } else {
             let mut chart = b.build_cartesian_2d(0f64..x1 + 10.0, (y0.max(1e-3)..y1.max(1e-2)).log_scale())?;
-            chart.configure_mesh().x_desc(xdesc).y_desc(ydesc).label_style((FONT, 14)).y_label_formatter(&|y| short(*y)).draw()?;
+            chart
+                .configure_mesh()
+                .x_desc(xdesc)
+                .y_desc(ydesc)
+                .label_style((FONT, 14))
+                .y_label_formatter(&|y| short(*y))
+                .draw()?;
             for (i, se) in s.iter().enumerate() {
                 let c = Palette99::pick(i).to_rgba();
                 // Empty buckets are left out (log scale), so lines join only
@@ -220,12 +304,19 @@ fn log_plot(path: &Path, title: &str, xdesc: &str, ydesc: &str, s: &[Series], si
                 for (k, r) in runs.into_iter().enumerate() {
                     let ser = chart.draw_series(LineSeries::new(r, c.stroke_width(2)))?;
                     if k == 0 {
-                        ser.label(se.name.clone()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+                        ser.label(se.name.clone())
+                            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
                     }
                 }
                 chart.draw_series(se.pts.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
             }
-            chart.configure_series_labels().label_font((FONT, 14)).background_style(WHITE.mix(0.85)).border_style(BLACK).position(SeriesLabelPosition::UpperRight).draw()?;
+            chart
+                .configure_series_labels()
+                .label_font((FONT, 14))
+                .background_style(WHITE.mix(0.85))
+                .border_style(BLACK)
+                .position(SeriesLabelPosition::UpperRight)
+                .draw()?;
         }
         root.present()?;
         Ok(())

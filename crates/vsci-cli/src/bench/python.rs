@@ -52,7 +52,13 @@ fn c_figure(sb: &Value, wait: Option<&str>) -> (Option<f64>, Option<u64>) {
                 .min_by_key(|(s, _)| (s.abs_diff(8), *s));
             (nearest.and_then(|(_, r)| r["vsci"]["median_us"].as_f64()), nearest.map(|(s, _)| s))
         }
-        Some(w) => (rows("interrupt").iter().find(|r| r["wait"].as_str() == Some(w)).and_then(|r| r["vsci"]["median_us"].as_f64()), None),
+        Some(w) => (
+            rows("interrupt")
+                .iter()
+                .find(|r| r["wait"].as_str() == Some(w))
+                .and_then(|r| r["vsci"]["median_us"].as_f64()),
+            None,
+        ),
     }
 }
 
@@ -66,7 +72,12 @@ pub fn run(ctx: &Ctx, socket: &Path, sb: &Value) -> Value {
         return json!({"skipped": why});
     }
     let py = python();
-    let probe = Command::new(&py).args(["-c", "import cffi"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).status();
+    let probe = Command::new(&py)
+        .args(["-c", "import cffi"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
     if !matches!(probe, Ok(s) if s.success()) {
         let why = format!("{} cannot import cffi (scripts/install-deps.sh installs python3-cffi)", py.display());
         say(&format!("python binding: skipped: {why}"));
@@ -92,7 +103,9 @@ pub fn run(ctx: &Ctx, socket: &Path, sb: &Value) -> Value {
     let _ = std::fs::remove_file(&tmp);
     let mut v = match (res, v) {
         (Ok(_), Some(v)) => v,
-        (Ok((st, text)), None) => return json!({"error": format!("python -m sisci.bench wrote no JSON ({st}): {}", crate::bench::tail(&text, 10))}),
+        (Ok((st, text)), None) => {
+            return json!({"error": format!("python -m sisci.bench wrote no JSON ({st}): {}", crate::bench::tail(&text, 10))})
+        }
         (Err(e), _) => return json!({"error": format!("{e:#}")}),
     };
     let diff = |p: Option<f64>, c: Option<f64>| p.zip(c).map(|(p, c)| p - c);
@@ -111,9 +124,17 @@ pub fn run(ctx: &Ctx, socket: &Path, sb: &Value) -> Value {
             }
             _ => String::new(),
         };
-        say(&format!("  {label:<42} python {:>9}  C {:>9}  +{}{note}", fmt_opt(pm, 3), fmt_opt(cm, 3), fmt_opt(diff(pm, cm), 3)));
+        say(&format!(
+            "  {label:<42} python {:>9}  C {:>9}  +{}{note}",
+            fmt_opt(pm, 3),
+            fmt_opt(cm, 3),
+            fmt_opt(diff(pm, cm), 3)
+        ));
     }
-    c.insert("from".into(), json!("sisci_bench of this run: ping-pong row 8 B (or the nearest size), interrupt rows by VSCI_WAIT"));
+    c.insert(
+        "from".into(),
+        json!("sisci_bench of this run: ping-pong row 8 B (or the nearest size), interrupt rows by VSCI_WAIT"),
+    );
     v["c"] = Value::Object(c);
     v["binding_cost_us"] = Value::Object(cost);
     v
@@ -152,7 +173,8 @@ mod tests {
         assert!(md.contains("### The Python binding"), "{md}");
         assert!(md.contains("| segment ping-pong, 8 B |") && md.contains("binding cost per trip"), "{md}");
         assert!(md.contains("| 1.50 / 3.00 | 0.500 | 1.00 | 3.00 |"), "{md}");
-        let skipped = crate::bench::report::markdown(&json!({"paths": {"local": {"python": {"skipped": "no cffi"}}}}), &[]);
+        let skipped =
+            crate::bench::report::markdown(&json!({"paths": {"local": {"python": {"skipped": "no cffi"}}}}), &[]);
         assert!(skipped.contains("Not measured: no cffi."), "{skipped}");
     }
 }

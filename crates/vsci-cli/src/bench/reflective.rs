@@ -48,7 +48,12 @@ fn run(ctx: &Ctx) -> Result<Value> {
     let vscid = crate::node::sibling("vscid");
     step("reflective: four nodes in network namespaces, one bridge");
     let mut nodes = Pair::create_n(4)?;
-    say(&format!("namespaces {} (nodes 1-4, {}); files in {}", nodes.ns.join(", "), nodes.ip.join(", "), nodes.dir.display()));
+    say(&format!(
+        "namespaces {} (nodes 1-4, {}); files in {}",
+        nodes.ns.join(", "),
+        nodes.ip.join(", "),
+        nodes.dir.display()
+    ));
     nodes.start_nodes(&vscid, Duration::from_secs(30))?;
     say("vscid up on all four nodes");
     let (npio, ndma, samples) = if ctx.quick { (10, 10, 300) } else { (40, 40, 1000) };
@@ -79,7 +84,16 @@ fn run(ctx: &Ctx) -> Result<Value> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn one(nodes: &mut Pair, prog: &Path, c: &Config, segid: u32, npio: u32, ndma: u32, samples: u32, pace_us: u32) -> Result<Value> {
+fn one(
+    nodes: &mut Pair,
+    prog: &Path,
+    c: &Config,
+    segid: u32,
+    npio: u32,
+    ndma: u32,
+    samples: u32,
+    pace_us: u32,
+) -> Result<Value> {
     let ack = segid + 0x100;
     let uni: &[&str] = if c.unicast { &["unicast"] } else { &[] };
     let mut members = Vec::new();
@@ -99,7 +113,10 @@ fn one(nodes: &mut Pair, prog: &Path, c: &Config, segid: u32, npio: u32, ndma: u
         while !fwd.contains("READY") {
             netns::check_interrupted()?;
             if t0.elapsed() > Duration::from_secs(60) {
-                bail!("the member on node {n} is not ready after 60 s:\n{}", tail(&fwd.text.lock().map(|t| t.clone()).unwrap_or_default(), 20));
+                bail!(
+                    "the member on node {n} is not ready after 60 s:\n{}",
+                    tail(&fwd.text.lock().map(|t| t.clone()).unwrap_or_default(), 20)
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -130,7 +147,10 @@ fn one(nodes: &mut Pair, prog: &Path, c: &Config, segid: u32, npio: u32, ndma: u
     }
     let result = wout.lines().find(|l| l.starts_with("RESULT")).context("the writer printed no RESULT line")?;
     let field = |k: &str| -> Option<f64> {
-        result.split_whitespace().find_map(|kv| kv.strip_prefix(k).and_then(|v| v.strip_prefix('='))).and_then(|v| v.parse().ok())
+        result
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
+            .and_then(|v| v.parse().ok())
     };
     // Store-to-visibility: each sample's delay to the last member that saw
     // it; samples some member missed (overwritten first) are left out.
@@ -150,7 +170,8 @@ fn one(nodes: &mut Pair, prog: &Path, c: &Config, segid: u32, npio: u32, ndma: u
         .filter_map(|(v, d0)| per_member[1..].iter().try_fold(*d0, |m, pm| pm.get(v).map(|d| m.max(*d))))
         .collect();
     all.sort_unstable();
-    let pct = |p: f64| -> Option<f64> { (!all.is_empty()).then(|| all[((all.len() - 1) as f64 * p) as usize] as f64 / 1e3) };
+    let pct =
+        |p: f64| -> Option<f64> { (!all.is_empty()).then(|| all[((all.len() - 1) as f64 * p) as usize] as f64 / 1e3) };
     say(&format!("{}: {result}", c.name));
     Ok(json!({
         "config": c.name,
@@ -171,7 +192,15 @@ fn print_table(rows: &[Value]) {
     say("\n== reflective memory: writer on node 1, members on nodes 2-4 (1 MiB blocks, each checked whole at every member) ==");
     say(&format!(
         "{:<18} {:>14} {:>14} {:>14} {:>14} {:>14} {:>22} {:>26} {:>10}",
-        "to", "stores µs/blk", "stores MB/s", "DMA µs/blk", "DMA MB/s", "DMA call µs", "8 B+flush p50/p99 µs", "visible at all p50/p99 µs", "seen"
+        "to",
+        "stores µs/blk",
+        "stores MB/s",
+        "DMA µs/blk",
+        "DMA MB/s",
+        "DMA call µs",
+        "8 B+flush p50/p99 µs",
+        "visible at all p50/p99 µs",
+        "seen"
     ));
     let f = |v: &Value| v.as_f64().map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into());
     for r in rows {

@@ -84,7 +84,14 @@ const LOADED_SECTIONS: &str = "eij";
 /// `remote_bench -server` on node 2 and `-client` on node 1, `repeat`
 /// times; the client's JSON of the last run. `sections`: `-s` for both;
 /// `tag` names its log and JSON files.
-fn remote_bench(ctx: &Ctx, pair: &mut Pair, prog: &Path, sections: Option<&str>, tag: &str, repeat: u32) -> Result<Value> {
+fn remote_bench(
+    ctx: &Ctx,
+    pair: &mut Pair,
+    prog: &Path,
+    sections: Option<&str>,
+    tag: &str,
+    repeat: u32,
+) -> Result<Value> {
     let quick_arg: &[&str] = if ctx.quick { &["-quick"] } else { &[] };
     let section_args: Vec<&str> = sections.map(|s| vec!["-s", s]).unwrap_or_default();
     let server_log = pair.dir.join(format!("remote_bench{tag}-server.log"));
@@ -101,7 +108,14 @@ fn remote_bench(ctx: &Ctx, pair: &mut Pair, prog: &Path, sections: Option<&str>,
         server.stdout(slog.try_clone()?).stderr(slog);
         let sh = pair.spawn(server, "remote_bench -server")?;
         let mut client = pair.command(0, prog);
-        client.args(["-client", "-rn", "2"]).args(quick_arg).args(&section_args).arg("-json").arg(&json_path).stdout(Stdio::piped()).stderr(Stdio::piped());
+        client
+            .args(["-client", "-rn", "2"])
+            .args(quick_arg)
+            .args(&section_args)
+            .arg("-json")
+            .arg(&json_path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let ch = pair.spawn(client, "remote_bench -client")?;
         let fwd = Forward::start(pair.helper(ch), true);
         let st = netns::wait_child(pair.helper(ch), limit, "remote_bench -client");
@@ -147,7 +161,11 @@ impl Busy {
         let mut b = Busy(Vec::new());
         for _ in 0..n {
             let mut c = Command::new("sh");
-            c.args(["-c", "while :; do :; done"]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).process_group(0);
+            c.args(["-c", "while :; do :; done"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .process_group(0);
             b.0.push(c.spawn().context("starting a busy loop (sh)")?);
         }
         Ok(b)
@@ -187,8 +205,16 @@ fn run(ctx: &Ctx) -> Result<Value> {
         // the sections asked for that take seconds.
         step("remote: the peers of the sections asked for");
         let has = |c: char| sections.contains(c);
-        let ucx = if has('e') || has('h') { peers::ucx(&pair, &ctx.tools, "tcp", &[4], &[], false, ctx.quick) } else { Value::Null };
-        let ucx_am = if has('i') { peers::ucx_am(&pair, &ctx.tools, ring_sizes(ctx.quick), am_counts(ctx.quick)) } else { Value::Null };
+        let ucx = if has('e') || has('h') {
+            peers::ucx(&pair, &ctx.tools, "tcp", &[4], &[], false, ctx.quick)
+        } else {
+            Value::Null
+        };
+        let ucx_am = if has('i') {
+            peers::ucx_am(&pair, &ctx.tools, ring_sizes(ctx.quick), am_counts(ctx.quick))
+        } else {
+            Value::Null
+        };
         let fabric = if has('f') { fabric_peer(ctx, &pair) } else { Value::Null };
         pair.check_daemons()?;
         let loaded = if ctx.loaded { Some(run_loaded(ctx, &mut pair, &prog, Some(sections))?) } else { None };
@@ -222,8 +248,11 @@ fn run(ctx: &Ctx) -> Result<Value> {
     let sockperf = peers::sockperf(&pair, &ctx.tools, &[64, 1024, 8192], secs);
     let iperf = peers::iperf3(&pair, &ctx.tools, if ctx.quick { 2 } else { 5 });
     // 4 B put_lat is the peer of the spinning ping-pong and the mailbox.
-    let (lat, bw): (&[u64], &[u64]) =
-        if ctx.quick { (&[4, 64, 8192], &[65536, 8 << 20]) } else { (&[4, 64, 1024, 8192], &[65536, 1 << 20, 8 << 20]) };
+    let (lat, bw): (&[u64], &[u64]) = if ctx.quick {
+        (&[4, 64, 8192], &[65536, 8 << 20])
+    } else {
+        (&[4, 64, 1024, 8192], &[65536, 1 << 20, 8 << 20])
+    };
     let ucx = peers::ucx(&pair, &ctx.tools, "tcp", lat, bw, true, ctx.quick);
     // Active messages: the peer of the message ring (issue 35).
     let ucx_am = peers::ucx_am(&pair, &ctx.tools, ring_sizes(ctx.quick), am_counts(ctx.quick));
@@ -281,8 +310,13 @@ fn run_loaded(ctx: &Ctx, pair: &mut Pair, prog: &Path, sections: Option<&str>) -
     let vsci = remote_bench(ctx, pair, prog, Some(&secs), "-loaded", 1)?;
     // Fewer UCX iterations: under this load a UCX round trip takes
     // milliseconds, and 20,000 of them did not finish in 120 s.
-    let ucx = if secs.contains('e') { peers::ucx(pair, &ctx.tools, "tcp", &[4], &[], false, true) } else { Value::Null };
-    let ucx_am = if secs.contains('i') { peers::ucx_am(pair, &ctx.tools, ring_sizes(ctx.quick), peers::AmCounts::LOADED) } else { Value::Null };
+    let ucx =
+        if secs.contains('e') { peers::ucx(pair, &ctx.tools, "tcp", &[4], &[], false, true) } else { Value::Null };
+    let ucx_am = if secs.contains('i') {
+        peers::ucx_am(pair, &ctx.tools, ring_sizes(ctx.quick), peers::AmCounts::LOADED)
+    } else {
+        Value::Null
+    };
     let after = loadavg();
     drop(busy);
     pair.check_daemons()?;
@@ -360,7 +394,16 @@ fn sockperf_row(sp: &Value, size: u64) -> (Option<f64>, Option<f64>) {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn print_table(pair: &Pair, vsci: &Value, sp: &Value, ip: &Value, ucx: &Value, fw: &Value, am: &Value, loaded: Option<&Value>) -> Vec<Value> {
+fn print_table(
+    pair: &Pair,
+    vsci: &Value,
+    sp: &Value,
+    ip: &Value,
+    ucx: &Value,
+    fw: &Value,
+    am: &Value,
+    loaded: Option<&Value>,
+) -> Vec<Value> {
     let mut rows: Vec<Row> = Vec::new();
     let sp_name = |s: u64| {
         if sp.get("available").and_then(Value::as_bool) == Some(true) {
@@ -429,7 +472,8 @@ fn print_table(pair: &Pair, vsci: &Value, sp: &Value, ip: &Value, ucx: &Value, f
     }
     // Bandwidth against iperf3.
     let ip_mbps = ip.get("MBps").and_then(Value::as_f64);
-    let ip_name = if ip_mbps.is_some() { "iperf3 TCP, 1 stream".to_string() } else { "iperf3 (not installed)".to_string() };
+    let ip_name =
+        if ip_mbps.is_some() { "iperf3 TCP, 1 stream".to_string() } else { "iperf3 (not installed)".to_string() };
     let bw: Vec<&Value> = rows_of(vsci, "write_bandwidth").collect();
     for r in &bw {
         let Some(size) = r.get("size").and_then(Value::as_u64) else { continue };
@@ -554,7 +598,10 @@ fn print_table(pair: &Pair, vsci: &Value, sp: &Value, ip: &Value, ucx: &Value, f
             let Some(idle) = rows[..idle_rows].iter().find(|x| x.what == name) else { continue };
             let (Some(a), Some(b)) = (idle.ratio(), r.ratio()) else { continue };
             let growth = if matches!(r.kind, Kind::Rate | Kind::Bandwidth) { a / b } else { b / a };
-            say(&format!("  {name:<60} {a:>8.2}x -> {b:>8.2}x   grew {growth:.2}x{}", if growth > 1.5 { "  !!" } else { "" }));
+            say(&format!(
+                "  {name:<60} {a:>8.2}x -> {b:>8.2}x   grew {growth:.2}x{}",
+                if growth > 1.5 { "  !!" } else { "" }
+            ));
         }
     }
     if !vis.is_empty() {
@@ -582,7 +629,11 @@ fn ucx_lat(ucx: &Value, size: u64) -> Option<f64> {
 /// heartbeats alone, the mailbox against UCX put/flag round trips.
 fn issue17_rows(rows: &mut Vec<Row>, vsci: &Value, ucx: &Value, fw: &Value) {
     let u4 = ucx_lat(ucx, 4);
-    let ucx_name = if u4.is_some() { "UCX tcp put_lat 4 B (RTT/2)".to_string() } else { "UCX tcp put_lat 4 B (not measured)".to_string() };
+    let ucx_name = if u4.is_some() {
+        "UCX tcp put_lat 4 B (RTT/2)".to_string()
+    } else {
+        "UCX tcp put_lat 4 B (not measured)".to_string()
+    };
     if let Some(r) = rows_of(vsci, "pingpong").find(|r| r.get("size").and_then(Value::as_u64) == Some(4)) {
         let y = vsci.get("yield_every").and_then(Value::as_u64).unwrap_or(0);
         rows.push(Row {
@@ -609,12 +660,20 @@ fn issue17_rows(rows: &mut Vec<Row>, vsci: &Value, ucx: &Value, fw: &Value) {
     for r in rows_of(vsci, "store_flush") {
         let Some(size) = r.get("size").and_then(Value::as_u64) else { continue };
         let p = fw_rows.iter().find(|x| x.get("size").and_then(Value::as_u64) == Some(size));
-        let what = if size == 1 { "store 1 B + SCIFlush".to_string() } else { format!("memcpy {} + SCIFlush", size_name(size)) };
+        let what = if size == 1 {
+            "store 1 B + SCIFlush".to_string()
+        } else {
+            format!("memcpy {} + SCIFlush", size_name(size))
+        };
         rows.push(Row {
             what,
             unit: "us",
             vsci: lat_of(&r["vsci"]),
-            peer_name: if p.is_some() { format!("libfabric delivered write {}", size_name(size)) } else { "libfabric write (not measured)".into() },
+            peer_name: if p.is_some() {
+                format!("libfabric delivered write {}", size_name(size))
+            } else {
+                "libfabric write (not measured)".into()
+            },
             peer: p.map(|x| lat_of(x)).unwrap_or((None, None)),
             kind: Kind::Latency,
         });
@@ -655,11 +714,9 @@ fn issue17_rows(rows: &mut Vec<Row>, vsci: &Value, ucx: &Value, fw: &Value) {
 
 /// UCX active-message row of `size` (`test`: am_lat or am_bw).
 fn am_row<'a>(am: &'a Value, test: &str, size: u64) -> Option<&'a Value> {
-    am.get("rows")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .find(|r| r.get("test").and_then(Value::as_str) == Some(test) && r.get("size").and_then(Value::as_u64) == Some(size))
+    am.get("rows").and_then(Value::as_array).into_iter().flatten().find(|r| {
+        r.get("test").and_then(Value::as_str) == Some(test) && r.get("size").and_then(Value::as_u64) == Some(size)
+    })
 }
 
 /// The rows issue 35 asks for: the message ring (ping-pong latency against
@@ -668,11 +725,14 @@ fn am_row<'a>(am: &'a Value, test: &str, size: u64) -> Option<&'a Value> {
 fn issue35_rows(rows: &mut Vec<Row>, vsci: &Value, am: &Value) {
     for r in rows_of(vsci, "message_ring") {
         let Some(size) = r.get("size").and_then(Value::as_u64) else { continue };
-        let v = if r.get("flush").and_then(Value::as_bool) == Some(true) { "SCIFlush after the flag" } else { "no call" };
+        let v =
+            if r.get("flush").and_then(Value::as_bool) == Some(true) { "SCIFlush after the flag" } else { "no call" };
         let lat = am_row(am, "am_lat", size);
         let bw = am_row(am, "am_bw", size);
         let name = |r: Option<&Value>, t: &str| match r {
-            Some(x) => format!("UCX tcp {t} {} ({})", size_name(size), x.get("api").and_then(Value::as_str).unwrap_or("?")),
+            Some(x) => {
+                format!("UCX tcp {t} {} ({})", size_name(size), x.get("api").and_then(Value::as_str).unwrap_or("?"))
+            }
             None => format!("UCX tcp {t} {} (not measured)", size_name(size)),
         };
         let f = |x: Option<&Value>, k: &str| x.and_then(|x| x.get(k)).and_then(Value::as_f64);
@@ -761,12 +821,18 @@ fn issue17_notes(vsci: &Value) -> Vec<String> {
     for r in rows_of(vsci, "spin_pingpong") {
         let bad = r["vsci"].get("bad").and_then(Value::as_u64).unwrap_or(0);
         if bad > 0 {
-            out.push(format!("!! spinning ping-pong, {} maps: {bad} counter values that were neither the old nor the new one", size_name(r["map_size"].as_u64().unwrap_or(0))));
+            out.push(format!(
+                "!! spinning ping-pong, {} maps: {bad} counter values that were neither the old nor the new one",
+                size_name(r["map_size"].as_u64().unwrap_or(0))
+            ));
         }
     }
     for r in rows_of(vsci, "store_flush") {
         if r.get("data_check").and_then(Value::as_str) != Some("ok") {
-            out.push(format!("!! store + SCIFlush {}: the server does not hold the last store", size_name(r["size"].as_u64().unwrap_or(0))));
+            out.push(format!(
+                "!! store + SCIFlush {}: the server does not hold the last store",
+                size_name(r["size"].as_u64().unwrap_or(0))
+            ));
         }
     }
     let idle = &vsci["idle_map"];

@@ -13,7 +13,8 @@ use super::{fmt_opt, rows, size_name};
 // The seeds' published figures
 
 /// Sizes of thesis tables 5.1–5.5 (bytes).
-const T5_SIZES: [u64; 11] = [1 << 10, 2 << 10, 4 << 10, 8 << 10, 32 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20];
+const T5_SIZES: [u64; 11] =
+    [1 << 10, 2 << 10, 4 << 10, 8 << 10, 32 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20, 4 << 20, 8 << 20];
 /// Table 5.1: memcpy_bench, native memory bandwidth (MB/s).
 const T51: [f64; 11] = [95279., 69285., 84804., 95368., 29743., 29901., 24930., 22318., 21826., 16825., 13227.];
 /// Table 5.2: native (host process loopback, scibench2).
@@ -230,7 +231,9 @@ pub fn markdown(out: &Value, plots: &[String]) -> String {
 
 fn machine(d: &mut Doc, out: &Value) {
     let m = &out["machine"];
-    let s = |k: &str| m.get(k).map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())).unwrap_or_else(|| "?".into());
+    let s = |k: &str| {
+        m.get(k).map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())).unwrap_or_else(|| "?".into())
+    };
     d.line("## The machine and the run");
     d.line("");
     let mut rows = vec![
@@ -247,7 +250,10 @@ fn machine(d: &mut Doc, out: &Value) {
     let ran: Vec<String> = out["paths"].as_object().map(|o| o.keys().cloned().collect()).unwrap_or_default();
     rows.push(vec!["paths measured".into(), if ran.is_empty() { "none".into() } else { ran.join(", ") }]);
     for s in out["skipped"].as_array().into_iter().flatten() {
-        rows.push(vec![format!("path {} skipped", s["path"].as_str().unwrap_or("?")), s["reason"].as_str().unwrap_or("").into()]);
+        rows.push(vec![
+            format!("path {} skipped", s["path"].as_str().unwrap_or("?")),
+            s["reason"].as_str().unwrap_or("").into(),
+        ]);
     }
     for (k, v) in out["errors"].as_object().into_iter().flatten() {
         rows.push(vec![format!("path {k} FAILED"), v.as_str().unwrap_or("").lines().next().unwrap_or("").into()]);
@@ -328,7 +334,9 @@ fn local(d: &mut Doc, l: &Value) {
     d.line("Limit: `memcpy` of the same size into private memory (segment memory *is* memory).");
     d.line("Floor of any flush: `memcpy` + a call of a shared-library function that does nothing (`getpagesize`),");
     d.line("same run: what `SCIFlush` would cost if it did nothing at all, the best a library call can do.");
-    d.line("Thesis columns: 5.1 `memcpy_bench`, 5.2 host process native and guest→host, 5.3 guest→co-located guest, MB/s.");
+    d.line(
+        "Thesis columns: 5.1 `memcpy_bench`, 5.2 host process native and guest→host, 5.3 guest→co-located guest, MB/s.",
+    );
     d.line("");
     let ucx_bw: Vec<&Value> = ucx.get("bw").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default();
     let mut body = Vec::new();
@@ -355,7 +363,20 @@ fn local(d: &mut Doc, l: &Value) {
         ]);
     }
     d.table(
-        &["size", "vsci MB/s", "memcpy (limit)", "vsci/limit", "memcpy + empty call (floor)", "vsci/floor", "UCX shm put_bw", "vsci/UCX", "thesis 5.1 memcpy", "thesis 5.2 native", "thesis 5.2 guest→host", "thesis 5.3 guest→guest"],
+        &[
+            "size",
+            "vsci MB/s",
+            "memcpy (limit)",
+            "vsci/limit",
+            "memcpy + empty call (floor)",
+            "vsci/floor",
+            "UCX shm put_bw",
+            "vsci/UCX",
+            "thesis 5.1 memcpy",
+            "thesis 5.2 native",
+            "thesis 5.2 guest→host",
+            "thesis 5.3 guest→guest",
+        ],
         &body,
     );
 
@@ -390,7 +411,20 @@ fn local(d: &mut Doc, l: &Value) {
             us(t56(&T56_VIRT, size)),
         ]);
     }
-    d.table(&["size", "vsci", "raw memfd polling (limit)", "vsci/limit", "UCX shm put_lat", "raw, at UCX time", "vsci/UCX", "thesis 5.6 native", "thesis 5.6 guest"], &body);
+    d.table(
+        &[
+            "size",
+            "vsci",
+            "raw memfd polling (limit)",
+            "vsci/limit",
+            "UCX shm put_lat",
+            "raw, at UCX time",
+            "vsci/UCX",
+            "thesis 5.6 native",
+            "thesis 5.6 guest",
+        ],
+        &body,
+    );
 
     // Interrupts.
     interrupts_local(d, sb);
@@ -399,8 +433,18 @@ fn local(d: &mut Doc, l: &Value) {
     tcp_loopback(d, sb, &l["peers"]);
 
     // Transfers.
-    let memcpy8 = rows(sb, &["write_bandwidth"]).iter().find(|r| r["size"].as_u64() == Some(8 << 20)).and_then(|r| r["peer_MBps"].as_f64());
-    transfers(d, &l["transfers"], memcpy8, "two copies of the data (in and out) at this run's 8 MiB `memcpy` rate", 2.0, "local");
+    let memcpy8 = rows(sb, &["write_bandwidth"])
+        .iter()
+        .find(|r| r["size"].as_u64() == Some(8 << 20))
+        .and_then(|r| r["peer_MBps"].as_f64());
+    transfers(
+        d,
+        &l["transfers"],
+        memcpy8,
+        "two copies of the data (in and out) at this run's 8 MiB `memcpy` rate",
+        2.0,
+        "local",
+    );
 }
 
 /// The local figures against TCP between the same two processes' host.
@@ -430,14 +474,16 @@ fn tcp_loopback(d: &mut Doc, sb: &Value, peers: &Value) {
         let Some(size) = row["size"].as_u64() else { continue };
         let Some(s) = row_for(&sp_rows, "size", size) else { continue };
         let v = med(row.get("vsci"));
-        let r = d.peer(format!("local ping-pong {} vs sockperf loopback", size_name(size)), ratio(v, med(Some(&s))), true);
+        let r =
+            d.peer(format!("local ping-pong {} vs sockperf loopback", size_name(size)), ratio(v, med(Some(&s))), true);
         body.push(vec![format!("ping-pong {}", size_name(size)), lat2(row.get("vsci")), lat2(Some(&s)), fr(r)]);
     }
     if let Some(s) = row_for(&sp_rows, "size", 64) {
         for row in rows(sb, &["interrupt"]) {
             let w = row["wait"].as_str().unwrap_or("?");
             let v = med(row.get("vsci"));
-            let r = d.peer(format!("local interrupt ({w} wait) vs sockperf loopback 64 B"), ratio(v, med(Some(&s))), true);
+            let r =
+                d.peer(format!("local interrupt ({w} wait) vs sockperf loopback 64 B"), ratio(v, med(Some(&s))), true);
             body.push(vec![format!("interrupt, `{w}` (sockperf 64 B)"), lat2(row.get("vsci")), lat2(Some(&s)), fr(r)]);
         }
     }
@@ -463,13 +509,18 @@ fn ucx_note(d: &mut Doc, ucx: &Value) {
     }
     for e in ucx.get("errors").and_then(Value::as_array).into_iter().flatten() {
         let first = e.as_str().unwrap_or("").lines().next().unwrap_or("").to_string();
-        d.line(&format!("**ucx_perftest failed** (`UCX_TLS={}`): {first} — that column shows \"-\".", ucx["tls"].as_str().unwrap_or("?")));
+        d.line(&format!(
+            "**ucx_perftest failed** (`UCX_TLS={}`): {first} — that column shows \"-\".",
+            ucx["tls"].as_str().unwrap_or("?")
+        ));
         d.line("");
     }
 }
 
 fn interrupts_local(d: &mut Doc, sb: &Value) {
-    d.line("### Interrupt latency: `SCITriggerInterrupt` → `SCIWaitForInterrupt`, RTT/2 (thesis table 5.7, local column)");
+    d.line(
+        "### Interrupt latency: `SCITriggerInterrupt` → `SCIWaitForInterrupt`, RTT/2 (thesis table 5.7, local column)",
+    );
     d.line("");
     d.line("Peer: a blocking `eventfd` ping-pong between two processes. Limit: the 4-byte raw `memfd` polling");
     d.line("ping-pong above (the cost of a polled wake-up). Median / p99 µs. Thesis 5.7 local: host↔host");
@@ -498,7 +549,11 @@ fn interrupts_local(d: &mut Doc, sb: &Value) {
         let w = r["wait"].as_str().unwrap_or("?");
         let p = r["payload"].as_u64().unwrap_or(0);
         let v = med(r.get("vsci"));
-        let rp = d.peer(format!("local data interrupt {} ({w}) vs {dpeer_name}", size_name(p)), ratio(v, med(r.get("peer"))), true);
+        let rp = d.peer(
+            format!("local data interrupt {} ({w}) vs {dpeer_name}", size_name(p)),
+            ratio(v, med(r.get("peer"))),
+            true,
+        );
         body.push(vec![
             format!("data interrupt {}, `{w}`", size_name(p)),
             lat2(r.get("vsci")),
@@ -510,7 +565,19 @@ fn interrupts_local(d: &mut Doc, sb: &Value) {
             "".into(),
         ]);
     }
-    d.table(&["what", "vsci", "peer", "vsci/peer", "limit (raw polling 4 B)", "vsci/limit", "thesis 5.7 native", "thesis 5.7 guest"], &body);
+    d.table(
+        &[
+            "what",
+            "vsci",
+            "peer",
+            "vsci/peer",
+            "limit (raw polling 4 B)",
+            "vsci/limit",
+            "thesis 5.7 native",
+            "thesis 5.7 guest",
+        ],
+        &body,
+    );
 
     // The histogram the thesis's intr_bench -inner prints.
     let mut cols: Vec<(String, Vec<u64>)> = Vec::new();
@@ -522,7 +589,11 @@ fn interrupts_local(d: &mut Doc, sb: &Value) {
     if let Some(h) = hist(peer) {
         cols.push(("eventfd".into(), h));
     }
-    hist_table(d, "Local interrupt latency histogram (RTT/2, 10 µs buckets; the thesis's `intr_bench -inner` format)", &cols);
+    hist_table(
+        d,
+        "Local interrupt latency histogram (RTT/2, 10 µs buckets; the thesis's `intr_bench -inner` format)",
+        &cols,
+    );
 }
 
 /// The Python binding (issue 37): the same two ping-pongs from Python
@@ -557,7 +628,8 @@ fn python_binding(d: &mut Doc, p: &Value) {
         }
         let cm = c[format!("{key}_us")].as_f64();
         let pm = med(py);
-        let what = if wait.is_none() { format!("{what}{c_size}") } else { what.replace("VSCI_WAIT=", "`VSCI_WAIT=") + "`" };
+        let what =
+            if wait.is_none() { format!("{what}{c_size}") } else { what.replace("VSCI_WAIT=", "`VSCI_WAIT=") + "`" };
         body.push(vec![what, lat2(py), us(cm), us(pm.zip(cm).map(|(a, b)| a - b)), fr(ratio(pm, cm))]);
     }
     d.table(&["what", "Python", "C (sisci_bench)", "binding cost per trip", "Python/C"], &body);
@@ -598,7 +670,8 @@ fn hist_table(d: &mut Doc, title: &str, cols: &[(String, Vec<u64>)]) {
         if cols.iter().all(|c| c.1.get(b).copied().unwrap_or(0) == 0) {
             continue;
         }
-        let label = if b + 1 == n { format!("≥ {} µs", b * 10) } else { format!("{}–{} µs", b * 10, b * 10 + 10) };
+        let label =
+            if b + 1 == n { format!("≥ {} µs", b * 10) } else { format!("{}–{} µs", b * 10, b * 10 + 10) };
         let mut row = vec![label];
         for c in cols {
             let total: u64 = c.1.iter().sum();
@@ -650,7 +723,20 @@ fn transfers(d: &mut Doc, t: &Value, rate: Option<f64>, limit_what: &str, copies
             fr(rs),
         ]);
     }
-    d.table(&["size", "chunks", "vsci ms (median)", "runs ms", "MB/s", "limit ms", "vsci/limit", "seed 001 ms", "vsci/seed 001"], &body);
+    d.table(
+        &[
+            "size",
+            "chunks",
+            "vsci ms (median)",
+            "runs ms",
+            "MB/s",
+            "limit ms",
+            "vsci/limit",
+            "seed 001 ms",
+            "vsci/seed 001",
+        ],
+        &body,
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -683,7 +769,8 @@ fn remote(d: &mut Doc, r: &Value) {
     let sp_rows: Vec<&Value> = sp.get("rows").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default();
     let ucx_lat: Vec<&Value> = ucx.get("lat").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default();
     let ucx_bw: Vec<&Value> = ucx.get("bw").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default();
-    let ucx_am: Vec<&Value> = ucx.get("am_bw").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default();
+    let ucx_am: Vec<&Value> =
+        ucx.get("am_bw").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default();
     let min2 = |a: Option<f64>, b: Option<f64>| match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
@@ -718,7 +805,20 @@ fn remote(d: &mut Doc, r: &Value) {
             us(t56(&T56_VIRT, size)),
         ]);
     }
-    d.table(&["size", "vsci", "sockperf TCP", "vsci/sockperf", "UCX tcp put_lat", "vsci/UCX", "vsci/limit", "thesis 5.6 native", "thesis 5.6 guest"], &body);
+    d.table(
+        &[
+            "size",
+            "vsci",
+            "sockperf TCP",
+            "vsci/sockperf",
+            "UCX tcp put_lat",
+            "vsci/UCX",
+            "vsci/limit",
+            "thesis 5.6 native",
+            "thesis 5.6 guest",
+        ],
+        &body,
+    );
 
     issue17(d, rb, &ucx_lat, &r["peers"]["fabric_write"]);
     issue35(d, r);
@@ -758,7 +858,19 @@ fn remote(d: &mut Doc, r: &Value) {
         ]);
     }
     d.table(
-        &["size", "vsci flush", "vsci SCIMemCpy", "iperf3", "vsci/iperf3 (flush / SCIMemCpy)", "UCX tcp put_bw", "SCIMemCpy/UCX put", "UCX tcp am_bw", "vsci/limit (flush / SCIMemCpy)", "thesis 5.4 native / guest", "thesis 5.5 native / guest"],
+        &[
+            "size",
+            "vsci flush",
+            "vsci SCIMemCpy",
+            "iperf3",
+            "vsci/iperf3 (flush / SCIMemCpy)",
+            "UCX tcp put_bw",
+            "SCIMemCpy/UCX put",
+            "UCX tcp am_bw",
+            "vsci/limit (flush / SCIMemCpy)",
+            "thesis 5.4 native / guest",
+            "thesis 5.5 native / guest",
+        ],
         &body,
     );
 
@@ -772,7 +884,11 @@ fn remote(d: &mut Doc, r: &Value) {
         let pace = row["interval_us"].as_u64().unwrap_or(0);
         let pace = if pace >= 1000 { format!("{} ms", pace / 1000) } else { format!("{pace} µs") };
         let del = row.get("delay");
-        let rv = d.peer(format!("remote store-to-visibility (a store every {pace}) vs sockperf 64 B one way"), ratio(med(del), s64), true);
+        let rv = d.peer(
+            format!("remote store-to-visibility (a store every {pace}) vs sockperf 64 B one way"),
+            ratio(med(del), s64),
+            true,
+        );
         body.push(vec![
             format!("a store every {pace}"),
             lat2(del),
@@ -807,14 +923,24 @@ fn remote(d: &mut Doc, r: &Value) {
         let p = row["payload"].as_u64().unwrap_or(0);
         add(d, format!("data interrupt {}", size_name(p)), row.get("vsci"), if p <= 64 { 64 } else { p }, false);
     }
-    d.table(&["what", "vsci", "sockperf TCP", "vsci/sockperf", "vsci/limit", "thesis 5.7 native", "thesis 5.7 guest"], &body);
+    d.table(
+        &["what", "vsci", "sockperf TCP", "vsci/sockperf", "vsci/limit", "thesis 5.7 native", "thesis 5.7 guest"],
+        &body,
+    );
     let mut cols = Vec::new();
     if let Some(h) = hist(rb["interrupt"].get("vsci")) {
         cols.push(("vsci remote interrupt".to_string(), h));
     }
     hist_table(d, "Remote interrupt latency histogram (RTT/2, 10 µs buckets)", &cols);
 
-    transfers(d, &r["transfers"], ipm, "the data crossing the link once at this run's iperf3 rate between the namespaces", 1.0, "remote");
+    transfers(
+        d,
+        &r["transfers"],
+        ipm,
+        "the data crossing the link once at this run's iperf3 rate between the namespaces",
+        1.0,
+        "remote",
+    );
 }
 
 /// Issue 17's rows: the spinning ping-pong by map size, store + SCIFlush,
@@ -837,9 +963,19 @@ fn issue17(d: &mut Doc, rb: &Value, ucx_lat: &[&Value], fw: &Value) {
         for r in &spin {
             let Some(m) = r["map_size"].as_u64() else { continue };
             let v = med(r.get("vsci"));
-            let ru = d.peer(format!("remote spinning ping-pong 4 B, {} maps, vs UCX tcp put_lat 4 B", size_name(m)), ratio(v, u4), true);
+            let ru = d.peer(
+                format!("remote spinning ping-pong 4 B, {} maps, vs UCX tcp put_lat 4 B", size_name(m)),
+                ratio(v, u4),
+                true,
+            );
             let bad = r["vsci"]["bad"].as_u64().unwrap_or(0);
-            body.push(vec![format!("spinning, no yields, {} maps", size_name(m)), lat2(r.get("vsci")), format!("{bad}"), us(u4), fr(ru)]);
+            body.push(vec![
+                format!("spinning, no yields, {} maps", size_name(m)),
+                lat2(r.get("vsci")),
+                format!("{bad}"),
+                us(u4),
+                fr(ru),
+            ]);
         }
         if let Some(r) = rows(rb, &["pingpong"]).into_iter().find(|r| r["size"].as_u64() == Some(4)) {
             let v = med(r.get("vsci"));
@@ -868,18 +1004,30 @@ fn issue17(d: &mut Doc, rb: &Value, ucx_lat: &[&Value], fw: &Value) {
         d.line("initiator reads the bytes back afterwards). Median / p99 µs per call.");
         d.line("");
         if let Some(e) = fw.get("error").and_then(Value::as_str) {
-            d.line(&format!("**fabric_write_lat failed or was not there:** {} — its column shows \"-\".", e.lines().next().unwrap_or("")));
+            d.line(&format!(
+                "**fabric_write_lat failed or was not there:** {} — its column shows \"-\".",
+                e.lines().next().unwrap_or("")
+            ));
             d.line("");
         }
-        let fw_rows: Vec<&Value> = fw.get("rows").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default();
+        let fw_rows: Vec<&Value> =
+            fw.get("rows").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default();
         let mut body = Vec::new();
         for r in &fl {
             let Some(size) = r["size"].as_u64() else { continue };
             let p = row_for(&fw_rows, "size", size);
             let v = med(r.get("vsci"));
-            let rp = d.peer(format!("remote store {} + SCIFlush vs libfabric delivered write", size_name(size)), ratio(v, med(p.as_ref())), true);
+            let rp = d.peer(
+                format!("remote store {} + SCIFlush vs libfabric delivered write", size_name(size)),
+                ratio(v, med(p.as_ref())),
+                true,
+            );
             body.push(vec![
-                if size == 1 { "store 1 B + `SCIFlush`".into() } else { format!("`memcpy` {} + `SCIFlush`", size_name(size)) },
+                if size == 1 {
+                    "store 1 B + `SCIFlush`".into()
+                } else {
+                    format!("`memcpy` {} + `SCIFlush`", size_name(size))
+                },
                 lat2(r.get("vsci")),
                 r["data_check"].as_str().unwrap_or("-").to_string(),
                 lat2(p.as_ref()),
@@ -887,7 +1035,10 @@ fn issue17(d: &mut Doc, rb: &Value, ucx_lat: &[&Value], fw: &Value) {
                 fr(rp),
             ]);
         }
-        d.table(&["what", "vsci", "vsci data check", "libfabric delivered write", "its data check", "vsci/peer"], &body);
+        d.table(
+            &["what", "vsci", "vsci data check", "libfabric delivered write", "its data check", "vsci/peer"],
+            &body,
+        );
     }
 
     let idle = &rb["idle_map"];
@@ -920,7 +1071,10 @@ fn issue17(d: &mut Doc, rb: &Value, ucx_lat: &[&Value], fw: &Value) {
                 },
             ]);
         }
-        d.table(&["", "sleep s", "client CPU ms", "CPU % of one core", "bytes received", "bytes sent", "link B/s"], &body);
+        d.table(
+            &["", "sleep s", "client CPU ms", "CPU % of one core", "bytes received", "bytes sent", "link B/s"],
+            &body,
+        );
         d.line(&format!(
             "Link bytes with the map / without: {}. The stored byte {} at the server after the sleep.",
             fr(ratio(g("map", "link_bytes"), g("no_map", "link_bytes"))),
@@ -944,7 +1098,15 @@ fn issue17(d: &mut Doc, rb: &Value, ucx_lat: &[&Value], fw: &Value) {
         let peer = u4.filter(|&x| x > 0.0).map(|x| 1e6 / (2.0 * x));
         let rp = d.peer("remote mailbox rounds/s vs UCX put/flag round trips/s".into(), ratio(rps, peer), false);
         d.table(
-            &["rounds timed (all)", "vsci rounds/s", "µs per round", "per round median / p99 µs", "wrong payloads", "UCX put/flag round trips/s", "vsci/UCX"],
+            &[
+                "rounds timed (all)",
+                "vsci rounds/s",
+                "µs per round",
+                "per round median / p99 µs",
+                "wrong payloads",
+                "UCX put/flag round trips/s",
+                "vsci/UCX",
+            ],
             &[vec![
                 format!("{} ({})", mb["rounds"].as_u64().unwrap_or(0), mb["rounds_total"].as_u64().unwrap_or(0)),
                 fmt_opt(rps, 0),
@@ -1010,7 +1172,11 @@ fn issue35(d: &mut Doc, r: &Value) {
             v.dedup();
             v
         };
-        let find = |size: u64, flush: bool| ring.iter().find(|x| x["size"].as_u64() == Some(size) && x["flush"].as_bool() == Some(flush)).map(|x| (*x).clone());
+        let find = |size: u64, flush: bool| {
+            ring.iter()
+                .find(|x| x["size"].as_u64() == Some(size) && x["flush"].as_bool() == Some(flush))
+                .map(|x| (*x).clone())
+        };
         let mut lat_body = Vec::new();
         let mut rate_body = Vec::new();
         let mut link_body = Vec::new();
@@ -1021,8 +1187,16 @@ fn issue35(d: &mut Doc, r: &Value) {
             let al_med = al.as_ref().and_then(|x| x["median_us"].as_f64());
             let api = al.as_ref().or(ab.as_ref()).and_then(|x| x["api"].as_str()).unwrap_or("-").to_string();
             let med_of = |x: &Option<Value>| x.as_ref().and_then(|x| med(x.get("pingpong")));
-            let rn = d.peer(format!("remote ring {} ping-pong, no call, vs UCX tcp am_lat", size_name(size)), ratio(med_of(&n), al_med), true);
-            let rf = d.peer(format!("remote ring {} ping-pong, SCIFlush, vs UCX tcp am_lat", size_name(size)), ratio(med_of(&f), al_med), true);
+            let rn = d.peer(
+                format!("remote ring {} ping-pong, no call, vs UCX tcp am_lat", size_name(size)),
+                ratio(med_of(&n), al_med),
+                true,
+            );
+            let rf = d.peer(
+                format!("remote ring {} ping-pong, SCIFlush, vs UCX tcp am_lat", size_name(size)),
+                ratio(med_of(&f), al_med),
+                true,
+            );
             // Both variants, ping-pong and streaming together.
             let g = |k: &str| [&n, &f].iter().map(|x| x.as_ref().and_then(|x| x[k].as_u64()).unwrap_or(0)).sum::<u64>();
             let bad = format!("{} / {}", g("pp_late") + g("stream_late"), g("pp_wrong") + g("stream_wrong"));
@@ -1038,8 +1212,16 @@ fn issue35(d: &mut Doc, r: &Value) {
             let rate = |x: &Option<Value>| x.as_ref().and_then(|x| x["msgs_per_s"].as_f64());
             let mb = |x: &Option<Value>| x.as_ref().and_then(|x| x["MBps"].as_f64());
             let ab_rate = ab.as_ref().and_then(|x| x["msgs_per_s"].as_f64());
-            let sn = d.peer(format!("remote ring {} streaming, no call, vs UCX tcp am_bw (messages/s)", size_name(size)), ratio(rate(&n), ab_rate), false);
-            let sf = d.peer(format!("remote ring {} streaming, SCIFlush, vs UCX tcp am_bw (messages/s)", size_name(size)), ratio(rate(&f), ab_rate), false);
+            let sn = d.peer(
+                format!("remote ring {} streaming, no call, vs UCX tcp am_bw (messages/s)", size_name(size)),
+                ratio(rate(&n), ab_rate),
+                false,
+            );
+            let sf = d.peer(
+                format!("remote ring {} streaming, SCIFlush, vs UCX tcp am_bw (messages/s)", size_name(size)),
+                ratio(rate(&f), ab_rate),
+                false,
+            );
             let cell = |m: Option<f64>, b: Option<f64>| match m {
                 Some(m) => format!("{} ({} MB/s)", fmt_opt(Some(m), 0), sig(b)),
                 None => "-".into(),
@@ -1054,7 +1236,12 @@ fn issue35(d: &mut Doc, r: &Value) {
             let lb = |x: &Option<Value>, k: &str| x.as_ref().and_then(|x| x[k].as_f64());
             let base = size as f64 + 64.0;
             let goal = 2.0 * base;
-            let all = [lb(&n, "pp_link_bytes_per_msg"), lb(&f, "pp_link_bytes_per_msg"), lb(&n, "stream_link_bytes_per_msg"), lb(&f, "stream_link_bytes_per_msg")];
+            let all = [
+                lb(&n, "pp_link_bytes_per_msg"),
+                lb(&f, "pp_link_bytes_per_msg"),
+                lb(&n, "stream_link_bytes_per_msg"),
+                lb(&f, "stream_link_bytes_per_msg"),
+            ];
             let worst = all.iter().flatten().copied().reduce(f64::max);
             let b0 = |v: Option<f64>| fmt_opt(v, 0);
             link_body.push(vec![
@@ -1071,18 +1258,50 @@ fn issue35(d: &mut Doc, r: &Value) {
         }
         d.line("One way (ping-pong RTT/2), median / p99 µs:");
         d.line("");
-        d.table(&["size", "vsci, no call", "vsci, `SCIFlush` after the flag", "UCX tcp am_lat", "vsci/UCX (no call / `SCIFlush`)", "messages with the flag before the rest / wrong (all rows of the size)", "UCX API"], &lat_body);
+        d.table(
+            &[
+                "size",
+                "vsci, no call",
+                "vsci, `SCIFlush` after the flag",
+                "UCX tcp am_lat",
+                "vsci/UCX (no call / `SCIFlush`)",
+                "messages with the flag before the rest / wrong (all rows of the size)",
+                "UCX API",
+            ],
+            &lat_body,
+        );
         d.line("Streaming, messages per second (MB/s of payload that arrived and was checked):");
         d.line("");
-        d.table(&["size", "vsci, no call", "vsci, `SCIFlush` after the flag", "UCX tcp am_bw", "vsci/UCX (no call / `SCIFlush`)"], &rate_body);
-        d.line("Bytes that crossed the link per message, both directions (the veth's interface counters over the timed");
+        d.table(
+            &[
+                "size",
+                "vsci, no call",
+                "vsci, `SCIFlush` after the flag",
+                "UCX tcp am_bw",
+                "vsci/UCX (no call / `SCIFlush`)",
+            ],
+            &rate_body,
+        );
+        d.line(
+            "Bytes that crossed the link per message, both directions (the veth's interface counters over the timed",
+        );
         d.line("messages: vsci's from `/proc/net/dev` in node 1's namespace, heartbeats of the nodes included; UCX's");
         d.line("from `ip -s link` around each `ucx_perftest` run, its set-up included, run without warm-up so that");
         d.line("every message is counted). A ping-pong message is one of the two per round trip; a streamed message");
         d.line("is one the sender sent (acks are overhead). Goal in issue 35: ≤ 2 × (payload + 64 B) in every row.");
         d.line("");
         d.table(
-            &["size", "payload + 64 B", "goal 2 × (payload + 64 B)", "vsci ping-pong (no call / `SCIFlush`)", "vsci streaming (no call / `SCIFlush`)", "UCX tcp am_lat", "UCX tcp am_bw", "vsci worst / goal", "vsci ping-pong / UCX am_lat"],
+            &[
+                "size",
+                "payload + 64 B",
+                "goal 2 × (payload + 64 B)",
+                "vsci ping-pong (no call / `SCIFlush`)",
+                "vsci streaming (no call / `SCIFlush`)",
+                "UCX tcp am_lat",
+                "UCX tcp am_bw",
+                "vsci worst / goal",
+                "vsci ping-pong / UCX am_lat",
+            ],
             &link_body,
         );
     }
@@ -1098,14 +1317,24 @@ fn issue35(d: &mut Doc, r: &Value) {
         ));
         d.line("server's segment not written since its last shipment (128 pages used in turn): a plain store through");
         d.line("the remote map (it traps), and `SCIMemCpy` of the same 8 bytes (one RMA write that returns once the");
-        d.line("bytes are in the owner's memory). CPU of the writing thread (`CLOCK_THREAD_CPUTIME_ID` around the write,");
-        d.line("so the trap's handler counts) and of the whole process (`getrusage`, every thread of the library, over");
-        d.line("the run / writes); time spent in the write; delay from just before the write until the server, spinning");
+        d.line(
+            "bytes are in the owner's memory). CPU of the writing thread (`CLOCK_THREAD_CPUTIME_ID` around the write,",
+        );
+        d.line(
+            "so the trap's handler counts) and of the whole process (`getrusage`, every thread of the library, over",
+        );
+        d.line(
+            "the run / writes); time spent in the write; delay from just before the write until the server, spinning",
+        );
         d.line("on its own segment, sees the value. The floor: the same timing around a store into private memory.");
         d.line("Goals in issue 35: CPU ≤ 3 µs per trapped store, time to the owner ≤ 1.2× one RMA write. µs.");
         d.line("");
         let mut body = Vec::new();
-        for (k, what) in [("store", "store 8 B into the remote map"), ("scimemcpy", "`SCIMemCpy` 8 B (one RMA write)"), ("local_store", "store 8 B into private memory (floor)")] {
+        for (k, what) in [
+            ("store", "store 8 B into the remote map"),
+            ("scimemcpy", "`SCIMemCpy` 8 B (one RMA write)"),
+            ("local_store", "store 8 B into private memory (floor)"),
+        ] {
             let t = &ts[k];
             if !t.is_object() {
                 continue;
@@ -1120,16 +1349,26 @@ fn issue35(d: &mut Doc, r: &Value) {
                 if k == "local_store" { "".into() } else { format!("{}", t["lost"].as_u64().unwrap_or(0)) },
             ]);
         }
-        d.table(&["write", "thread CPU median / mean", "process CPU per write", "time in the write, median / p99", "until the owner sees it, median / p99", "never seen"], &body);
+        d.table(
+            &[
+                "write",
+                "thread CPU median / mean",
+                "process CPU per write",
+                "time in the write, median / p99",
+                "until the owner sees it, median / p99",
+                "never seen",
+            ],
+            &body,
+        );
         let s = &ts["store"];
         let m = &ts["scimemcpy"];
         let rc = ratio(med(s.get("cpu")), med(m.get("cpu")));
-        let rv = d.peer("remote trapped store 8 B, time to the owner, vs one RMA write (SCIMemCpy 8 B)".into(), ratio(med(s.get("visibility")), med(m.get("visibility"))), true);
-        d.line(&format!(
-            "Trapped store / one RMA write: thread CPU {}, time to the owner {}.",
-            fr(rc),
-            fr(rv)
-        ));
+        let rv = d.peer(
+            "remote trapped store 8 B, time to the owner, vs one RMA write (SCIMemCpy 8 B)".into(),
+            ratio(med(s.get("visibility")), med(m.get("visibility"))),
+            true,
+        );
+        d.line(&format!("Trapped store / one RMA write: thread CPU {}, time to the owner {}.", fr(rc), fr(rv)));
         d.line("");
     }
 
@@ -1154,10 +1393,17 @@ fn loaded_table(d: &mut Doc, r: &Value, l: &Value) {
         _ => secs.concat(),
     };
     let la = |k: &str| -> String {
-        let v: Vec<String> = l[k].as_array().into_iter().flatten().filter_map(Value::as_f64).map(|x| format!("{x:.1}")).collect();
-        if v.is_empty() { "?".into() } else { v.join(" / ") }
+        let v: Vec<String> =
+            l[k].as_array().into_iter().flatten().filter_map(Value::as_f64).map(|x| format!("{x:.1}")).collect();
+        if v.is_empty() {
+            "?".into()
+        } else {
+            v.join(" / ")
+        }
     };
-    d.line(&format!("priority, two per core, like `loaded`) run beside everything while remote_bench sections {secs} and their UCX"));
+    d.line(&format!(
+        "priority, two per core, like `loaded`) run beside everything while remote_bench sections {secs} and their UCX"
+    ));
     d.line(&format!(
         "peers run again. Load average (1 / 5 / 15 min) before {}, at the start {}, at the end {}. Growth = loaded",
         la("loadavg_before"),
@@ -1171,18 +1417,33 @@ fn loaded_table(d: &mut Doc, r: &Value, l: &Value) {
     type Item = (String, Option<f64>, Option<f64>, Option<f64>, Option<f64>, bool);
     let mut items: Vec<Item> = Vec::new();
     let (rb, lb) = (&r["remote_bench"], &l["remote_bench"]);
-    let u4 = |u: &Value| u.get("lat").and_then(Value::as_array).and_then(|a| a.iter().find(|x| x["size"].as_u64() == Some(4))).and_then(|x| x["median_us"].as_f64());
+    let u4 = |u: &Value| {
+        u.get("lat")
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().find(|x| x["size"].as_u64() == Some(4)))
+            .and_then(|x| x["median_us"].as_f64())
+    };
     let (pi, pl) = (u4(&r["peers"]["ucx_perftest"]), u4(&l["peers"]["ucx_perftest"]));
     for x in rows(lb, &["spin_pingpong"]) {
         let Some(m) = x["map_size"].as_u64() else { continue };
         let idle = row_for(&rows(rb, &["spin_pingpong"]), "map_size", m);
-        items.push((format!("spinning ping-pong 4 B, {} maps / UCX tcp put_lat 4 B", size_name(m)), idle.as_ref().and_then(|v| med(v.get("vsci"))), pi, med(x.get("vsci")), pl, true));
+        items.push((
+            format!("spinning ping-pong 4 B, {} maps / UCX tcp put_lat 4 B", size_name(m)),
+            idle.as_ref().and_then(|v| med(v.get("vsci"))),
+            pi,
+            med(x.get("vsci")),
+            pl,
+            true,
+        ));
     }
     let (ai, al) = (&r["peers"]["ucx_am"], &l["peers"]["ucx_am"]);
     for x in rows(lb, &["message_ring"]) {
         let Some(size) = x["size"].as_u64() else { continue };
         let flush = x["flush"].as_bool() == Some(true);
-        let idle = rows(rb, &["message_ring"]).into_iter().find(|y| y["size"].as_u64() == Some(size) && y["flush"].as_bool() == Some(flush)).cloned();
+        let idle = rows(rb, &["message_ring"])
+            .into_iter()
+            .find(|y| y["size"].as_u64() == Some(size) && y["flush"].as_bool() == Some(flush))
+            .cloned();
         let v = if flush { "`SCIFlush`" } else { "no call" };
         let amv = |a: &Value, t: &str, k: &str| am_row(a, t, size).and_then(|y| y[k].as_f64());
         items.push((
@@ -1228,7 +1489,19 @@ fn loaded_table(d: &mut Doc, r: &Value, l: &Value) {
         let growth = if lat { ratio(rl, ri) } else { ratio(ri, rl) };
         body.push(vec![what, num(vi, lat), num(pi, lat), fr(ri), num(vl, lat), num(pl, lat), fr(rl), fr(growth)]);
     }
-    d.table(&["row (vsci / peer)", "vsci idle", "peer idle", "ratio idle", "vsci loaded", "peer loaded", "ratio loaded", "growth"], &body);
+    d.table(
+        &[
+            "row (vsci / peer)",
+            "vsci idle",
+            "peer idle",
+            "ratio idle",
+            "vsci loaded",
+            "peer loaded",
+            "ratio loaded",
+            "growth",
+        ],
+        &body,
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -1278,7 +1551,12 @@ fn reflective(d: &mut Doc, r: &Value) {
             format!("{} / {}", f(&row["flush"]["median_us"]), f(&row["flush"]["p99_us"])),
             format!("{} / {}", f(&vis["median_us"]), f(&vis["p99_us"])),
             format!("{} of {}", vis["n"], vis["sent"]),
-            format!("{} / {} / {}", vs(row, &["dma_call_us"]), vs(row, &["flush", "median_us"]), vs(row, &["visibility_all", "median_us"])),
+            format!(
+                "{} / {} / {}",
+                vs(row, &["dma_call_us"]),
+                vs(row, &["flush", "median_us"]),
+                vs(row, &["visibility_all", "median_us"])
+            ),
         ]);
     }
     d.table(
@@ -1348,8 +1626,13 @@ fn devices(d: &mut Doc, r: &Value) {
         d.line("");
     }
 
-    let lat_row = |c: &Value, size: u64| c["latency"]["rows"].as_array().and_then(|a| a.iter().find(|x| x["size"].as_u64() == Some(size)).cloned());
-    let mut sizes: Vec<u64> = [veth, local, bounce, zc].iter().flat_map(|c| c["latency"]["rows"].as_array().into_iter().flatten().filter_map(|x| x["size"].as_u64())).collect();
+    let lat_row = |c: &Value, size: u64| {
+        c["latency"]["rows"].as_array().and_then(|a| a.iter().find(|x| x["size"].as_u64() == Some(size)).cloned())
+    };
+    let mut sizes: Vec<u64> = [veth, local, bounce, zc]
+        .iter()
+        .flat_map(|c| c["latency"]["rows"].as_array().into_iter().flatten().filter_map(|x| x["size"].as_u64()))
+        .collect();
     sizes.sort_unstable();
     sizes.dedup();
     let mut body = Vec::new();
@@ -1357,7 +1640,11 @@ fn devices(d: &mut Doc, r: &Value) {
         let (v, l, b, z) = (lat_row(veth, size), lat_row(local, size), lat_row(bounce, size), lat_row(zc, size));
         if size == sizes[0] {
             for (name, x) in [("local", &l), ("bounce", &b), ("zero-copy", &z)] {
-                d.peer(format!("devices: {name} VM vs veth, {size} B ping-pong"), ratio(med(x.as_ref()), med(v.as_ref())), true);
+                d.peer(
+                    format!("devices: {name} VM vs veth, {size} B ping-pong"),
+                    ratio(med(x.as_ref()), med(v.as_ref())),
+                    true,
+                );
             }
         }
         body.push(vec![
@@ -1378,11 +1665,29 @@ fn devices(d: &mut Doc, r: &Value) {
         };
         d.line(&format!("**Latency** (median / p99 µs, RTT/2; {how}). The seed (NetPIPE, Fig. 5) gives no absolute values: MRIOV above SRIOV up to 512 B, the gap gone from 1 KiB, MRIOV+ the same as SRIOV throughout."));
         d.line("");
-        d.table(&["size", "veth", "local (SRIOV)", "bounce (MRIOV)", "zero-copy (MRIOV+)", "local / veth", "bounce / local", "zero-copy / local"], &body);
+        d.table(
+            &[
+                "size",
+                "veth",
+                "local (SRIOV)",
+                "bounce (MRIOV)",
+                "zero-copy (MRIOV+)",
+                "local / veth",
+                "bounce / local",
+                "zero-copy / local",
+            ],
+            &body,
+        );
     }
 
-    let bw = |c: &Value, len: u64, k: &str| c["throughput"].as_array().and_then(|a| a.iter().find(|x| x["len"].as_u64() == Some(len))).and_then(|x| x[k].as_f64());
-    let lens: Vec<u64> = local["throughput"].as_array().into_iter().flatten().filter_map(|x| x["len"].as_u64()).collect();
+    let bw = |c: &Value, len: u64, k: &str| {
+        c["throughput"]
+            .as_array()
+            .and_then(|a| a.iter().find(|x| x["len"].as_u64() == Some(len)))
+            .and_then(|x| x[k].as_f64())
+    };
+    let lens: Vec<u64> =
+        local["throughput"].as_array().into_iter().flatten().filter_map(|x| x["len"].as_u64()).collect();
     let mut body = Vec::new();
     for dir in ["RX", "TX"] {
         let k = if dir == "RX" { "rx_MBps" } else { "tx_MBps" };
@@ -1393,9 +1698,24 @@ fn devices(d: &mut Doc, r: &Value) {
                     d.peer(format!("devices: {name} VM vs veth, {dir} -l {}", size_name(len)), ratio(x, v), false);
                 }
             }
-            let seed = LADON_RX_LOSS.iter().find(|(s, _)| dir == "RX" && *s == len).map(|(_, p)| format!("MRIOV {p} % lower")).unwrap_or_default();
-            let loss = |x: Option<f64>| ratio(x, l).map(|q| format!("{:+.1} %", (q - 1.0) * 100.0)).unwrap_or("-".into());
-            body.push(vec![format!("{dir} {}", size_name(len)), gbit(v), gbit(l), gbit(b), gbit(z), fr(ratio(l, v)), loss(b), loss(z), seed]);
+            let seed = LADON_RX_LOSS
+                .iter()
+                .find(|(s, _)| dir == "RX" && *s == len)
+                .map(|(_, p)| format!("MRIOV {p} % lower"))
+                .unwrap_or_default();
+            let loss =
+                |x: Option<f64>| ratio(x, l).map(|q| format!("{:+.1} %", (q - 1.0) * 100.0)).unwrap_or("-".into());
+            body.push(vec![
+                format!("{dir} {}", size_name(len)),
+                gbit(v),
+                gbit(l),
+                gbit(b),
+                gbit(z),
+                fr(ratio(l, v)),
+                loss(b),
+                loss(z),
+                seed,
+            ]);
         }
     }
     if !body.is_empty() {
@@ -1405,12 +1725,27 @@ fn devices(d: &mut Doc, r: &Value) {
             local["throughput"][0]["secs"].as_u64().map(|s| format!(", {s} s per run")).unwrap_or_default()
         ));
         d.line("");
-        d.table(&["direction, -l", "veth", "local (SRIOV)", "bounce (MRIOV)", "zero-copy (MRIOV+)", "local / veth", "bounce vs local", "zero-copy vs local", "seed"], &body);
+        d.table(
+            &[
+                "direction, -l",
+                "veth",
+                "local (SRIOV)",
+                "bounce (MRIOV)",
+                "zero-copy (MRIOV+)",
+                "local / veth",
+                "bounce vs local",
+                "zero-copy vs local",
+                "seed",
+            ],
+            &body,
+        );
         let failed: Vec<String> = [("veth", veth), ("local", local), ("bounce", bounce), ("zero-copy", zc)]
             .iter()
             .flat_map(|(n, c)| {
                 c["throughput"].as_array().into_iter().flatten().flat_map(move |x| {
-                    ["tx_error", "rx_error"].into_iter().filter_map(move |k| x[k].as_str().map(|e| format!("{n} {} -l {}: {e}", &k[..2], x["len"])))
+                    ["tx_error", "rx_error"]
+                        .into_iter()
+                        .filter_map(move |k| x[k].as_str().map(|e| format!("{n} {} -l {}: {e}", &k[..2], x["len"])))
                 })
             })
             .collect();
@@ -1425,11 +1760,18 @@ fn devices(d: &mut Doc, r: &Value) {
     // What each byte cost the machine: the remote path moves every byte
     // once more, through the RMA engine, on the same cores.
     if let Some(&len) = lens.iter().max() {
-        let row = |c: &Value, k: &str| c["throughput"].as_array().and_then(|a| a.iter().find(|x| x["len"].as_u64() == Some(len))).and_then(|x| x[k].as_f64());
+        let row = |c: &Value, k: &str| {
+            c["throughput"]
+                .as_array()
+                .and_then(|a| a.iter().find(|x| x["len"].as_u64() == Some(len)))
+                .and_then(|x| x[k].as_f64())
+        };
         let mut body = Vec::new();
         for dir in ["rx", "tx"] {
             let cost = |c: &Value| row(c, &format!("{dir}_cpu_ms_per_MB"));
-            for (name, c) in [("veth", veth), ("local (SRIOV)", local), ("bounce (MRIOV)", bounce), ("zero-copy (MRIOV+)", zc)] {
+            for (name, c) in
+                [("veth", veth), ("local (SRIOV)", local), ("bounce (MRIOV)", bounce), ("zero-copy (MRIOV+)", zc)]
+            {
                 if cost(c).is_none() {
                     continue;
                 }
@@ -1487,7 +1829,20 @@ fn devices(d: &mut Doc, r: &Value) {
             configs.iter().find_map(|c| c["interrupts"]["secs"].as_u64()).unwrap_or(0)
         ));
         d.line("");
-        d.table(&["VM", "RX Gbit/s", "packets", "interrupts", "per 1000 packets", "per s", "missed (this run)", "missed (runs above)", "driver copies"], &body);
+        d.table(
+            &[
+                "VM",
+                "RX Gbit/s",
+                "packets",
+                "interrupts",
+                "per 1000 packets",
+                "per s",
+                "missed (this run)",
+                "missed (runs above)",
+                "driver copies",
+            ],
+            &body,
+        );
     }
 
     let body: Vec<Vec<String>> = r["fairness"]
@@ -1497,10 +1852,15 @@ fn devices(d: &mut Doc, r: &Value) {
         .map(|f| {
             let each: Vec<String> = f["MBps"].as_array().into_iter().flatten().map(|x| gbit(x.as_f64())).collect();
             let errs: Vec<&str> = f["errors"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-            let dev = |k: &str| f["drivers"].as_array().map(|a| a.iter().filter_map(|x| x["device"][k].as_f64()).sum::<f64>());
+            let dev = |k: &str| {
+                f["drivers"].as_array().map(|a| a.iter().filter_map(|x| x["device"][k].as_f64()).sum::<f64>())
+            };
             vec![
                 f["case"].as_str().unwrap_or("?").to_string(),
-                f["hosts"].as_array().map(|h| h.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")).unwrap_or_default(),
+                f["hosts"]
+                    .as_array()
+                    .map(|h| h.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", "))
+                    .unwrap_or_default(),
                 each.join(" / "),
                 gbit(f["total_MBps"].as_f64()),
                 fr(f["jain"].as_f64()),
@@ -1516,7 +1876,10 @@ fn devices(d: &mut Doc, r: &Value) {
             r["fairness"][0]["secs"].as_u64().map(|s| format!(" ({s} s)")).unwrap_or_default()
         ));
         d.line("");
-        d.table(&["case", "VMs on nodes", "Gbit/s per VM", "total Gbit/s", "Jain's index", "missed by the device", ""], &body);
+        d.table(
+            &["case", "VMs on nodes", "Gbit/s per VM", "total Gbit/s", "Jain's index", "missed by the device", ""],
+            &body,
+        );
     }
 
     let pio = &r["pio"];
@@ -1526,7 +1889,9 @@ fn devices(d: &mut Doc, r: &Value) {
         d.line("");
     } else if !rows.is_empty() {
         let link = bw(veth, *lens.iter().max().unwrap_or(&0), "tx_MBps");
-        let row = |how: &str| rows.iter().find(|x| x["how"].as_str().is_some_and(|h| h.starts_with(how))).and_then(|x| x["mbps"].as_f64());
+        let row = |how: &str| {
+            rows.iter().find(|x| x["how"].as_str().is_some_and(|h| h.starts_with(how))).and_then(|x| x["mbps"].as_f64())
+        };
         d.line(&format!(
             "**PIO against DMA** (seed §7.1, `dma_bench -s f`): node 1 writes and reads a 4 MiB area of a segment on node 2. \
              Word-by-word rows time a prefix; MB/s counts only bytes a DMA read found in the target afterwards. \
@@ -1637,7 +2002,19 @@ fn lending(d: &mut Doc, r: &Value) {
             fr(ratio(v["p50_us"].as_f64(), k["p50_us"].as_f64())),
         ]);
     }
-    d.table(&["job", "queue depth", "vsci MB/s (IOPS)", "NBD MB/s (IOPS)", "vsci / NBD", "vsci p50 / p99 µs", "NBD p50 / p99 µs", "p50 vsci / NBD"], &body);
+    d.table(
+        &[
+            "job",
+            "queue depth",
+            "vsci MB/s (IOPS)",
+            "NBD MB/s (IOPS)",
+            "vsci / NBD",
+            "vsci p50 / p99 µs",
+            "NBD p50 / p99 µs",
+            "p50 vsci / NBD",
+        ],
+        &body,
+    );
     if let Some(rows) = r["pagestore"]["rows"].as_array() {
         d.line(&format!(
             "**Page store** (`t_tmem bench`, {} pages of 4 KiB one at a time, one thread): tmem puts and gets \
@@ -1667,10 +2044,17 @@ fn lending(d: &mut Doc, r: &Value) {
         ));
         d.line("");
         let (v, l) = (&runs["vsci"], &runs["local"]);
-        let body: Vec<Vec<String>> = [("write", "write_GBps"), ("read in order", "read_seq_GBps"), ("read random pages", "read_random_GBps"), ("rewrite random pages", "rmw_random_GBps")]
-            .iter()
-            .map(|(name, k)| vec![name.to_string(), sig(v[*k].as_f64()), sig(l[*k].as_f64()), fr(ratio(v[*k].as_f64(), l[*k].as_f64()))])
-            .collect();
+        let body: Vec<Vec<String>> = [
+            ("write", "write_GBps"),
+            ("read in order", "read_seq_GBps"),
+            ("read random pages", "read_random_GBps"),
+            ("rewrite random pages", "rmw_random_GBps"),
+        ]
+        .iter()
+        .map(|(name, k)| {
+            vec![name.to_string(), sig(v[*k].as_f64()), sig(l[*k].as_f64()), fr(ratio(v[*k].as_f64(), l[*k].as_f64()))]
+        })
+        .collect();
         d.table(&["access", "extension GB/s", "local GB/s", "extension / local"], &body);
     }
     let sw = &r["swap"];
@@ -1692,7 +2076,12 @@ fn lending(d: &mut Doc, r: &Value) {
         d.line(&format!("**Swap.** Not run ({why})."));
     }
     d.line("");
-    let ratios: Vec<f64> = r["jobs"].as_array().into_iter().flatten().filter_map(|j| ratio(j["vsci"]["MBps"].as_f64(), j["nbdkit"]["MBps"].as_f64())).collect();
+    let ratios: Vec<f64> = r["jobs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|j| ratio(j["vsci"]["MBps"].as_f64(), j["nbdkit"]["MBps"].as_f64()))
+        .collect();
     let (lo, hi) = ratios.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
     if !ratios.is_empty() {
         d.line(&format!(
@@ -1731,14 +2120,23 @@ fn guest_vs_host(d: &mut Doc, g: &Value) {
         .map(|r| {
             let u = r["unit"].as_str().unwrap_or("");
             let f = |v: Option<f64>| if u == "us" { us(v) } else { mbps(v) };
-            vec![r["what"].as_str().unwrap_or("").to_string(), f(r["host"].as_f64()), f(r["guest"].as_f64()), fr(r["ratio"].as_f64())]
+            vec![
+                r["what"].as_str().unwrap_or("").to_string(),
+                f(r["host"].as_f64()),
+                f(r["guest"].as_f64()),
+                fr(r["ratio"].as_f64()),
+            ]
         })
         .collect();
     d.table(&["figure", "host", "guest", "guest / host"], &body);
 }
 
 fn accel_line(d: &mut Doc, g: &Value) {
-    d.line(&format!("Accelerator: {}. {}", g["accelerator"].as_str().unwrap_or("unknown"), g["iterations"].as_str().unwrap_or("")));
+    d.line(&format!(
+        "Accelerator: {}. {}",
+        g["accelerator"].as_str().unwrap_or("unknown"),
+        g["iterations"].as_str().unwrap_or("")
+    ));
     d.line("");
     d.line(&format!("Peers not run on this path: {}", g["peers"]["not_run"].as_str().unwrap_or("")));
     d.line("");
@@ -1778,14 +2176,27 @@ fn guest_local(d: &mut Doc, g: &Value) {
     let mut body = Vec::new();
     for r in rows(sb, &["interrupt"]) {
         let w = r["wait"].as_str().unwrap_or("?");
-        let rp = d.peer(format!("guest interrupt ({w} wait) vs eventfd in the guest"), ratio(med(r.get("vsci")), med(peer)), true);
+        let rp = d.peer(
+            format!("guest interrupt ({w} wait) vs eventfd in the guest"),
+            ratio(med(r.get("vsci")), med(peer)),
+            true,
+        );
         body.push(vec![format!("interrupt, `VSCI_WAIT={w}`"), lat2(r.get("vsci")), lat2(peer), fr(rp)]);
     }
     for r in rows(sb, &["data_interrupt"]) {
         let w = r["wait"].as_str().unwrap_or("?");
         let p = r["payload"].as_u64().unwrap_or(0);
-        let rp = d.peer(format!("guest data interrupt {} ({w}) vs eventfd + memfd in the guest", size_name(p)), ratio(med(r.get("vsci")), med(r.get("peer"))), true);
-        body.push(vec![format!("data interrupt {}, `{w}`", size_name(p)), lat2(r.get("vsci")), lat2(r.get("peer")), fr(rp)]);
+        let rp = d.peer(
+            format!("guest data interrupt {} ({w}) vs eventfd + memfd in the guest", size_name(p)),
+            ratio(med(r.get("vsci")), med(r.get("peer"))),
+            true,
+        );
+        body.push(vec![
+            format!("data interrupt {}, `{w}`", size_name(p)),
+            lat2(r.get("vsci")),
+            lat2(r.get("peer")),
+            fr(rp),
+        ]);
     }
     d.line("### Interrupts, RTT/2 (median / p99 µs)");
     d.line("");
@@ -1800,7 +2211,10 @@ fn guest_local(d: &mut Doc, g: &Value) {
         cols.push(("eventfd".into(), h));
     }
     hist_table(d, "Guest interrupt latency histogram (RTT/2, 10 µs buckets)", &cols);
-    let memcpy8 = rows(sb, &["write_bandwidth"]).iter().find(|r| r["size"].as_u64() == Some(8 << 20)).and_then(|r| r["peer_MBps"].as_f64());
+    let memcpy8 = rows(sb, &["write_bandwidth"])
+        .iter()
+        .find(|r| r["size"].as_u64() == Some(8 << 20))
+        .and_then(|r| r["peer_MBps"].as_f64());
     transfers(d, &g["transfers"], memcpy8, "two copies of the data at the guest's 8 MiB `memcpy` rate", 2.0, "guest");
 }
 
@@ -1808,10 +2222,15 @@ fn guest_local(d: &mut Doc, g: &Value) {
 /// raw figures of the `guest` path (the guest's own CPU, no SISCI).
 fn guest_pair(d: &mut Doc, name: &str, g: &Value, guest_sb: &Value) {
     let rb = &g["remote_bench"];
-    let ends = g["ends"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" → ")).unwrap_or_default();
+    let ends = g["ends"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(" → "))
+        .unwrap_or_default();
     d.line(&format!("## Path {name}: {}", g["what"].as_str().unwrap_or("")));
     d.line("");
-    d.line(&format!("remote_bench, client → server: {ends}. The client writes into the server's segment through its map"));
+    d.line(&format!(
+        "remote_bench, client → server: {ends}. The client writes into the server's segment through its map"
+    ));
     d.line("(ping-pong: payload then flag, no call; bandwidth: `memcpy` + `SCIFlush`, and `SCIMemCpy`); interrupts");
     d.line("and data interrupts as a trigger → wait ping-pong. Limits, where the `guest` path ran in this run: the");
     d.line("raw `memfd` ping-pong and `memcpy` inside a guest (a guest end cannot go faster than its own CPU).");
@@ -1850,7 +2269,12 @@ fn guest_pair(d: &mut Doc, name: &str, g: &Value, guest_sb: &Value) {
     }
     for r in rows(rb, &["data_interrupt"]) {
         let p = r["payload"].as_u64().unwrap_or(0);
-        body.push(vec![format!("data interrupt {}", size_name(p)), lat2(r.get("vsci")), us(lim4), fr(ratio(med(r.get("vsci")), lim4))]);
+        body.push(vec![
+            format!("data interrupt {}", size_name(p)),
+            lat2(r.get("vsci")),
+            us(lim4),
+            fr(ratio(med(r.get("vsci")), lim4)),
+        ]);
     }
     d.line("### Interrupts, RTT/2 (median / p99 µs)");
     d.line("");
@@ -1925,10 +2349,19 @@ fn dma(d: &mut Doc, v: &Value, paths: &Value) {
     for (path, peer) in [("local", "memcpy"), ("guest", "memcpy in the guest"), ("remote", "SCIMemCpy")] {
         let single = super::dma::list(&paths[path]["dma"], "single");
         for bytes in [512u64 << 10, 8 << 20] {
-            let Some(r) = single.iter().find(|r| r["bytes"].as_u64() == Some(bytes) && r["dir"] == "write") else { continue };
+            let Some(r) = single.iter().find(|r| r["bytes"].as_u64() == Some(bytes) && r["dir"] == "write") else {
+                continue;
+            };
             let (dv, pv) = (r["dma_mbps"].as_f64(), r["peer_mbps"].as_f64());
             let x = d.peer(format!("{path} DMA write {} vs {peer}", size_name(bytes)), ratio(dv, pv), false);
-            peer_rows.push(vec![path.to_string(), format!("single transfer {}, write", size_name(bytes)), mbps(dv), peer.to_string(), mbps(pv), fr(x)]);
+            peer_rows.push(vec![
+                path.to_string(),
+                format!("single transfer {}, write", size_name(bytes)),
+                mbps(dv),
+                peer.to_string(),
+                mbps(pv),
+                fr(x),
+            ]);
         }
     }
     if !peer_rows.is_empty() {
@@ -2002,7 +2435,10 @@ mod tests {
 
     #[test]
     fn a_run_without_results_still_makes_a_report() {
-        let md = markdown(&json!({"machine": {"cpu": "x"}, "paths": {}, "skipped": [{"path": "remote", "reason": "needs root"}]}), &[]);
+        let md = markdown(
+            &json!({"machine": {"cpu": "x"}, "paths": {}, "skipped": [{"path": "remote", "reason": "needs root"}]}),
+            &[],
+        );
         assert!(md.contains("# Benchmarks") && md.contains("path remote skipped") && md.contains("No ratio"), "{md}");
     }
 
@@ -2056,13 +2492,17 @@ mod tests {
             json!({"size": size, "flush": flush, "pingpong": lat(m), "pp_late": 0, "pp_wrong": 0, "stream_late": 0, "stream_wrong": 0,
                    "pp_link_bytes_per_msg": link, "stream_link_bytes_per_msg": link / 2.0, "msgs_per_s": rate, "MBps": rate * size as f64 / 1e6})
         };
-        let am = |lat_us: f64, rate: f64| json!({"rows": [
+        let am = |lat_us: f64, rate: f64| {
+            json!({"rows": [
             {"size": 8, "test": "am_lat", "api": "uct", "median_us": lat_us, "msgs_per_s": 1e5, "link_bytes_per_msg": 80.0},
-            {"size": 8, "test": "am_bw", "api": "uct", "msgs_per_s": rate, "MBps": rate * 8.0 / 1e6, "link_bytes_per_msg": 100.0}]});
-        let ts = |store_vis: f64| json!({"count": 1000, "pace_us": 1000,
+            {"size": 8, "test": "am_bw", "api": "uct", "msgs_per_s": rate, "MBps": rate * 8.0 / 1e6, "link_bytes_per_msg": 100.0}]})
+        };
+        let ts = |store_vis: f64| {
+            json!({"count": 1000, "pace_us": 1000,
             "store": {"cpu": lat(30.0), "process_cpu_us": 50.0, "wall": lat(40.0), "lost": 0, "visibility": lat(store_vis)},
             "scimemcpy": {"cpu": lat(20.0), "process_cpu_us": 40.0, "wall": lat(35.0), "lost": 0, "visibility": lat(25.0)},
-            "local_store": {"cpu": lat(1.0), "process_cpu_us": 2.0, "wall": lat(0.3)}});
+            "local_store": {"cpu": lat(1.0), "process_cpu_us": 2.0, "wall": lat(0.3)}})
+        };
         let out = json!({"paths": {"remote": {
             "remote_bench": {
                 "message_ring": {"slots": 16, "rows": [ring(8, false, 100.0, 2000.0, 1000.0), ring(8, true, 200.0, 1000.0, 2000.0)]},
@@ -2076,12 +2516,23 @@ mod tests {
         }}});
         let md = markdown(&out, &[]);
         assert!(md.contains("| 8 B | 100 / 200 | 200 / 400 | 5.00 | 20.00 / 40.00 | 0 / 0 | uct |"), "{md}");
-        assert!(md.contains("| 8 B | 2000 (0.0160 MB/s) | 1000 (0.00800 MB/s) | 40000 (0.320 MB/s) | 0.050 / 0.025 |"), "{md}");
+        assert!(
+            md.contains("| 8 B | 2000 (0.0160 MB/s) | 1000 (0.00800 MB/s) | 40000 (0.320 MB/s) | 0.050 / 0.025 |"),
+            "{md}"
+        );
         assert!(md.contains("| 8 B | 72 | 144 | 1000 / 2000 | 500 / 1000 | 80 | 100 | 13.89 | 12.50 |"), "{md}");
-        assert!(md.contains("| store 8 B into the remote map | 30.00 / 30.00 | 50.00 | 40.00 / 80.00 | 50.00 / 100 | 0 |"), "{md}");
+        assert!(
+            md.contains("| store 8 B into the remote map | 30.00 / 30.00 | 50.00 | 40.00 / 80.00 | 50.00 / 100 | 0 |"),
+            "{md}"
+        );
         assert!(md.contains("Trapped store / one RMA write: thread CPU 1.50, time to the owner 2.00."), "{md}");
         // Loaded: latency ratio 20 -> 40 grows 2x; rate ratio 0.05 -> 0.025 grows 2x.
-        assert!(md.contains("| ring 8 B ping-pong, no call / UCX tcp am_lat | 100 | 5.00 | 20.00 | 400 | 10.00 | 40.00 | 2.00 |"), "{md}");
+        assert!(
+            md.contains(
+                "| ring 8 B ping-pong, no call / UCX tcp am_lat | 100 | 5.00 | 20.00 | 400 | 10.00 | 40.00 | 2.00 |"
+            ),
+            "{md}"
+        );
         assert!(md.contains("| ring 8 B streaming, no call / UCX tcp am_bw (messages/s) | 2000 | 40000 | 0.050 | 500 | 20000 | 0.025 | 2.00 |"), "{md}");
         assert!(md.contains("| trapped store 8 B until seen / SCIMemCpy 8 B until seen | 50.00 | 25.00 | 2.00 | 100 | 25.00 | 4.00 | 2.00 |"), "{md}");
     }
@@ -2117,8 +2568,14 @@ mod tests {
         }}});
         let md = markdown(&out, &[]);
         assert!(md.contains("## Device sharing (seed 004)"), "{md}");
-        assert!(md.contains("| 32 B | 10.00 / 20.00 | 100 / 200 | 200 / 400 | 150 / 300 | 10.00 | 2.00 | 1.50 |"), "{md}");
-        assert!(md.contains("| RX 64 KiB | 8.00 | 2.00 | 1.00 | 2.00 | 0.25 | -50.0 % | +0.0 % | MRIOV 5.63 % lower |"), "{md}");
+        assert!(
+            md.contains("| 32 B | 10.00 / 20.00 | 100 / 200 | 200 / 400 | 150 / 300 | 10.00 | 2.00 | 1.50 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| RX 64 KiB | 8.00 | 2.00 | 1.00 | 2.00 | 0.25 | -50.0 % | +0.0 % | MRIOV 5.63 % lower |"),
+            "{md}"
+        );
         assert!(md.contains("| bounce | 1.00 | 2000 | 100 | 50.00 | 8.33 | 0 (0.0 %) | 10 (10.0 %) | 0 |"), "{md}");
         assert!(md.contains("| 2, 3 | 0.80 / - | 0.80 | - | - | FAILED: iperf3 failed |"), "{md}");
         assert!(md.contains("writes 8004×"), "{md}");
@@ -2140,7 +2597,10 @@ mod tests {
         let md = markdown(&out, &[]);
         assert!(md.contains("**Accelerator: TCG**") && md.contains("| ping-pong 4 B, RTT/2 | 0.100 | 1.00 |"), "{md}");
         assert!(md.contains("guest ping-pong 4 B vs raw memfd in the guest"), "{md}");
-        assert!(md.contains("## Path guest-host") && md.contains("guest-host ping-pong 4 B vs raw memfd in a guest"), "{md}");
+        assert!(
+            md.contains("## Path guest-host") && md.contains("guest-host ping-pong 4 B vs raw memfd in a guest"),
+            "{md}"
+        );
         assert!(md.contains("Peers not run on this path: not in the image"), "{md}");
     }
 
@@ -2153,7 +2613,12 @@ mod tests {
         let out = json!({"dma": v, "paths": {"local": {"dma": host}, "guest": {"dma": guest}}});
         let md = markdown(&out, &[]);
         assert!(md.contains("## DMA engine (seed 003)"), "{md}");
-        assert!(md.contains("| single transfer 512 KiB, write (MB/s) | 1000 | 500 | +100 % | - | 7 % overhead (max, at 512 KiB) |"), "{md}");
+        assert!(
+            md.contains(
+                "| single transfer 512 KiB, write (MB/s) | 1000 | 500 | +100 % | - | 7 % overhead (max, at 512 KiB) |"
+            ),
+            "{md}"
+        );
         assert!(md.contains("local DMA write 512 KiB vs memcpy"), "{md}");
     }
 }

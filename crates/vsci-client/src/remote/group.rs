@@ -77,9 +77,22 @@ enum Reach {
 }
 
 impl Group {
-    fn new(client: &crate::conn::Client, segment_id: u32, nodes: Vec<u32>, members: Vec<Arc<RemoteSegment>>, events: &Arc<EventQueue>) -> Arc<Group> {
+    fn new(
+        client: &crate::conn::Client,
+        segment_id: u32,
+        nodes: Vec<u32>,
+        members: Vec<Arc<RemoteSegment>>,
+        events: &Arc<EventQueue>,
+    ) -> Arc<Group> {
         let size = members.iter().map(|m| m.size).min().unwrap_or(0);
-        let g = Arc::new(Group { segment_id, size, client: client.clone(), nodes, state: Mutex::new(State::default()), events: Arc::downgrade(events) });
+        let g = Arc::new(Group {
+            segment_id,
+            size,
+            client: client.clone(),
+            nodes,
+            state: Mutex::new(State::default()),
+            events: Arc::downgrade(events),
+        });
         for m in members {
             g.add(m);
         }
@@ -160,7 +173,12 @@ impl Group {
     /// The members still written to, with their index.
     pub(crate) fn live(&self) -> Vec<(usize, Arc<RemoteSegment>)> {
         let st = self.state.lock().unwrap();
-        st.members.iter().enumerate().filter(|(_, m)| !m.dropped && !m.seg.is_lost()).map(|(i, m)| (i, m.seg.clone())).collect()
+        st.members
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| !m.dropped && !m.seg.is_lost())
+            .map(|(i, m)| (i, m.seg.clone()))
+            .collect()
     }
 
     /// Where an emulated store goes (see `trapped::Shadow::emulate`): the
@@ -168,7 +186,10 @@ impl Group {
     /// member's memory if `loopback`. `None` when a member is reached some
     /// other way (through a guest's host side).
     #[allow(clippy::type_complexity)]
-    pub(crate) fn emulation_targets(&self, loopback: bool) -> Option<(Vec<(usize, Arc<super::RemoteTarget>)>, Vec<Arc<crate::dma::SegMem>>)> {
+    pub(crate) fn emulation_targets(
+        &self,
+        loopback: bool,
+    ) -> Option<(Vec<(usize, Arc<super::RemoteTarget>)>, Vec<Arc<crate::dma::SegMem>>)> {
         let (mut rma, mut here) = (Vec::new(), Vec::new());
         for (i, m) in self.live() {
             match Self::reach(&m).ok()? {
@@ -185,7 +206,11 @@ impl Group {
         let mut st = self.state.lock().unwrap();
         if !st.members[i].dropped {
             st.members[i].dropped = true;
-            log::warn!("vsci: reflective-memory group {}: member on node {} dropped ({why})", self.segment_id, st.members[i].seg.node_id);
+            log::warn!(
+                "vsci: reflective-memory group {}: member on node {} dropped ({why})",
+                self.segment_id,
+                st.members[i].seg.node_id
+            );
         }
         drop(st);
         self.check_lost();
@@ -215,7 +240,12 @@ impl Group {
     /// remote member that answers. Never from a member the map does not
     /// write: its bytes are not what the others hold, and a twin made from
     /// them would hide stores equal to them from the members that do differ.
-    pub(crate) fn read_direct(&self, loopback: bool, buf: &mut [u8], offset: u64) -> std::result::Result<(), OwnerError> {
+    pub(crate) fn read_direct(
+        &self,
+        loopback: bool,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> std::result::Result<(), OwnerError> {
         let mut live = self.live();
         live.retain(|(_, m)| loopback || m.owner().is_some());
         live.sort_by_key(|(_, m)| m.owner().is_some());
@@ -226,7 +256,9 @@ impl Group {
                     // SAFETY: the trap reads within the map, which lies
                     // inside the group's size, the smallest member's size;
                     // the mapping covers that member's whole segment.
-                    unsafe { std::ptr::copy_nonoverlapping(mem.ptr().add(offset as usize), buf.as_mut_ptr(), buf.len()) };
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(mem.ptr().add(offset as usize), buf.as_mut_ptr(), buf.len())
+                    };
                     Ok(())
                 }
                 Reach::Remote(o) => o.read_direct(buf, offset),
@@ -259,7 +291,9 @@ impl Group {
         bytes: impl Fn(vsci_trap::Run) -> &'a [u8],
     ) -> std::result::Result<(), OwnerError> {
         let (first, last) = super::split_last_word(runs);
-        let ops = |rs: &[vsci_trap::Run]| -> Vec<(&[u8], u64)> { rs.iter().map(|&run| (bytes(run), seg_off + run.0 as u64)).collect() };
+        let ops = |rs: &[vsci_trap::Run]| -> Vec<(&[u8], u64)> {
+            rs.iter().map(|&run| (bytes(run), seg_off + run.0 as u64)).collect()
+        };
         let (first_ops, last_ops) = (ops(&first), ops(&[last]));
         let mut rma = Vec::new();
         let mut delivered = false;

@@ -268,7 +268,11 @@ impl Shadow {
     /// filled, which the twin's way ships in one write.
     fn emulate(&self, trap: &Trap, g: &mut Pages, f: &Fault, p: usize) -> bool {
         // The cheap reasons not to first: this runs at every store fault.
-        if !emulation_on() || self.failed.load(Ordering::Relaxed) || g.emulated[p] >= EMULATE_MAX || DIRTY_MAPS.load(Ordering::SeqCst) != 0 {
+        if !emulation_on()
+            || self.failed.load(Ordering::Relaxed)
+            || g.emulated[p] >= EMULATE_MAX
+            || DIRTY_MAPS.load(Ordering::SeqCst) != 0
+        {
             return false;
         }
         // Where the store goes: the owner, or every member of a group (its
@@ -433,7 +437,8 @@ impl Shadow {
         // Edge pages only partly written must hold the owner's other bytes.
         let (first, last) = (start / self.page, (start + n - 1) / self.page);
         for q in [first, last] {
-            let partial = (q == first && start % self.page != 0) || (q == last && (start + n) % self.page != 0 && start + n < self.valid);
+            let partial = (q == first && start % self.page != 0)
+                || (q == last && (start + n) % self.page != 0 && start + n < self.valid);
             if partial && !bit(&g.present, q) {
                 if !self.fetch(g, q, 1) || trap.map_in(q * self.page, self.page, true).is_err() {
                     super::keep_buffer(data);
@@ -684,7 +689,15 @@ pub(crate) struct Trapped {
 impl Trapped {
     /// Trap `base..base+len` (the program's mapping of a fresh private
     /// memfd, also mapped at `fill`).
-    pub(crate) fn new(owner: Owner, base: *mut u8, len: usize, seg_off: u64, valid: usize, fill: *mut u8, readonly: bool) -> Result<Trapped> {
+    pub(crate) fn new(
+        owner: Owner,
+        base: *mut u8,
+        len: usize,
+        seg_off: u64,
+        valid: usize,
+        fill: *mut u8,
+        readonly: bool,
+    ) -> Result<Trapped> {
         let page = vsci_trap::page_size();
         let npages = len / page;
         let words = npages.div_ceil(64);

@@ -91,7 +91,8 @@ fn args() -> Args {
 }
 
 fn target(a: &Args) {
-    let f = Fabric::open(&a.provider, Some(&a.bind)).unwrap_or_else(|e| die(&format!("opening {} on {}: {e}", a.provider, a.bind)));
+    let f = Fabric::open(&a.provider, Some(&a.bind))
+        .unwrap_or_else(|e| die(&format!("opening {} on {}: {e}", a.provider, a.bind)));
     let layout = std::alloc::Layout::from_size_align(REGION, 4096).expect("layout");
     // SAFETY: non-zero size; never freed, so it outlives the registration.
     let mem = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -100,7 +101,8 @@ fn target(a: &Args) {
     }
     // SAFETY: mem is valid for REGION bytes for the life of the process;
     // only the peer's RMA writes and reads touch it.
-    let mr = unsafe { f.register(mem, REGION, true, true) }.unwrap_or_else(|e| die(&format!("registering the region: {e}")));
+    let mr =
+        unsafe { f.register(mem, REGION, true, true) }.unwrap_or_else(|e| die(&format!("registering the region: {e}")));
     let _progress = f.spawn_progress_thread_realtime();
     let r = mr.remote();
     println!("fabric-target {} {} {} {}", hex(&f.address()), r.base, r.key, r.len);
@@ -134,7 +136,8 @@ fn initiator(a: &Args) {
         ),
         _ => die("--to wants \"ADDR BASE KEY LEN\""),
     };
-    let f = Fabric::open(&a.provider, Some(&a.bind)).unwrap_or_else(|e| die(&format!("opening {} on {}: {e}", a.provider, a.bind)));
+    let f = Fabric::open(&a.provider, Some(&a.bind))
+        .unwrap_or_else(|e| die(&format!("opening {} on {}: {e}", a.provider, a.bind)));
     // As a vsci client process: a progress thread reaps what nobody waits for.
     let _progress = f.spawn_progress_thread();
     let peer = f.insert_peer(&addr).unwrap_or_else(|e| die(&format!("inserting the target's address: {e}")));

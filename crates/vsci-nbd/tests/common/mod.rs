@@ -115,12 +115,7 @@ impl TestServer {
         let server = Arc::new(Server::new(backend, cfg));
         let s = server.clone();
         let thread = std::thread::spawn(move || s.serve_unix(listener));
-        TestServer {
-            server,
-            sock,
-            thread: Some(thread),
-            dir,
-        }
+        TestServer { server, sock, thread: Some(thread), dir }
     }
     pub fn url(&self, export: &str) -> String {
         format!("nbd+unix:///{export}?socket={}", self.sock.display())
@@ -220,11 +215,7 @@ pub fn run_tool(prog: &str, args: &[&str], timeout: Duration) -> ToolOutput {
         std::thread::sleep(Duration::from_millis(20));
     };
     guard.0 = None;
-    let o = ToolOutput {
-        success: status.success(),
-        stdout: to.join().unwrap(),
-        stderr: te.join().unwrap(),
-    };
+    let o = ToolOutput { success: status.success(), stdout: to.join().unwrap(), stderr: te.join().unwrap() };
     eprintln!("$ {prog} {args:?} -> {status}\n{}", o.text().trim());
     o
 }
@@ -272,10 +263,7 @@ pub fn send_option(s: &mut UnixStream, opt: u32, data: &[u8]) {
 pub fn read_option_reply(s: &mut UnixStream) -> (u32, u32, Vec<u8>) {
     let mut h = [0u8; 20];
     s.read_exact(&mut h).unwrap();
-    assert_eq!(
-        u64::from_be_bytes(h[0..8].try_into().unwrap()),
-        OPT_REPLY_MAGIC
-    );
+    assert_eq!(u64::from_be_bytes(h[0..8].try_into().unwrap()), OPT_REPLY_MAGIC);
     let opt = u32::from_be_bytes(h[8..12].try_into().unwrap());
     let ty = u32::from_be_bytes(h[12..16].try_into().unwrap());
     let len = u32::from_be_bytes(h[16..20].try_into().unwrap());
@@ -305,11 +293,7 @@ pub struct Info {
 /// Err(reply type) on an error reply.
 pub fn go(s: &mut UnixStream, opt: u32, name: &str) -> Result<Info, u32> {
     send_option(s, opt, &go_data(name, &[3]));
-    let mut info = Info {
-        size: 0,
-        tflags: 0,
-        block: None,
-    };
+    let mut info = Info { size: 0, tflags: 0, block: None };
     loop {
         let (o, ty, d) = read_option_reply(s);
         assert_eq!(o, opt);
@@ -340,15 +324,7 @@ pub fn open(path: &Path, name: &str) -> (UnixStream, Info) {
     (s, info)
 }
 
-pub fn send_request(
-    s: &mut UnixStream,
-    flags: u16,
-    cmd: u16,
-    cookie: u64,
-    offset: u64,
-    len: u32,
-    payload: &[u8],
-) {
+pub fn send_request(s: &mut UnixStream, flags: u16, cmd: u16, cookie: u64, offset: u64, len: u32, payload: &[u8]) {
     let mut b = Vec::with_capacity(28 + payload.len());
     b.extend_from_slice(&REQ_MAGIC.to_be_bytes());
     b.extend_from_slice(&flags.to_be_bytes());
@@ -365,10 +341,7 @@ pub fn read_reply(s: &mut UnixStream) -> (u32, u64) {
     let mut h = [0u8; 16];
     s.read_exact(&mut h).unwrap();
     assert_eq!(u32::from_be_bytes(h[0..4].try_into().unwrap()), REPLY_MAGIC);
-    (
-        u32::from_be_bytes(h[4..8].try_into().unwrap()),
-        u64::from_be_bytes(h[8..16].try_into().unwrap()),
-    )
+    (u32::from_be_bytes(h[4..8].try_into().unwrap()), u64::from_be_bytes(h[8..16].try_into().unwrap()))
 }
 
 /// READ (cookie 1), returning the error or the data.
@@ -385,14 +358,7 @@ pub fn raw_read(s: &mut UnixStream, offset: u64, len: u32) -> Result<Vec<u8>, u3
 }
 
 /// A one-request command without data in the reply; returns the error.
-pub fn raw_cmd(
-    s: &mut UnixStream,
-    flags: u16,
-    cmd: u16,
-    offset: u64,
-    len: u32,
-    payload: &[u8],
-) -> u32 {
+pub fn raw_cmd(s: &mut UnixStream, flags: u16, cmd: u16, offset: u64, len: u32, payload: &[u8]) -> u32 {
     send_request(s, flags, cmd, 0x2222, offset, len, payload);
     let (err, cookie) = read_reply(s);
     assert_eq!(cookie, 0x2222);
@@ -407,11 +373,7 @@ pub fn closed_by_server(s: &mut UnixStream) -> bool {
             Ok(0) => return true,
             Ok(_) => continue, // e.g. an error reply before the close
             Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return true,
-            Err(e)
-                if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut =>
-            {
-                return false
-            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut => return false,
             Err(e) => panic!("unexpected read error {e}"),
         }
     }

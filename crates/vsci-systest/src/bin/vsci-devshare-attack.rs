@@ -21,7 +21,7 @@
 use std::time::Duration;
 
 use vsci_devshare::driver::{Layout, Vm, BUF, RING};
-use vsci_devshare::msg::{self, Request, RequestFrom, ReplyTo, ToDevice};
+use vsci_devshare::msg::{self, ReplyTo, Request, RequestFrom, ToDevice};
 use vsci_devshare::regs::{self, Desc, DD, ERR};
 
 fn parse_u64(s: &str) -> u64 {
@@ -64,7 +64,11 @@ fn as_vm(kind: &str) {
         .unwrap();
         wait_first_transmit(&vm, &lay);
         let d = vm.desc(lay.tx_ring, 1);
-        println!("inline descriptor: status {:#x} ({})", d.status, if d.status & ERR != 0 { "refused" } else { "SENT" });
+        println!(
+            "inline descriptor: status {:#x} ({})",
+            d.status,
+            if d.status & ERR != 0 { "refused" } else { "SENT" }
+        );
     } else if kind == "regs-outside" {
         // Function f+1's TX tail and ring base, were the functions' windows
         // side by side in one BAR; and the device's own page at 0x1000.
@@ -91,7 +95,11 @@ fn wait_first_transmit(vm: &Vm, lay: &Layout) {
         let _ = vm.interrupts(100, None);
         let d = vm.desc(lay.tx_ring, 0);
         if d.status & DD != 0 {
-            println!("transmit descriptor: status {:#x} ({})", d.status, if d.status & ERR != 0 { "refused" } else { "SENT" });
+            println!(
+                "transmit descriptor: status {:#x} ({})",
+                d.status,
+                if d.status & ERR != 0 { "refused" } else { "SENT" }
+            );
             return;
         }
         assert!(t0.elapsed() < Duration::from_secs(20), "the device never wrote the descriptor back");
@@ -102,27 +110,41 @@ fn as_node(args: &[String]) {
     let sock = vsci_proto::socket_path();
     let client = vsci_client::Client::connect(&sock, "attack").expect("connect to the node");
     let device_node: u32 = args[1].parse().unwrap();
-    let dev = client.connect_interrupt(vsci_client::IntrKind::Data, device_node, msg::DEFAULT_INTERRUPT, 5000).expect("reach the device");
+    let dev = client
+        .connect_interrupt(vsci_client::IntrKind::Data, device_node, msg::DEFAULT_INTERRUPT, 5000)
+        .expect("reach the device");
     match args[0].as_str() {
         "doorbell" => {
             // Another function's registers, with guessed tokens.
             let func: u8 = args[2].parse().unwrap();
             for _ in 0..100 {
-                let m = ToDevice::Regs { func, token: msg::random_u64(), writes: vec![(regs::CTRL, 0), (regs::RX_TAIL, 0)] };
+                let m = ToDevice::Regs {
+                    func,
+                    token: msg::random_u64(),
+                    writes: vec![(regs::CTRL, 0), (regs::RX_TAIL, 0)],
+                };
                 dev.trigger_data(&msg::encode(&m)).unwrap();
             }
             println!("sent 100 forged register writes to function {func}");
         }
         "forged-revoke" => {
             let func: u8 = args[2].parse().unwrap();
-            let from = RequestFrom { node: client.node_id(), reply: ReplyTo { node: client.node_id(), interrupt: 1 }, req: Request::Revoke { func } };
+            let from = RequestFrom {
+                node: client.node_id(),
+                reply: ReplyTo { node: client.node_id(), interrupt: 1 },
+                req: Request::Revoke { func },
+            };
             let s = msg::sign(b"not the cluster key, a guess at it", msg::random_u64(), from);
             dev.trigger_data(&msg::encode(&ToDevice::Manager(s))).unwrap();
             println!("sent a revoke of function {func} signed with the wrong key");
         }
         "replay" => {
             let key = msg::read_key(std::path::Path::new(&args[2])).unwrap();
-            let from = RequestFrom { node: client.node_id(), reply: ReplyTo { node: client.node_id(), interrupt: 1 }, req: Request::List };
+            let from = RequestFrom {
+                node: client.node_id(),
+                reply: ReplyTo { node: client.node_id(), interrupt: 1 },
+                req: Request::List,
+            };
             let m = msg::encode(&ToDevice::Manager(msg::sign(&key, 0x7e57, from)));
             dev.trigger_data(&m).unwrap();
             std::thread::sleep(Duration::from_millis(200));

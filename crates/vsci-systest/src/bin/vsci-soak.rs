@@ -71,7 +71,10 @@ struct Usage {
 
 fn usage(pid: u32) -> Option<Usage> {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss_kib = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok())?;
+    let rss_kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())?;
     let fds = fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count();
     let threads = fs::read_dir(format!("/proc/{pid}/task")).ok()?.count();
     Some(Usage { rss_kib, fds, threads })
@@ -137,7 +140,12 @@ fn free_port() -> std::io::Result<u16> {
 /// connections and interrupts, each named so a failure says what leaked.
 /// None while the node does not answer.
 fn node_objects(build: &Path, socket: &Path) -> Option<Vec<String>> {
-    let out = Command::new(build.join("bin/vsci")).args(["status", "--json"]).env("VSCI_SOCKET", socket).stderr(Stdio::null()).output().ok()?;
+    let out = Command::new(build.join("bin/vsci"))
+        .args(["status", "--json"])
+        .env("VSCI_SOCKET", socket)
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
     if !out.status.success() {
         return None;
     }
@@ -146,7 +154,10 @@ fn node_objects(build: &Path, socket: &Path) -> Option<Vec<String>> {
         .get("clients")?
         .as_array()?
         .iter()
-        .filter(|c| c.get("pid").and_then(|p| p.as_u64()) != Some(0) && c.get("name").and_then(|n| n.as_str()) != Some("vsci-status"))
+        .filter(|c| {
+            c.get("pid").and_then(|p| p.as_u64()) != Some(0)
+                && c.get("name").and_then(|n| n.as_str()) != Some("vsci-status")
+        })
         .map(|c| format!("client {c}"))
         .collect();
     for k in ["segments", "connections", "interrupts"] {
@@ -161,7 +172,14 @@ fn start_node(build: &Path, dir: &Path, id: u32) -> anyhow::Result<Node> {
     let socket = dir.join(format!("node{id}.sock"));
     let log = fs::File::create(dir.join(format!("node{id}.log")))?;
     let child = Command::new(build.join("bin/vscid"))
-        .args(["--config", &dir.join("cluster.toml").to_string_lossy(), "--node-id", &id.to_string(), "--socket", &socket.to_string_lossy()])
+        .args([
+            "--config",
+            &dir.join("cluster.toml").to_string_lossy(),
+            "--node-id",
+            &id.to_string(),
+            "--socket",
+            &socket.to_string_lossy(),
+        ])
         .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()?;
@@ -181,10 +199,13 @@ fn main() -> anyhow::Result<()> {
     let a = Args::parse();
     anyhow::ensure!(a.minutes > 0.0, "--minutes must be positive");
     anyhow::ensure!(a.clients > 0 && a.clients <= 200, "--clients must be 1..200");
-    let build = fs::canonicalize(&a.build).map_err(|e| anyhow::anyhow!("build directory {}: {e}", a.build.display()))?;
+    let build =
+        fs::canonicalize(&a.build).map_err(|e| anyhow::anyhow!("build directory {}: {e}", a.build.display()))?;
     let t_soak = build.join("tests/t_soak");
     anyhow::ensure!(t_soak.exists(), "{} is missing: run `make` first", t_soak.display());
-    let seed = a.seed.unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)) | 1;
+    let seed = a.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1)
+    }) | 1;
     let mut rng = Rng(seed);
 
     let dir = std::env::temp_dir().join(format!("vsci-soak-{}", std::process::id()));
@@ -204,7 +225,12 @@ fn main() -> anyhow::Result<()> {
     let t = Instant::now();
     for n in &run.nodes {
         while node_objects(&build, &n.socket).is_none() {
-            anyhow::ensure!(t.elapsed() < Duration::from_secs(30), "node {} did not come up (log: {})", n.id, dir.join(format!("node{}.log", n.id)).display());
+            anyhow::ensure!(
+                t.elapsed() < Duration::from_secs(30),
+                "node {} did not come up (log: {})",
+                n.id,
+                dir.join(format!("node{}.log", n.id)).display()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -212,7 +238,10 @@ fn main() -> anyhow::Result<()> {
     std::thread::sleep(Duration::from_secs(2));
     let pids: Vec<u32> = run.nodes.iter().map(|n| n.child.id()).collect();
     let start: Vec<Usage> = pids.iter().map(|&p| usage(p).expect("node is running")).collect();
-    println!("soak: seed {seed}, {} clients per node, one killed every {} ms, {} min", a.clients, a.kill_every_ms, a.minutes);
+    println!(
+        "soak: seed {seed}, {} clients per node, one killed every {} ms, {} min",
+        a.clients, a.kill_every_ms, a.minutes
+    );
     for (i, u) in start.iter().enumerate() {
         println!("soak: node {} at start: {}", i + 1, show(*u));
     }
@@ -225,7 +254,12 @@ fn main() -> anyhow::Result<()> {
     while Instant::now() < end {
         for n in &mut run.nodes {
             if let Some(s) = n.child.try_wait()? {
-                anyhow::bail!("node {} died ({}); log: {}", n.id, describe(s), dir.join(format!("node{}.log", n.id)).display());
+                anyhow::bail!(
+                    "node {} died ({}); log: {}",
+                    n.id,
+                    describe(s),
+                    dir.join(format!("node{}.log", n.id)).display()
+                );
             }
         }
         // Reap clients; a client past its lifetime by 30 s is hung.
@@ -240,13 +274,24 @@ fn main() -> anyhow::Result<()> {
                         tally.finished += 1;
                     } else {
                         tally.failed += 1;
-                        failures.push(format!("client {} on node {} ended with {}: {}", c.slot, c.node + 1, describe(s), fs::read_to_string(&c.log).unwrap_or_default().trim()));
+                        failures.push(format!(
+                            "client {} on node {} ended with {}: {}",
+                            c.slot,
+                            c.node + 1,
+                            describe(s),
+                            fs::read_to_string(&c.log).unwrap_or_default().trim()
+                        ));
                     }
                     true
                 }
                 None if Instant::now() > c.deadline + Duration::from_secs(30) => {
                     tally.failed += 1;
-                    failures.push(format!("client {} on node {} hung past its lifetime (pid {})", c.slot, c.node + 1, c.child.id()));
+                    failures.push(format!(
+                        "client {} on node {} hung past its lifetime (pid {})",
+                        c.slot,
+                        c.node + 1,
+                        c.child.id()
+                    ));
                     let _ = c.child.kill();
                     let _ = c.child.wait();
                     true
@@ -270,13 +315,26 @@ fn main() -> anyhow::Result<()> {
                 let log = dir.join(format!("client-{}-{slot}.log", node + 1));
                 let peer = if node == 0 { 2 } else { 1 };
                 let child = Command::new(&t_soak)
-                    .args([slot.to_string(), peer.to_string(), a.clients.to_string(), life.to_string(), rng.next().to_string()])
+                    .args([
+                        slot.to_string(),
+                        peer.to_string(),
+                        a.clients.to_string(),
+                        life.to_string(),
+                        rng.next().to_string(),
+                    ])
                     .env("VSCI_SOCKET", &run.nodes[node].socket)
                     .stdout(Stdio::null())
                     .stderr(fs::File::create(&log)?)
                     .spawn()?;
                 tally.started += 1;
-                run.clients.push(Client { node, slot, child, deadline: Instant::now() + Duration::from_secs(life), killed: false, log });
+                run.clients.push(Client {
+                    node,
+                    slot,
+                    child,
+                    deadline: Instant::now() + Duration::from_secs(life),
+                    killed: false,
+                    log,
+                });
             }
         }
         if Instant::now() >= next_kill && !run.clients.is_empty() {
@@ -287,8 +345,19 @@ fn main() -> anyhow::Result<()> {
             next_kill = Instant::now() + Duration::from_millis(a.kill_every_ms);
         }
         if Instant::now() >= next_report {
-            let now: Vec<String> = pids.iter().enumerate().map(|(i, &p)| format!("node {}: {}", i + 1, usage(p).map(show).unwrap_or_else(|| "gone".into()))).collect();
-            println!("soak: {} clients started, {} killed, {} finished, {} failed; {}", tally.started, tally.killed, tally.finished, tally.failed, now.join("; "));
+            let now: Vec<String> = pids
+                .iter()
+                .enumerate()
+                .map(|(i, &p)| format!("node {}: {}", i + 1, usage(p).map(show).unwrap_or_else(|| "gone".into())))
+                .collect();
+            println!(
+                "soak: {} clients started, {} killed, {} finished, {} failed; {}",
+                tally.started,
+                tally.killed,
+                tally.finished,
+                tally.failed,
+                now.join("; ")
+            );
             next_report = Instant::now() + Duration::from_secs(60);
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -309,7 +378,10 @@ fn main() -> anyhow::Result<()> {
                 Some(ref h) if h.is_empty() => break,
                 _ if t.elapsed() > Duration::from_secs(30) => {
                     let what = held.map_or("it does not answer `vsci status`".to_string(), |h| h.join("; "));
-                    failures.push(format!("node {} still holds clients or objects 30 s after the last client died: {what}", n.id));
+                    failures.push(format!(
+                        "node {} still holds clients or objects 30 s after the last client died: {what}",
+                        n.id
+                    ));
                     break;
                 }
                 _ => std::thread::sleep(Duration::from_millis(200)),
@@ -317,7 +389,10 @@ fn main() -> anyhow::Result<()> {
         }
     }
     std::thread::sleep(Duration::from_secs(2));
-    println!("soak: {} clients started, {} killed, {} finished, {} failed", tally.started, tally.killed, tally.finished, tally.failed);
+    println!(
+        "soak: {} clients started, {} killed, {} finished, {} failed",
+        tally.started, tally.killed, tally.finished, tally.failed
+    );
     for (i, &p) in pids.iter().enumerate() {
         let Some(u) = usage(p) else {
             anyhow::bail!("node {} is gone at the end", i + 1);
@@ -333,7 +408,12 @@ fn main() -> anyhow::Result<()> {
             u.threads as i64 - s.threads as i64
         );
         if u.fds > s.fds + 4 || u.threads > s.threads + 2 {
-            failures.push(format!("node {} kept descriptors or threads: {} at start, {} at end", i + 1, show(s), show(u)));
+            failures.push(format!(
+                "node {} kept descriptors or threads: {} at start, {} at end",
+                i + 1,
+                show(s),
+                show(u)
+            ));
         }
     }
     if !failures.is_empty() {

@@ -37,11 +37,7 @@ pub fn build_dir() -> PathBuf {
 /// A built file under the build directory; panics with a hint when missing.
 pub fn built(rel: &str) -> PathBuf {
     let p = build_dir().join(rel);
-    assert!(
-        p.exists(),
-        "{} does not exist: run `make` first (or set VSCI_BUILD)",
-        p.display()
-    );
+    assert!(p.exists(), "{} does not exist: run `make` first (or set VSCI_BUILD)", p.display());
     p
 }
 
@@ -61,8 +57,12 @@ pub fn have_qemu() -> bool {
 pub fn guest_image() {
     static DONE: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     DONE.get_or_init(|| {
-        run("vsci vm image", Command::new(built("bin/vsci")).args(["vm", "image"]).stdin(Stdio::null()), Duration::from_secs(900))
-            .assert_success();
+        run(
+            "vsci vm image",
+            Command::new(built("bin/vsci")).args(["vm", "image"]).stdin(Stdio::null()),
+            Duration::from_secs(900),
+        )
+        .assert_success();
     });
 }
 
@@ -229,24 +229,14 @@ impl Proc {
     /// else /dev/null).
     pub fn spawn(name: &str, cmd: &mut Command) -> Proc {
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"));
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"));
         // (stdin is whatever the caller set; Daemon::client sets /dev/null.)
         let stdout = Arc::new(Mutex::new(String::new()));
         let stderr = Arc::new(Mutex::new(String::new()));
         let (tx, rx) = mpsc::channel();
         let r1 = reader(child.stdout.take().unwrap(), stdout.clone(), Some(tx));
         let r2 = reader(child.stderr.take().unwrap(), stderr.clone(), None);
-        Proc {
-            name: name.to_string(),
-            child,
-            stdout,
-            stderr,
-            lines: rx,
-            readers: vec![r1, r2],
-            status: None,
-        }
+        Proc { name: name.to_string(), child, stdout, stderr, lines: rx, readers: vec![r1, r2], status: None }
     }
 
     pub fn pid(&self) -> u32 {
@@ -522,7 +512,11 @@ impl Daemon {
                 return;
             }
             if Instant::now() > deadline {
-                panic!("vscid did not accept on {} within 30 s\n--- log ---\n{}", self.socket.display(), self.log_text());
+                panic!(
+                    "vscid did not accept on {} within 30 s\n--- log ---\n{}",
+                    self.socket.display(),
+                    self.log_text()
+                );
             }
             thread::sleep(Duration::from_millis(20));
         }
@@ -585,10 +579,7 @@ impl Daemon {
                 return;
             }
             if Instant::now() > deadline {
-                panic!(
-                    "{what}: the daemon's objects did not return to {want:?}; still {c:?}\n{:#}",
-                    self.status()
-                );
+                panic!("{what}: the daemon's objects did not return to {want:?}; still {c:?}\n{:#}", self.status());
             }
             thread::sleep(Duration::from_millis(100));
         }
@@ -596,9 +587,7 @@ impl Daemon {
 
     /// Open descriptors of the daemon process.
     pub fn fd_count(&self) -> usize {
-        fs::read_dir(format!("/proc/{}/fd", self.pid()))
-            .expect("read /proc/<vscid>/fd")
-            .count()
+        fs::read_dir(format!("/proc/{}/fd", self.pid())).expect("read /proc/<vscid>/fd").count()
     }
 
     pub fn fd_list(&self) -> String {
@@ -681,7 +670,12 @@ impl Drop for Daemon {
             let _ = c.wait();
         }
         if thread::panicking() {
-            eprintln!("--- vscid node {} log ({}) ---\n{}", self.node_id, self.log.display(), tail(&self.log_text(), 20000));
+            eprintln!(
+                "--- vscid node {} log ({}) ---\n{}",
+                self.node_id,
+                self.log.display(),
+                tail(&self.log_text(), 20000)
+            );
         }
         // The TempDir (if any) removes the socket, lock and log files.
     }
@@ -883,7 +877,11 @@ impl Users {
         assert!(tool(&["groupadd", &u.group]), "groupadd {}", u.group);
         let mut u = u;
         u.gid = group_gid(&u.group).expect("gid of the new group");
-        assert!(tool(&["useradd", "-M", "-N", "-s", "/usr/sbin/nologin", "-G", &u.group, &u.member]), "useradd {}", u.member);
+        assert!(
+            tool(&["useradd", "-M", "-N", "-s", "/usr/sbin/nologin", "-G", &u.group, &u.member]),
+            "useradd {}",
+            u.member
+        );
         assert!(tool(&["useradd", "-M", "-N", "-s", "/usr/sbin/nologin", &u.outsider]), "useradd {}", u.outsider);
         Some(u)
     }
@@ -899,14 +897,10 @@ impl Users {
     /// the staging directory, once; anything else is returned as it is.
     pub fn stage(&self, program: &Path) -> PathBuf {
         let build = build_dir();
-        let rel = program
-            .strip_prefix(&build)
-            .ok()
-            .map(Path::to_path_buf)
-            .or_else(|| {
-                let (p, b) = (fs::canonicalize(program).ok()?, fs::canonicalize(&build).ok()?);
-                p.strip_prefix(b).ok().map(Path::to_path_buf)
-            });
+        let rel = program.strip_prefix(&build).ok().map(Path::to_path_buf).or_else(|| {
+            let (p, b) = (fs::canonicalize(program).ok()?, fs::canonicalize(&build).ok()?);
+            p.strip_prefix(b).ok().map(Path::to_path_buf)
+        });
         let Some(rel) = rel else { return program.to_path_buf() };
         let to = self.stage.path.join(rel);
         copy_for_everyone(program, &to);

@@ -90,12 +90,7 @@ fn ip_cmd(args: &[&str]) -> std::process::Output {
 /// Run `ip ARGS`; panic with its stderr on failure.
 pub fn ip(args: &[&str]) {
     let out = ip_cmd(args);
-    assert!(
-        out.status.success(),
-        "ip {} failed: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "ip {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
 }
 
 /// A key file's contents: 48 hex characters from /dev/urandom.
@@ -192,7 +187,13 @@ impl Cluster {
 
         let subnet = (pid % 250) as u8 + 1;
         let dir = TempDir::new(&format!("cluster{k}"));
-        let mut c = Cluster { nodes: Vec::new(), bridge_ns: bridge_ns.clone(), namespaces: vec![bridge_ns.clone()], subnet, dir };
+        let mut c = Cluster {
+            nodes: Vec::new(),
+            bridge_ns: bridge_ns.clone(),
+            namespaces: vec![bridge_ns.clone()],
+            subnet,
+            dir,
+        };
 
         // The bridge, in its own namespace.
         ip(&["-n", &bridge_ns, "link", "set", "lo", "up"]);
@@ -219,7 +220,11 @@ impl Cluster {
             let socket = c.dir.path.join(format!("{name}.sock"));
             let log = c.dir.path.join(format!("{name}.log"));
             let config = c.dir.path.join(if legit { "cluster.toml".to_string() } else { format!("{name}.toml") });
-            let args = node_args.iter().filter(|(i, _)| legit && *i == id).flat_map(|(_, a)| a.iter().map(|s| s.to_string())).collect();
+            let args = node_args
+                .iter()
+                .filter(|(i, _)| legit && *i == id)
+                .flat_map(|(_, a)| a.iter().map(|s| s.to_string()))
+                .collect();
             c.nodes.push(Node { id, name, legit, ns, ip: ipaddr, br_if, socket, log, config, args, child: None });
         }
 
@@ -280,14 +285,24 @@ impl Cluster {
         loop {
             let n = &mut self.nodes[i];
             if let Some(st) = n.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                panic!("{} (vscid) exited ({}) while starting\n--- log ---\n{}", n.name, describe_status(st), n.log_text());
+                panic!(
+                    "{} (vscid) exited ({}) while starting\n--- log ---\n{}",
+                    n.name,
+                    describe_status(st),
+                    n.log_text()
+                );
             }
             if let Some(fd) = seqpacket_connect(&n.socket) {
                 close_fd(fd);
                 return;
             }
             if Instant::now() > deadline {
-                panic!("{}: vscid did not accept on {} within {UP_TIMEOUT:?}\n--- log ---\n{}", n.name, n.socket.display(), n.log_text());
+                panic!(
+                    "{}: vscid did not accept on {} within {UP_TIMEOUT:?}\n--- log ---\n{}",
+                    n.name,
+                    n.socket.display(),
+                    n.log_text()
+                );
             }
             thread::sleep(Duration::from_millis(20));
         }
@@ -347,7 +362,11 @@ impl Cluster {
     /// `vsci status` of member `id` as a person reads it (no `--json`).
     pub fn status_text(&self, id: u32) -> String {
         let n = self.node(id);
-        let out = run("vsci status", Command::new(built("bin/vsci")).arg("status").arg("--socket").arg(&n.socket).stdin(Stdio::null()), Duration::from_secs(60));
+        let out = run(
+            "vsci status",
+            Command::new(built("bin/vsci")).arg("status").arg("--socket").arg(&n.socket).stdin(Stdio::null()),
+            Duration::from_secs(60),
+        );
         assert!(out.status.success(), "vsci status of {} failed:\n{}", n.name, out.describe());
         out.stdout
     }
@@ -359,7 +378,10 @@ impl Cluster {
     /// The `state` member `id` reports for `peer`, None if it lists no such peer.
     pub fn peer_state_of(n: &Node, peer: u32) -> Option<String> {
         let v = Cluster::status_of(n);
-        let peers = v.get("peers").and_then(|p| p.as_array()).unwrap_or_else(|| panic!("no \"peers\" array in the status of {}:\n{v:#}", n.name));
+        let peers = v
+            .get("peers")
+            .and_then(|p| p.as_array())
+            .unwrap_or_else(|| panic!("no \"peers\" array in the status of {}:\n{v:#}", n.name));
         peers
             .iter()
             .find(|p| p.get("node_id").and_then(|x| x.as_u64()) == Some(peer as u64))
@@ -371,7 +393,14 @@ impl Cluster {
     }
 
     /// Wait until member `id` reports `peer` in a state for which `ok` holds.
-    pub fn wait_peer(&self, id: u32, peer: u32, what: &str, timeout: Duration, ok: impl Fn(Option<&str>) -> bool) -> Option<String> {
+    pub fn wait_peer(
+        &self,
+        id: u32,
+        peer: u32,
+        what: &str,
+        timeout: Duration,
+        ok: impl Fn(Option<&str>) -> bool,
+    ) -> Option<String> {
         let deadline = Instant::now() + timeout;
         loop {
             let s = self.peer_state(id, peer);
