@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use vsci_client::{Client, DataWait, IntrKind, Map, MapFlags, MapTarget, SegmentEvent};
 
-use crate::node::{sibling, TempNode};
+use vsci_bench::node::{sibling, TempNode};
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
 pub enum Role {

@@ -4,18 +4,17 @@
 //!   interrupts, memory lent and borrowed), as a table or JSON;
 //! - `vsci demo`: starts a node on embedded defaults and two processes that
 //!   move data and interrupts through it, printing what happened;
-//! - `vsci bench`: runs the benchmark suite against a fresh node;
+//! - `vsci bench`: runs the benchmark suite against a fresh node (the
+//!   harness is the vsci-bench crate; only its arguments are parsed here);
 //! - `vsci vm run`: runs a command in a QEMU guest attached to a node;
 //! - `vsci blockdev`: serves a block device of other nodes' lent memory
 //!   over NBD;
 //! - `vsci device`: shares one host's NIC functions with VMs on other
 //!   nodes (serve, vm, list, revoke).
 
-mod bench;
 mod blockdev;
 mod demo;
 mod device;
-mod node;
 mod vm;
 
 use std::path::PathBuf;
@@ -127,7 +126,7 @@ fn main() -> Result<()> {
         Cmd::Demo { socket, round_trips, stream_bytes } => demo::run(socket, round_trips, stream_bytes),
         Cmd::DemoPeer { role, round_trips, stream_bytes } => demo::peer(role, round_trips, stream_bytes),
         Cmd::Bench { quick, json, report, bench_dir, paths, no_install, from_json, sections, loaded, repeat } => {
-            bench::run(bench::Options {
+            vsci_bench::run(vsci_bench::Options {
                 quick,
                 json,
                 report,

@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use super::{fmt_opt, rows, size_name};
+use crate::{fmt_opt, rows, size_name};
 
 // ---------------------------------------------------------------------------
 // The seeds' published figures
@@ -621,7 +621,7 @@ fn python_binding(d: &mut Doc, p: &Value) {
         Some(s) if s != 8 => format!(" (C: its {s}-byte row)"),
         _ => String::new(),
     };
-    for (key, wait, what) in super::local::python::ROWS {
+    for (key, wait, what) in crate::local::python::ROWS {
         let py = p.get(*key);
         if py.is_none() {
             continue;
@@ -2347,7 +2347,7 @@ fn dma(d: &mut Doc, v: &Value, paths: &Value) {
     // The engine against moving the same bytes without it, on each path.
     let mut peer_rows = Vec::new();
     for (path, peer) in [("local", "memcpy"), ("guest", "memcpy in the guest"), ("remote", "SCIMemCpy")] {
-        let single = super::dma::list(&paths[path]["dma"], "single");
+        let single = crate::dma::list(&paths[path]["dma"], "single");
         for bytes in [512u64 << 10, 8 << 20] {
             let Some(r) = single.iter().find(|r| r["bytes"].as_u64() == Some(bytes) && r["dir"] == "write") else {
                 continue;
@@ -2609,7 +2609,7 @@ mod tests {
         let single = |mbps: f64| json!({"single": [{"dir": "write", "bytes": 524288, "dma_mbps": mbps, "peer_mbps": 2.0 * mbps}]});
         let host = single(1000.0);
         let guest = single(500.0);
-        let v = crate::bench::dma::versus(Some(&host), Some(&guest), None, Some("tcg"));
+        let v = crate::dma::versus(Some(&host), Some(&guest), None, Some("tcg"));
         let out = json!({"dma": v, "paths": {"local": {"dma": host}, "guest": {"dma": guest}}});
         let md = markdown(&out, &[]);
         assert!(md.contains("## DMA engine (seed 003)"), "{md}");

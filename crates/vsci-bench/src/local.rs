@@ -13,13 +13,13 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
 
-use super::peers::{self, Sites, Tool};
-use super::{dma, netns, run_forwarded, say, step, Ctx, PathSpec};
 use crate::node::TempNode;
+use crate::peers::{self, Sites, Tool};
+use crate::{dma, netns, run_forwarded, say, step, Ctx, PathSpec};
 
 // bench/python.rs (a module of this path's only).
 #[path = "python.rs"]
-pub(super) mod python;
+pub(crate) mod python;
 
 pub const PATH: PathSpec = PathSpec {
     name: "local",

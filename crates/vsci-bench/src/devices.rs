@@ -29,9 +29,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 
-use super::netns::{self, Pair};
-use super::peers::{self, Sites, Tool};
-use super::{fmt_opt, run_forwarded, say, step, tail, Ctx, PathSpec};
+use crate::netns::{self, Pair};
+use crate::peers::{self, Sites, Tool};
+use crate::{fmt_opt, run_forwarded, say, step, tail, Ctx, PathSpec};
 
 pub const PATH: PathSpec = PathSpec {
     name: "devices",
@@ -51,7 +51,7 @@ const IPERF_PORT: u16 = 5201;
 const IPERF_SERVERS: u16 = 4;
 
 fn unavailable(ctx: &Ctx) -> Option<String> {
-    super::remote::needs_root_and_ip(ctx).or_else(|| {
+    crate::remote::needs_root_and_ip(ctx).or_else(|| {
         peers::which("iperf3")
             .is_none()
             .then(|| "needs iperf3 (Debian package iperf3; scripts/install-deps.sh installs it)".into())
@@ -522,7 +522,7 @@ fn run(ctx: &Ctx) -> Result<Value> {
     }
 
     step("devices: PIO against DMA (dma_bench -s f, node 1 -> a segment on node 2)");
-    let d = super::dma::remote(ctx, &mut b.pair, Some("f"));
+    let d = crate::dma::remote(ctx, &mut b.pair, Some("f"));
     let pio = json!({"rows": d["pio"], "failures": d["failures"], "error": d["error"], "mode": d["mode"]});
     b.pair.check_daemons().context("a node died during the device benchmark")?;
     Ok(json!({

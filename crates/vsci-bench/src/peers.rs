@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-use super::{netns, run_forwarded, say, size_name, strip_ansi, Forward};
+use crate::{netns, run_forwarded, say, size_name, strip_ansi, Forward};
 
 /// A peer program and the Debian package that has it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -263,8 +263,8 @@ fn sockperf_run(sites: &dyn Sites, prog: &Path, sizes: &[u64], secs: u32) -> Res
         });
         say(&format!(
             "sockperf ping-pong --tcp -m {m:<5} -t {secs}: median {} us, p99 {} us (RTT/2)",
-            super::fmt_opt(row["median_us"].as_f64(), 2),
-            super::fmt_opt(row["p99_us"].as_f64(), 2)
+            crate::fmt_opt(row["median_us"].as_f64(), 2),
+            crate::fmt_opt(row["p99_us"].as_f64(), 2)
         ));
         rows.push(row);
     }
@@ -296,7 +296,7 @@ pub fn iperf3(sites: &dyn Sites, tools: &Tools, secs: u32) -> Value {
 
 /// MB/s the receiving end of an iperf3 run got (its `-J` output).
 pub fn iperf3_received(v: &Value) -> Option<f64> {
-    super::f64_at(v, &["end", "sum_received", "bits_per_second"]).map(|b| b / 8.0 / 1e6)
+    crate::f64_at(v, &["end", "sum_received", "bits_per_second"]).map(|b| b / 8.0 / 1e6)
 }
 
 /// One `iperf3 -c` from end 0 to the server on `port` at end 1, with
@@ -330,7 +330,7 @@ fn iperf3_run(sites: &dyn Sites, prog: &Path, secs: u32) -> Result<Value> {
     netns::sleep(Duration::from_millis(300))?;
     let v = iperf3_client(sites, prog, IPERF_PORT, secs, &[])?;
     let mbps = iperf3_received(&v).context("iperf3 gave no result")?;
-    let sent = super::f64_at(&v, &["end", "sum_sent", "bits_per_second"]).map(|b| b / 8.0 / 1e6);
+    let sent = crate::f64_at(&v, &["end", "sum_sent", "bits_per_second"]).map(|b| b / 8.0 / 1e6);
     let retr = v.get("end").and_then(|e| e.get("sum_sent")).and_then(|s| s.get("retransmits")).cloned();
     say(&format!("iperf3 -c -t {secs} (1 TCP stream): {mbps:.1} MB/s received"));
     Ok(json!({
@@ -469,7 +469,7 @@ fn ucx_run_args(sites: &dyn Sites, prog: &Path, tls: &str, args: &[String]) -> R
                 return Ok((v, b0.zip(b1).map(|(a, b)| b.saturating_sub(a))));
             }
         }
-        last = format!("client {st}: {}server: {}", super::tail(&out, 6), super::tail(&srv_text, 6));
+        last = format!("client {st}: {}server: {}", crate::tail(&out, 6), crate::tail(&srv_text, 6));
         if attempt < 4 {
             netns::sleep(Duration::from_millis(500))?;
         }
@@ -544,13 +544,13 @@ pub fn ucx_am(sites: &dyn Sites, tools: &Tools, sizes: &[u64], counts: AmCounts)
                             say(&format!(
                                 "ucx_perftest -t {test:<10} -s {size:<5} ({api}, tcp): median {:.3} us (RTT/2), link {} B/message",
                                 v[1],
-                                super::fmt_opt(per, 0)
+                                crate::fmt_opt(per, 0)
                             ));
                         } else {
                             say(&format!(
                                 "ucx_perftest -t {test:<10} -s {size:<5} ({api}, tcp): {rate:.0} messages/s, {:.1} MB/s, link {} B/message",
                                 rate * size as f64 / 1e6,
-                                super::fmt_opt(per, 0)
+                                crate::fmt_opt(per, 0)
                             ));
                         }
                         rows.push(json!({
@@ -653,7 +653,7 @@ fn fabric_write_run(sites: &dyn Sites, prog: &Path, sizes: &[u64], quick: bool) 
     let ttext = fwd.finish();
     let (st, out) = run?;
     if !st.success() {
-        bail!("fabric_write_lat initiator failed ({st}):\n{}target: {}", super::tail(&out, 10), super::tail(&ttext, 5));
+        bail!("fabric_write_lat initiator failed ({st}):\n{}target: {}", crate::tail(&out, 10), crate::tail(&ttext, 5));
     }
     let j = out.lines().find_map(|l| l.strip_prefix("@@json ")).context("fabric_write_lat printed no @@json line")?;
     let mut v: Value = serde_json::from_str(j).context("fabric_write_lat's @@json line")?;
@@ -725,10 +725,10 @@ pub fn transfers(sites: &dyn Sites, sendrecv: &Path, quick: bool) -> Result<Valu
     let rst = netns::wait_child(&mut recv.0, Duration::from_secs(30), "sendrecv -receiver");
     let rtext = rfwd.finish();
     if !st.success() {
-        bail!("sendrecv -sender failed ({st}); receiver said:\n{}", super::tail(&rtext, 10));
+        bail!("sendrecv -sender failed ({st}); receiver said:\n{}", crate::tail(&rtext, 10));
     }
     if !rst.as_ref().is_ok_and(|s| s.success()) {
-        bail!("sendrecv -receiver failed ({rst:?}):\n{}", super::tail(&rtext, 10));
+        bail!("sendrecv -receiver failed ({rst:?}):\n{}", crate::tail(&rtext, 10));
     }
     parse_transfers(&text, &rtext, window, &list, sites.node_id(1))
 }
@@ -773,7 +773,7 @@ pub fn parse_transfers(text: &str, rtext: &str, window: &str, list: &str, rn: u3
             median,
             s.len(),
             b as f64 / (median / 1e3) / 1e6,
-            super::fmt_opt(seed, 3)
+            crate::fmt_opt(seed, 3)
         ));
         rows.push(json!({
             "size": b,
@@ -786,7 +786,7 @@ pub fn parse_transfers(text: &str, rtext: &str, window: &str, list: &str, rn: u3
         }));
     }
     if rows.is_empty() {
-        bail!("sendrecv printed no transfer times:\n{}", super::tail(&text, 10));
+        bail!("sendrecv printed no transfer times:\n{}", crate::tail(&text, 10));
     }
     Ok(json!({
         "what": "examples/sendrecv -copy: the sender copies each chunk from a local buffer into the receiver's window and triggers a data interrupt; the receiver copies it out into a local buffer and acks with an interrupt (and checks every byte after the transfer, untimed); time from before the first copy to the last ack",

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::bench::{fmt_opt, run_forwarded, say, Ctx};
+use crate::{fmt_opt, run_forwarded, say, Ctx};
 
 /// The interpreter: `$VSCI_PYTHON`, else Debian's `/usr/bin/python3` (where
 /// scripts/install-deps.sh installs python3-cffi), else `python3`.
@@ -104,7 +104,7 @@ pub fn run(ctx: &Ctx, socket: &Path, sb: &Value) -> Value {
     let mut v = match (res, v) {
         (Ok(_), Some(v)) => v,
         (Ok((st, text)), None) => {
-            return json!({"error": format!("python -m sisci.bench wrote no JSON ({st}): {}", crate::bench::tail(&text, 10))})
+            return json!({"error": format!("python -m sisci.bench wrote no JSON ({st}): {}", crate::tail(&text, 10))})
         }
         (Err(e), _) => return json!({"error": format!("{e:#}")}),
     };
@@ -169,12 +169,11 @@ mod tests {
             "calls": {"cffi_call_ns": 190.0, "binding_getter_ns": 350.0, "trigger_ns": 420.0},
             "python": "CPython 3.11.2", "cffi": "1.15.1",
         });
-        let md = crate::bench::report::markdown(&json!({"paths": {"local": {"python": py}}}), &[]);
+        let md = crate::report::markdown(&json!({"paths": {"local": {"python": py}}}), &[]);
         assert!(md.contains("### The Python binding"), "{md}");
         assert!(md.contains("| segment ping-pong, 8 B |") && md.contains("binding cost per trip"), "{md}");
         assert!(md.contains("| 1.50 / 3.00 | 0.500 | 1.00 | 3.00 |"), "{md}");
-        let skipped =
-            crate::bench::report::markdown(&json!({"paths": {"local": {"python": {"skipped": "no cffi"}}}}), &[]);
+        let skipped = crate::report::markdown(&json!({"paths": {"local": {"python": {"skipped": "no cffi"}}}}), &[]);
         assert!(skipped.contains("Not measured: no cffi."), "{skipped}");
     }
 }

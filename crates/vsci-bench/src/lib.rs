@@ -15,6 +15,7 @@ mod guest;
 mod lending;
 mod local;
 mod netns;
+pub mod node;
 mod peers;
 mod plot;
 mod reflective;

@@ -12,9 +12,9 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-use super::netns::{self, Pair};
-use super::peers::{self, Sites, Tool};
-use super::{dma, fmt_opt, say, size_name, step, tail, Ctx, Forward, PathSpec};
+use crate::netns::{self, Pair};
+use crate::peers::{self, Sites, Tool};
+use crate::{dma, fmt_opt, say, size_name, step, tail, Ctx, Forward, PathSpec};
 
 pub const PATH: PathSpec = PathSpec {
     name: "remote",

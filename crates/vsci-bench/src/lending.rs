@@ -15,14 +15,14 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-use super::netns::{self, Pair};
-use super::peers::Tool;
-use super::{run_forwarded, say, step, Ctx, PathSpec};
+use crate::netns::{self, Pair};
+use crate::peers::Tool;
+use crate::{run_forwarded, say, step, Ctx, PathSpec};
 
 pub const PATH: PathSpec = PathSpec {
     name: "lending",
     what: "lent memory: vsci blockdev over memory another node lends, against an NBD export of RAM on that node (nbdkit), under fio and as a guest's swap (network namespaces, RMA engine over TCP)",
-    unavailable: super::remote::needs_root_and_ip,
+    unavailable: crate::remote::needs_root_and_ip,
     steps: 4,
     tools: &[Tool::Fio, Tool::Nbdkit],
     run,
@@ -113,7 +113,7 @@ fn run(ctx: &Ctx) -> Result<Value> {
     step("lending: a guest swapping onto each device");
     let swap = if ctx.quick {
         json!({"skipped": "--quick"})
-    } else if super::guest::qemu().is_some() {
+    } else if crate::guest::qemu().is_some() {
         let mut runs = serde_json::Map::new();
         for (what, url) in [("vsci", &vsci_url), ("nbdkit", &kit_url)] {
             runs.insert(what.into(), swap_run(&nodes, &vsci, url)?);
@@ -146,7 +146,7 @@ fn tmem_bench(nodes: &Pair, count: u32) -> Result<Value> {
         bail!(
             "t_tmem bench failed ({st}):
 {}",
-            super::tail(&out, 20)
+            crate::tail(&out, 20)
         );
     }
     // "BENCH WHAT OP ops/s=.. MiB/s=.. p50_us=.. p99_us=.."
@@ -176,7 +176,7 @@ fn memext_bench(nodes: &Pair, quick: bool) -> Result<Value> {
             bail!(
                 "vsci-memext-check {what} failed ({st}):
 {}",
-                super::tail(&text, 20)
+                crate::tail(&text, 20)
             );
         }
         // "write: 0.123 GB/s (...)" lines.
@@ -243,7 +243,7 @@ fn fio_job(nodes: &Pair, fio: &Path, url: &str, rw: &str, bs: u64, qd: u32, secs
     }
     let (st, out) = run_forwarded(c, "fio", Duration::from_secs(300), false)?;
     if !st.success() {
-        bail!("fio {rw} bs {bs} qd {qd} on {url} failed ({st}):\n{}", super::tail(&out, 20));
+        bail!("fio {rw} bs {bs} qd {qd} on {url} failed ({st}):\n{}", crate::tail(&out, 20));
     }
     // fio prints notes before the JSON document.
     let start = out.find('{').context("fio printed no JSON")?;
@@ -275,7 +275,7 @@ fn swap_run(nodes: &Pair, vsci: &Path, url: &str) -> Result<Value> {
     let wall = t0.elapsed().as_secs_f64();
     let line = out.lines().find(|l| l.starts_with("MEMHOG")).unwrap_or("");
     if !st.success() || !line.starts_with("MEMHOG OK") {
-        bail!("the swapping guest failed ({st}):\n{}", super::tail(&out, 20));
+        bail!("the swapping guest failed ({st}):\n{}", crate::tail(&out, 20));
     }
     say(&format!("swap onto {url}: {line} (guest run {wall:.1} s)"));
     Ok(

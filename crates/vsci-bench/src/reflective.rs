@@ -13,13 +13,13 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-use super::netns::{self, Pair};
-use super::{say, step, tail, Ctx, Forward, PathSpec};
+use crate::netns::{self, Pair};
+use crate::{say, step, tail, Ctx, Forward, PathSpec};
 
 pub const PATH: PathSpec = PathSpec {
     name: "reflective",
     what: "reflective memory: a writer and groups of 1-3 member nodes in network namespaces (RMA engine over TCP)",
-    unavailable: super::remote::needs_root_and_ip,
+    unavailable: crate::remote::needs_root_and_ip,
     steps: 5,
     tools: &[],
     run,

@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use plotters::prelude::*;
 use serde_json::Value;
 
-use super::{rows, size_name};
+use crate::{rows, size_name};
 
 const FONT: &str = "sans-serif";
 
@@ -113,12 +113,12 @@ pub fn write_all(dir: &Path, out: &Value) -> Result<Vec<PathBuf>> {
     }
     s.extend(series(
         "thesis 5.2 native (2017, local)",
-        T5_SIZES.iter().copied().zip(super::report::t52_native()).collect(),
+        T5_SIZES.iter().copied().zip(crate::report::t52_native()).collect(),
         true,
     ));
     s.extend(series(
         "thesis 5.5 PXH830 native (remote)",
-        T5_SIZES.iter().copied().zip(super::report::t55_native()).collect(),
+        T5_SIZES.iter().copied().zip(crate::report::t55_native()).collect(),
         true,
     ));
     if !s.is_empty() {
@@ -151,7 +151,7 @@ pub fn write_all(dir: &Path, out: &Value) -> Result<Vec<PathBuf>> {
     ));
     s.extend(series(
         "thesis 5.6 IXH610 native (remote)",
-        (0..12).map(|i| ((4u64 << i) as f64, super::report::t56_native()[i])).collect(),
+        (0..12).map(|i| ((4u64 << i) as f64, crate::report::t56_native()[i])).collect(),
         true,
     ));
     if !s.is_empty() {
@@ -207,7 +207,7 @@ pub fn write_all(dir: &Path, out: &Value) -> Result<Vec<PathBuf>> {
     if !s.is_empty() {
         s.extend(series(
             "seed 001 (kvmtool guests)",
-            super::peers::SEED001_NS.iter().map(|(b, ns)| (*b as f64, ns / 1e6)).collect(),
+            crate::peers::SEED001_NS.iter().map(|(b, ns)| (*b as f64, ns / 1e6)).collect(),
             true,
         ));
         let f = dir.join("transfers.png");

@@ -6,7 +6,7 @@
 //!   seed-001 transfers with both ends inside one guest, next to the
 //!   `local` path's host figures (issue 4: [`versus_host`]), and dma_bench
 //!   (seed 003: the guest's DMA calls remoted to the node's engine; see
-//!   [`super::dma::versus`]);
+//!   [`crate::dma::versus`]);
 //! - `guest-host`: remote_bench and the transfers between a guest and a host
 //!   process of the same node;
 //! - `guest-guest`: the same between two guests of one node;
@@ -22,7 +22,7 @@
 //! A boot costs 6–8 s under TCG, so each end boots once and runs every
 //! measurement of the path in one `sh -c` script; the JSON a program
 //! writes inside the guest comes back on its stdout between markers
-//! ([`super::block`]). Under TCG the guest ends run the benchmarks'
+//! ([`crate::block`]). Under TCG the guest ends run the benchmarks'
 //! `-quick` iteration counts, and the transfers stop at 64 MB: a guest
 //! instruction costs many host ones, and the full counts would take the
 //! run past a quarter of an hour on two cores.
@@ -35,10 +35,10 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
-use super::netns::{self, Pair};
-use super::peers::{self, TRANSFER_SEGID};
-use super::{block, dma, fmt_opt, rows, say, size_name, step, tail, Ctx, Forward, PathSpec};
+use crate::netns::{self, Pair};
 use crate::node::TempNode;
+use crate::peers::{self, TRANSFER_SEGID};
+use crate::{block, dma, fmt_opt, rows, say, size_name, step, tail, Ctx, Forward, PathSpec};
 
 pub const GUEST: PathSpec = PathSpec {
     name: "guest",
@@ -236,7 +236,7 @@ fn run_guest(ctx: &Ctx) -> Result<Value> {
         Path::new("/tmp"),
         TIMEOUT,
     );
-    let (st, text) = super::run_forwarded(cmd, "vsci vm run (guest)", TIMEOUT + Duration::from_secs(30), true)?;
+    let (st, text) = crate::run_forwarded(cmd, "vsci vm run (guest)", TIMEOUT + Duration::from_secs(30), true)?;
     netns::check_interrupted()?;
     drop(node);
     let sbj: Value = block(&text, "sisci_bench").and_then(|s| serde_json::from_str(&s).ok()).unwrap_or(Value::Null);

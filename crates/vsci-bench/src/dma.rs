@@ -14,8 +14,8 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
 
-use super::netns::{self, Pair};
-use super::{fmt_opt, run_forwarded, say, size_name, tail, Ctx};
+use crate::netns::{self, Pair};
+use crate::{fmt_opt, run_forwarded, say, size_name, tail, Ctx};
 
 /// The target segment's id (dma_bench's default is also used by tests).
 const TARGET_SEG: &str = "0x0d3b";
@@ -108,7 +108,7 @@ pub fn guest_script() -> String {
 
 /// dma_bench's JSON from a guest run's output.
 pub fn from_guest(text: &str) -> Value {
-    match super::block(text, "dma_bench").and_then(|s| serde_json::from_str::<Value>(&s).ok()) {
+    match crate::block(text, "dma_bench").and_then(|s| serde_json::from_str::<Value>(&s).ok()) {
         Some(v) => v,
         None => {
             say("!! dma_bench in the guest wrote no JSON");
