@@ -34,7 +34,11 @@ C_LIBS   := -L$(BUILD)/lib -Wl,-rpath,$(BUILD)/lib -lsisci -lpthread
 EXAMPLES := $(patsubst examples/%.c,$(BUILD)/examples/%,$(wildcard examples/*.c))
 CTESTS   := $(patsubst tests/c/%.c,$(BUILD)/tests/%,$(wildcard tests/c/*.c))
 SIGCHAIN_VARIANTS := $(BUILD)/tests/t_sigchain_static $(BUILD)/tests/t_sigchain_dlopen
-BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
+# A benchmark is one file, bench/NAME.c, or a directory of them,
+# bench/NAME/*.c with NAME/main.c (sisci_bench, remote_bench); both build
+# $(BUILD)/bench/NAME.
+BENCHES  := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c)) \
+            $(patsubst bench/%/main.c,$(BUILD)/bench/%,$(wildcard bench/*/main.c))
 TEST_PKGS := -p vsci-proto -p vscid -p vsci-client -p sisci -p vsci-cli -p vsci-fabric -p vsci-trap -p vsci-vm -p vsci-fuzz -p vsci-devshare -p vsci-nbd -p vsci-lend -p vsci-cprobe -p vsci-sys -p vsci-systest
 C_COMMON := $(wildcard tests/c/common/*.h examples/common/*.h bench/common/*.h) $(HEADERS) $(DIS_HEADERS)
 
@@ -98,6 +102,11 @@ $(BUILD)/tests/t_compat: CFLAGS += -Wall -Werror
 $(BUILD)/bench/%: bench/%.c $(C_COMMON) | stage
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(C_INC) -Ibench -o $@ $< $(C_LIBS) -lm
+
+.SECONDEXPANSION:
+$(BUILD)/bench/%: bench/%/main.c $$(wildcard bench/%/*.c bench/%/*.h) $(C_COMMON) | stage
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(C_INC) -Ibench -o $@ $(filter %.c,$^) $(C_LIBS) -lm
 
 test: all lint
 	VSCI_BUILD=$(BUILD) $(CARGO) test --release --no-fail-fast $(TEST_PKGS) -- --test-threads=2

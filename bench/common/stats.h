@@ -1,10 +1,10 @@
 /*
- * stats.h - helpers shared by sisci_bench.c and remote_bench.c: the clock,
- * SISCI error names, latency statistics (median, p99, histogram), the JSON
- * writer's pieces and the machine description both print and record.
+ * stats.h - helpers shared by the benchmarks (sisci_bench, remote_bench,
+ * dma_bench): the clock, SISCI error names, latency statistics (median,
+ * p99, histogram), the JSON writer's pieces and the machine description
+ * they print and record.
  *
- * Each benchmark is one translation unit; include this header once, after
- * defining
+ * Include this header once in each file of a benchmark, after defining
  *   NB, BUCKET_US   the histogram: NB buckets of BUCKET_US microseconds plus
  *                   one overflow bucket;
  *   lat_t           a struct with at least the members
@@ -162,8 +162,16 @@ static inline const char *fmt_size(size_t s, char *buf, size_t n)
 /* The machine                                                              */
 /* ------------------------------------------------------------------------ */
 
-static char g_kernel[128], g_cpu[128], g_host[128], g_cmd[512], g_date[64];
-static long g_nproc;
+/* A benchmark of several files defines these in its main file and declares
+ * them in the others, which define BENCH_MACHINE_EXTERN before including
+ * this header. */
+#ifdef BENCH_MACHINE_EXTERN
+extern char g_kernel[128], g_cpu[128], g_host[128], g_cmd[512], g_date[64];
+extern long g_nproc;
+#else
+char g_kernel[128], g_cpu[128], g_host[128], g_cmd[512], g_date[64];
+long g_nproc;
+#endif
 
 /* Fills g_kernel, g_host, g_nproc, g_cpu, g_cmd (the command line) and
  * g_date (now, UTC). */
