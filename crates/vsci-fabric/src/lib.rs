@@ -148,6 +148,67 @@ impl RemoteRegion {
     }
 }
 
+/// Local memory an RMA operation sends from (a write) or fills (a read),
+/// named by address, as the provider reaches it anyway. Made from a slice,
+/// or, for memory other parties may write while the operation runs (a
+/// segment shared with other processes, a guest's window or RAM), over
+/// which this process must not make a Rust reference, from a pointer and a
+/// length ([`LocalMem::from_raw`]): the provider only copies bytes in or
+/// out of it, so what another party stores meanwhile is only bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct LocalMem<'a> {
+    ptr: *mut u8,
+    len: usize,
+    /// Reads may fill it (it was not made from a shared slice).
+    writable: bool,
+    _borrow: std::marker::PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> LocalMem<'a> {
+    /// Bytes a write sends (a read into it is refused).
+    pub fn from_slice(s: &'a [u8]) -> LocalMem<'a> {
+        LocalMem { ptr: s.as_ptr() as *mut u8, len: s.len(), writable: false, _borrow: std::marker::PhantomData }
+    }
+
+    /// A buffer a read fills (or a write sends).
+    pub fn from_mut(s: &'a mut [u8]) -> LocalMem<'a> {
+        LocalMem { ptr: s.as_mut_ptr(), len: s.len(), writable: true, _borrow: std::marker::PhantomData }
+    }
+
+    /// `len` bytes at `ptr`, which a write sends or a read fills.
+    ///
+    /// # Safety
+    /// The bytes are mapped memory and stay mapped for `'a`, and for good
+    /// once an operation on them returned [`Error::Abandoned`] (the
+    /// provider may still read or write them later). While an operation
+    /// uses them, this process holds no Rust reference to them; other
+    /// processes or guests may store to them (the provider copies whatever
+    /// it finds, and a read's bytes may be overwritten).
+    pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> LocalMem<'a> {
+        LocalMem { ptr, len, writable: true, _borrow: std::marker::PhantomData }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The first byte.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// `len` bytes of this memory from byte `off`; `None` past its end.
+    pub fn sub(&self, off: usize, len: usize) -> Option<LocalMem<'a>> {
+        let end = off.checked_add(len)?;
+        // wrapping_add: in bounds (checked), so it is the same address as add.
+        (end <= self.len).then(|| LocalMem { ptr: self.ptr.wrapping_add(off), len, ..*self })
+    }
+}
+
 /// A received message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {

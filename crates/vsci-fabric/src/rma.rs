@@ -97,6 +97,12 @@ impl Fabric {
     /// error, every write already posted has still completed (successfully or
     /// not) before this returns, so the borrowed buffers are free again.
     pub fn write_many(&self, peer: &Peer, runs: &[(&[u8], u64)], remote: &RemoteRegion) -> Result<()> {
+        self.write_many_mem(peer, &mems(runs), remote)
+    }
+
+    /// [`write_many`](Self::write_many) from memory named by address
+    /// ([`LocalMem`]), such as memory other parties write meanwhile.
+    pub fn write_many_mem(&self, peer: &Peer, runs: &[(LocalMem, u64)], remote: &RemoteRegion) -> Result<()> {
         self.check_peer(peer)?;
         self.check_up(peer)?;
         retry_reconnect(|| self.write_many_once(peer, runs, remote))
@@ -121,6 +127,18 @@ impl Fabric {
         then: &[(&[u8], u64)],
         remote: &RemoteRegion,
     ) -> Result<()> {
+        self.write_many_ordered_mem(peer, &mems(first), &mems(then), remote)
+    }
+
+    /// [`write_many_ordered`](Self::write_many_ordered) from memory named by
+    /// address ([`LocalMem`]).
+    pub fn write_many_ordered_mem(
+        &self,
+        peer: &Peer,
+        first: &[(LocalMem, u64)],
+        then: &[(LocalMem, u64)],
+        remote: &RemoteRegion,
+    ) -> Result<()> {
         self.check_peer(peer)?;
         self.check_up(peer)?;
         // `first` may be posted as fewer, larger operations than runs: its
@@ -135,7 +153,7 @@ impl Fabric {
         retry_reconnect(|| self.write_groups_once(peer, &[first, then], remote))
     }
 
-    pub(crate) fn write_many_once(&self, peer: &Peer, runs: &[(&[u8], u64)], remote: &RemoteRegion) -> Result<()> {
+    pub(crate) fn write_many_once(&self, peer: &Peer, runs: &[(LocalMem, u64)], remote: &RemoteRegion) -> Result<()> {
         self.write_groups_once(peer, &[runs], remote)
     }
 
@@ -144,7 +162,7 @@ impl Fabric {
     pub(crate) fn write_groups_once(
         &self,
         peer: &Peer,
-        groups: &[&[(&[u8], u64)]],
+        groups: &[&[(LocalMem, u64)]],
         remote: &RemoteRegion,
     ) -> Result<()> {
         self.finish(self.post_groups(peer, groups, remote, Complete::Placed))
@@ -161,9 +179,20 @@ impl Fabric {
         first: &[(&[u8], u64)],
         then: &[(&[u8], u64)],
     ) -> Vec<Result<()>> {
+        self.write_many_ordered_multi_mem(targets, &mems(first), &mems(then))
+    }
+
+    /// [`write_many_ordered_multi`](Self::write_many_ordered_multi) from
+    /// memory named by address ([`LocalMem`]).
+    pub fn write_many_ordered_multi_mem(
+        &self,
+        targets: &[(&Peer, &RemoteRegion)],
+        first: &[(LocalMem, u64)],
+        then: &[(LocalMem, u64)],
+    ) -> Vec<Result<()>> {
         let total: u64 = first.iter().map(|r| r.0.len() as u64).sum();
         let together = !first.is_empty() && !then.is_empty() && total <= self.inner.info.ordered_writes;
-        let phases: Vec<Vec<&[(&[u8], u64)]>> =
+        let phases: Vec<Vec<&[(LocalMem, u64)]>> =
             if together { vec![vec![first, then]] } else { vec![vec![first], vec![then]] };
         let mut results: Vec<Result<()>> =
             targets.iter().map(|(peer, _)| self.check_peer(peer).and_then(|()| self.check_up(peer))).collect();
@@ -184,7 +213,7 @@ impl Fabric {
         for (i, (peer, remote)) in targets.iter().enumerate() {
             if matches!(&results[i], Err(Error::Completion { code, .. } | Error::Call { code, .. }) if *code == libc::ENOTCONN)
             {
-                results[i] = self.write_many_ordered(peer, first, then, remote);
+                results[i] = self.write_many_ordered_mem(peer, first, then, remote);
             }
         }
         results
@@ -246,7 +275,8 @@ impl Fabric {
         if runs.iter().any(|(r, _)| r.start > r.end || r.end > data.len()) {
             return Err(Error::Invalid("a run outside the buffer"));
         }
-        let ops: Vec<(&[u8], u64)> = runs.iter().map(|(r, off)| (&data[r.clone()], *off)).collect();
+        let ops: Vec<(LocalMem, u64)> =
+            runs.iter().map(|(r, off)| (LocalMem::from_slice(&data[r.clone()]), *off)).collect();
         let posted = self.post_groups(peer, &[&ops], remote, complete);
         drop(ops);
         if posted.result.is_err() {
@@ -298,7 +328,7 @@ impl Fabric {
     pub(crate) fn post_groups(
         &self,
         peer: &Peer,
-        groups: &[&[(&[u8], u64)]],
+        groups: &[&[(LocalMem, u64)]],
         remote: &RemoteRegion,
         complete: Complete,
     ) -> Posted {
@@ -348,12 +378,13 @@ impl Fabric {
                 let mut desc = [std::ptr::null_mut(); ffi::VF_MAX_IOV];
                 let mut raddr = [0u64; ffi::VF_MAX_IOV];
                 for (i, &(buf, addr)) in chunk.iter().enumerate() {
-                    iov[i] = libc::iovec { iov_base: buf.as_ptr() as *mut c_void, iov_len: buf.len() };
-                    desc[i] = inner.local_desc(buf.as_ptr() as *mut u8, buf.len(), ffi::FI_WRITE, locals)?;
+                    iov[i] = libc::iovec { iov_base: buf.as_ptr().cast(), iov_len: buf.len() };
+                    desc[i] = inner.local_desc(buf.as_ptr(), buf.len(), ffi::FI_WRITE, locals)?;
                     raddr[i] = addr;
                 }
                 inner.post(slot, "fi_writemsg", peer.fi_addr, |ctx| {
-                    // SAFETY: the buffers stay borrowed (the caller's runs
+                    // SAFETY: the buffers stay valid (slices borrowed, or
+                    // LocalMem::from_raw's promise: the caller's runs
                     // outlive `finish`) and their registrations stay in
                     // `locals` until finish's wait_slot has seen every
                     // posted operation complete; the arrays hold
@@ -381,7 +412,7 @@ impl Fabric {
             // FI_ORDER_RAW: the target serves this read after every earlier
             // write from us, so its completion proves they landed.
             let raddr = last_raddr + last_buf.len() as u64 - 1;
-            result = inner.post_read(slot, peer, &mut posted.probe[..], raddr, remote.key, locals);
+            result = inner.post_read(slot, peer, LocalMem::from_mut(&mut posted.probe[..]), raddr, remote.key, locals);
         }
         posted.result = result;
         posted
@@ -396,13 +427,21 @@ impl Fabric {
 
     /// Reads `local.len()` bytes from `remote` at `offset`.
     pub fn read(&self, peer: &Peer, local: &mut [u8], remote: &RemoteRegion, offset: u64) -> Result<()> {
+        self.read_mem(peer, LocalMem::from_mut(local), remote, offset)
+    }
+
+    /// [`read`](Self::read) into memory named by address ([`LocalMem`]).
+    pub fn read_mem(&self, peer: &Peer, local: LocalMem, remote: &RemoteRegion, offset: u64) -> Result<()> {
         self.check_peer(peer)?;
         self.check_up(peer)?;
         let raddr = remote.addr(offset, local.len())?;
         if local.is_empty() {
             return Ok(());
         }
-        retry_reconnect(|| self.read_many_once(peer, &mut [(&mut *local, offset)], &[raddr], remote))
+        if !local.writable {
+            return Err(Error::Invalid("a read into memory made from a shared slice"));
+        }
+        retry_reconnect(|| self.read_many_once(peer, &[(local, offset)], &[raddr], remote))
     }
 
     /// Posts all reads (`(local buffer, offset in remote)`), then waits for
@@ -414,8 +453,18 @@ impl Fabric {
     /// still write into any of the buffers later, and the caller must keep
     /// them for good.
     pub fn read_many(&self, peer: &Peer, ops: &mut [(&mut [u8], u64)], remote: &RemoteRegion) -> Result<()> {
+        let ops: Vec<(LocalMem, u64)> = ops.iter_mut().map(|(buf, off)| (LocalMem::from_mut(buf), *off)).collect();
+        self.read_many_mem(peer, &ops, remote)
+    }
+
+    /// [`read_many`](Self::read_many) into memory named by address
+    /// ([`LocalMem`]).
+    pub fn read_many_mem(&self, peer: &Peer, ops: &[(LocalMem, u64)], remote: &RemoteRegion) -> Result<()> {
         self.check_peer(peer)?;
         self.check_up(peer)?;
+        if ops.iter().any(|(buf, _)| !buf.writable) {
+            return Err(Error::Invalid("a read into memory made from a shared slice"));
+        }
         let raddrs = ops.iter().map(|(buf, off)| remote.addr(*off, buf.len())).collect::<Result<Vec<u64>>>()?;
         retry_reconnect(|| self.read_many_once(peer, ops, &raddrs, remote))
     }
@@ -425,14 +474,14 @@ impl Fabric {
     pub(crate) fn read_many_once(
         &self,
         peer: &Peer,
-        ops: &mut [(&mut [u8], u64)],
+        ops: &[(LocalMem, u64)],
         raddrs: &[u64],
         remote: &RemoteRegion,
     ) -> Result<()> {
         let slot = OpSlot::new();
         let mut locals = Vec::new();
         let mut posted = Ok(());
-        for ((buf, _), &raddr) in ops.iter_mut().zip(raddrs) {
+        for (&(buf, _), &raddr) in ops.iter().zip(raddrs) {
             if buf.is_empty() {
                 continue;
             }
@@ -446,6 +495,11 @@ impl Fabric {
         abandon_locals(&waited, locals);
         posted.and(waited)
     }
+}
+
+/// Slices as [`LocalMem`]s, for the slice forms of the calls.
+fn mems<'a>(runs: &[(&'a [u8], u64)]) -> Vec<(LocalMem<'a>, u64)> {
+    runs.iter().map(|&(b, off)| (LocalMem::from_slice(b), off)).collect()
 }
 
 /// How long an operation is retried while the connection to its peer is
@@ -583,16 +637,17 @@ impl Inner {
         &self,
         slot: &Arc<OpSlot>,
         peer: &Peer,
-        buf: &mut [u8],
+        buf: LocalMem,
         raddr: u64,
         key: u64,
         locals: &mut Vec<LocalMr>,
     ) -> Result<()> {
-        let desc = self.local_desc(buf.as_mut_ptr(), buf.len(), ffi::FI_READ, locals)?;
-        let (ptr, len) = (buf.as_mut_ptr(), buf.len());
+        let desc = self.local_desc(buf.as_ptr(), buf.len(), ffi::FI_READ, locals)?;
+        let (ptr, len) = (buf.as_ptr(), buf.len());
         self.post(slot, "fi_readmsg", peer.fi_addr, |ctx| {
-            // SAFETY: the caller keeps buf borrowed (and the registration in
-            // `locals`) until wait_slot has seen this operation complete.
+            // SAFETY: the caller keeps buf valid (a borrowed slice, or
+            // LocalMem::from_raw's promise) and the registration in `locals`
+            // until wait_slot has seen this operation complete.
             unsafe {
                 ffi::vf_readmsg(self.ctx, ptr.cast(), len, desc, peer.fi_addr, raddr, key, ctx, ffi::FI_COMPLETION)
             }

@@ -215,6 +215,36 @@ fn batched_reads() {
     assert_eq!((x, y), ([7; 4], [7; 4]));
 }
 
+/// Memory named by address: writes from and reads into a second shared
+/// buffer (as a segment another party writes), never through a slice; a
+/// read into memory made from a shared slice is refused.
+#[test]
+fn writes_and_reads_by_address() {
+    let p = pair(DEFAULT_PROVIDER);
+    let r = p.mr.remote();
+    let local = Shared::new(64 << 10);
+    local.set(0, &pattern(64 << 10, 9));
+    // SAFETY: `local` lives until the end of the test, past every operation
+    // (none is abandoned: the peer is never declared down), and is only
+    // reached through raw pointers.
+    let all = unsafe { LocalMem::from_raw(local.ptr, local.len) };
+    let runs = [(all.sub(0, 4096).unwrap(), 100), (all.sub(4096, 60 << 10).unwrap(), 8192)];
+    p.a.write_many_mem(&p.peer_b, &runs, &r).unwrap();
+    assert_eq!(p.mem.get(100, 4096), local.get(0, 4096));
+    assert_eq!(p.mem.get(8192, 60 << 10), local.get(4096, 60 << 10));
+    p.a.write_many_ordered_mem(&p.peer_b, &runs[..1], &[(all.sub(0, 8).unwrap(), 0)], &r).unwrap();
+    assert_eq!(p.mem.get(0, 8), local.get(0, 8));
+    p.mem.set(300_000, b"from the owner");
+    p.a.read_mem(&p.peer_b, all.sub(10, 14).unwrap(), &r, 300_000).unwrap();
+    assert_eq!(local.get(10, 14), b"from the owner");
+    p.a.read_many_mem(&p.peer_b, &[(all.sub(0, 4).unwrap(), 300_000), (all.sub(30, 5).unwrap(), 300_004)], &r).unwrap();
+    assert_eq!((local.get(0, 4), local.get(30, 5)), (b"from".to_vec(), b" the ".to_vec()));
+    assert!(all.sub(64 << 10, 1).is_none());
+    let shared = [0u8; 4];
+    let e = p.a.read_mem(&p.peer_b, LocalMem::from_slice(&shared), &r, 0).unwrap_err();
+    assert!(matches!(e, Error::Invalid(_)), "{e}");
+}
+
 #[test]
 fn out_of_range_is_an_error() {
     let p = pair(DEFAULT_PROVIDER);
