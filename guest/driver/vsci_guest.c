@@ -32,6 +32,11 @@
  *
  * Unplug: user mappings are zapped and later accesses get SIGBUS, waiters
  * wake with ENODEV, and the device state lives until the last file closes.
+ *
+ * One file of about 1,200 lines, as a Linux driver of this size is (Kbuild:
+ * obj-m := vsci_guest.o): the doorbell and the plain devices are one
+ * struct vsci_dev with one set of file operations, one PCI probe and one
+ * unplug path, and the ioctl ABI is the header next to it (vsci_guest.h).
  */
 #include <linux/module.h>
 #include <linux/pci.h>

@@ -36,6 +36,12 @@
  *                                        node's segment and interrupt)
  *   t_conformance -role nodegone        (releases after the node died; the
  *                                        test kills the node after READY)
+ *
+ * Why one file of about 1,100 lines: it is one test program, as every
+ * program in tests/c is (one binary the harness runs case by case or role by
+ * role), and its cases share the one object set of every kind (make_set) and
+ * the release calls and codes they are checked against; they are the one
+ * "Conformance" section of docs/api.md.
  */
 #include "common/proc.h"
 

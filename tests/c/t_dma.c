@@ -27,6 +27,12 @@
  *       fails: the queue must then be in state ERROR and the failing call
  *       must report an error; prints "STREAM FAILED state=S err=NAME after
  *       N rounds" and exits 0.  (The harness kills the owner's node.)
+ *
+ * Why one file of about 1,000 lines: it is one test program, as every
+ * program in tests/c is (the Makefile builds each into one binary that the
+ * harness runs case by case), and its local cases and its roles across nodes
+ * share the fixtures at the top (context, patterns and checks, queues); the
+ * other API areas have their own programs.
  */
 #include <pthread.h>
 #include <signal.h>

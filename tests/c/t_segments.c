@@ -6,6 +6,12 @@
  * peer exits or is killed, plus every listed error; shared segments
  * (SCIShareSegment / SCIAttachLocalSegment); program memory as a segment
  * (SCI_FLAG_EMPTY + SCIRegisterSegmentMemory).
+ *
+ * Why one file of about 1,300 lines: it is one test program, as every
+ * program in tests/c is (one binary the harness runs case by case), for the
+ * two segment sections of docs/api.md; nearly every case is a pair of roles,
+ * the owner (_a) and the peer (_b) in two processes, next to each other so
+ * that the steps of one can be read against the other's.
  */
 #include <fcntl.h>
 #include <sys/mman.h>

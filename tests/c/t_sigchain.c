@@ -106,6 +106,12 @@
  *                       program sends itself SIGBUS with raise, kill and
  *                       sigqueue: each reaches its handler with its si_code,
  *                       si_pid and si_value
+ *
+ * Why one file of about 1,200 lines: it is one test program built three
+ * ways from this one source (t_sigchain, t_sigchain_static with libsisci.a,
+ * t_sigchain_dlopen with dlopen; see the Makefile), and every row above is
+ * a few lines of set-up around the same owner, writer, store loop and
+ * report-back checks; a row is easiest to check against its neighbours.
  */
 #define _GNU_SOURCE
 #include <errno.h>
