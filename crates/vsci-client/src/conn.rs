@@ -8,6 +8,7 @@ use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use vsci_proto::guest::GuestRequest;
 use vsci_proto::wire::{self, Received};
 use vsci_proto::{
     ClientMsg, Event, ObjId, Reply, Request, SciError, SegmentEvent, ServerMsg, WaitMode, PROTOCOL_VERSION,
@@ -96,17 +97,32 @@ pub(crate) enum Transport {
     Guest(crate::guest::Channel),
 }
 
+/// What arrives on a connection.
+pub(crate) enum Incoming {
+    /// A message of the node's protocol (`ServerMsg`) and its descriptors.
+    Node(Received),
+    /// In a guest: a DMA transfer the host side ran ended.
+    DmaDone { queue: u64, status: SciError },
+}
+
 impl Transport {
-    fn send(&self, msg: &ClientMsg) -> std::result::Result<(), ()> {
-        match self {
-            Transport::Socket(sock) => wire::send(sock.as_fd(), msg, &[]).map_err(|_| ()),
-            Transport::Guest(ch) => ch.send(&postcard::to_stdvec(msg).map_err(|_| ())?),
+    /// Send request `req` tagged `tag`. Requests only a guest's host side
+    /// answers go nowhere on a socket.
+    fn send(&self, tag: u64, req: GuestRequest) -> std::result::Result<(), ()> {
+        match (self, req) {
+            (Transport::Socket(sock), GuestRequest::Node(req)) => {
+                wire::send(sock.as_fd(), &ClientMsg { tag, req }, &[]).map_err(|_| ())
+            }
+            (Transport::Socket(_), _) => Err(()),
+            (Transport::Guest(ch), req) => {
+                ch.send(&postcard::to_stdvec(&vsci_proto::guest::GuestMsg { tag, req }).map_err(|_| ())?)
+            }
         }
     }
 
-    fn recv(&self) -> std::result::Result<Received, ()> {
+    fn recv(&self) -> std::result::Result<Incoming, ()> {
         match self {
-            Transport::Socket(sock) => wire::recv(sock.as_fd()).map_err(|_| ()),
+            Transport::Socket(sock) => wire::recv(sock.as_fd()).map(Incoming::Node).map_err(|_| ()),
             Transport::Guest(ch) => ch.recv(),
         }
     }
@@ -189,9 +205,9 @@ impl Client {
     }
 
     fn start(transport: Transport, name: &str, mode_override: Option<WaitMode>) -> Result<Client> {
-        let hello = ClientMsg { tag: 0, req: Request::Hello { version: PROTOCOL_VERSION, name: name.to_owned() } };
-        transport.send(&hello).map_err(|_| SciError::NoLinkAccess)?;
-        let msg = transport.recv().map_err(|_| SciError::NoLinkAccess)?;
+        let hello = Request::Hello { version: PROTOCOL_VERSION, name: name.to_owned() };
+        transport.send(0, GuestRequest::Node(hello)).map_err(|_| SciError::NoLinkAccess)?;
+        let Ok(Incoming::Node(msg)) = transport.recv() else { return Err(SciError::NoLinkAccess) };
         let (node_id, mode, spin_us, max_segment_size) = match msg.decode::<ServerMsg>() {
             Ok(ServerMsg::Reply {
                 tag: 0,
@@ -268,14 +284,24 @@ impl Client {
     /// does not answer within [`CLOSE_WAIT`], the connection ends anyway
     /// (the node releases when it sees it end).
     pub fn close(&self) {
-        let _ = self.inner.call_timeout(Request::Close, Some(CLOSE_WAIT));
+        let _ = self.inner.call_timeout(GuestRequest::Node(Request::Close), Some(CLOSE_WAIT));
         self.inner.dead.store(true, Ordering::SeqCst);
         self.inner.transport.shutdown();
     }
 
     /// Send a request and wait for its reply and descriptors.
     pub(crate) fn call(&self, req: Request) -> Result<(Reply, Vec<OwnedFd>)> {
-        self.inner.call(req)
+        self.inner.call(GuestRequest::Node(req))
+    }
+
+    /// In a guest: a request only the guest's host side answers (the
+    /// guest's maps of other nodes' segments, DMA on the node's engine).
+    /// `SCI_ERR_ILLEGAL_OPERATION` on a host.
+    pub(crate) fn call_host_side(&self, req: GuestRequest) -> Result<Reply> {
+        if !self.is_guest() {
+            return Err(SciError::IllegalOperation);
+        }
+        self.inner.call(req).map(|(r, _)| r)
     }
 
     pub(crate) fn register_sink(&self, id: ObjId, q: &Arc<EventQueue>) {
@@ -353,13 +379,13 @@ pub fn connect_error(path: &std::path::Path, e: nix::Error) -> SciError {
 }
 
 impl Inner {
-    fn call(&self, req: Request) -> Result<(Reply, Vec<OwnedFd>)> {
+    fn call(&self, req: GuestRequest) -> Result<(Reply, Vec<OwnedFd>)> {
         self.call_timeout(req, None)
     }
 
     /// `call`, giving up after `timeout` (the reply, if it comes later, is
     /// dropped by the reader).
-    fn call_timeout(&self, req: Request, timeout: Option<Duration>) -> Result<(Reply, Vec<OwnedFd>)> {
+    fn call_timeout(&self, req: GuestRequest, timeout: Option<Duration>) -> Result<(Reply, Vec<OwnedFd>)> {
         if self.dead.load(Ordering::SeqCst) {
             return Err(SciError::NoLinkAccess);
         }
@@ -372,7 +398,7 @@ impl Inner {
             self.pending.lock().unwrap().slots.remove(&tag);
             return Err(SciError::NoLinkAccess);
         }
-        if self.transport.send(&ClientMsg { tag, req }).is_err() {
+        if self.transport.send(tag, req).is_err() {
             self.pending.lock().unwrap().slots.remove(&tag);
             return Err(SciError::NoLinkAccess);
         }
@@ -395,7 +421,14 @@ impl Drop for Inner {
 fn reader(transport: Arc<Transport>, inner: Weak<Inner>) {
     loop {
         let msg: Received = match transport.recv() {
-            Ok(m) => m,
+            Ok(Incoming::Node(m)) => m,
+            Ok(Incoming::DmaDone { queue, status }) => {
+                let Some(inner) = inner.upgrade() else { return };
+                if let Some(tx) = inner.dma_done.lock().unwrap().get(&queue) {
+                    let _ = tx.send(status);
+                }
+                continue;
+            }
             Err(_) => break,
         };
         let Some(inner) = inner.upgrade() else { return };
@@ -454,12 +487,6 @@ fn on_event(inner: &Arc<Inner>, ev: Event) {
             }
             if let Some(g) = inner.intr_gone.lock().unwrap().get(&conn).and_then(Weak::upgrade) {
                 g.store(true, Ordering::SeqCst);
-            }
-            return;
-        }
-        Event::DmaDone { queue, status } => {
-            if let Some(tx) = inner.dma_done.lock().unwrap().get(&queue) {
-                let _ = tx.send(status);
             }
             return;
         }

@@ -14,6 +14,12 @@
 //!   into, or reads them from, the owner's registered region directly — the
 //!   same machinery `SCIMemCpy` uses, without the shadow map in between.
 //!
+//! The bytes themselves are moved by `vsci_rma::mover`, the one byte mover
+//! of this engine and of the node's engine a guest's host side runs for
+//! guest programs (`vsci-vm`'s agent): this file keeps the queues, their
+//! states, waits, channels and the engine's mappings, and says which
+//! memory is which side.
+//!
 //! Completion is seen by polling [`DmaQueue::state`], by a blocking
 //! [`DmaQueue::wait`] (poll, block or spin-then-block, as for interrupts:
 //! `VSCI_DMA_WAIT`, else `VSCI_WAIT`, else the node's default), or by a
@@ -25,6 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::thread::JoinHandle;
 
+use vsci_proto::guest::GuestRequest;
 use vsci_proto::{SciError, WaitMode};
 
 use crate::conn::Client;
@@ -74,15 +81,9 @@ pub const MAX_VECLEN: usize = 256;
 /// DMA channels one process can hold at once (ids `0..DMA_CHANNELS`).
 pub const DMA_CHANNELS: u32 = 8;
 
-/// Largest piece the engine moves between two looks at the abort flag and
-/// at the remote segment's health: about 100 µs of `memcpy` here, so an
-/// abort takes effect promptly, and one RMA operation of a size the
-/// `tcp;ofi_rxm` provider moves at full speed.
-const CHUNK: usize = 1 << 20;
-
-/// RMA writes posted at once before waiting (several in flight hide the
-/// per-operation round trip).
-const WRITE_BATCH: usize = 8;
+/// Largest piece moved between two looks at the abort flag and at the
+/// remote segment's health (see `vsci_rma::mover`).
+const CHUNK: usize = vsci_rma::mover::CHUNK;
 
 /// The local side of a transfer.
 #[derive(Clone)]
@@ -97,12 +98,7 @@ pub enum DmaLocal {
 }
 
 /// One piece of a transfer (`dis_dma_vec_t` without its flags).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DmaEntry {
-    pub size: u64,
-    pub local_offset: u64,
-    pub remote_offset: u64,
-}
+pub use vsci_rma::mover::Piece as DmaEntry;
 
 pub struct Transfer {
     pub local: DmaLocal,
@@ -240,30 +236,18 @@ impl DmaQueue {
     /// Check a transfer against the queue and both segments; every error a
     /// bad argument can cause is found here, before anything moves.
     fn validate(&self, t: &Transfer) -> Result<()> {
-        if t.entries.is_empty() {
-            return Err(SciError::IllegalParameter);
-        }
-        if t.entries.len() > self.max_vector() {
-            return Err(SciError::MaxEntries);
-        }
         let local_size = match &t.local {
             DmaLocal::Segment(s) => s.size,
             DmaLocal::Mem { addr, len } => {
-                if *addr == 0 {
+                // A NULL buffer is refused after the vector's shape, as
+                // before the pieces are looked at.
+                if *addr == 0 && !t.entries.is_empty() && t.entries.len() <= self.max_vector() {
                     return Err(SciError::IllegalParameter);
                 }
                 *len as u64
             }
         };
-        for e in &t.entries {
-            if e.size == 0 {
-                return Err(SciError::IllegalParameter);
-            }
-            let in_range = |off: u64, limit: u64| off.checked_add(e.size).is_some_and(|end| end <= limit);
-            if !in_range(e.local_offset, local_size) || !in_range(e.remote_offset, t.remote.size) {
-                return Err(SciError::OutOfRange);
-            }
-        }
+        vsci_rma::mover::check(&t.entries, self.max_vector(), local_size, t.remote.size)?;
         if t.remote.is_lost() {
             return Err(SciError::SegmentNotConnected);
         }
@@ -754,8 +738,8 @@ impl Shared {
         let _ = crate::remote::flush_all();
         let done = client.register_dma(queue);
         let entries = t.entries.iter().map(|e| (e.size, e.local_offset, e.remote_offset)).collect();
-        let req = vsci_proto::Request::DmaStart { queue, local: local.id, remote: t.remote.id, entries, read: t.read };
-        if let Err(e) = client.call(req) {
+        let req = GuestRequest::DmaStart { queue, local: local.id, remote: t.remote.id, entries, read: t.read };
+        if let Err(e) = client.call_host_side(req) {
             client.unregister_dma(queue);
             // The program's start already succeeded: a segment lost since is
             // a failed transfer, as on a host.
@@ -768,7 +752,7 @@ impl Shared {
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                     if self.aborted() && !abort_sent {
                         abort_sent = true;
-                        let _ = client.call(vsci_proto::Request::DmaAbort { queue });
+                        let _ = client.call_host_side(GuestRequest::DmaAbort { queue });
                     }
                     if !client.is_alive() {
                         break SciError::NoLinkAccess;
@@ -787,53 +771,13 @@ impl Shared {
             Ok(m) => m,
             Err(e) => return e,
         };
-        let local = match &t.local {
-            DmaLocal::Segment(s) => match seg_mem_local(s) {
-                Ok(m) => Some(m),
-                Err(e) => return e,
-            },
-            DmaLocal::Mem { .. } => None,
+        let seg = match local_side(t) {
+            Ok(s) => s,
+            Err(e) => return e,
         };
-        // Earlier stores by the program are in memory before the engine reads.
-        std::sync::atomic::fence(SeqCst);
-        for e in &t.entries {
-            let n = e.size as usize;
-            let l_ptr = match (&local, &t.local) {
-                // SAFETY: validate() checked local_offset + size against the
-                // segment, and the mapping covers the whole segment.
-                (Some(m), _) => unsafe { m.ptr().add(e.local_offset as usize) },
-                (None, DmaLocal::Mem { addr, .. }) => (*addr + e.local_offset as usize) as *mut u8,
-                (None, DmaLocal::Segment(_)) => unreachable!("segment mapped above"),
-            };
-            // SAFETY: as above for the remote segment.
-            let r_ptr = unsafe { remote.ptr().add(e.remote_offset as usize) };
-            let (src, dst) = if t.read { (r_ptr, l_ptr) } else { (l_ptr, r_ptr) };
-            // Both sides may be the same memory (a process connected to its
-            // own segment, one shared mapping): copy chunks in the order
-            // memmove would, so an overlapping move stays correct.
-            let backward = (dst as usize) > (src as usize) && (dst as usize) < (src as usize) + n;
-            let chunks = n.div_ceil(CHUNK);
-            for i in 0..chunks {
-                if self.aborted() {
-                    return SciError::Cancelled;
-                }
-                if t.remote.is_lost() {
-                    return SciError::TransferFailed;
-                }
-                let k = if backward { chunks - 1 - i } else { i };
-                let off = k * CHUNK;
-                let len = CHUNK.min(n - off);
-                // SAFETY: src/dst + off + len stay inside the ranges checked
-                // by validate(): the segment mappings cover whole segments,
-                // and program memory is the program's promise (SISCI's
-                // contract for SCIStartDmaTransferMem). ptr::copy allows
-                // overlap; the memory is shared with other processes, which
-                // SISCI leaves to the program, as a hardware DMA engine does.
-                unsafe { std::ptr::copy(src.add(off), dst.add(off), len) };
-            }
-        }
-        std::sync::atomic::fence(SeqCst);
-        SciError::Ok
+        let members = [&t.remote];
+        let watch = EngineWatch { sh: self, members: &members, keep: None };
+        vsci_rma::mover::copy(local_mem(t, &seg), remote.mem(), &t.entries, t.read, &watch)
     }
 
     /// Segment of another node: RMA straight between the local pages and
@@ -852,105 +796,74 @@ impl Shared {
         t: &Transfer,
         members: &[(&crate::remote::RemoteTarget, &Arc<RemoteSegment>)],
     ) -> Vec<SciError> {
-        let mut status = vec![SciError::Ok; members.len()];
         // The program's earlier stores to remote maps go first, so a DMA
-        // never overtakes them (and a DMA read sees them).
-        if crate::remote::flush_all().is_err() {
-            for (i, (_, m)) in members.iter().enumerate() {
-                if m.is_lost() {
-                    status[i] = SciError::TransferFailed;
-                }
-            }
-        }
-        let local = match &t.local {
-            DmaLocal::Segment(s) => match seg_mem_local(s) {
-                Ok(m) => Some(m),
-                Err(e) => return vec![e; members.len()],
-            },
-            DmaLocal::Mem { .. } => None,
+        // never overtakes them (and a DMA read sees them). A flush fails
+        // for a member whose segment is lost, which the mover then finds
+        // lost.
+        let _ = crate::remote::flush_all();
+        let seg = match local_side(t) {
+            Ok(s) => s,
+            Err(e) => return vec![e; members.len()],
         };
+        let targets: Vec<&crate::remote::RemoteTarget> = members.iter().map(|m| m.0).collect();
+        let segments: Vec<&Arc<RemoteSegment>> = members.iter().map(|m| m.1).collect();
         // After an abandoned operation (the node stopped answering while it
-        // was in flight) the provider may still touch the local pages: keep
-        // the engine's mapping of them for the life of the process.
-        let keep_mapping = |r: &std::result::Result<(), vsci_fabric::Error>| {
-            if let (Err(vsci_fabric::Error::Abandoned), Some(m)) = (r, &local) {
-                std::mem::forget(m.clone());
-            }
-        };
-        let going = |status: &[SciError]| status.contains(&SciError::Ok);
-        for e in &t.entries {
-            let n = e.size as usize;
-            let l_ptr = match (&local, &t.local) {
-                // SAFETY: range checked by validate(); mapping covers the segment.
-                (Some(m), _) => unsafe { m.ptr().add(e.local_offset as usize) },
-                (None, DmaLocal::Mem { addr, .. }) => (*addr + e.local_offset as usize) as *mut u8,
-                (None, DmaLocal::Segment(_)) => unreachable!("segment mapped above"),
-            };
-            let mut off = 0usize;
-            while off < n && going(&status) {
-                if self.aborted() {
-                    return vec![SciError::Cancelled; members.len()];
-                }
-                for (i, (_, m)) in members.iter().enumerate() {
-                    if m.is_lost() {
-                        status[i] = SciError::TransferFailed;
-                    }
-                }
-                let roff = e.remote_offset + off as u64;
-                if t.read {
-                    let (target, _) = members[0];
-                    let len = CHUNK.min(n - off);
-                    // SAFETY: `len` bytes at l_ptr + off lie in the range
-                    // validate() checked: the engine's mapping of the local
-                    // segment, or the program's buffer it vouched for.
-                    let dst = unsafe { std::slice::from_raw_parts_mut(l_ptr.add(off), len) };
-                    let r = if local.is_some() {
-                        let r = target.read_direct(dst, roff);
-                        keep_mapping(&r);
-                        r.inspect_err(|e| log::warn!("vsci: DMA read failed: {e}")).map_err(|_| ())
-                    } else {
-                        // Program memory must never receive a late write
-                        // from an abandoned read: `read` goes through a
-                        // buffer of its own.
-                        target.read(dst, roff).map_err(|_| ())
-                    };
-                    if r.is_err() {
-                        status[0] = SciError::TransferFailed;
-                    }
-                    off += len;
-                    continue;
-                }
-                let batch = (CHUNK * WRITE_BATCH).min(n - off);
-                let mut runs: Vec<(&[u8], u64)> = Vec::with_capacity(WRITE_BATCH);
-                let mut b = 0;
-                while b < batch {
-                    let len = CHUNK.min(batch - b);
-                    // SAFETY: inside the checked range of the local side;
-                    // the provider only reads it.
-                    let src = unsafe { std::slice::from_raw_parts(l_ptr.add(off + b), len) };
-                    runs.push((src, roff + b as u64));
-                    b += len;
-                }
-                let live: Vec<usize> = (0..members.len()).filter(|&i| status[i] == SciError::Ok).collect();
-                let results = if let [only] = live[..] {
-                    vec![members[only].0.write_direct(&runs)]
-                } else {
-                    let fabric = &members[live[0]].0.ep.rma.fabric;
-                    let targets: Vec<_> =
-                        live.iter().map(|&i| (&*members[i].0.ep.peer, &members[i].0.region)).collect();
-                    fabric.write_many_ordered_multi(&targets, &runs, &[])
-                };
-                for (&i, r) in live.iter().zip(&results) {
-                    keep_mapping(r);
-                    if let Err(e) = r {
-                        log::warn!("vsci: DMA write to node {} failed: {e}", members[i].1.node_id);
-                        status[i] = SciError::TransferFailed;
-                    }
-                }
-                off += batch;
-            }
+        // was in flight) the provider may still touch the local pages: the
+        // watch keeps the engine's mapping of them for the life of the
+        // process. Program memory is not ours to keep: reads into it go
+        // through a buffer of the mover's (`direct_reads` false).
+        let watch = EngineWatch { sh: self, members: &segments, keep: seg.as_ref() };
+        vsci_rma::mover::rma(local_mem(t, &seg), seg.is_some(), &targets, &t.entries, t.read, &watch)
+    }
+}
+
+/// What the mover asks a queue's transfer between chunks.
+struct EngineWatch<'a> {
+    sh: &'a Shared,
+    /// The far sides, in the mover's order.
+    members: &'a [&'a Arc<RemoteSegment>],
+    /// The engine's mapping of the local segment, kept for good once an RMA
+    /// operation on it was abandoned.
+    keep: Option<&'a Arc<SegMem>>,
+}
+
+impl vsci_rma::mover::Watch for EngineWatch<'_> {
+    fn aborted(&self) -> bool {
+        self.sh.aborted()
+    }
+
+    fn lost(&self, i: usize) -> bool {
+        self.members.get(i).is_some_and(|m| m.is_lost())
+    }
+
+    fn abandoned(&self) {
+        if let Some(m) = self.keep {
+            std::mem::forget(m.clone());
         }
-        status
+    }
+}
+
+/// The engine's mapping of the transfer's local segment (`None` for
+/// program memory).
+fn local_side(t: &Transfer) -> Result<Option<Arc<SegMem>>> {
+    match &t.local {
+        DmaLocal::Segment(s) => seg_mem_local(s).map(Some),
+        DmaLocal::Mem { .. } => Ok(None),
+    }
+}
+
+/// The transfer's local side as memory the mover reaches by address:
+/// `seg`, the engine's mapping of the local segment, or the program's
+/// buffer.
+fn local_mem<'a>(t: &Transfer, seg: &'a Option<Arc<SegMem>>) -> vsci_rma::LocalMem<'a> {
+    match (seg, &t.local) {
+        (Some(m), _) => m.mem(),
+        // SAFETY: `len` bytes at `addr` are the program's buffer, which it
+        // keeps valid until the transfer has ended (SISCI's contract for
+        // SCIStartDmaTransferMem, checked non-NULL by validate()); the
+        // engine makes no reference over it, only copies by address.
+        (None, DmaLocal::Mem { addr, len }) => unsafe { vsci_rma::LocalMem::from_raw(*addr as *mut u8, *len) },
+        (None, DmaLocal::Segment(_)) => unreachable!("local_side maps a segment"),
     }
 }
 
@@ -970,6 +883,15 @@ pub(crate) struct SegMem(vsci_sys::Mapping);
 impl SegMem {
     pub(crate) fn ptr(&self) -> *mut u8 {
         self.0.as_ptr()
+    }
+
+    /// The whole segment, for the mover.
+    pub(crate) fn mem(&self) -> vsci_rma::LocalMem<'_> {
+        // SAFETY: the mapping stays mapped while `self` lives (and for good
+        // once an operation on it was abandoned: the engine then forgets a
+        // reference to it); the engine only copies through raw pointers
+        // into it, making no reference over memory others store to.
+        unsafe { vsci_rma::LocalMem::from_raw(self.0.as_ptr(), self.0.len()) }
     }
 }
 

@@ -2,12 +2,14 @@
 //! talks to its host side through a session of the vsci guest driver
 //! (guest/driver/vsci_guest.h) instead of vscid's socket.
 //!
-//! Requests are the same `ClientMsg`s a host client sends. Replies come as
-//! [`AgentRecord`]s whose attachments stand for descriptors; each is turned
-//! into a real descriptor here, so the rest of the library does not care
-//! where it runs: a segment window (`/dev/vsci-winS`) is mmapped like a
-//! memfd, a vector file is read and polled like an eventfd, a doorbell file
-//! is written like one.
+//! Requests are the same `Request`s a host client sends, plus the few only
+//! the host side answers (`vsci_proto::guest::GuestRequest`: fetches and
+//! shipments for maps of other nodes' segments, [`AgentPath`]; DMA on the
+//! node's engine). Replies come as [`AgentRecord`]s whose attachments
+//! stand for descriptors; each is turned into a real descriptor here, so
+//! the rest of the library does not care where it runs: a segment window
+//! (`/dev/vsci-winS`) is mmapped like a memfd, a vector file is read and
+//! polled like an eventfd, a doorbell file is written like one.
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
@@ -17,8 +19,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use nix::sys::eventfd::{EfdFlags, EventFd};
-use vsci_proto::guest::{self, AgentRecord, Attachment, RingError, Role, Session};
+use vsci_proto::guest::{self, AgentRecord, Attachment, GuestRequest, RingError, Role, Session, ToGuest};
 use vsci_proto::wire::Received;
+
+use crate::conn::Incoming;
 
 /// How a guest program's maps of another node's segment reach the owner:
 /// through the guest's host side, staging bytes in the segment's window
@@ -61,10 +65,10 @@ impl AgentPath {
     pub(crate) fn read(&self, buf: &mut [u8], off: u64) -> crate::Result<()> {
         let at = self.check(off, buf.len())?;
         let _g = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-        let step = vsci_proto::MAX_REMOTE_FETCH as usize;
+        let step = guest::MAX_REMOTE_FETCH as usize;
         for (i, chunk) in buf.chunks_mut(step).enumerate() {
             let o = at + i * step;
-            self.client.call(vsci_proto::Request::FetchRemote {
+            self.client.call_host_side(GuestRequest::FetchRemote {
                 conn: self.conn,
                 offset: o as u64,
                 len: chunk.len() as u64,
@@ -88,7 +92,7 @@ impl AgentPath {
         bytes: impl Fn(vsci_trap::Run) -> &'a [u8],
     ) -> crate::Result<()> {
         let _g = self.staging.lock().unwrap_or_else(|e| e.into_inner());
-        for piece in runs.chunks(vsci_proto::MAX_SHIP_RUNS) {
+        for piece in runs.chunks(guest::MAX_SHIP_RUNS) {
             let mut sent = Vec::with_capacity(piece.len());
             for &run in piece {
                 let data = bytes(run);
@@ -97,7 +101,7 @@ impl AgentPath {
                 self.window.write(o, data).ok_or(vsci_proto::SciError::OutOfRange)?;
                 sent.push((o as u64, data.len() as u64));
             }
-            self.client.call(vsci_proto::Request::ShipRemote { conn: self.conn, runs: sent })?;
+            self.client.call_host_side(GuestRequest::ShipRemote { conn: self.conn, runs: sent })?;
         }
         Ok(())
     }
@@ -233,7 +237,7 @@ impl Channel {
 
     /// The next reply or event, with its attachments made descriptors.
     /// Blocks; fails once `shutdown` was called or the channel broke.
-    pub fn recv(&self) -> Result<Received, ()> {
+    pub(crate) fn recv(&self) -> Result<Incoming, ()> {
         loop {
             drain(self.vec0.as_fd());
             match self.session.recv() {
@@ -243,7 +247,10 @@ impl Channel {
                     for a in rec.attachments {
                         fds.push(attach(a).map_err(|e| log::error!("vsci: guest attachment {a:?}: {e}"))?);
                     }
-                    return Ok(Received { bytes: rec.msg, fds });
+                    return Ok(match rec.msg {
+                        ToGuest::Node(bytes) => Incoming::Node(Received { bytes, fds }),
+                        ToGuest::DmaDone { queue, status } => Incoming::DmaDone { queue, status },
+                    });
                 }
                 Ok(None) => {}
                 Err(e) => {

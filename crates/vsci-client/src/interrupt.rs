@@ -385,7 +385,7 @@ impl RemoteInterrupt {
     /// The RMA engine peer triggers go to (another node's interrupt).
     pub(crate) fn rma_peer(&self) -> Option<Arc<vsci_fabric::Peer>> {
         match &self.path {
-            Path::Rma { ep, .. } => Some(ep.peer.clone()),
+            Path::Rma { ep, .. } => Some(ep.peer().clone()),
             _ => None,
         }
     }

@@ -11,7 +11,6 @@ pub mod guest;
 mod interrupt;
 mod loan;
 mod map;
-pub mod proxy;
 mod remote;
 mod segment;
 mod wait;

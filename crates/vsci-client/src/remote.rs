@@ -17,107 +17,24 @@
 //! maps behave the same, only the bytes travel through the guest's window.
 //! `SCIMemCpy` with `SCI_FLAG_BLOCK_READ` always reads fresh data from the
 //! owner.
+//!
+//! The RMA side — the process's endpoint, a remote segment's
+//! [`RemoteTarget`], trigger messages — is `vsci_rma`'s, which a guest's
+//! host side uses too; this module keeps what a program's maps need on top.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use vsci_fabric::{Fabric, Peer, ProgressThread, RemoteRegion};
-use vsci_proto::peer::TriggerMsg;
-use vsci_proto::{RemoteAccess, SciError};
+use vsci_proto::SciError;
 
 use crate::Result;
 
 pub(crate) mod group;
 mod trapped;
 
-/// The process's RMA endpoint, opened on first use.
-pub(crate) struct Rma {
-    pub(crate) fabric: Fabric,
-    peers: Mutex<HashMap<Vec<u8>, Arc<Peer>>>,
-    _progress: ProgressThread,
-}
-
-static RMA: OnceLock<std::result::Result<Arc<Rma>, SciError>> = OnceLock::new();
-
-/// The local address the kernel sends from to reach the engine at fabric
-/// address `peer` (a `sockaddr_in`, as the tcp provider's addresses are).
-/// The process's endpoint binds there: left to itself the provider binds to
-/// the first interface it finds, and on a host with several (a TAP, a
-/// bridge, a second network) the peer's answers would then go to an
-/// address it has no route to.
-fn route_source(peer: &[u8]) -> Option<String> {
-    if peer.len() < 8 || u16::from_ne_bytes([peer[0], peer[1]]) != libc::AF_INET as u16 {
-        return None;
-    }
-    let ip = std::net::Ipv4Addr::new(peer[4], peer[5], peer[6], peer[7]);
-    let port = u16::from_be_bytes([peer[2], peer[3]]).max(1);
-    // A UDP "connect" sends nothing; it only asks the kernel for the route.
-    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
-    s.connect((ip, port)).ok()?;
-    let local = s.local_addr().ok()?.ip();
-    (!local.is_unspecified()).then(|| local.to_string())
-}
-
-pub(crate) fn rma(provider: &str, first_peer: &[u8]) -> Result<Arc<Rma>> {
-    RMA.get_or_init(|| {
-        let bind = route_source(first_peer);
-        let fabric = Fabric::open(provider, bind.as_deref()).map_err(|e| {
-            log::error!("vsci: cannot open the RMA engine ({provider}): {e}");
-            SciError::NoRemoteLinkAccess
-        })?;
-        // This process initiates and never serves RMA (its node's engine owns
-        // the memory): see ProgressMode::Initiator for why it does not block
-        // on the provider's fd while writes are in flight.
-        let progress = fabric.spawn_progress_thread_with(vsci_fabric::ProgressMode::Initiator);
-        Ok(Arc::new(Rma { fabric, peers: Mutex::new(HashMap::new()), _progress: progress }))
-    })
-    .clone()
-}
-
-impl Rma {
-    pub(crate) fn peer(&self, addr: &[u8]) -> Result<Arc<Peer>> {
-        let mut p = self.peers.lock().unwrap();
-        if let Some(peer) = p.get(addr) {
-            return Ok(peer.clone());
-        }
-        let peer = Arc::new(self.fabric.insert_peer(addr).map_err(|_| SciError::NoRemoteLinkAccess)?);
-        p.insert(addr.to_vec(), peer.clone());
-        Ok(peer)
-    }
-}
-
-/// The owner node's RMA engine, as seen from this process.
-#[derive(Clone)]
-pub(crate) struct Endpoint {
-    pub rma: Arc<Rma>,
-    pub peer: Arc<Peer>,
-}
-
-impl Endpoint {
-    pub(crate) fn new(provider: &str, addr: &[u8]) -> Result<Endpoint> {
-        let rma = rma(provider, addr)?;
-        let peer = rma.peer(addr)?;
-        // The node granted us something just now: it is up (again).
-        rma.fabric.set_peer_down(&peer, false);
-        Ok(Endpoint { rma, peer })
-    }
-
-    fn set_down(&self) {
-        self.rma.fabric.set_peer_down(&self.peer, true);
-    }
-
-    /// A store, flush or trigger to this node while it is paused (not
-    /// dead) waits for it, however long: its node tells us when it is
-    /// declared dead (SCI_CB_LOST with SCI_ERR_NODE_NOT_RESPONDING marks
-    /// it down), and only then does an operation to it fail (issue 38: no
-    /// store is lost silently). Only for watched endpoints: others (a
-    /// borrower's loans) hear of no death and keep the bounded wait.
-    fn patient(&self) {
-        self.rma.fabric.set_patient(&self.peer);
-    }
-}
+pub(crate) use vsci_rma::{Endpoint, RemoteTarget};
 
 /// Which endpoint each remote segment (by its event queue) and remote
 /// interrupt (by connection id) uses, so a "node not responding" event can
@@ -135,7 +52,7 @@ fn watch() -> &'static Mutex<Watch> {
 }
 
 pub(crate) fn watch_segment(q: &Arc<crate::conn::EventQueue>, ep: &Endpoint) {
-    ep.patient();
+    ep.set_patient();
     watch().lock().unwrap().segments.insert(Arc::as_ptr(q) as usize, ep.clone());
 }
 
@@ -144,7 +61,7 @@ pub(crate) fn unwatch_segment(q: &Arc<crate::conn::EventQueue>) {
 }
 
 pub(crate) fn watch_interrupt(conn: vsci_proto::ObjId, ep: &Endpoint) {
-    ep.patient();
+    ep.set_patient();
     watch().lock().unwrap().interrupts.insert(conn, ep.clone());
 }
 
@@ -166,34 +83,6 @@ pub(crate) fn node_down(conn: vsci_proto::ObjId) {
     }
 }
 
-/// Keep a buffer alive forever when the RMA engine may still touch it.
-fn abandoned<T>(e: &vsci_fabric::Error, buf: T) {
-    if matches!(e, vsci_fabric::Error::Abandoned) {
-        std::mem::forget(buf);
-    }
-}
-
-/// Where a remote segment lives.
-pub(crate) struct RemoteTarget {
-    pub ep: Endpoint,
-    pub region: RemoteRegion,
-}
-
-impl RemoteTarget {
-    pub(crate) fn new(access: &RemoteAccess) -> Result<RemoteTarget> {
-        let ep = Endpoint::new(&access.provider, &access.fabric_addr)?;
-        let r = access.region;
-        Ok(RemoteTarget { ep, region: RemoteRegion { base: r.base, key: r.key, len: r.len } })
-    }
-
-    /// Fresh bytes from the owner. They land in a buffer of ours first: if
-    /// the node dies mid-read the engine may still write into it later, so
-    /// it must never be the caller's memory.
-    pub(crate) fn read(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        bounced(buf, |b| Ok(self.read_direct(b, offset)?))
-    }
-}
-
 /// Fill `buf` by `read`, which reads into a buffer of ours: bytes land in
 /// `buf` only when all of them arrived, and a read the engine abandoned
 /// (it may still write later) keeps its buffer for good, never the caller's.
@@ -211,51 +100,6 @@ fn bounced(buf: &mut [u8], read: impl FnOnce(&mut [u8]) -> std::result::Result<(
             }
             Err(SciError::TransferFailed)
         }
-    }
-}
-
-impl RemoteTarget {
-    /// RMA read straight into `buf`. After `Err(Abandoned)` the engine may
-    /// still write into `buf` later: the caller must then keep that memory
-    /// for good (the DMA engine reads into segment pages it never unmaps
-    /// after that; `read` uses a throw-away buffer).
-    pub(crate) fn read_direct(&self, buf: &mut [u8], offset: u64) -> std::result::Result<(), vsci_fabric::Error> {
-        self.ep.rma.fabric.read(&self.ep.peer, buf, &self.region, offset)
-    }
-
-    /// RMA reads straight into several buffers, waited for together. After
-    /// `Err(Abandoned)` the engine may still write into any of them later:
-    /// the caller must then keep that memory for good.
-    pub(crate) fn read_direct_many(&self, ops: &mut [(&mut [u8], u64)]) -> std::result::Result<(), vsci_fabric::Error> {
-        self.ep.rma.fabric.read_many(&self.ep.peer, ops, &self.region)
-    }
-
-    /// RMA writes of `(bytes, segment offset)` runs straight from the
-    /// caller's memory, all visible at the owner when this returns. After
-    /// `Err(Abandoned)` the engine may still read that memory later.
-    pub(crate) fn write_direct(&self, runs: &[(&[u8], u64)]) -> std::result::Result<(), vsci_fabric::Error> {
-        self.ep.rma.fabric.write_many(&self.ep.peer, runs, &self.region)
-    }
-
-    /// Ship a shipment's `runs` (offsets in a map starting at segment offset
-    /// `seg_off`, ascending), taking each run's bytes from `bytes`, all
-    /// delivered on return. The last changed word goes in a write of its
-    /// own, placed after everything else: the owner's side copies a write
-    /// into memory in no particular address order (its provider's memcpy),
-    /// so a flag stored after its data, above it — the usual "data, then a
-    /// flag at the end" — could otherwise become visible before part of
-    /// that data, although both came from one consistent snapshot.
-    pub(crate) fn write_shipment<'a>(
-        &self,
-        seg_off: u64,
-        runs: &[vsci_trap::Run],
-        bytes: impl Fn(vsci_trap::Run) -> &'a [u8],
-    ) -> std::result::Result<(), vsci_fabric::Error> {
-        let (first, last) = split_last_word(runs);
-        let ops = |rs: &[vsci_trap::Run]| -> Vec<(&[u8], u64)> {
-            rs.iter().map(|&run| (bytes(run), seg_off + run.0 as u64)).collect()
-        };
-        self.ep.rma.fabric.write_many_ordered(&self.ep.peer, &ops(&first), &ops(&[last]), &self.region)
     }
 }
 
@@ -322,7 +166,7 @@ impl Owner {
     /// `data` to segment offset `offset`, visible at the owner on return.
     fn write(&self, data: &[u8], offset: u64) -> std::result::Result<(), OwnerError> {
         match self {
-            Owner::Rma(t) => Ok(t.ep.rma.fabric.write(&t.ep.peer, data, &t.region, offset)?),
+            Owner::Rma(t) => Ok(t.write(data, offset)?),
             Owner::Agent(a) => a.ship(offset, &[(0, data.len())], |(o, n)| &data[o..o + n]).map_err(OwnerError::Agent),
             Owner::Group(g, loopback) => {
                 g.write_shipment(*loopback, offset, &[(0, data.len())], |(o, n)| &data[o..o + n])
@@ -413,22 +257,6 @@ impl RemoteMap {
 const REFRESH_HOT: Duration = Duration::from_millis(1);
 const REFRESH_IDLE: Duration = Duration::from_millis(5);
 
-/// Split a shipment's runs (ascending, non-empty) into everything but its
-/// highest changed word, and that word: the bytes of the last run from its
-/// last 8-byte boundary (or from its start, if shorter). A word-sized tail
-/// is placed by the owner's side with one or two overlapping stores, so it
-/// is never seen before the bytes below it in the same word either.
-fn split_last_word(runs: &[vsci_trap::Run]) -> (Vec<vsci_trap::Run>, vsci_trap::Run) {
-    let (&(start, len), rest) = runs.split_last().expect("runs to ship");
-    let end = start + len;
-    let tail = ((end - 1) & !7).max(start);
-    let mut first = rest.to_vec();
-    if tail > start {
-        first.push((start, tail - start));
-    }
-    (first, (tail, end - tail))
-}
-
 /// Ships stores of every remote map of the process in the background.
 pub(crate) struct Flusher {
     maps: Mutex<Vec<Weak<RemoteMap>>>,
@@ -493,7 +321,7 @@ static EMULATED: Mutex<std::collections::VecDeque<Emulated>> = Mutex::new(std::c
 pub(crate) fn emulated_posted(target: &Arc<RemoteTarget>, offset: u64, write: vsci_fabric::PendingWrite, member: bool) {
     let mut q = EMULATED.lock().unwrap_or_else(|e| e.into_inner());
     // Completed ones go first, so the queue stays short without a waiter.
-    while q.front().is_some_and(|e| e.target.ep.rma.fabric.write_done(&e.write)) {
+    while q.front().is_some_and(|e| e.target.fabric().write_done(&e.write)) {
         let e = q.pop_front().expect("front");
         if settle(e).is_err() {
             log::warn!("vsci: an emulated store could not be delivered: its node stopped answering");
@@ -571,7 +399,7 @@ pub(crate) fn drain_emulated() -> Result<()> {
     loop {
         let mut q = EMULATED.lock().unwrap_or_else(|e| e.into_inner());
         let Some(front) = q.front() else { return result };
-        let fabric = front.target.ep.rma.fabric.clone();
+        let fabric = front.target.fabric().clone();
         if fabric.write_done(&front.write) || fabric.write_abandoned(&front.write) {
             let e = q.pop_front().expect("front");
             drop(q);
@@ -593,7 +421,7 @@ pub(crate) fn drain_emulated() -> Result<()> {
 
 /// The end of an emulated store whose write completed (or was abandoned).
 fn settle(e: Emulated) -> Result<()> {
-    let fabric = &e.target.ep.rma.fabric;
+    let fabric = e.target.fabric();
     let (r, data) = fabric.write_finish_keep(e.write);
     let r = match (r, data) {
         (Ok(()), data) => {
@@ -606,12 +434,7 @@ fn settle(e: Emulated) -> Result<()> {
             // A connection that broke under the write: the blocking write
             // retries while the provider reconnects.
             log::debug!("vsci: emulated store failed ({err}); writing it again");
-            e.target
-                .ep
-                .rma
-                .fabric
-                .write(&e.target.ep.peer, &data, &e.target.region, e.offset)
-                .map_err(|_| SciError::TransferFailed)
+            e.target.write(&data, e.offset).map_err(|_| SciError::TransferFailed)
         }
         _ => Err(SciError::TransferFailed),
     };
@@ -758,36 +581,6 @@ pub(crate) fn send_trigger(ep: &Endpoint, token: u64, data: Option<&[u8]>) -> Re
     // A map of a node that died fails the flush; a trigger to a dead node
     // still reports what the program asked about: the trigger's own error.
     let flushed = flush_all();
-    send_trigger_only(ep, token, data)?;
+    ep.send_trigger(token, data)?;
     flushed
-}
-
-/// Send a trigger message, nothing else.
-pub(crate) fn send_trigger_only(ep: &Endpoint, token: u64, data: Option<&[u8]>) -> Result<()> {
-    let msg =
-        postcard::to_stdvec(&TriggerMsg { token, data: data.map(<[u8]>::to_vec) }).map_err(|_| SciError::System)?;
-    ep.rma.fabric.send(&ep.peer, &msg).map_err(|e| {
-        log::debug!("vsci: trigger send failed: {e}");
-        abandoned(&e, msg);
-        SciError::NotConnected
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::split_last_word;
-
-    #[test]
-    fn last_word_ships_last() {
-        // A 512-byte message whose flag's low byte ends the run at 509: the
-        // word holding the flag goes alone, after the rest.
-        assert_eq!(split_last_word(&[(0, 509)]), (vec![(0, 504)], (504, 5)));
-        // Runs below the last one go first, whole.
-        assert_eq!(split_last_word(&[(0, 16), (64, 20)]), (vec![(0, 16), (64, 16)], (80, 4)));
-        // A last run that ends on a word boundary: its whole last word.
-        assert_eq!(split_last_word(&[(8, 24)]), (vec![(8, 16)], (24, 8)));
-        // A last run inside one word goes whole, nothing is cut off it.
-        assert_eq!(split_last_word(&[(0, 100), (4093, 2)]), (vec![(0, 100)], (4093, 2)));
-        assert_eq!(split_last_word(&[(3, 1)]), (vec![], (3, 1)));
-    }
 }

@@ -136,9 +136,12 @@ impl Client {
         broadcast: bool,
     ) -> Result<Arc<RemoteSegment>> {
         let (reply, fds) = self.call(Request::ConnectSegment { node_id, segment_id, timeout_ms, broadcast })?;
-        let Reply::Connected { conn, node_id, segment_id, size, remote, proxied } = reply else {
+        let Reply::Connected { conn, node_id, segment_id, size, remote } = reply else {
             return Err(SciError::System);
         };
+        // In a guest, the host side reaches every other node's segment for
+        // us (vsci_proto::guest): the memory is then a staging window.
+        let proxied = self.is_guest() && node_id != self.node_id();
         let memfd = expect_fd(fds)?;
         let target = match &remote {
             Some(access) => match crate::remote::RemoteTarget::new(access) {
@@ -174,7 +177,7 @@ impl Client {
             group: None,
         });
         if let Some(t) = &s.target {
-            crate::remote::watch_segment(&s.events, &t.ep);
+            crate::remote::watch_segment(&s.events, t.endpoint());
         }
         self.register_sink(conn, &s.events);
         Ok(s)
@@ -398,13 +401,7 @@ impl RemoteSegment {
         then: &[(&[u8], u64)],
     ) -> std::result::Result<(), (SciError, bool)> {
         let Some(t) = &self.target else { return Err((SciError::IllegalOperation, false)) };
-        let r = match (data.is_empty(), then.is_empty()) {
-            (true, true) => Ok(()),
-            (false, true) => t.write_direct(data),
-            (true, false) => t.write_direct(then),
-            (false, false) => t.ep.rma.fabric.write_many_ordered(&t.ep.peer, data, then, &t.region),
-        };
-        r.map_err(dma_error)
+        t.write_ordered(data, then).map_err(dma_error)
     }
 
     /// A device's DMA into another node's segment, posted: `data[range]`
@@ -422,13 +419,13 @@ impl RemoteSegment {
     /// [`posted_then_trigger_ordered`]: Self::posted_then_trigger_ordered
     pub fn dma_write_posted(&self, data: Vec<u8>, runs: &[(std::ops::Range<usize>, u64)]) -> Result<PostedDma> {
         let Some(t) = &self.target else { return Err(SciError::IllegalOperation) };
-        let fabric = &t.ep.rma.fabric;
+        let fabric = t.fabric();
         // Where a later trigger proves placement, the writes need no
         // acknowledgement each from the owner's engine.
         let write = if fabric.info().messages_follow_writes() {
-            fabric.write_post_runs(&t.ep.peer, data, runs, &t.region)
+            fabric.write_post_runs(t.peer(), data, runs, t.region())
         } else {
-            fabric.write_start_runs(&t.ep.peer, data, runs, &t.region)
+            fabric.write_start_runs(t.peer(), data, runs, t.region())
         };
         let write = write.map_err(|e| dma_error(e).0)?;
         Ok(PostedDma { write })
@@ -436,16 +433,14 @@ impl RemoteSegment {
 
     /// Have the writes of `p` completed (see [`dma_write_posted`](Self::dma_write_posted)), or failed?
     pub fn dma_posted_done(&self, p: &PostedDma) -> bool {
-        self.target
-            .as_ref()
-            .is_none_or(|t| t.ep.rma.fabric.write_done(&p.write) || t.ep.rma.fabric.write_abandoned(&p.write))
+        self.target.as_ref().is_none_or(|t| t.fabric().write_done(&p.write) || t.fabric().write_abandoned(&p.write))
     }
 
     /// Wait for the writes of `p`. A write the engine abandoned keeps its
     /// buffer for good (the engine may still read it).
     pub fn dma_posted_finish(&self, p: PostedDma) -> Result<()> {
         let Some(t) = &self.target else { return Err(SciError::IllegalOperation) };
-        t.ep.rma.fabric.write_finish(p.write).map_err(|e| dma_error(e).0)
+        t.fabric().write_finish(p.write).map_err(|e| dma_error(e).0)
     }
 
     /// Does a trigger of `irq`, sent after [`dma_write_posted`] returned,
@@ -456,7 +451,7 @@ impl RemoteSegment {
     /// [`dma_write_posted`]: Self::dma_write_posted
     pub fn posted_then_trigger_ordered(&self, irq: &crate::RemoteInterrupt) -> bool {
         let Some(t) = &self.target else { return false };
-        irq.rma_peer().is_some_and(|p| Arc::ptr_eq(&p, &t.ep.peer)) && t.ep.rma.fabric.info().messages_follow_writes()
+        irq.rma_peer().is_some_and(|p| Arc::ptr_eq(&p, t.peer())) && t.fabric().info().messages_follow_writes()
     }
 
     /// A device's DMA out of another node's segment: RMA reads into the

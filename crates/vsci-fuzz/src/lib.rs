@@ -6,7 +6,7 @@
 //! vsci-fuzz-seeds`).
 
 use vsci_proto::fuzz_input::join;
-use vsci_proto::guest::AgentRecord;
+use vsci_proto::guest::{AgentRecord, GuestMsg, GuestRequest, ToGuest};
 use vsci_proto::peer::{LinkChallenge, LinkHello, LinkProof, PeerMsg, RemoteInterruptGrant};
 use vsci_proto::{ClientMsg, IntrKind, Request, SciError, SegmentEvent, PROTOCOL_VERSION};
 use vscid::fuzz_entry::{link_seed, seed_grant, LINK_KEY};
@@ -112,10 +112,6 @@ fn requests() -> Vec<Request> {
         Request::DisconnectInterrupt { conn: 7 },
         Request::ProbeNode { node_id: 9 },
         Request::Status,
-        Request::FetchRemote { conn: 6, offset: 0, len: 4096 },
-        Request::ShipRemote { conn: 6, runs: vec![(0, 8), (64, 8)] },
-        Request::DmaStart { queue: 1, local: 2, remote: 6, entries: vec![(4096, 0, 0), (16, 8, 1 << 19)], read: false },
-        Request::DmaAbort { queue: 1 },
         Request::ShareSegment { seg: 2 },
         Request::AttachSegment { segment_id: 5 },
         Request::Borrow { node_id: 9, size: 1 << 20 },
@@ -123,6 +119,29 @@ fn requests() -> Vec<Request> {
         Request::ReturnLoan { loan: 2 },
         Request::Close,
     ]
+}
+
+/// Every request a guest program can make of its host side: the node's
+/// requests, relayed, then those only the host side answers.
+fn guest_requests() -> Vec<GuestRequest> {
+    let mut all: Vec<GuestRequest> = requests().into_iter().map(GuestRequest::Node).collect();
+    all.extend([
+        GuestRequest::FetchRemote { conn: 6, offset: 0, len: 4096 },
+        GuestRequest::ShipRemote { conn: 6, runs: vec![(0, 8), (64, 8)] },
+        GuestRequest::DmaStart {
+            queue: 1,
+            local: 2,
+            remote: 6,
+            entries: vec![(4096, 0, 0), (16, 8, 1 << 19)],
+            read: false,
+        },
+        GuestRequest::DmaAbort { queue: 1 },
+    ]);
+    all
+}
+
+fn guest_msg(tag: u64, req: GuestRequest) -> Vec<u8> {
+    postcard::to_stdvec(&GuestMsg { tag, req }).expect("encodes")
 }
 
 /// Seed inputs per target, made with the encoders the node and its
@@ -227,15 +246,15 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     }
 
     // guest_control: records through the guest's side, and one raw ring.
-    let guest_hello = msg(1, hello(PROTOCOL_VERSION, "guest-prog"));
+    let guest_hello = guest_msg(1, GuestRequest::Node(hello(PROTOCOL_VERSION, "guest-prog")));
     let mut all = vec![guest_hello.clone()];
-    all.extend(requests().into_iter().enumerate().map(|(i, r)| msg(i as u64 + 2, r)));
+    all.extend(guest_requests().into_iter().enumerate().map(|(i, r)| guest_msg(i as u64 + 2, r)));
     out.push(("guest_control", "records".into(), [vec![1], join(&all)].concat()));
-    for (i, req) in requests().into_iter().enumerate() {
+    for (i, req) in guest_requests().into_iter().enumerate() {
         out.push((
             "guest_control",
             format!("request-{i:02}"),
-            [vec![1], join(&[guest_hello.clone(), msg(2, req)])].concat(),
+            [vec![1], join(&[guest_hello.clone(), guest_msg(2, req)])].concat(),
         ));
     }
     let rec = [(guest_hello.len() as u32).to_le_bytes().to_vec(), guest_hello].concat();
@@ -243,8 +262,14 @@ pub fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
     out.push(("guest_control", "raw-ring".into(), raw));
     // A host → guest record in the guest's ring is not read by the host:
     // still a seed shape worth mutating from (lengths, attachments).
-    let agent = postcard::to_stdvec(&AgentRecord { msg: vec![1, 2, 3], attachments: vec![] }).expect("encodes");
-    out.push(("guest_control", "agent-record".into(), [vec![1], join(&[agent])].concat()));
+    let agent =
+        postcard::to_stdvec(&AgentRecord { msg: ToGuest::Node(vec![1, 2, 3]), attachments: vec![] }).expect("encodes");
+    let done = postcard::to_stdvec(&AgentRecord {
+        msg: ToGuest::DmaDone { queue: 1, status: SciError::Ok },
+        attachments: vec![vsci_proto::guest::Attachment::Vector(1)],
+    })
+    .expect("encodes");
+    out.push(("guest_control", "agent-record".into(), [vec![1], join(&[agent, done])].concat()));
 
     // nbd_session: a client's negotiation and requests.
     {

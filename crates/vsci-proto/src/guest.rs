@@ -10,10 +10,21 @@
 //! cleaned up like a killed host process.
 //!
 //! A session area holds two byte rings: guest → host records are
-//! postcard-encoded [`ClientMsg`](crate::ClientMsg)s (exactly what a host
-//! client sends on its socket); host → guest records are [`AgentRecord`]s,
-//! a [`ServerMsg`](crate::ServerMsg) plus [`Attachment`]s that stand for the
-//! descriptors a host client would have received.
+//! postcard-encoded [`GuestMsg`]s: a request of the node's protocol
+//! ([`Request`], exactly what a host client sends on its socket, which the
+//! host side relays to vscid) or one only the host side answers
+//! ([`GuestRequest`]: the guest's maps of other nodes' segments, and DMA by
+//! API remoting); host → guest records are [`AgentRecord`]s: a
+//! [`ServerMsg`](crate::ServerMsg) plus [`Attachment`]s that stand for the
+//! descriptors a host client would have received, or the end of a DMA
+//! transfer the host side ran ([`ToGuest::DmaDone`]). vscid never sees the
+//! guest-only messages: they are not part of its protocol.
+//!
+//! The host side reaches every other node's segment for the guest: a
+//! `Connected` reply for a segment of another node (its `node_id` is not
+//! the guest's node) carries no `remote` (the guest has no RMA engine),
+//! and its window is a *staging window* that [`GuestRequest::FetchRemote`]
+//! fills from the owner and [`GuestRequest::ShipRemote`] ships from.
 //!
 //! Both sides treat everything the other side wrote as untrusted: a record
 //! is copied out of the ring, then its length and contents are checked. The
@@ -22,6 +33,8 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde::{Deserialize, Serialize};
+
+use crate::{ObjId, Request, SciError};
 
 /// Host-written at offset 0 once the region is laid out ("VSCG").
 pub const MAGIC: u32 = 0x4743_5356;
@@ -86,11 +99,64 @@ pub enum Attachment {
     Doorbell { peer: u16, vector: u16 },
 }
 
+/// Largest [`GuestRequest::FetchRemote`] (a guest fetches a page at a
+/// time; fresh reads of more are split).
+pub const MAX_REMOTE_FETCH: u64 = 1 << 20;
+/// Most runs in one [`GuestRequest::ShipRemote`]: with varint offsets the
+/// record stays well inside [`MAX_RECORD`]. A shipment with more is sent as
+/// several, in ascending order, each delivered before the next goes.
+pub const MAX_SHIP_RUNS: usize = 200;
+
+/// Guest → host: one record of the guest → host ring.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct GuestMsg {
+    /// Echoed in the reply, as a [`ClientMsg`](crate::ClientMsg)'s tag is.
+    pub tag: u64,
+    pub req: GuestRequest,
+}
+
+/// What a guest program asks its host side. Each is answered with a
+/// [`ServerMsg::Reply`](crate::ServerMsg::Reply) carrying the same tag
+/// (`Done` for the guest-only requests).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum GuestRequest {
+    /// A request of the node's protocol, relayed to vscid on the program's
+    /// own connection (the first must be `Hello`; `CreateInterruptWake`,
+    /// which hands vscid an eventfd, is the host side's alone).
+    Node(Request),
+    /// Read `[offset, offset+len)` of the segment of connection `conn` (of
+    /// another node) from its owner into its staging window, so that the
+    /// guest can copy it out. At most [`MAX_REMOTE_FETCH`] bytes.
+    FetchRemote { conn: ObjId, offset: u64, len: u64 },
+    /// Write these `(offset, len)` runs of the staging window (ascending,
+    /// not overlapping, at most [`MAX_SHIP_RUNS`]) to the owner, the
+    /// highest word last; `Done` once all of it is visible there.
+    ShipRemote { conn: ObjId, runs: Vec<(u64, u64)> },
+    /// Run a DMA transfer on the node's engine between the program's local
+    /// segment `local` and the segment of connection `remote`. `queue` is
+    /// the program's name for its queue; the end comes as
+    /// [`ToGuest::DmaDone`] (an interrupt in the guest). Entries are (size,
+    /// local offset, remote offset). `Done` once accepted.
+    DmaStart { queue: u64, local: ObjId, remote: ObjId, entries: Vec<(u64, u64, u64)>, read: bool },
+    /// Stop queue `queue`'s transfer (it ends `Cancelled`).
+    DmaAbort { queue: u64 },
+}
+
+/// Host → guest: what a record says.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum ToGuest {
+    /// A postcard-encoded [`ServerMsg`](crate::ServerMsg), as vscid sent
+    /// it, its descriptors replaced by the record's attachments (and, for
+    /// another node's segment, its `remote` kept by the host side).
+    Node(Vec<u8>),
+    /// The DMA transfer the program started on `queue` ended.
+    DmaDone { queue: u64, status: SciError },
+}
+
 /// Host → guest: one message and what replaces its descriptors.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AgentRecord {
-    /// A postcard-encoded `ServerMsg`, as vscid sent it.
-    pub msg: Vec<u8>,
+    pub msg: ToGuest,
     pub attachments: Vec<Attachment>,
 }
 

@@ -26,8 +26,11 @@ pub use msg::*;
 /// behind the control words and made a zero-filled ring empty; 5 added
 /// reflective-memory (broadcast) segments; 6 added `Close`; 7 packed
 /// interrupts into arena chunks (a slot's place and generation) and
-/// added lending memory between nodes (`Borrow`, `Lend`, `ReturnLoan`).
-pub const PROTOCOL_VERSION: u32 = 7;
+/// added lending memory between nodes (`Borrow`, `Lend`, `ReturnLoan`);
+/// 8 moved what only a guest and its host side say to each other
+/// (`FetchRemote`, `ShipRemote`, `DmaStart`, `DmaAbort`, `DmaDone`, a
+/// connection's `proxied` mark) out of these messages into `guest`'s.
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// Largest message either side accepts, in bytes.
 pub const MAX_MESSAGE: usize = 64 * 1024;

@@ -14,13 +14,6 @@ pub type ObjId = u64;
 
 /// Longest client name accepted in `Hello`.
 pub const MAX_NAME: usize = 256;
-/// Largest `FetchRemote` (a guest fetches a page at a time; fresh reads of
-/// more are split).
-pub const MAX_REMOTE_FETCH: u64 = 1 << 20;
-/// Most runs in one `ShipRemote`: with varint offsets the record stays well
-/// inside a guest ring's largest record. A shipment with more is sent as
-/// several, in ascending order, each delivered before the next goes.
-pub const MAX_SHIP_RUNS: usize = 200;
 
 /// Interrupt kind: plain doorbell or data interrupt (separate number spaces).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -140,39 +133,6 @@ pub enum Request {
         node_id: u32,
     },
     Status,
-    /// Guests only, answered by the guest's host side: read
-    /// `[offset, offset+len)` of the segment of connection `conn` from its
-    /// owner into the shadow the guest sees (its window), so that the guest
-    /// can copy it out. At most [`MAX_REMOTE_FETCH`] bytes. vscid refuses it.
-    FetchRemote {
-        conn: ObjId,
-        offset: u64,
-        len: u64,
-    },
-    /// Guests only, like `FetchRemote`: write these `(offset, len)` runs of
-    /// the shadow (ascending, not overlapping, at most
-    /// [`MAX_SHIP_RUNS`]) to the owner, the highest word last; `Done` once
-    /// all of it is visible there.
-    ShipRemote {
-        conn: ObjId,
-        runs: Vec<(u64, u64)>,
-    },
-    /// Guests only: run a DMA transfer on the node's engine between the
-    /// program's local segment `local` and the segment of connection
-    /// `remote`. `queue` is the program's name for its queue; the end comes
-    /// as `Event::DmaDone` (an interrupt in the guest). Entries are (size,
-    /// local offset, remote offset). Reply `Done` once accepted.
-    DmaStart {
-        queue: u64,
-        local: ObjId,
-        remote: ObjId,
-        entries: Vec<(u64, u64, u64)>,
-        read: bool,
-    },
-    /// Guests only: stop queue `queue`'s transfer (it ends `Cancelled`).
-    DmaAbort {
-        queue: u64,
-    },
     /// Let other programs of this node attach to the segment (SCIShareSegment).
     ShareSegment {
         seg: ObjId,
@@ -231,16 +191,14 @@ pub enum Reply {
     },
     /// Local segments carry the segment memfd. Remote ones carry a fresh
     /// zero-filled *shadow* memfd to map, plus where the owner's memory is.
-    /// `proxied`: set by a guest's host side for another node's segment it
-    /// reaches on the guest's behalf (the memory is then a staging window:
-    /// `FetchRemote` fills it from the owner, `ShipRemote` sends from it).
+    /// (In a guest, another node's segment comes without `remote`: the
+    /// guest's host side reaches it, see `guest`.)
     Connected {
         conn: ObjId,
         node_id: u32,
         segment_id: u32,
         size: u64,
         remote: Option<RemoteAccess>,
-        proxied: bool,
     },
     /// Carries [arena chunk memfd, eventfd]; `place` is the interrupt's
     /// slot in the chunk.
@@ -316,8 +274,6 @@ pub enum Event {
     InterruptGone { conn: ObjId, status: SciError },
     /// The node is shutting down; every handle is dead.
     Shutdown,
-    /// To a guest program: the DMA transfer it started on `queue` ended.
-    DmaDone { queue: u64, status: SciError },
 }
 
 /// What `vsci status` prints.

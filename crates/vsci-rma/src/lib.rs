@@ -16,10 +16,9 @@
 //!   the node's engine a guest's host side runs), between this host's
 //!   mappings or to and from other nodes, in 1 MiB pieces.
 //!
-//! Errors: the RMA calls return the engine's [`vsci_fabric::Error`] (the
-//! caller must know about [`vsci_fabric::Error::Abandoned`]: the engine may
-//! still touch the local memory of an abandoned operation); the rest
-//! return SISCI errors.
+//! Errors: the RMA calls return the engine's [`Error`] (the caller must
+//! know about [`Error::Abandoned`]: the engine may still touch the local
+//! memory of an abandoned operation); the rest return SISCI errors.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -30,6 +29,9 @@ use vsci_proto::{RemoteAccess, SciError};
 
 pub mod mover;
 
+/// The RMA engine's error; [`Error::Abandoned`] means the engine may still
+/// touch the operation's local memory later.
+pub use vsci_fabric::Error;
 pub use vsci_fabric::LocalMem;
 
 /// A run of bytes in a map or window: (offset, length).
@@ -39,7 +41,7 @@ pub type Run = (usize, usize);
 pub type Result<T> = std::result::Result<T, SciError>;
 
 /// The result of an RMA operation.
-pub type RmaResult = std::result::Result<(), vsci_fabric::Error>;
+pub type RmaResult = std::result::Result<(), Error>;
 
 /// The process's RMA endpoint, opened on first use.
 struct Rma {
@@ -127,7 +129,7 @@ impl Endpoint {
     }
 
     /// The owner's node was declared dead: operations waiting for it give
-    /// up ([`vsci_fabric::Error::Abandoned`]) and new ones fail.
+    /// up ([`Error::Abandoned`]) and new ones fail.
     pub fn set_down(&self) {
         self.rma.fabric.set_peer_down(&self.peer, true);
     }
@@ -151,7 +153,7 @@ impl Endpoint {
             postcard::to_stdvec(&TriggerMsg { token, data: data.map(<[u8]>::to_vec) }).map_err(|_| SciError::System)?;
         self.rma.fabric.send(&self.peer, &msg).map_err(|e| {
             log::debug!("vsci: trigger send failed: {e}");
-            if matches!(e, vsci_fabric::Error::Abandoned) {
+            if matches!(e, Error::Abandoned) {
                 // The engine may still read the message.
                 std::mem::forget(msg);
             }
@@ -214,7 +216,7 @@ impl RemoteTarget {
             }
             Err(e) => {
                 log::debug!("vsci: read from the owner failed: {e}");
-                if matches!(e, vsci_fabric::Error::Abandoned) {
+                if matches!(e, Error::Abandoned) {
                     // The engine may still write into it.
                     std::mem::forget(bounce);
                 }

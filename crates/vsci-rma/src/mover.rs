@@ -149,7 +149,7 @@ pub fn rma(
     let mut status = vec![SciError::Ok; targets.len()];
     let going = |status: &[SciError]| status.contains(&SciError::Ok);
     let abandoned = |r: &crate::RmaResult| {
-        if matches!(r, Err(vsci_fabric::Error::Abandoned)) {
+        if matches!(r, Err(crate::Error::Abandoned)) {
             watch.abandoned();
         }
     };

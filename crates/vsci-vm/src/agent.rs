@@ -34,14 +34,13 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use vsci_proto::guest::{self, AgentRecord, Attachment, Role, Session};
+use vsci_proto::guest::{self, AgentRecord, Attachment, GuestMsg, GuestRequest, Role, Session, ToGuest};
 use vsci_proto::wire;
 use vsci_proto::{ClientMsg, Event, ObjId, Reply, Request, SciError, ServerMsg};
 
-use vsci_client::proxy::{ProxiedSegment, ProxiedTrigger};
-
 use crate::dma;
 use crate::ivshmem::{self, Server};
+use crate::proxy::{ProxiedSegment, ProxiedTrigger};
 use crate::qmp::{Plugged, Qmp};
 
 /// PCI slot of the doorbell device on bus 0; windows take the slots above.
@@ -402,6 +401,7 @@ impl Worker {
             (_, Some(p)) => dma::Target::Proxied(p.clone()),
             _ => return Err(SciError::IllegalParameter),
         };
+        let entries = dma::pieces(&entries);
         dma::check(&local, &target, &entries)?;
         let lost = s.lost.entry(remote).or_default().clone();
         if lost.load(Ordering::SeqCst) {
@@ -431,7 +431,7 @@ impl Worker {
                 continue; // the program is gone
             }
             s.dma.remove(&queue);
-            self.to_guest(i, &ServerMsg::Event(Event::DmaDone { queue, status }), Vec::new());
+            self.send_guest(i, ToGuest::DmaDone { queue, status }, Vec::new());
         }
     }
 
@@ -540,7 +540,7 @@ impl Worker {
                     return false;
                 }
             };
-            let msg: ClientMsg = match postcard::from_bytes(&rec) {
+            let msg: GuestMsg = match postcard::from_bytes(&rec) {
                 Ok(m) => m,
                 Err(e) => {
                     self.break_session(i, &format!("undecodable request ({e})"));
@@ -557,12 +557,42 @@ impl Worker {
         self.to_guest(i, &msg, Vec::new());
     }
 
-    fn request(&mut self, i: usize, ClientMsg { tag, req }: ClientMsg) {
+    fn request(&mut self, i: usize, GuestMsg { tag, req }: GuestMsg) {
         log::debug!("vsci agent: session {i} tag {tag}: {req:?}");
         let s = self.sessions[i].as_mut().expect("open");
         if let Err(why) = screen(s.node.is_some(), &req) {
             return self.break_session(i, why);
         }
+        // Ours to answer: the guest's maps of other nodes' segments, and
+        // DMA on the node's engine.
+        let req = match req {
+            GuestRequest::Node(req) => req,
+            GuestRequest::DmaStart { queue, local, remote, entries, read } => {
+                let r = self.dma_start(i, queue, local, remote, entries, read).map(|_| Reply::Done);
+                return self.to_guest(i, &ServerMsg::Reply { tag, result: r }, Vec::new());
+            }
+            GuestRequest::DmaAbort { queue } => {
+                if let Some(a) = self.sessions[i].as_ref().expect("open").dma.get(&queue) {
+                    a.store(true, Ordering::SeqCst);
+                }
+                return self.to_guest(i, &ServerMsg::Reply { tag, result: Ok(Reply::Done) }, Vec::new());
+            }
+            GuestRequest::FetchRemote { conn, offset, len } => {
+                let r = match self.sessions[i].as_ref().expect("open").proxied.get(&conn) {
+                    Some(p) => p.fetch(offset, len).map(|_| Reply::Done),
+                    None => Err(SciError::IllegalParameter),
+                };
+                return self.to_guest(i, &ServerMsg::Reply { tag, result: r }, Vec::new());
+            }
+            GuestRequest::ShipRemote { conn, runs } => {
+                let r = match self.sessions[i].as_ref().expect("open").proxied.get(&conn) {
+                    Some(p) => p.ship(&runs).map(|_| Reply::Done),
+                    None => Err(SciError::IllegalParameter),
+                };
+                return self.to_guest(i, &ServerMsg::Reply { tag, result: r }, Vec::new());
+            }
+        };
+        let s = self.sessions[i].as_mut().expect("open");
         if s.node.is_none() {
             let Request::Hello { version, name } = req else {
                 return self.break_session(i, "first request is not Hello");
@@ -604,31 +634,6 @@ impl Worker {
             Request::RemoveSegment { seg } => {
                 self.sessions[i].as_mut().expect("open").disconnecting.insert(tag, seg);
                 Request::RemoveSegment { seg }
-            }
-            Request::DmaStart { queue, local, remote, entries, read } => {
-                let r = self.dma_start(i, queue, local, remote, entries, read).map(|_| Reply::Done);
-                return self.to_guest(i, &ServerMsg::Reply { tag, result: r }, Vec::new());
-            }
-            Request::DmaAbort { queue } => {
-                if let Some(a) = self.sessions[i].as_ref().expect("open").dma.get(&queue) {
-                    a.store(true, Ordering::SeqCst);
-                }
-                return self.to_guest(i, &ServerMsg::Reply { tag, result: Ok(Reply::Done) }, Vec::new());
-            }
-            // Ours to answer: the guest's maps of other nodes' segments.
-            Request::FetchRemote { conn, offset, len } => {
-                let r = match self.sessions[i].as_ref().expect("open").proxied.get(&conn) {
-                    Some(p) => p.fetch(offset, len).map(|_| Reply::Done),
-                    None => Err(SciError::IllegalParameter),
-                };
-                return self.to_guest(i, &ServerMsg::Reply { tag, result: r }, Vec::new());
-            }
-            Request::ShipRemote { conn, runs } => {
-                let r = match self.sessions[i].as_ref().expect("open").proxied.get(&conn) {
-                    Some(p) => p.ship(&runs).map(|_| Reply::Done),
-                    None => Err(SciError::IllegalParameter),
-                };
-                return self.to_guest(i, &ServerMsg::Reply { tag, result: r }, Vec::new());
             }
             other => other,
         };
@@ -746,7 +751,11 @@ impl Worker {
                 self.keep_mem(i, conn, &fds[0], size);
                 Ok(vec![w])
             }
-            Reply::Connected { conn, remote: remote @ Some(_), size, proxied, .. } => {
+            Reply::Connected { conn, remote: remote @ Some(_), size, .. } => {
+                // The guest has no RMA engine: we reach the owner for it,
+                // and keep `remote` (its region key) to ourselves. A
+                // `Connected` for another node's segment without `remote`
+                // is what tells the guest (vsci_proto::guest).
                 let conn = *conn;
                 let access = remote.take().expect("matched Some");
                 let undo = Some(Request::DisconnectSegment { conn });
@@ -754,7 +763,6 @@ impl Worker {
                 let p = ProxiedSegment::new(&access, shadow, *size)
                     .map_err(|e| (anyhow::anyhow!("reaching the owner: {}", e.c_name()), undo.clone()))?;
                 let w = self.window(shadow).map_err(|e| (e, undo))?;
-                *proxied = true;
                 self.sessions[i].as_mut().expect("open").proxied.insert(conn, Arc::new(p));
                 Ok(vec![w])
             }
@@ -795,7 +803,7 @@ impl Worker {
                 let conn = *conn;
                 let trig = remote.take().expect("matched Some");
                 // The guest sees a local interrupt: the relay page.
-                *place = Some(vsci_client::proxy::ProxiedTrigger::RELAY_PLACE);
+                *place = Some(ProxiedTrigger::RELAY_PLACE);
                 let undo = Some(Request::DisconnectInterrupt { conn });
                 let (relay, page) = Relay::new(&trig).map_err(|e| (e, undo.clone()))?;
                 let peer = self.add_vpeer(relay.bell.as_fd()).map_err(|e| (e, undo.clone()))?;
@@ -828,9 +836,15 @@ impl Worker {
         }
     }
 
+    /// A message of the node's protocol (vscid's, translated, or our own
+    /// answer to a guest-only request) to session `i`.
     fn to_guest(&mut self, i: usize, sm: &ServerMsg, attachments: Vec<Attachment>) {
-        let Some(s) = self.sessions[i].as_mut() else { return };
         let Ok(msg) = postcard::to_stdvec(sm) else { return };
+        self.send_guest(i, ToGuest::Node(msg), attachments);
+    }
+
+    fn send_guest(&mut self, i: usize, msg: ToGuest, attachments: Vec<Attachment>) {
+        let Some(s) = self.sessions[i].as_mut() else { return };
         let Ok(rec) = postcard::to_stdvec(&AgentRecord { msg, attachments }) else { return };
         if rec.len() > guest::MAX_RECORD {
             log::warn!("vsci agent: a {}-byte reply does not fit a guest record; dropped", rec.len());
@@ -953,13 +967,13 @@ impl Relay {
 /// Requests a guest program may not make at this point of its session,
 /// decided from the request alone (the rest is checked against the
 /// program's own objects when handled). Err says why its session breaks.
-pub fn screen(hello_done: bool, req: &Request) -> std::result::Result<(), &'static str> {
+pub fn screen(hello_done: bool, req: &GuestRequest) -> std::result::Result<(), &'static str> {
     match req {
-        Request::Hello { .. } if hello_done => Err("second Hello"),
-        Request::Hello { .. } => Ok(()),
+        GuestRequest::Node(Request::Hello { .. }) if hello_done => Err("second Hello"),
+        GuestRequest::Node(Request::Hello { .. }) => Ok(()),
         _ if !hello_done => Err("first request is not Hello"),
         // Only the agent may hand vscid an eventfd.
-        Request::CreateInterruptWake { .. } => Err("CreateInterruptWake from a guest"),
+        GuestRequest::Node(Request::CreateInterruptWake { .. }) => Err("CreateInterruptWake from a guest"),
         _ => Ok(()),
     }
 }
@@ -1013,12 +1027,16 @@ mod tests {
 
     #[test]
     fn guests_say_hello_once_and_never_pass_an_eventfd() {
-        let hello = Request::Hello { version: 3, name: "p".into() };
-        let wake = Request::CreateInterruptWake { kind: vsci_proto::IntrKind::Plain, hint: 0, fixed: false };
+        let node = GuestRequest::Node;
+        let hello = node(Request::Hello { version: 3, name: "p".into() });
+        let wake = node(Request::CreateInterruptWake { kind: vsci_proto::IntrKind::Plain, hint: 0, fixed: false });
+        let fetch = GuestRequest::FetchRemote { conn: 1, offset: 0, len: 8 };
         assert!(screen(false, &hello).is_ok());
         assert!(screen(true, &hello).is_err());
-        assert!(screen(false, &Request::Status).is_err());
-        assert!(screen(true, &Request::Status).is_ok());
+        assert!(screen(false, &node(Request::Status)).is_err());
+        assert!(screen(true, &node(Request::Status)).is_ok());
         assert!(screen(true, &wake).is_err());
+        assert!(screen(false, &fetch).is_err());
+        assert!(screen(true, &fetch).is_ok());
     }
 }

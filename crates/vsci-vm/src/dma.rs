@@ -2,25 +2,33 @@
 //! guest program's `SCIStartDmaTransfer*` arrives as a `DmaStart` request;
 //! the agent checks it against that program's own segments and
 //! connections, answers at once, moves the bytes here and reports the end
-//! as an `Event::DmaDone` (an MSI-X interrupt in the guest).
+//! as a `DmaDone` (an MSI-X interrupt in the guest).
 //!
 //! No byte is copied between guest and host: both ends are segment memory
 //! (memfds the guest sees as windows), so a co-located transfer is one copy
 //! from one memfd to the other, and a transfer to another node is RMA
 //! straight from or into the guest segment's pages.
+//!
+//! The bytes are moved by `vsci_rma::mover`, the one byte mover of this
+//! engine and of a program's own DMA queues (`vsci-client`'s engine, which
+//! runs in the program's process; in a guest it forwards segment transfers
+//! here): the same checks, the same 1 MiB chunks between two looks at the
+//! abort and lost flags, the same RMA batches. This file holds the guest
+//! program's segment memory and says which memory is which side.
 
 use std::os::fd::{AsFd, OwnedFd};
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use vsci_client::proxy::ProxiedSegment;
 use vsci_proto::SciError;
+use vsci_rma::mover::{self, Piece};
+use vsci_rma::LocalMem;
+
+use crate::proxy::ProxiedSegment;
 
 /// Most entries in one vector (what a guest may ask the engine to walk).
 pub const MAX_ENTRIES: usize = 4096;
-/// Moved between two looks at the abort flag.
-const CHUNK: usize = 1 << 20;
 
 /// Segment memory the agent holds for a guest program: a memfd and the
 /// segment's size, mapped here on first use.
@@ -41,16 +49,21 @@ impl Mem {
         Mem { fd, size, key, map: OnceLock::new() }
     }
 
-    fn ptr(&self) -> Result<*mut u8, SciError> {
+    /// The whole segment, for the mover.
+    fn mem(&self) -> Result<LocalMem<'_>, SciError> {
         let m = self.map.get_or_init(|| {
             let len = usize::try_from(self.size).ok()?.div_ceil(4096) * 4096;
             // A sealed memfd (it cannot shrink) of at least `size` bytes.
-            // The mapping is only used through raw copies; other processes
-            // (the guest, its peers) write the same memory anyway, which
-            // SISCI leaves to the programs, as a hardware engine does.
             vsci_sys::MapOptions::shared().map(self.fd.as_fd(), len, 0).ok()
         });
-        m.as_ref().map(|m| m.as_ptr()).ok_or(SciError::Nospc)
+        let m = m.as_ref().ok_or(SciError::Nospc)?;
+        // SAFETY: `size` bytes of the mapping (it is at least that long),
+        // which lives as long as `self` — and for good once an RMA
+        // operation on it was abandoned (`run` then forgets a reference to
+        // this Mem). The mover only copies by address into it: the guest
+        // and its peers store to the same memory meanwhile, which SISCI
+        // leaves to the programs, as a hardware engine does.
+        Ok(unsafe { LocalMem::from_raw(m.as_ptr(), self.size as usize) })
     }
 }
 
@@ -77,7 +90,7 @@ impl Target {
 pub struct Job {
     pub local: Arc<Mem>,
     pub remote: Target,
-    pub entries: Vec<(u64, u64, u64)>,
+    pub entries: Vec<Piece>,
     pub read: bool,
     pub abort: Arc<AtomicBool>,
     /// Raised when the remote segment is lost (its owner removed it, or its
@@ -85,102 +98,49 @@ pub struct Job {
     pub lost: Arc<AtomicBool>,
 }
 
+/// A `DmaStart`'s entries, (size, local offset, remote offset) each.
+pub fn pieces(entries: &[(u64, u64, u64)]) -> Vec<Piece> {
+    entries.iter().map(|&(size, local_offset, remote_offset)| Piece { size, local_offset, remote_offset }).collect()
+}
+
 /// Check a guest's request against the objects it names (already looked
-/// up in that program's own tables).
-pub fn check(local: &Mem, remote: &Target, entries: &[(u64, u64, u64)]) -> Result<(), SciError> {
-    if entries.is_empty() {
-        return Err(SciError::IllegalParameter);
+/// up in that program's own tables): the mover's checks, as on the host
+/// engine (any size and offset, `vsci_client::DMA_ALIGN`).
+pub fn check(local: &Mem, remote: &Target, entries: &[Piece]) -> Result<(), SciError> {
+    mover::check(entries, MAX_ENTRIES, local.size, remote.size())
+}
+
+impl mover::Watch for Job {
+    fn aborted(&self) -> bool {
+        self.abort.load(Ordering::SeqCst)
     }
-    if entries.len() > MAX_ENTRIES {
-        return Err(SciError::MaxEntries);
+
+    fn lost(&self, _: usize) -> bool {
+        self.lost.load(Ordering::SeqCst)
     }
-    for &(size, loff, roff) in entries {
-        if size == 0 {
-            return Err(SciError::IllegalParameter);
-        }
-        let fits = |off: u64, limit: u64| off.checked_add(size).is_some_and(|e| e <= limit);
-        if !fits(loff, local.size) || !fits(roff, remote.size()) {
-            return Err(SciError::OutOfRange);
-        }
-        // Any size and offset, as on the host engine (vsci_client::DMA_ALIGN).
+
+    fn abandoned(&self) {
+        // The engine may still touch these pages: keep the mapping for the
+        // life of the agent.
+        std::mem::forget(self.local.clone());
     }
-    Ok(())
 }
 
 /// Move the bytes; `Ok`, `Cancelled` or the failure.
 pub fn run(job: &Job) -> SciError {
-    let l = match job.local.ptr() {
-        Ok(p) => p,
+    let local = match job.local.mem() {
+        Ok(m) => m,
         Err(e) => return e,
     };
-    for &(size, loff, roff) in &job.entries {
-        let n = size as usize;
-        // SAFETY: `check` put loff + size inside the segment, and the
-        // mapping covers the whole segment.
-        let lp = unsafe { l.add(loff as usize) };
-        let rp = match &job.remote {
-            // The same memory as the local side (a program connected to its
-            // own segment): address it through the same mapping, so that
-            // overlap is visible to the copy.
-            // SAFETY: as above, for the remote segment (same size).
-            Target::Local(m) if m.key == job.local.key => Some(unsafe { l.add(roff as usize) }),
-            Target::Local(m) => match m.ptr() {
-                // SAFETY: as above, for the remote segment.
-                Ok(p) => Some(unsafe { p.add(roff as usize) }),
-                Err(e) => return e,
-            },
-            Target::Proxied(_) => None,
-        };
-        let (src, dst) = match rp {
-            Some(rp) if job.read => (rp as usize, lp as usize),
-            Some(rp) => (lp as usize, rp as usize),
-            None => (0, 0),
-        };
-        // Overlapping ranges of one segment: move the chunks in the order
-        // memmove would.
-        let backward = dst > src && dst < src + n;
-        let chunks = n.div_ceil(CHUNK);
-        for k in 0..chunks {
-            if job.abort.load(Ordering::SeqCst) {
-                return SciError::Cancelled;
-            }
-            if job.lost.load(Ordering::SeqCst) {
-                return SciError::TransferFailed;
-            }
-            let c = if backward { chunks - 1 - k } else { k };
-            let off = c * CHUNK;
-            let len = CHUNK.min(n - off);
-            let r = match &job.remote {
-                Target::Local(_) => {
-                    // SAFETY: both ranges lie inside their segments' mappings
-                    // (checked); ptr::copy allows overlap.
-                    unsafe { std::ptr::copy((src + off) as *const u8, (dst + off) as *mut u8, len) };
-                    Ok(())
-                }
-                Target::Proxied(p) => {
-                    if job.read {
-                        // SAFETY: inside the local segment's mapping (checked).
-                        let d = unsafe { std::slice::from_raw_parts_mut(lp.add(off), len) };
-                        p.dma_read(d, roff + off as u64).map_err(|(e, abandoned)| {
-                            if abandoned {
-                                // The engine may still write these pages: keep
-                                // the mapping for the life of the agent.
-                                std::mem::forget(job.local.clone());
-                            }
-                            e
-                        })
-                    } else {
-                        // SAFETY: as above; the engine only reads it.
-                        let s = unsafe { std::slice::from_raw_parts(lp.add(off), len) };
-                        p.dma_write(s, roff + off as u64)
-                    }
-                }
-            };
-            if let Err(e) = r {
-                return e;
-            }
-        }
+    match &job.remote {
+        // The same memory as the local side (a program connected to its own
+        // segment): address it through the same mapping, so that overlap is
+        // visible to the copy.
+        Target::Local(m) if m.key == job.local.key => mover::copy(local, local, &job.entries, job.read, job),
+        Target::Local(m) => match m.mem() {
+            Ok(far) => mover::copy(local, far, &job.entries, job.read, job),
+            Err(e) => e,
+        },
+        Target::Proxied(p) => mover::rma(local, true, &[p.target()], &job.entries, job.read, job)[0],
     }
-    std::sync::atomic::fence(Ordering::SeqCst);
-    SciError::Ok
 }

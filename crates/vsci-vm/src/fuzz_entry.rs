@@ -4,7 +4,7 @@
 //!
 //! The host side copies each record out of the guest → host ring
 //! (`Session::recv`, which must survive any head, tail and length words),
-//! decodes it as a `ClientMsg`, screens it (`agent::screen`), names a
+//! decodes it as a `GuestMsg`, screens it (`agent::screen`), names a
 //! Hello's client (`agent::guest_client_name`) and checks a DMA request's
 //! entries against the program's segments (`dma::check`). Requests that
 //! go on to vscid are the `client_request` target's.
@@ -13,8 +13,10 @@ use std::sync::{Arc, OnceLock};
 
 use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
 use vsci_proto::fuzz_input::split;
-use vsci_proto::guest::{Role, Session, SESSION_SIZE, TO_HOST_CAP, TO_HOST_DATA, TO_HOST_HEAD, TO_HOST_TAIL};
-use vsci_proto::{ClientMsg, Request};
+use vsci_proto::guest::{
+    GuestMsg, GuestRequest, Role, Session, SESSION_SIZE, TO_HOST_CAP, TO_HOST_DATA, TO_HOST_HEAD, TO_HOST_TAIL,
+};
+use vsci_proto::Request;
 
 use crate::agent::{guest_client_name, screen};
 use crate::dma::{self, Mem, Target};
@@ -76,19 +78,19 @@ pub fn guest_control(data: &[u8]) {
     }
     let mut hello_done = false;
     while let Ok(Some(rec)) = host.recv() {
-        let Ok(ClientMsg { req, .. }) = postcard::from_bytes::<ClientMsg>(&rec) else { break };
+        let Ok(GuestMsg { req, .. }) = postcard::from_bytes::<GuestMsg>(&rec) else { break };
         if screen(hello_done, &req).is_err() {
             break; // the agent breaks the session
         }
         match req {
-            Request::Hello { name, .. } => {
+            GuestRequest::Node(Request::Hello { name, .. }) => {
                 let full = guest_client_name("fuzz-vm", &name);
                 assert!(full.len() <= vsci_proto::MAX_NAME && !full.chars().any(char::is_control));
                 hello_done = true;
             }
-            Request::DmaStart { entries, .. } => {
+            GuestRequest::DmaStart { entries, .. } => {
                 let (local, remote) = dma_ends();
-                if dma::check(local, remote, &entries).is_ok() {
+                if dma::check(local, remote, &dma::pieces(&entries)).is_ok() {
                     // What the engine will walk must lie inside both segments.
                     assert!(entries.iter().all(|&(size, l, r)| l + size <= LOCAL_SIZE && r + size <= REMOTE_SIZE));
                 }

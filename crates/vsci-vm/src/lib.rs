@@ -7,6 +7,9 @@
 //! - [`ivshmem`]: a server for QEMU's ivshmem-doorbell protocol, for vscid
 //!   to embed;
 //! - [`qmp`]: hot-plugging memfds into a running guest as ivshmem-plain;
+//! - [`agent`]: a guest's host side, with [`proxy`] (other nodes'
+//!   segments and interrupts reached for the guest over `vsci_rma`) and
+//!   [`dma`] (the node's DMA engine for guest programs);
 //! - [`cpio`]: the initramfs format;
 //! - [`fuzz_entry`]: what the `guest_control` fuzz target runs.
 
@@ -16,6 +19,7 @@ pub mod dma;
 pub mod fuzz_entry;
 pub mod image;
 pub mod ivshmem;
+pub mod proxy;
 pub mod qmp;
 pub mod run;
 

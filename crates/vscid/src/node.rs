@@ -88,12 +88,7 @@ impl Node {
         let result: Result<Outgoing, SciError> = match req {
             // Close ends the connection, which the connection's server does
             // (`client::Server::request`); it never reaches the registry.
-            R::Hello { .. }
-            | R::FetchRemote { .. }
-            | R::ShipRemote { .. }
-            | R::DmaStart { .. }
-            | R::DmaAbort { .. }
-            | R::Close => Err(SciError::IllegalOperation),
+            R::Hello { .. } | R::Close => Err(SciError::IllegalOperation),
             R::CreateSegment { segment_id, auto_id, size, events: _, broadcast } => {
                 let r = reg.create_segment(cfg, client, segment_id, auto_id, size, broadcast);
                 self.changed.notify_all();

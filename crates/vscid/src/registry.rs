@@ -576,10 +576,7 @@ impl Registry {
         let from = self.node_of(cfg, client);
         self.notify_holders(seg, SegmentEvent::Connect, from);
         Ok(Outgoing {
-            msg: reply_ok(
-                0,
-                Reply::Connected { conn, node_id: cfg.node_id, segment_id, size, remote: None, proxied: false },
-            ),
+            msg: reply_ok(0, Reply::Connected { conn, node_id: cfg.node_id, segment_id, size, remote: None }),
             fds: vec![fd],
         })
     }
@@ -720,14 +717,7 @@ impl Registry {
         Ok(Outgoing {
             msg: reply_ok(
                 0,
-                Reply::Connected {
-                    conn,
-                    node_id: peer,
-                    segment_id,
-                    size: grant.size,
-                    remote: Some(access),
-                    proxied: false,
-                },
+                Reply::Connected { conn, node_id: peer, segment_id, size: grant.size, remote: Some(access) },
             ),
             fds: vec![shadow],
         })

@@ -290,7 +290,7 @@ impl Group {
         runs: &[vsci_trap::Run],
         bytes: impl Fn(vsci_trap::Run) -> &'a [u8],
     ) -> std::result::Result<(), OwnerError> {
-        let (first, last) = super::split_last_word(runs);
+        let (first, last) = vsci_rma::split_last_word(runs);
         let ops = |rs: &[vsci_trap::Run]| -> Vec<(&[u8], u64)> {
             rs.iter().map(|&run| (bytes(run), seg_off + run.0 as u64)).collect()
         };
@@ -333,8 +333,8 @@ impl Group {
             }
         }
         if let Some((_, t0)) = rma.first() {
-            let fabric = t0.ep.rma.fabric.clone();
-            let targets: Vec<_> = rma.iter().map(|(_, t)| (&*t.ep.peer, &t.region)).collect();
+            let fabric = t0.fabric().clone();
+            let targets: Vec<_> = rma.iter().map(|(_, t)| (&**t.peer(), t.region())).collect();
             let results = fabric.write_many_ordered_multi(&targets, &first_ops, &last_ops);
             for ((i, _), r) in rma.iter().zip(results) {
                 match r {

@@ -333,7 +333,7 @@ impl Shadow {
         let mut posted = 0;
         for (member, target) in &targets {
             let data = st.bytes[..st.len].to_vec();
-            match target.ep.rma.fabric.write_start(&target.ep.peer, data, &target.region, offset) {
+            match target.fabric().write_start(target.peer(), data, target.region(), offset) {
                 Ok(w) => {
                     super::emulated_posted(target, offset, w, member.is_some());
                     posted += 1;
@@ -356,7 +356,7 @@ impl Shadow {
             // The provider's progress is manual: drive it once so the
             // writes leave now rather than at the progress thread's next
             // wake-up.
-            t.ep.rma.fabric.progress();
+            t.fabric().progress();
         }
         for mem in &here {
             // SAFETY: `off + len` lies inside the group's size, which no
@@ -449,7 +449,7 @@ impl Shadow {
             }
         }
         let offset = self.seg_off + start as u64;
-        let w = match target.ep.rma.fabric.write_start(&target.ep.peer, data, &target.region, offset) {
+        let w = match target.fabric().write_start(target.peer(), data, target.region(), offset) {
             Ok(w) => w,
             Err(e) => {
                 log::debug!("vsci: string store not posted ({e}); taking the twin's way");
@@ -463,7 +463,7 @@ impl Shadow {
         // absent, so only we write them here.
         unsafe { std::ptr::copy_nonoverlapping(w.data().as_ptr(), (self.fill + start) as *mut u8, n) };
         super::emulated_posted(target, offset, w, false);
-        target.ep.rma.fabric.progress();
+        target.fabric().progress();
         g.emulated[p] = g.emulated[p].saturating_add(1);
         g.burst.2 = now_ns();
         self.stored.store(true, Ordering::Release);

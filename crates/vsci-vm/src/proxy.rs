@@ -1,13 +1,22 @@
 //! Reaching other nodes on behalf of a guest, which cannot use the RMA
-//! engine itself. The guest's host side (crates/vsci-vm's agent) keeps one
-//! of these per remote segment or interrupt a guest program connected to.
+//! engine itself. The agent keeps one of these per remote segment or
+//! interrupt a guest program connected to, and reaches the owner with
+//! `vsci_rma` directly, as a host program's library does.
 //!
 //! A segment: vscid hands out a shadow memfd, as for a host process; the
 //! agent plugs it into the guest as a window, which the guest's libsisci
 //! uses only to stage bytes: its maps trap accesses as a host process's do
 //! (QEMU's mapping of the window would tell nobody about a store), and a
 //! [`ProxiedSegment`] moves what it is asked between the window and the
-//! owner.
+//! owner (`GuestRequest::FetchRemote`, `GuestRequest::ShipRemote`).
+//!
+//! The guest writes the window whenever it likes, through its own mapping:
+//! this side never makes a Rust reference over it. Bytes are copied out of
+//! it or into it by address (`vsci_sys::Mapping::read` and `write`), into
+//! and out of buffers of ours, and only those buffers are handed to the
+//! RMA engine: what the guest stores meanwhile is only its own race, and
+//! the engine never holds the window (an abandoned operation keeps our
+//! buffer, not the guest's memory).
 //!
 //! An interrupt: the guest triggers a relay page (same layout as an
 //! interrupt's shared page, with a sleeper announced forever so every
@@ -17,31 +26,26 @@
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::Ordering;
 
+use vsci_proto::guest::{MAX_REMOTE_FETCH, MAX_SHIP_RUNS};
 use vsci_proto::intr::{self, DATA_MAX};
 use vsci_proto::{RemoteAccess, RemoteTrigger, SciError};
+use vsci_rma::{Endpoint, RemoteTarget, Run};
 
-use crate::remote::{self, Endpoint, RemoteTarget};
-use crate::Result;
+type Result<T> = std::result::Result<T, SciError>;
 
 const PAGE: usize = 4096;
 
 /// A remote segment's staging window, served to a guest.
 ///
 /// The guest's libsisci keeps its maps itself (trapped, as a host
-/// process's, see `remote::trapped`): it asks for a page of the owner's
-/// bytes with `FetchRemote` and copies it out of the window, and ships its
-/// stores by copying them into the window and sending `ShipRemote`. This
-/// side only moves bytes between the window and the owner, checking every
-/// offset the guest gives.
+/// process's): it asks for a page of the owner's bytes with `FetchRemote`
+/// and copies it out of the window, and ships its stores by copying them
+/// into the window and sending `ShipRemote`. This side only moves bytes
+/// between the window and the owner, checking every offset the guest gives.
 pub struct ProxiedSegment {
     target: RemoteTarget,
     size: u64,
-    /// The window (`None` only while dropping).
-    window: Option<vsci_sys::Mapping>,
-    /// An RMA operation on the window was abandoned (the node died with it
-    /// in flight): the engine may still touch the window, so it is never
-    /// unmapped.
-    keep: std::sync::atomic::AtomicBool,
+    window: vsci_sys::Mapping,
 }
 
 fn map_shared(fd: BorrowedFd, len: usize) -> Result<vsci_sys::Mapping> {
@@ -51,18 +55,31 @@ fn map_shared(fd: BorrowedFd, len: usize) -> Result<vsci_sys::Mapping> {
     vsci_sys::MapOptions::shared().map(fd, len, 0).map_err(|_| SciError::Nospc)
 }
 
+/// Keep a buffer the RMA engine may still touch (an abandoned operation)
+/// for good.
+fn keep_if_abandoned(e: &vsci_rma::Error, buf: Vec<u8>) {
+    if matches!(e, vsci_rma::Error::Abandoned) {
+        std::mem::forget(buf);
+    }
+}
+
 impl ProxiedSegment {
     /// `shadow`: the memfd the guest sees as the segment's window.
     pub fn new(access: &RemoteAccess, shadow: BorrowedFd, size: u64) -> Result<ProxiedSegment> {
         let target = RemoteTarget::new(access)?;
         let len = usize::try_from(size).map_err(|_| SciError::OutOfRange)?.div_ceil(PAGE) * PAGE;
-        let window = Some(map_shared(shadow, len)?);
-        Ok(ProxiedSegment { target, size, window, keep: Default::default() })
+        let window = map_shared(shadow, len)?;
+        Ok(ProxiedSegment { target, size, window })
     }
 
     /// The segment's size.
     pub fn size(&self) -> u64 {
         self.size
+    }
+
+    /// Where the segment lives (the guest's DMA reaches it from there).
+    pub fn target(&self) -> &RemoteTarget {
+        &self.target
     }
 
     /// `[off, off+len)` checked against the segment, as a window range.
@@ -73,43 +90,38 @@ impl ProxiedSegment {
         }
     }
 
-    /// The first of `len` bytes at `off` of the window mapping, which lives
-    /// as long as `self`. A pointer, not a slice: the guest may write the
-    /// same bytes at any time through its own mapping (what it gets then is
-    /// its own race), so each caller makes the slice it needs for one call.
-    fn window_ptr(&self, off: usize, len: usize) -> *mut u8 {
-        self.window.as_ref().and_then(|w| w.ptr_at(off, len)).expect("inside the window")
-    }
-
-    fn failed(&self, what: &str, e: &vsci_fabric::Error) -> SciError {
+    fn failed(what: &str, e: &vsci_rma::Error) -> SciError {
         log::warn!("vsci: {what} for a guest failed: {e}");
-        if matches!(e, vsci_fabric::Error::Abandoned) {
-            self.keep.store(true, Ordering::SeqCst);
-        }
         SciError::TransferFailed
     }
 
     /// `FetchRemote`: the owner's bytes at `[off, off+len)` into the window.
     pub fn fetch(&self, off: u64, len: u64) -> Result<()> {
-        if len > vsci_proto::MAX_REMOTE_FETCH {
+        if len > MAX_REMOTE_FETCH {
             return Err(SciError::IllegalParameter);
         }
         let (off, len) = self.range(off, len)?;
         // Into a buffer of ours first: the guest's window is not written
-        // until the bytes are all there.
-        // SAFETY: in bounds (window_ptr asserts it); this call holds the
-        // only slice of ours over these bytes while it lasts.
-        let buf = unsafe { std::slice::from_raw_parts_mut(self.window_ptr(off, len), len) };
-        self.target.read(buf, off as u64)
+        // until the bytes are all there, and an abandoned read writes only
+        // into our buffer.
+        let mut buf = vec![0u8; len];
+        if let Err(e) = self.target.read_direct(&mut buf, off as u64) {
+            let err = Self::failed("a fetch", &e);
+            keep_if_abandoned(&e, buf);
+            return Err(err);
+        }
+        self.window.write(off, &buf).ok_or(SciError::OutOfRange)
     }
 
     /// `ShipRemote`: write these runs of the window to the owner, the
-    /// highest word last, all visible there on return.
+    /// highest word last, all visible there on return. The runs' bytes are
+    /// copied out of the window first, so the shipment is one snapshot
+    /// whatever the guest stores meanwhile.
     pub fn ship(&self, runs: &[(u64, u64)]) -> Result<()> {
-        if runs.is_empty() || runs.len() > vsci_proto::MAX_SHIP_RUNS {
+        if runs.is_empty() || runs.len() > MAX_SHIP_RUNS {
             return Err(SciError::IllegalParameter);
         }
-        let mut checked: Vec<vsci_trap::Run> = Vec::with_capacity(runs.len());
+        let mut checked: Vec<Run> = Vec::with_capacity(runs.len());
         for &(off, len) in runs {
             if len == 0 {
                 return Err(SciError::IllegalParameter);
@@ -120,47 +132,31 @@ impl ProxiedSegment {
             }
             checked.push(r);
         }
-        self.target
-            .write_shipment(0, &checked, |(o, n)| {
-                // SAFETY: in bounds (window_ptr asserts it); only read while
-                // the shipment is written.
-                unsafe { std::slice::from_raw_parts(self.window_ptr(o, n), n) }
-            })
-            .map_err(|e| self.failed("a shipment", &e))
-    }
-
-    /// DMA on the guest's behalf: RMA-write `src` to the owner's memory at
-    /// segment offset `off`, straight from the caller's buffer (a guest
-    /// segment's pages), not through the window.
-    pub fn dma_write(&self, src: &[u8], off: u64) -> Result<()> {
-        self.target.write_direct(&[(src, off)]).map_err(|e| {
-            log::warn!("vsci: DMA write for a guest failed: {e}");
-            SciError::TransferFailed
-        })
-    }
-
-    /// DMA on the guest's behalf: RMA-read the owner's memory at `off`
-    /// into `dst`. `dst` must stay valid even if the node dies mid-read
-    /// (the engine may write later): the guest's segment pages, which the
-    /// caller keeps mapped for the process's life once a read was abandoned.
-    pub fn dma_read(&self, dst: &mut [u8], off: u64) -> std::result::Result<(), (SciError, bool)> {
-        self.target.read_direct(dst, off).map_err(|e| {
-            log::warn!("vsci: DMA read for a guest failed: {e}");
-            (SciError::TransferFailed, matches!(e, vsci_fabric::Error::Abandoned))
-        })
-    }
-}
-
-impl Drop for ProxiedSegment {
-    fn drop(&mut self) {
-        if let Some(w) = self.window.take() {
-            if self.keep.load(Ordering::SeqCst) {
-                // The engine may still touch the window: never unmapped.
-                let _ = w.into_raw();
-            }
-            // Else no RMA operation on it is in flight (each one
-            // completed): dropping `w` unmaps it.
+        // The snapshot: each run's bytes, one after the other, and where
+        // each run starts in it.
+        let total: usize = checked.iter().map(|r| r.1).sum();
+        let mut snap = vec![0u8; total];
+        let mut starts: Vec<(usize, usize)> = Vec::with_capacity(checked.len());
+        let mut at = 0;
+        for &(o, n) in &checked {
+            self.window.read(o, &mut snap[at..at + n]).ok_or(SciError::OutOfRange)?;
+            starts.push((o, at));
+            at += n;
         }
+        let r = {
+            let (snap, starts) = (&snap, &starts);
+            // A piece of a run (the shipment cuts off its last word).
+            let bytes = move |(o, n): Run| -> &[u8] {
+                let (s, at) = starts[starts.partition_point(|&(s, _)| s <= o) - 1];
+                &snap[at + (o - s)..][..n]
+            };
+            self.target.write_shipment(0, &checked, bytes)
+        };
+        r.map_err(|e| {
+            let err = Self::failed("a shipment", &e);
+            keep_if_abandoned(&e, snap);
+            err
+        })
     }
 }
 
@@ -196,7 +192,8 @@ impl ProxiedTrigger {
 
     /// Send a trigger message for every trigger and data message the guest
     /// put in the relay page since the last call. Stores the guest made to
-    /// remote segments must be flushed first (the caller's job).
+    /// remote segments must be flushed first (the guest's libsisci ships
+    /// them before it rings).
     pub fn forward(&mut self) -> Result<usize> {
         // SAFETY: see `new`; the mapping lives as long as self.
         let view = unsafe { intr::View::new(self.page.as_ptr(), self.page.len()) };
@@ -208,13 +205,13 @@ impl ProxiedTrigger {
         let due = now.wrapping_sub(self.seen).min(1024);
         self.seen = now;
         for _ in 0..due {
-            remote::send_trigger_only(&self.ep, self.token, None)?;
+            self.ep.send_trigger(self.token, None)?;
             sent += 1;
         }
         let mut buf = [0u8; DATA_MAX];
         while sent < 4096 {
             let Some(n) = intr::try_dequeue(shared, ring, &mut self.tail, &mut buf) else { break };
-            remote::send_trigger_only(&self.ep, self.token, Some(&buf[..n]))?;
+            self.ep.send_trigger(self.token, Some(&buf[..n]))?;
             sent += 1;
         }
         Ok(sent)
