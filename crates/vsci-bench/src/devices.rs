@@ -27,7 +27,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use serde_json::{json, Value};
+
+use crate::schema::{
+    self, DeviceConfig, DeviceFunction, DeviceRuns, Devices, DevicesPio, Dir, Driver, Drops, Fairness, Interrupts,
+    Outcome, PathResult, TcpPingpong, Throughput,
+};
 
 use crate::netns::{self, Pair};
 use crate::peers::{self, Sites, Tool};
@@ -189,45 +193,59 @@ impl Bench<'_> {
     /// and the frames the two TAP queues dropped during its life (`drops`:
     /// the VM's interface, and the wire on node 1, which VMs running at the
     /// same time share).
-    fn stop_vm(&mut self, vm: Vm) -> Value {
+    fn stop_vm(&mut self, vm: Vm) -> Driver {
         let device = self.device_function(&vm.name);
-        let drops = json!({"vm_tap_tx": tx_dropped(&vm.ns, "eth0"), "wire_tap_tx": tx_dropped(&self.pair.ns[0], "nic0").zip(vm.wire_dropped).map(|(a, b)| a - b)});
+        let drops = Drops {
+            vm_tap_tx: tx_dropped(&vm.ns, "eth0"),
+            wire_tap_tx: tx_dropped(&self.pair.ns[0], "nic0").zip(vm.wire_dropped).map(|(a, b)| a - b),
+        };
         let child = self.pair.helper(vm.helper);
         let _ =
             nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
         let _ = netns::wait_child(child, Duration::from_secs(20), "vsci device vm");
         self.pair.drop_netns(&vm.ns);
         let text = std::fs::read_to_string(&vm.out).unwrap_or_default();
-        let mut v = driver_stats(&text).unwrap_or_else(|| json!({"error": format!("VM {} printed no DriverStats line when stopped: {}", vm.name, tail(&text, 3).trim())}));
-        v["device"] = device;
-        v["drops"] = drops;
+        let mut v = driver_stats(&text).unwrap_or_else(|| Driver {
+            error: Some(format!("VM {} printed no DriverStats line when stopped: {}", vm.name, tail(&text, 3).trim())),
+            ..Driver::default()
+        });
+        v.device = device;
+        v.drops = drops;
         v
     }
 
     /// `vsci device list --json` on node 1: the counters of the function
     /// VM `name` holds.
-    fn device_function(&self, name: &str) -> Value {
+    fn device_function(&self, name: &str) -> DeviceFunction {
         let mut c = self.pair.command(0, &self.vsci);
         c.args(["device", "list", "--json", "--device-node", "1", "--key-file"])
             .arg(self.pair.dir.join("cluster.key"))
             .arg("--socket")
             .arg(&self.pair.sockets[0]);
-        let list: Option<Value> =
+        let list: Option<DeviceList> =
             c.stderr(Stdio::null()).output().ok().and_then(|o| serde_json::from_slice(&o.stdout).ok());
-        let f =
-            list.as_ref().and_then(|l| l["functions"].as_array()?.iter().find(|f| f["holder"]["vm"] == name).cloned());
+        let f = list.and_then(|l| l.functions.into_iter().find(|f| f.holder.as_ref().is_some_and(|h| h.vm == name)));
         match f {
-            Some(Value::Object(mut o)) => {
-                o.retain(|k, _| !matches!(k.as_str(), "holder" | "mac"));
-                Value::Object(o)
-            }
-            _ => json!({"error": format!("vsci device list shows no function held by {name}")}),
+            Some(f) => DeviceFunction {
+                error: None,
+                func: Some(f.func),
+                tx_packets: Some(f.tx_packets),
+                rx_packets: Some(f.rx_packets),
+                rx_missed: Some(f.rx_missed),
+                faults: Some(f.faults),
+                refused: Some(f.refused),
+                irqs: Some(f.irqs),
+            },
+            None => DeviceFunction {
+                error: Some(format!("vsci device list shows no function held by {name}")),
+                ..DeviceFunction::default()
+            },
         }
     }
 
     /// tcp_pingpong from the route's client to node 1: a fixed count of
     /// round trips per size.
-    fn latency(&self, route: &Route, sizes: &[u64]) -> Value {
+    fn latency(&self, route: &Route, sizes: &[u64]) -> Outcome<TcpPingpong> {
         let (count, warmup) = if self.ctx.quick { (50, 5) } else { (200, 20) };
         let list: Vec<String> = sizes.iter().map(u64::to_string).collect();
         let mut c = route.command(0, &self.pingpong);
@@ -241,63 +259,75 @@ impl Bench<'_> {
             "--warmup",
             &warmup.to_string(),
         ]);
-        let run = || -> Result<Value> {
+        let run = || -> Result<TcpPingpong> {
             let (st, out) = run_forwarded(c, "tcp_pingpong client", Duration::from_secs(600), false)?;
             for l in out.lines().filter(|l| l.starts_with("tcp_pingpong ")) {
                 say(&format!("  {l}"));
             }
             match (st.success(), out.lines().find_map(|l| l.strip_prefix("@@json "))) {
-                (true, Some(j)) => serde_json::from_str(j).context("tcp_pingpong's @@json line"),
+                (true, Some(j)) => schema::from_str(j).context("tcp_pingpong's @@json line"),
                 _ => bail!("tcp_pingpong client failed ({st}):\n{}", tail(&out, 5)),
             }
         };
-        run().unwrap_or_else(|e| {
-            say(&format!("  !! latency: {e:#}"));
-            json!({"error": format!("{e:#}")})
-        })
+        Outcome::of(run().inspect_err(|e| say(&format!("  !! latency: {e:#}"))))
     }
 
     /// iperf3 TX and RX per write length.
-    fn throughput(&self, route: &Route, lens: &[u64]) -> Vec<Value> {
+    fn throughput(&self, route: &Route, lens: &[u64]) -> Vec<Throughput> {
         let secs = if self.ctx.quick { 2 } else { 5 };
         let mut rows = Vec::new();
         for &len in lens {
-            let mut row = json!({"len": len, "secs": secs});
+            let mut row = Throughput { len, secs: secs.into(), ..Throughput::default() };
             let l = len.to_string();
-            for (dir, extra) in [("tx", vec!["-l", l.as_str()]), ("rx", vec!["-l", l.as_str(), "-R"])] {
+            for (dir, extra) in [(Dir::Tx, vec!["-l", l.as_str()]), (Dir::Rx, vec!["-l", l.as_str(), "-R"])] {
                 let cpu0 = cpu_jiffies();
+                let (mbps, retransmits, busy, per_mb, error) = match (dir, &mut row) {
+                    (Dir::Tx, r) => (
+                        &mut r.tx_mbps,
+                        &mut r.tx_retransmits,
+                        &mut r.tx_cpu_busy,
+                        &mut r.tx_cpu_ms_per_mb,
+                        &mut r.tx_error,
+                    ),
+                    (Dir::Rx, r) => (
+                        &mut r.rx_mbps,
+                        &mut r.rx_retransmits,
+                        &mut r.rx_cpu_busy,
+                        &mut r.rx_cpu_ms_per_mb,
+                        &mut r.rx_error,
+                    ),
+                };
                 match peers::iperf3_client(route, &self.iperf3, &IPERF_PORT.to_string(), secs, &extra) {
                     Ok(v) => {
-                        row[format!("{dir}_MBps")] = json!(peers::iperf3_received(&v));
-                        row[format!("{dir}_retransmits")] = v["end"]["sum_sent"]["retransmits"].clone();
+                        *mbps = peers::iperf3_received(&v);
+                        *retransmits = v.end.sum_sent.retransmits;
                         // What the whole machine spent on the run (both
                         // ends, the device, the nodes, the VM's driver):
                         // busy CPU-ms per MB received.
-                        let mb = v["end"]["sum_received"]["bytes"].as_f64().map(|b| b / 1e6);
+                        let mb = v.end.sum_received.bytes.map(|b| b / 1e6);
                         if let (Some((b0, t0)), Some((b1, t1)), Some(mb)) = (cpu0, cpu_jiffies(), mb) {
                             let busy_s = (b1 - b0) as f64 / clock_ticks();
-                            row[format!("{dir}_cpu_busy")] = json!((b1 - b0) as f64 / (t1 - t0).max(1) as f64);
-                            row[format!("{dir}_cpu_ms_per_MB")] = json!(busy_s * 1e3 / mb.max(1e-9));
+                            *busy = Some((b1 - b0) as f64 / (t1 - t0).max(1) as f64);
+                            *per_mb = Some(busy_s * 1e3 / mb.max(1e-9));
                         }
                     }
-                    Err(e) => row[format!("{dir}_error")] = json!(format!("{e:#}")),
+                    Err(e) => *error = Some(format!("{e:#}")),
                 }
             }
-            let show = |dir: &str| match row[format!("{dir}_MBps")].as_f64() {
-                Some(m) => format!(
-                    "{:.2} Gbit/s{}",
-                    m * 8e-3,
-                    row[format!("{dir}_cpu_ms_per_MB")]
-                        .as_f64()
-                        .map(|c| format!(
-                            " ({c:.2} CPU-ms/MB, {:.0} % busy)",
-                            row[format!("{dir}_cpu_busy")].as_f64().unwrap_or(0.0) * 100.0
-                        ))
-                        .unwrap_or_default()
-                ),
-                None => format!("FAILED: {}", row[format!("{dir}_error")].as_str().unwrap_or("?")),
+            let show = |dir: Dir| {
+                let f = row.dir(dir);
+                match f.mbps {
+                    Some(m) => format!(
+                        "{:.2} Gbit/s{}",
+                        m * 8e-3,
+                        f.cpu_ms_per_mb
+                            .map(|c| format!(" ({c:.2} CPU-ms/MB, {:.0} % busy)", f.cpu_busy.unwrap_or(0.0) * 100.0))
+                            .unwrap_or_default()
+                    ),
+                    None => format!("FAILED: {}", f.error.unwrap_or("?")),
+                }
             };
-            say(&format!("  iperf3 -l {len:<6} -t {secs}: TX {}, RX {}", show("tx"), show("rx")));
+            say(&format!("  iperf3 -l {len:<6} -t {secs}: TX {}, RX {}", show(Dir::Tx), show(Dir::Rx)));
             rows.push(row);
         }
         rows
@@ -305,23 +335,34 @@ impl Bench<'_> {
 
     /// One configuration: a VM for latency and throughput, then a fresh
     /// one for the interrupt count.
-    fn config(&mut self, name: &str, node: usize, mode: &str, sizes: &[u64], lens: &[u64]) -> Result<Value> {
+    fn config(&mut self, name: &str, node: usize, mode: &str, sizes: &[u64], lens: &[u64]) -> Result<DeviceConfig> {
         let vm = self.start_vm(node, &format!("vm-{name}"), mode)?;
         let t0 = Instant::now();
         let route = vm.route(&self.pair);
         let (latency, throughput) = (self.latency(&route, sizes), self.throughput(&route, lens));
         let secs = t0.elapsed().as_secs_f64();
         let driver = self.stop_vm(vm);
-        say(&format!("  driver counters over those {secs:.0} s: {driver}"));
+        say(&format!(
+            "  driver counters over those {secs:.0} s: {}",
+            serde_json::to_string(&driver).unwrap_or_default()
+        ));
         let interrupts = self.interrupts(node, name, mode)?;
-        Ok(
-            json!({"name": name, "node": node, "mode": mode, "latency": latency, "throughput": throughput, "driver": driver, "seconds": secs, "interrupts": interrupts}),
-        )
+        Ok(DeviceConfig {
+            name: name.into(),
+            node: node as u64,
+            mode: mode.into(),
+            error: None,
+            latency: Some(latency),
+            throughput,
+            driver: Some(driver),
+            seconds: Some(secs),
+            interrupts: Some(interrupts),
+        })
     }
 
     /// A fresh VM, one iperf3 RX run of fixed length, the interrupts and
     /// packets its driver counted over its life.
-    fn interrupts(&mut self, node: usize, name: &str, mode: &str) -> Result<Value> {
+    fn interrupts(&mut self, node: usize, name: &str, mode: &str) -> Result<Interrupts> {
         let secs = if self.ctx.quick { 3 } else { 10 };
         let vm = self.start_vm(node, &format!("irq-{name}"), mode)?;
         let t0 = Instant::now();
@@ -329,24 +370,22 @@ impl Bench<'_> {
         let driver = self.stop_vm(vm);
         let vm_secs = t0.elapsed().as_secs_f64();
         let mbps = r.as_ref().ok().and_then(peers::iperf3_received);
-        let irqs = driver["irqs"].as_u64();
-        let packets = driver["tx"].as_u64().zip(driver["rx"].as_u64()).map(|(t, r)| t + r);
+        let irqs = driver.irqs;
+        let packets = driver.tx.zip(driver.rx).map(|(t, r)| t + r);
         say(&format!(
             "  interrupts over one {secs} s iperf3 -R run: {} interrupts, {} packets, {} frames missed by the device, {} Gbit/s{}",
             irqs.map_or("-".into(), |i| i.to_string()),
             packets.map_or("-".into(), |p| p.to_string()),
-            driver["device"]["rx_missed"],
+            driver.device.rx_missed.map_or("null".into(), |m| m.to_string()),
             fmt_opt(mbps.map(|m| m * 8e-3), 2),
             r.as_ref().err().map(|e| format!(" (iperf3 FAILED: {e:#})")).unwrap_or_default()
         ));
-        Ok(
-            json!({"secs": secs, "vm_secs": vm_secs, "rx_MBps": mbps, "error": r.err().map(|e| format!("{e:#}")), "driver": driver}),
-        )
+        Ok(Interrupts { secs: secs.into(), vm_secs, rx_mbps: mbps, error: r.err().map(|e| format!("{e:#}")), driver })
     }
 
     /// Zero-copy VMs on `hosts`, one concurrent `iperf3 -R` each: their
     /// shares and Jain's index.
-    fn fairness(&mut self, label: &str, hosts: &[usize]) -> Result<Value> {
+    fn fairness(&mut self, label: &str, hosts: &[usize]) -> Result<Fairness> {
         let secs = if self.ctx.quick { 3 } else { 10 };
         let mut vms = Vec::new();
         for (k, &node) in hosts.iter().enumerate() {
@@ -362,7 +401,7 @@ impl Bench<'_> {
         }
         let routes: Vec<Route> = vms.iter().map(|vm| vm.route(&self.pair)).collect();
         let iperf3 = &self.iperf3;
-        let results: Vec<Result<Value>> = std::thread::scope(|s| {
+        let results: Vec<Result<peers::IperfJson>> = std::thread::scope(|s| {
             let runs: Vec<_> = routes
                 .iter()
                 .enumerate()
@@ -374,7 +413,7 @@ impl Bench<'_> {
                 .collect();
             runs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("the iperf3 thread panicked")))).collect()
         });
-        let drivers: Vec<Value> = vms.into_iter().map(|vm| self.stop_vm(vm)).collect();
+        let drivers: Vec<Driver> = vms.into_iter().map(|vm| self.stop_vm(vm)).collect();
         let shares: Vec<Option<f64>> =
             results.iter().map(|r| r.as_ref().ok().and_then(peers::iperf3_received)).collect();
         let errors: Vec<String> = results.iter().filter_map(|r| r.as_ref().err().map(|e| format!("{e:#}"))).collect();
@@ -389,30 +428,90 @@ impl Bench<'_> {
             fmt_opt(index, 3),
             if errors.is_empty() { String::new() } else { format!("; FAILED: {}", errors.join("; ")) }
         ));
-        Ok(
-            json!({"case": label, "hosts": hosts, "secs": secs, "MBps": shares, "total_MBps": total, "jain": index, "errors": errors, "drivers": drivers}),
-        )
+        Ok(Fairness {
+            case: label.into(),
+            hosts: hosts.iter().map(|&h| h as u64).collect(),
+            secs: Some(secs.into()),
+            mbps: shares,
+            total_mbps: Some(total),
+            jain: index,
+            errors,
+            drivers,
+        })
     }
 }
 
 /// The counters of the driver's last line: `... stopped; DriverStats { tx:
 /// 1, rx: 2, tx_errors: 0, rx_errors: 0, irqs: 3, copies: 0 }`.
-fn driver_stats(text: &str) -> Option<Value> {
+fn driver_stats(text: &str) -> Option<Driver> {
     let body = text.rsplit_once("DriverStats {")?.1.split('}').next()?;
-    let m: serde_json::Map<String, Value> = body
+    let m: std::collections::BTreeMap<String, u64> = body
         .split(',')
         .filter_map(|kv| kv.split_once(':'))
-        .filter_map(|(k, v)| Some((k.trim().to_string(), json!(v.trim().parse::<u64>().ok()?))))
+        .filter_map(|(k, v)| Some((k.trim().to_string(), v.trim().parse::<u64>().ok()?)))
         .collect();
-    (!m.is_empty()).then_some(Value::Object(m))
+    if m.is_empty() {
+        return None;
+    }
+    let unknown: Vec<&String> =
+        m.keys().filter(|k| !["tx", "rx", "tx_errors", "rx_errors", "irqs", "copies"].contains(&k.as_str())).collect();
+    if !unknown.is_empty() {
+        say(&format!("  !! DriverStats has counters the results schema does not know: {unknown:?}"));
+    }
+    let g = |k: &str| m.get(k).copied();
+    Some(Driver {
+        tx: g("tx"),
+        rx: g("rx"),
+        tx_errors: g("tx_errors"),
+        rx_errors: g("rx_errors"),
+        irqs: g("irqs"),
+        copies: g("copies"),
+        ..Driver::default()
+    })
+}
+
+/// `vsci device list --json` (crates/vsci-cli/src/device.rs), what is read
+/// of it.
+#[derive(serde::Deserialize)]
+struct DeviceList {
+    functions: Vec<ListedFunction>,
+}
+
+#[derive(serde::Deserialize)]
+struct ListedFunction {
+    func: u64,
+    holder: Option<Holder>,
+    tx_packets: u64,
+    rx_packets: u64,
+    rx_missed: u64,
+    faults: u64,
+    refused: u64,
+    irqs: u64,
+}
+
+#[derive(serde::Deserialize)]
+struct Holder {
+    vm: String,
 }
 
 /// Frames interface `dev` of namespace `ns` dropped on its way out (for a
 /// TAP: frames its stack sent that the program behind it never read).
 fn tx_dropped(ns: &str, dev: &str) -> Option<u64> {
     let o = Command::new("ip").args(["-n", ns, "-s", "-j", "link", "show", dev]).stdin(Stdio::null()).output().ok()?;
-    let v: Value = serde_json::from_slice(&o.stdout).ok()?;
-    v[0]["stats64"]["tx"]["dropped"].as_u64()
+    #[derive(serde::Deserialize)]
+    struct Link {
+        stats64: Stats,
+    }
+    #[derive(serde::Deserialize)]
+    struct Stats {
+        tx: Counters,
+    }
+    #[derive(serde::Deserialize)]
+    struct Counters {
+        dropped: u64,
+    }
+    let v: Vec<Link> = serde_json::from_slice(&o.stdout).ok()?;
+    Some(v.first()?.stats64.tx.dropped)
 }
 
 /// Jain's fairness index of the shares: 1 when equal, 1/n when one takes all.
@@ -441,7 +540,7 @@ fn jain(x: &[f64]) -> Option<f64> {
     (!x.is_empty() && sq > 0.0).then(|| sum * sum / (x.len() as f64 * sq))
 }
 
-fn run(ctx: &Ctx) -> Result<Value> {
+fn run(ctx: &Ctx) -> Result<PathResult> {
     let iperf3 =
         ctx.tools.get(Tool::Iperf3).context("iperf3 is needed (scripts/install-deps.sh installs it)")?.to_path_buf();
     let pingpong = ctx.program(&ctx.bench_dir, "tcp_pingpong")?;
@@ -496,7 +595,7 @@ fn run(ctx: &Ctx) -> Result<Value> {
 
     step("devices: the veth reference");
     say(&format!("veth (node 2 -> node 1, {}), the physical reference:", veth.to));
-    let reference = json!({"latency": b.latency(&veth, sizes), "throughput": b.throughput(&veth, lens)});
+    let reference = DeviceRuns { latency: b.latency(&veth, sizes), throughput: b.throughput(&veth, lens) };
 
     step("devices: local, bounce and zero-copy VMs");
     let mut configs = Vec::new();
@@ -505,7 +604,13 @@ fn run(ctx: &Ctx) -> Result<Value> {
         say(&format!("{name}: a process VM on node {node} in the {mode} mode"));
         configs.push(b.config(name, node, mode, sizes, lens).unwrap_or_else(|e| {
             say(&format!("  !! {name}: {e:#}"));
-            json!({"name": name, "node": node, "mode": mode, "error": format!("{e:#}")})
+            DeviceConfig {
+                name: name.into(),
+                node: node as u64,
+                mode: mode.into(),
+                error: Some(format!("{e:#}")),
+                ..DeviceConfig::default()
+            }
         }));
     }
 
@@ -517,22 +622,30 @@ fn run(ctx: &Ctx) -> Result<Value> {
         netns::check_interrupted()?;
         fairness.push(b.fairness(label, hosts).unwrap_or_else(|e| {
             say(&format!("  !! {label}: {e:#}"));
-            json!({"case": label, "hosts": hosts, "errors": [format!("{e:#}")]})
+            Fairness {
+                case: label.into(),
+                hosts: hosts.iter().map(|&h| h as u64).collect(),
+                errors: vec![format!("{e:#}")],
+                ..Fairness::default()
+            }
         }));
     }
 
     step("devices: PIO against DMA (dma_bench -s f, node 1 -> a segment on node 2)");
     let d = crate::dma::remote(ctx, &mut b.pair, Some("f"));
-    let pio = json!({"rows": d["pio"], "failures": d["failures"], "error": d["error"], "mode": d["mode"]});
+    let pio = match d {
+        Outcome::Ran(d) => DevicesPio { rows: d.pio, failures: Some(d.failures), error: None, mode: Some(d.mode) },
+        Outcome::Failed(e) | Outcome::Skipped(e) => DevicesPio { error: Some(e), ..DevicesPio::default() },
+    };
     b.pair.check_daemons().context("a node died during the device benchmark")?;
-    Ok(json!({
-        "available": true,
-        "command": format!("vsci device serve --tap nic0 --address {WIRE}/24 --functions 4 on node 1; vsci device vm --mode zero-copy|bounce on node 1 (local) or 2; tcp_pingpong client {WIRE}:{PINGPONG_PORT} --sizes S --count N and iperf3 -c {WIRE} -l LEN [-R] from the VM's namespace to node 1; veth: the same from node 2 to node 1's veth address; dma_bench -s f -rn 2 on node 1"),
-        "reference": reference,
-        "configs": configs,
-        "fairness": fairness,
-        "pio": pio,
-    }))
+    Ok(PathResult::Devices(Box::new(Devices {
+        available: true,
+        command: format!("vsci device serve --tap nic0 --address {WIRE}/24 --functions 4 on node 1; vsci device vm --mode zero-copy|bounce on node 1 (local) or 2; tcp_pingpong client {WIRE}:{PINGPONG_PORT} --sizes S --count N and iperf3 -c {WIRE} -l LEN [-R] from the VM's namespace to node 1; veth: the same from node 2 to node 1's veth address; dma_bench -s f -rn 2 on node 1"),
+        reference,
+        configs,
+        fairness,
+        pio,
+    })))
 }
 
 #[cfg(test)]
@@ -543,10 +656,7 @@ mod tests {
     fn driver_stats_line_is_parsed() {
         let out = "vsci device vm vm-x: function 1 (MAC 02:..) of node 1\nvsci vm-driver vm-x: stopped; DriverStats { tx: 10, rx: 20, tx_errors: 0, rx_errors: 1, irqs: 7, copies: 0 }\n";
         let v = driver_stats(out).unwrap();
-        assert_eq!(
-            (v["tx"].as_u64(), v["rx"].as_u64(), v["irqs"].as_u64(), v["rx_errors"].as_u64()),
-            (Some(10), Some(20), Some(7), Some(1))
-        );
+        assert_eq!((v.tx, v.rx, v.irqs, v.rx_errors), (Some(10), Some(20), Some(7), Some(1)));
         assert!(driver_stats("no stats here").is_none());
     }
 

@@ -12,7 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use serde_json::{json, Value};
+
+use crate::schema::{self, DmaBench, DmaModes, DmaVersus, DmaVersusRow, Outcome, PaperFigure};
 
 use crate::netns::{self, Pair};
 use crate::{fmt_opt, run_forwarded, say, size_name, tail, Ctx};
@@ -31,8 +32,8 @@ pub const PAPER: &[(&str, &str)] = &[
 
 /// dma_bench on a host against the node at `socket` (a co-located target
 /// the program makes itself).
-pub fn host(ctx: &Ctx, socket: &Path) -> Value {
-    let run = || -> Result<Value> {
+pub fn host(ctx: &Ctx, socket: &Path) -> Outcome<DmaBench> {
+    let run = || -> Result<DmaBench> {
         let prog = ctx.program(&ctx.bench_dir, "dma_bench")?;
         let tmp = std::env::temp_dir().join(format!("vsci-bench-dma-{}.json", std::process::id()));
         let mut cmd = Command::new(&prog);
@@ -43,21 +44,20 @@ pub fn host(ctx: &Ctx, socket: &Path) -> Value {
         cmd.env(vsci_proto::SOCKET_ENV, socket).stdin(Stdio::null()).process_group(0);
         let limit = Duration::from_secs(if ctx.quick { 180 } else { 900 });
         let (st, text) = run_forwarded(cmd, "dma_bench", limit, true)?;
-        let v = read_json(&tmp);
-        let _ = std::fs::remove_file(&tmp);
-        check(v, st.success(), &text)
+        let v = check(&tmp, st.success(), &text);
+        if v.is_ok() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        v
     };
-    run().unwrap_or_else(|e| {
-        say(&format!("!! dma_bench failed: {e:#}"));
-        json!({"error": format!("{e:#}")})
-    })
+    Outcome::of(run().inspect_err(|e| say(&format!("!! dma_bench failed: {e:#}"))))
 }
 
 /// dma_bench on node 1 of `pair` against a target segment that
 /// `dma_bench -owner` holds on node 2; `sections`: dma_bench's `-s`
 /// (None: its default, sections a-e).
-pub fn remote(ctx: &Ctx, pair: &mut Pair, sections: Option<&str>) -> Value {
-    let mut run = || -> Result<Value> {
+pub fn remote(ctx: &Ctx, pair: &mut Pair, sections: Option<&str>) -> Outcome<DmaBench> {
+    let mut run = || -> Result<DmaBench> {
         let prog = ctx.program(&ctx.bench_dir, "dma_bench")?;
         let owner_log = pair.dir.join("dma_bench-owner.log");
         let mut owner = pair.command(1, &prog);
@@ -79,7 +79,7 @@ pub fn remote(ctx: &Ctx, pair: &mut Pair, sections: Option<&str>) -> Value {
             }
             cmd.args(["-rn", "2", "-seg", TARGET_SEG, "-json"]).arg(&json_path);
             let limit = Duration::from_secs(if ctx.quick { 300 } else { 1200 });
-            run_forwarded(cmd, "dma_bench -rn 2", limit, true).map(|(st, text)| (st, text, read_json(&json_path)))
+            run_forwarded(cmd, "dma_bench -rn 2", limit, true).map(|(st, text)| (st, text, json_path))
         } else {
             Err(anyhow::anyhow!(
                 "dma_bench -owner on node 2 never got ready:\n{}",
@@ -87,13 +87,10 @@ pub fn remote(ctx: &Ctx, pair: &mut Pair, sections: Option<&str>) -> Value {
             ))
         };
         netns::stop_child(pair.helper(h), Duration::from_secs(3));
-        let (st, text, v) = result?;
-        check(v, st.success(), &text)
+        let (st, text, json_path) = result?;
+        check(&json_path, st.success(), &text)
     };
-    run().unwrap_or_else(|e| {
-        say(&format!("!! dma_bench (remote) failed: {e:#}"));
-        json!({"error": format!("{e:#}")})
-    })
+    Outcome::of(run().inspect_err(|e| say(&format!("!! dma_bench (remote) failed: {e:#}"))))
 }
 
 /// The lines a guest script runs for dma_bench (`{dma_bench}` stands for
@@ -107,35 +104,27 @@ pub fn guest_script() -> String {
 }
 
 /// dma_bench's JSON from a guest run's output.
-pub fn from_guest(text: &str) -> Value {
-    match crate::block(text, "dma_bench").and_then(|s| serde_json::from_str::<Value>(&s).ok()) {
-        Some(v) => v,
-        None => {
-            say("!! dma_bench in the guest wrote no JSON");
-            json!({"error": "dma_bench in the guest wrote no JSON"})
+pub fn from_guest(text: &str) -> Outcome<DmaBench> {
+    let r = match crate::block(text, "dma_bench") {
+        Some(s) => {
+            schema::from_str::<DmaBench>(&s).map_err(|e| anyhow::anyhow!("dma_bench's JSON in the guest: {e:#}"))
         }
+        None => Err(anyhow::anyhow!("dma_bench in the guest wrote no JSON")),
+    };
+    Outcome::of(r.inspect_err(|e| say(&format!("!! {e:#}"))))
+}
+
+/// dma_bench's JSON at `p`, read through the schema; a file that does not
+/// fit is kept and named in the error.
+fn check(p: &Path, ok: bool, text: &str) -> Result<DmaBench> {
+    if !p.exists() {
+        bail!("dma_bench wrote no JSON:\n{}", tail(text, 20));
     }
-}
-
-fn read_json(p: &Path) -> Option<Value> {
-    std::fs::read_to_string(p).ok().and_then(|s| serde_json::from_str(&s).ok())
-}
-
-fn check(v: Option<Value>, ok: bool, text: &str) -> Result<Value> {
-    let Some(v) = v else { bail!("dma_bench wrote no JSON:\n{}", tail(text, 20)) };
+    let v = schema::load_output(p, "dma_bench")?;
     if !ok {
         say("!! dma_bench exited with an error; its figures are kept");
     }
     Ok(v)
-}
-
-/// The rows of one section of dma_bench's JSON (each section is an array).
-pub fn list<'a>(v: &'a Value, sect: &str) -> Vec<&'a Value> {
-    v.get(sect).and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default()
-}
-
-fn find<'a>(v: &'a Value, sect: &str, f: impl Fn(&Value) -> bool) -> Option<&'a Value> {
-    list(v, sect).into_iter().find(|r| f(r))
 }
 
 /// One figure on every path plus how the guest compares with the host.
@@ -164,36 +153,35 @@ impl Row {
 }
 
 /// The DMA figures of the `local`, `guest` and `remote` paths side by side
-/// (any of them may be missing), printed and returned as JSON.
-pub fn versus(host: Option<&Value>, guest: Option<&Value>, remote: Option<&Value>, accel: Option<&str>) -> Value {
-    let null = Value::Null;
-    let (h, g, r) = (host.unwrap_or(&null), guest.unwrap_or(&null), remote.unwrap_or(&null));
+/// (any of them may be missing), printed; None when none of them ran.
+pub fn versus(
+    host: Option<&DmaBench>,
+    guest: Option<&DmaBench>,
+    remote: Option<&DmaBench>,
+    accel: Option<&str>,
+) -> Option<DmaVersus> {
     let mut out: Vec<Row> = Vec::new();
-    let get =
-        |v: &Value, sect: &str, f: &dyn Fn(&Value) -> bool, key: &str| find(v, sect, f).and_then(|x| x[key].as_f64());
     let mut add = |what: String,
                    unit: &'static str,
                    higher_better: bool,
-                   sect: &str,
-                   f: &dyn Fn(&Value) -> bool,
-                   key: &str,
+                   pick: &dyn Fn(&DmaBench) -> Option<f64>,
                    paper: &'static str| {
         out.push(Row {
             what,
             unit,
             higher_better,
-            host: get(h, sect, f, key),
-            guest: get(g, sect, f, key),
-            remote: get(r, sect, f, key),
+            host: host.and_then(pick),
+            guest: guest.and_then(pick),
+            remote: remote.and_then(pick),
             paper,
         });
     };
     for (bytes, paper) in [(512u64 << 10, "31-34 ms virtualized (derived); native flat"), (8 << 20, "")] {
         let s = size_name(bytes);
-        let is = move |x: &Value| x["bytes"].as_u64() == Some(bytes);
-        add(format!("buffer setup {s}: create + prepare + map"), "us", false, "setup", &is, "create_map_us", paper);
-        add(format!("buffer {s}: first DMA (engine maps it)"), "us", false, "setup", &is, "first_dma_us", "");
-        add(format!("buffer {s}: second DMA"), "us", false, "setup", &is, "second_dma_us", "");
+        let setup = move |v: &DmaBench| v.setup.iter().find(|x| x.bytes == bytes).cloned();
+        add(format!("buffer setup {s}: create + prepare + map"), "us", false, &|v| setup(v)?.create_map_us, paper);
+        add(format!("buffer {s}: first DMA (engine maps it)"), "us", false, &|v| setup(v)?.first_dma_us, "");
+        add(format!("buffer {s}: second DMA"), "us", false, &|v| setup(v)?.second_dma_us, "");
     }
     for bytes in [4096u64, 64 << 10, 512 << 10, 2 << 20, 8 << 20] {
         let s = size_name(bytes);
@@ -204,17 +192,17 @@ pub fn versus(host: Option<&Value>, guest: Option<&Value>, remote: Option<&Value
         } else {
             ""
         };
-        let w = move |x: &Value| x["bytes"].as_u64() == Some(bytes) && x["dir"] == "write";
-        let rd = move |x: &Value| x["bytes"].as_u64() == Some(bytes) && x["dir"] == "read";
-        add(format!("single transfer {s}, write"), "MB/s", true, "single", &w, "dma_mbps", paper);
-        add(format!("single transfer {s}, read"), "MB/s", true, "single", &rd, "dma_mbps", "");
+        let single =
+            move |v: &DmaBench, dir: &str| v.single.iter().find(|x| x.bytes == bytes && x.dir == dir)?.dma_mbps;
+        add(format!("single transfer {s}, write"), "MB/s", true, &|v| single(v, "write"), paper);
+        add(format!("single transfer {s}, read"), "MB/s", true, &|v| single(v, "read"), "");
     }
     for bytes in [512u64 << 10, 2 << 20, 8 << 20] {
         let s = size_name(bytes);
-        let b = move |x: &Value| x["burst_bytes"].as_u64() == Some(bytes);
+        let b = move |v: &DmaBench| v.bursts.iter().find(|x| x.burst_bytes == bytes).cloned();
         let paper = if bytes == 2 << 20 { "~4 % overhead (max, at 2 MiB)" } else { "" };
-        add(format!("bursts of {s}, 4 queues in flight"), "MB/s", true, "bursts", &b, "queues4_mbps", paper);
-        add(format!("bursts of {s}, 1 queue"), "MB/s", true, "bursts", &b, "queue1_mbps", "");
+        add(format!("bursts of {s}, 4 queues in flight"), "MB/s", true, &|v| b(v)?.queues4_mbps, paper);
+        add(format!("bursts of {s}, 1 queue"), "MB/s", true, &|v| b(v)?.queue1_mbps, "");
     }
     for (label, how, paper) in [
         ("completion: callback", "callback (SCI_FLAG_USE_CALLBACK)", "130-140 us"),
@@ -224,8 +212,7 @@ pub fn versus(host: Option<&Value>, guest: Option<&Value>, remote: Option<&Value
         ("completion: SCIDMAQueueState polling", "SCIDMAQueueState polling", ""),
         ("8-byte transfer with SCI_FLAG_DMA_WAIT", "SCI_FLAG_DMA_WAIT (no notification)", ""),
     ] {
-        let m = move |x: &Value| x["how"] == how;
-        add(label.into(), "us", false, "notify", &m, "median_us", paper);
+        add(label.into(), "us", false, &|v| v.notify.iter().find(|x| x.how == how)?.median_us, paper);
     }
     for (label, call, paper) in [
         ("call: SCIStartDmaTransfer", "SCIStartDmaTransfer", "~3 us per control call"),
@@ -233,12 +220,11 @@ pub fn versus(host: Option<&Value>, guest: Option<&Value>, remote: Option<&Value
         ("call: SCIWaitForDMAQueue on a finished queue", "SCIWaitForDMAQueue (finished queue)", ""),
         ("call: SCICreateDMAQueue + SCIRemoveDMAQueue", "SCICreateDMAQueue + SCIRemoveDMAQueue", ""),
     ] {
-        let m = move |x: &Value| x["call"] == call;
-        add(label.into(), "us", false, "calls", &m, "median_us", paper);
+        add(label.into(), "us", false, &|v| v.calls.iter().find(|x| x.call == call)?.median_us, paper);
     }
     out.retain(|r| r.host.is_some() || r.guest.is_some() || r.remote.is_some());
     if out.is_empty() {
-        return Value::Null;
+        return None;
     }
     let accel = accel.unwrap_or("unknown");
     say(&format!("\n== DMA (seed 003): host, guest and remote side by side (guest accelerator {accel}) =="));
@@ -255,21 +241,24 @@ pub fn versus(host: Option<&Value>, guest: Option<&Value>, remote: Option<&Value
             r.paper
         ));
     }
-    let mode = |v: &Value| v["mode"].as_str().map(String::from);
-    json!({
-        "accelerator": accel,
-        "what": "dma_bench medians on the local path (host processes, co-located target), inside a guest (path guest: the guest's DMA calls run on the node's engine through the guest agent) and on the remote path (target on node 2); overhead = the guest's extra time for the same work over the host's, the paper's measure",
-        "modes": {"host": mode(h), "guest": mode(g), "remote": mode(r)},
-        "paper": PAPER.iter().map(|(k, v)| json!({"section": k, "figure": v})).collect::<Vec<_>>(),
-        "rows": out.iter().map(|r| json!({
-            "what": r.what, "unit": r.unit, "higher_is_better": r.higher_better,
-            "host": r.host, "guest": r.guest, "remote": r.remote,
-            "guest_overhead": r.overhead(), "paper": r.paper,
-        })).collect::<Vec<_>>(),
+    let mode = |v: Option<&DmaBench>| v.map(|v| v.mode.clone());
+    Some(DmaVersus {
+        accelerator: accel.to_string(),
+        what: "dma_bench medians on the local path (host processes, co-located target), inside a guest (path guest: the guest's DMA calls run on the node's engine through the guest agent) and on the remote path (target on node 2); overhead = the guest's extra time for the same work over the host's, the paper's measure".into(),
+        modes: DmaModes { host: mode(host), guest: mode(guest), remote: mode(remote) },
+        paper: PAPER.iter().map(|(k, v)| PaperFigure { section: k.to_string(), figure: v.to_string() }).collect(),
+        rows: out
+            .iter()
+            .map(|r| DmaVersusRow {
+                what: r.what.clone(),
+                unit: r.unit.into(),
+                higher_is_better: r.higher_better,
+                host: r.host,
+                guest: r.guest,
+                remote: r.remote,
+                guest_overhead: r.overhead(),
+                paper: r.paper.into(),
+            })
+            .collect(),
     })
-}
-
-/// Whether a path's JSON holds dma_bench results (not an error).
-pub fn has(v: Option<&Value>) -> Option<&Value> {
-    v.map(|p| &p["dma"]).filter(|d| d.is_object() && d.get("error").is_none())
 }

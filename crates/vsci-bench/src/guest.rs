@@ -33,12 +33,16 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use serde_json::{json, Value};
+
+use crate::schema::{
+    self, Guest, GuestPair, GuestPeers, GuestVsHost, GuestVsHostRow, Local, Outcome, PathResult, RemoteBench,
+    SisciBench,
+};
 
 use crate::netns::{self, Pair};
 use crate::node::TempNode;
 use crate::peers::{self, TRANSFER_SEGID};
-use crate::{block, dma, fmt_opt, rows, say, size_name, step, tail, Ctx, Forward, PathSpec};
+use crate::{block, dma, fmt_opt, say, size_name, step, tail, Ctx, Forward, PathSpec};
 
 pub const GUEST: PathSpec = PathSpec {
     name: "guest",
@@ -206,7 +210,7 @@ const TIMEOUT: Duration = Duration::from_secs(900);
 // ---------------------------------------------------------------------------
 // guest: the local suite inside one guest
 
-fn run_guest(ctx: &Ctx) -> Result<Value> {
+fn run_guest(ctx: &Ctx) -> Result<PathResult> {
     let sb = ctx.program(&ctx.bench_dir, "sisci_bench")?;
     let sr = ctx.program(&ctx.examples_dir, "sendrecv")?;
     let db = ctx.program(&ctx.bench_dir, "dma_bench")?;
@@ -239,127 +243,108 @@ fn run_guest(ctx: &Ctx) -> Result<Value> {
     let (st, text) = crate::run_forwarded(cmd, "vsci vm run (guest)", TIMEOUT + Duration::from_secs(30), true)?;
     netns::check_interrupted()?;
     drop(node);
-    let sbj: Value = block(&text, "sisci_bench").and_then(|s| serde_json::from_str(&s).ok()).unwrap_or(Value::Null);
-    if sbj.is_null() {
+    let Some(sbj) = block(&text, "sisci_bench") else {
         bail!("sisci_bench in the guest wrote no JSON (vsci vm run: {st}):\n{}", tail(&text, 20));
-    }
+    };
+    let sbj: SisciBench = schema::from_str(&sbj).context("sisci_bench's JSON in the guest")?;
     if !st.success() {
         say(&format!("!! the guest's command exited {st}; sisci_bench's JSON lists failed phases"));
     }
     let rtext = block(&text, "receiver").unwrap_or_default();
-    let transfers = peers::parse_transfers(&text, &rtext, window, &list, 1).unwrap_or_else(|e| {
-        say(&format!("!! transfers failed: {e:#}"));
-        json!({"error": format!("{e:#}")})
-    });
-    Ok(json!({
-        "path": "guest",
-        "what": GUEST.what,
-        "accelerator": accelerator(&text),
-        "iterations": "sisci_bench -quick (its smaller size set and iteration counts) under TCG; transfers 4 KB / 2 MB (/ 64 MB in full mode), window 4 MiB (64 MiB)",
-        "sisci_bench": sbj,
-        "transfers": transfers,
-        "dma": dma::from_guest(&text),
-        "peers": {"not_run": NO_TCP_PEERS},
-    }))
+    let transfers = Outcome::of(
+        peers::parse_transfers(&text, &rtext, window, &list, 1)
+            .inspect_err(|e| say(&format!("!! transfers failed: {e:#}"))),
+    );
+    Ok(PathResult::Guest(Box::new(Guest {
+        path: "guest".into(),
+        what: GUEST.what.into(),
+        accelerator: accelerator(&text),
+        iterations: "sisci_bench -quick (its smaller size set and iteration counts) under TCG; transfers 4 KB / 2 MB (/ 64 MB in full mode), window 4 MiB (64 MiB)".into(),
+        sisci_bench: sbj,
+        transfers,
+        dma: dma::from_guest(&text),
+        peers: GuestPeers { not_run: NO_TCP_PEERS.into() },
+    })))
 }
 
 /// The local suite in the guest against the host, figure by figure:
 /// `guest / host` (for latency lower is better, for bandwidth higher).
-pub fn versus_host(local: &Value, guest: &Value) -> Value {
-    let (h, g) = (&local["sisci_bench"], &guest["sisci_bench"]);
+pub fn versus_host(local: &Local, guest: &Guest) -> GuestVsHost {
+    let (h, g) = (&local.sisci_bench, &guest.sisci_bench);
     let mut out = Vec::new();
     let mut add = |what: String, unit: &str, hv: Option<f64>, gv: Option<f64>| {
         let ratio = match (hv, gv) {
             (Some(a), Some(b)) if a > 0.0 => Some(b / a),
             _ => None,
         };
-        out.push(json!({"what": what, "unit": unit, "host": hv, "guest": gv, "ratio": ratio}));
+        out.push(GuestVsHostRow { what, unit: unit.into(), host: hv, guest: gv, ratio });
     };
-    let find = |v: &Value, sect: &str, key: &str, val: &Value| -> Option<Value> {
-        rows(v, &[sect]).into_iter().find(|r| &r[key] == val).cloned()
-    };
-    let med = |v: &Value| v.get("median_us").and_then(Value::as_f64);
-    for r in rows(g, &["write_bandwidth"]) {
-        let Some(hr) = find(h, "write_bandwidth", "size", &r["size"]) else { continue };
-        let s = size_name(r["size"].as_u64().unwrap_or(0));
-        add(format!("write {s}, memcpy + SCIFlush"), "MB/s", hr["vsci_MBps"].as_f64(), r["vsci_MBps"].as_f64());
-        add(format!("write {s}, raw memcpy (limit)"), "MB/s", hr["peer_MBps"].as_f64(), r["peer_MBps"].as_f64());
+    let med = |v: &Option<schema::Lat>| v.as_ref().and_then(|v| v.median_us);
+    for r in &g.write_bandwidth.rows {
+        let Some(hr) = h.write_bandwidth.rows.iter().find(|x| x.size == r.size) else { continue };
+        let s = size_name(r.size);
+        add(format!("write {s}, memcpy + SCIFlush"), "MB/s", hr.vsci_mbps, r.vsci_mbps);
+        add(format!("write {s}, raw memcpy (limit)"), "MB/s", hr.peer_mbps, r.peer_mbps);
     }
-    for r in rows(g, &["pingpong"]) {
-        let Some(hr) = find(h, "pingpong", "size", &r["size"]) else { continue };
-        let s = size_name(r["size"].as_u64().unwrap_or(0));
-        add(format!("ping-pong {s}, RTT/2"), "us", med(&hr["vsci"]), med(&r["vsci"]));
-        add(format!("ping-pong {s}, raw memfd (limit)"), "us", med(&hr["peer"]), med(&r["peer"]));
+    for r in &g.pingpong.rows {
+        let Some(hr) = h.pingpong.rows.iter().find(|x| x.size == r.size) else { continue };
+        let s = size_name(r.size);
+        add(format!("ping-pong {s}, RTT/2"), "us", med(&hr.vsci), med(&r.vsci));
+        add(format!("ping-pong {s}, raw memfd (limit)"), "us", med(&hr.peer), med(&r.peer));
     }
-    for r in rows(g, &["interrupt"]) {
-        let Some(hr) = find(h, "interrupt", "wait", &r["wait"]) else { continue };
-        add(
-            format!("interrupt, VSCI_WAIT={}", r["wait"].as_str().unwrap_or("?")),
-            "us",
-            med(&hr["vsci"]),
-            med(&r["vsci"]),
-        );
+    for r in &g.interrupt.rows {
+        let Some(hr) = h.interrupt.rows.iter().find(|x| x.wait == r.wait) else { continue };
+        add(format!("interrupt, VSCI_WAIT={}", r.wait), "us", med(&hr.vsci), med(&r.vsci));
     }
-    add("interrupt peer: eventfd ping-pong".into(), "us", med(&h["interrupt"]["peer"]), med(&g["interrupt"]["peer"]));
-    for r in rows(g, &["data_interrupt"]) {
-        let hr = rows(h, &["data_interrupt"])
-            .into_iter()
-            .find(|x| x["wait"] == r["wait"] && x["payload"] == r["payload"])
-            .cloned();
-        let Some(hr) = hr else { continue };
-        add(
-            format!(
-                "data interrupt {}, {}",
-                size_name(r["payload"].as_u64().unwrap_or(0)),
-                r["wait"].as_str().unwrap_or("?")
-            ),
-            "us",
-            med(&hr["vsci"]),
-            med(&r["vsci"]),
-        );
+    add("interrupt peer: eventfd ping-pong".into(), "us", med(&h.interrupt.peer), med(&g.interrupt.peer));
+    for r in &g.data_interrupt.rows {
+        let Some(hr) = h.data_interrupt.rows.iter().find(|x| x.wait == r.wait && x.payload == r.payload) else {
+            continue;
+        };
+        add(format!("data interrupt {}, {}", size_name(r.payload), r.wait), "us", med(&hr.vsci), med(&r.vsci));
     }
-    let accel = guest["accelerator"].as_str().unwrap_or("unknown").to_string();
+    let accel = guest.accelerator.clone().unwrap_or_else(|| "unknown".into());
     say(&format!("\n== the local suite in a guest vs on the host (guest / host; accelerator {accel}) =="));
     say(&format!("{:<44} {:>12} {:>12} {:>10}", "what", "host", "guest", "guest/host"));
     for r in &out {
         say(&format!(
             "{:<44} {:>12} {:>12} {:>10}",
-            r["what"].as_str().unwrap_or(""),
-            format!("{} {}", fmt_opt(r["host"].as_f64(), 2), r["unit"].as_str().unwrap_or("")),
-            format!("{} {}", fmt_opt(r["guest"].as_f64(), 2), r["unit"].as_str().unwrap_or("")),
-            r["ratio"].as_f64().map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into())
+            r.what,
+            format!("{} {}", fmt_opt(r.host, 2), r.unit),
+            format!("{} {}", fmt_opt(r.guest, 2), r.unit),
+            r.ratio.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into())
         ));
     }
-    json!({
-        "accelerator": accel,
-        "kvm": accel.starts_with("kvm"),
-        "what": "median latencies (us) and bandwidths (MB/s) of sisci_bench in one guest (path guest) and on the host (path local), same run; ratio = guest / host",
-        "rows": out,
-    })
+    GuestVsHost {
+        kvm: accel.starts_with("kvm"),
+        accelerator: accel,
+        what: "median latencies (us) and bandwidths (MB/s) of sisci_bench in one guest (path guest) and on the host (path local), same run; ratio = guest / host".into(),
+        rows: out,
+    }
 }
 
 // ---------------------------------------------------------------------------
 // Two ends across a guest boundary: remote_bench, then the transfers
 
-fn run_guest_host(ctx: &Ctx) -> Result<Value> {
+fn run_guest_host(ctx: &Ctx) -> Result<PathResult> {
     let node = TempNode::start(1)?;
     step("guest-host: remote_bench and the transfers, guest -> host process");
     let ends = [End::guest(node.socket(), "vsci-bench-gh", 1), End::host(node.socket())];
     let v = run_pair(ctx, "guest-host", &ends, [1, 1]);
     drop(node);
-    v
+    v.map(|v| PathResult::GuestPair(Box::new(v)))
 }
 
-fn run_guest_guest(ctx: &Ctx) -> Result<Value> {
+fn run_guest_guest(ctx: &Ctx) -> Result<PathResult> {
     let node = TempNode::start(1)?;
     step("guest-guest: remote_bench and the transfers between two guests");
     let ends = [End::guest(node.socket(), "vsci-bench-gg0", 1), End::guest(node.socket(), "vsci-bench-gg1", 1)];
     let v = run_pair(ctx, "guest-guest", &ends, [1, 1]);
     drop(node);
-    v
+    v.map(|v| PathResult::GuestPair(Box::new(v)))
 }
 
-fn run_guest_remote(ctx: &Ctx) -> Result<Value> {
+fn run_guest_remote(ctx: &Ctx) -> Result<PathResult> {
     // The guest boots inside a namespace, which cannot reach the package
     // archive the first image build downloads the kernel from.
     vsci_vm::image::ensure_image(&|m: &str| say(&format!("vsci vm: {m}"))).context("building the guest image")?;
@@ -378,14 +363,14 @@ fn run_guest_remote(ctx: &Ctx) -> Result<Value> {
     let v = run_pair(ctx, "guest-remote", &ends, [1, 2]);
     pair.check_daemons()?;
     v.map(|mut v| {
-        v["link"] = json!("veth pair between two network namespaces of one host");
-        v
+        v.link = Some("veth pair between two network namespaces of one host".into());
+        PathResult::GuestPair(Box::new(v))
     })
 }
 
 /// remote_bench (client at end 0, server at end 1) and then the
 /// transfers (sender at end 0, receiver at end 1), each end in one boot.
-fn run_pair(ctx: &Ctx, name: &str, ends: &[End; 2], nodes: [u32; 2]) -> Result<Value> {
+fn run_pair(ctx: &Ctx, name: &str, ends: &[End; 2], nodes: [u32; 2]) -> Result<GuestPair> {
     let rb = ctx.program(&ctx.bench_dir, "remote_bench")?;
     let sr = ctx.program(&ctx.examples_dir, "sendrecv")?;
     let progs: [(&str, &Path); 2] = [("remote_bench", &rb), ("sendrecv", &sr)];
@@ -445,14 +430,15 @@ fn run_pair(ctx: &Ctx, name: &str, ends: &[End; 2], nodes: [u32; 2]) -> Result<V
     let text = cfwd.finish();
     let stext = sfwd.finish();
     let st = st?;
-    let rbj: Value = block(&text, "remote_bench").and_then(|s| serde_json::from_str(&s).ok()).unwrap_or(Value::Null);
-    if rbj.is_null() {
+    let rbj = block(&text, "remote_bench");
+    let Some(rbj) = rbj else {
         bail!(
             "remote_bench wrote no JSON (end 0: {st}, end 1: {})\n--- end 1 ---\n{}",
             sst.map(|s| s.to_string()).unwrap_or_else(|| "did not finish".into()),
             tail(&stext, 30)
         );
-    }
+    };
+    let rbj: RemoteBench = schema::from_str(&rbj).context("remote_bench's JSON from the guest path")?;
     if !st.success() || !sst.is_some_and(|s| s.success()) {
         say(&format!(
             "!! {name}: end 0 exited {st}, end 1 {}; end 1 said:\n{}",
@@ -460,22 +446,23 @@ fn run_pair(ctx: &Ctx, name: &str, ends: &[End; 2], nodes: [u32; 2]) -> Result<V
             tail(&stext, 12)
         ));
     }
-    let transfers = peers::parse_transfers(&text, &stext, window, &list, nodes[1]).unwrap_or_else(|e| {
-        say(&format!("!! transfers failed: {e:#}"));
-        json!({"error": format!("{e:#}")})
-    });
+    let transfers = Outcome::of(
+        peers::parse_transfers(&text, &stext, window, &list, nodes[1])
+            .inspect_err(|e| say(&format!("!! transfers failed: {e:#}"))),
+    );
     let accel = accelerator(&text).or_else(|| accelerator(&stext));
-    Ok(json!({
-        "path": name,
-        "what": path_what(name),
-        "ends": [ends[0].label(), ends[1].label()],
-        "nodes": nodes,
-        "accelerator": accel,
-        "iterations": format!("remote_bench{rb_args} (quick counts under TCG; no store-to-visibility: the guest's clock is not the host's); transfers 4 KB / 2 MB (/ 64 MB in full mode), window {window}"),
-        "remote_bench": rbj,
-        "transfers": transfers,
-        "peers": {"not_run": NO_TCP_PEERS},
-    }))
+    Ok(GuestPair {
+        path: name.into(),
+        what: path_what(name).into(),
+        ends: vec![ends[0].label(), ends[1].label()],
+        nodes: nodes.to_vec(),
+        accelerator: accel,
+        iterations: format!("remote_bench{rb_args} (quick counts under TCG; no store-to-visibility: the guest's clock is not the host's); transfers 4 KB / 2 MB (/ 64 MB in full mode), window {window}"),
+        remote_bench: rbj,
+        transfers,
+        peers: GuestPeers { not_run: NO_TCP_PEERS.into() },
+        link: None,
+    })
 }
 
 fn path_what(name: &str) -> &'static str {

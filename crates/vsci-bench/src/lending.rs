@@ -13,7 +13,10 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use serde_json::{json, Value};
+
+use crate::schema::{
+    FioFigures, FioJob, Lending, MemExt, MemExtRates, MemExtRuns, PageStore, PageStoreRow, PathResult, Swap, SwapRun,
+};
 
 use crate::netns::{self, Pair};
 use crate::peers::Tool;
@@ -47,7 +50,7 @@ const JOBS: &[(&str, &str, u64, u32)] = &[
     ("sequential write 1 MiB", "write", 1 << 20, 8),
 ];
 
-fn run(ctx: &Ctx) -> Result<Value> {
+fn run(ctx: &Ctx) -> Result<PathResult> {
     let (Some(fio), Some(nbdkit)) = (ctx.tools.get(Tool::Fio), ctx.tools.get(Tool::Nbdkit)) else {
         bail!("fio and nbdkit are needed (scripts/install-deps.sh installs them)");
     };
@@ -96,14 +99,14 @@ fn run(ctx: &Ctx) -> Result<Value> {
         let k = fio_job(&nodes, &fio, &kit_url, rw, bs, qd, Some(secs))?;
         say(&format!(
             "{name} qd {qd}: vsci {:.0} MB/s {:.0} IOPS p50 {:.1} µs, nbdkit {:.0} MB/s {:.0} IOPS p50 {:.1} µs",
-            v["MBps"].as_f64().unwrap_or(0.0),
-            v["iops"].as_f64().unwrap_or(0.0),
-            v["p50_us"].as_f64().unwrap_or(0.0),
-            k["MBps"].as_f64().unwrap_or(0.0),
-            k["iops"].as_f64().unwrap_or(0.0),
-            k["p50_us"].as_f64().unwrap_or(0.0),
+            v.mbps.unwrap_or(0.0),
+            v.iops.unwrap_or(0.0),
+            v.p50_us.unwrap_or(0.0),
+            k.mbps.unwrap_or(0.0),
+            k.iops.unwrap_or(0.0),
+            k.p50_us.unwrap_or(0.0),
         ));
-        rows.push(json!({"job": name, "rw": rw, "bs": bs, "qd": qd, "vsci": v, "nbdkit": k}));
+        rows.push(FioJob { job: name.into(), rw: rw.into(), bs, qd: qd.into(), vsci: v, nbdkit: k });
     }
 
     step("lending: page store and memory extension");
@@ -112,32 +115,32 @@ fn run(ctx: &Ctx) -> Result<Value> {
 
     step("lending: a guest swapping onto each device");
     let swap = if ctx.quick {
-        json!({"skipped": "--quick"})
+        Swap { skipped: Some("--quick".into()), ..Swap::default() }
     } else if crate::guest::qemu().is_some() {
-        let mut runs = serde_json::Map::new();
-        for (what, url) in [("vsci", &vsci_url), ("nbdkit", &kit_url)] {
-            runs.insert(what.into(), swap_run(&nodes, &vsci, url)?);
+        Swap {
+            skipped: None,
+            vsci: Some(swap_run(&nodes, &vsci, &vsci_url)?),
+            nbdkit: Some(swap_run(&nodes, &vsci, &kit_url)?),
         }
-        Value::Object(runs)
     } else {
-        json!({"skipped": "no QEMU here"})
+        Swap { skipped: Some("no QEMU here".into()), ..Swap::default() }
     };
     step("lending: done");
     nodes.check_daemons()?;
-    Ok(json!({
-        "size": SIZE_BYTES,
-        "secs_per_job": secs,
-        "jobs": rows,
-        "pagestore": pagestore,
-        "memext": memext,
-        "swap": swap,
-        "peer": "nbdkit memory plugin on node 2, NBD over TCP",
-    }))
+    Ok(PathResult::Lending(Box::new(Lending {
+        size: SIZE_BYTES,
+        secs_per_job: secs.into(),
+        jobs: rows,
+        pagestore,
+        memext,
+        swap,
+        peer: "nbdkit memory plugin on node 2, NBD over TCP".into(),
+    })))
 }
 
 /// t_tmem's bench on node 1 against node 2's pool: puts and gets of 4 KiB
 /// pages one at a time, beside the same copies into a local memfd.
-fn tmem_bench(nodes: &Pair, count: u32) -> Result<Value> {
+fn tmem_bench(nodes: &Pair, count: u32) -> Result<PageStore> {
     let prog = crate::node::sibling("../tests/t_tmem").canonicalize().context("tests/t_tmem (built by `make`)")?;
     let mut c = nodes.command(0, &prog);
     c.args(["bench", "2", &count.to_string()]);
@@ -153,18 +156,24 @@ fn tmem_bench(nodes: &Pair, count: u32) -> Result<Value> {
     let mut rows = Vec::new();
     for l in out.lines().filter(|l| l.starts_with("BENCH ") && !l.contains("DONE")) {
         let w: Vec<&str> = l.split_whitespace().collect();
-        rows.push(json!({"store": w.get(1), "op": w.get(2), "ops": field(l, "ops/s="), "p50_us": field(l, "p50_us="), "p99_us": field(l, "p99_us=")}));
+        rows.push(PageStoreRow {
+            store: w.get(1).map(|s| s.to_string()),
+            op: w.get(2).map(|s| s.to_string()),
+            ops: field(l, "ops/s="),
+            p50_us: field(l, "p50_us="),
+            p99_us: field(l, "p99_us="),
+        });
     }
     say(&format!("page store: {} rows", rows.len()));
-    Ok(json!({"pages": count, "rows": rows}))
+    Ok(PageStore { pages: count.into(), rows })
 }
 
 /// vsci-memext-check's stream on node 1 (a range of twice its budget in
 /// memory node 2 lends), and the same program on local memory.
-fn memext_bench(nodes: &Pair, quick: bool) -> Result<Value> {
+fn memext_bench(nodes: &Pair, quick: bool) -> Result<MemExt> {
     let prog = crate::node::sibling("vsci-memext-check");
     let (size, budget) = if quick { ("16M", "8M") } else { ("64M", "32M") };
-    let mut out = serde_json::Map::new();
+    let mut out = Vec::new();
     for (what, local) in [("vsci", false), ("local", true)] {
         let mut c = nodes.command(0, &prog);
         if local {
@@ -186,18 +195,18 @@ fn memext_bench(nodes: &Pair, quick: bool) -> Result<Value> {
                 .and_then(|r| r.split_whitespace().next())
                 .and_then(|v| v.parse::<f64>().ok())
         };
-        out.insert(
-            what.into(),
-            json!({
-                "write_GBps": rate("write: "),
-                "read_seq_GBps": rate("read sequential: "),
-                "read_random_GBps": rate("read random pages: "),
-                "rmw_random_GBps": rate("read-modify-write random pages: "),
-            }),
-        );
+        out.push(MemExtRates {
+            write_gbps: rate("write: "),
+            read_seq_gbps: rate("read sequential: "),
+            read_random_gbps: rate("read random pages: "),
+            rmw_random_gbps: rate("read-modify-write random pages: "),
+        });
+        let _ = what;
     }
-    say(&format!("memory extension: {}", Value::Object(out.clone())));
-    Ok(json!({"size": size, "budget": budget, "runs": out}))
+    let (Some(local), Some(vsci)) = (out.pop(), out.pop()) else { bail!("vsci-memext-check ran twice, no result") };
+    let runs = MemExtRuns { vsci, local };
+    say(&format!("memory extension: {}", serde_json::to_string(&runs).unwrap_or_default()));
+    Ok(MemExt { size: size.into(), budget: budget.into(), runs })
 }
 
 /// The number after `key` in a line of `key=value` words.
@@ -227,7 +236,7 @@ fn wait_export(nodes: &Pair, fio: &Path, url: &str) -> Result<()> {
 
 /// One fio job from node 1: MB/s, IOPS and total latency p50/p99 in
 /// µs. `secs`: time-based for that long; None: one pass over the export.
-fn fio_job(nodes: &Pair, fio: &Path, url: &str, rw: &str, bs: u64, qd: u32, secs: Option<u32>) -> Result<Value> {
+fn fio_job(nodes: &Pair, fio: &Path, url: &str, rw: &str, bs: u64, qd: u32, secs: Option<u32>) -> Result<FioFigures> {
     let mut c = nodes.command(0, fio);
     // lat_percentiles: total latency (submission to completion); with the
     // libnbd engine much of a request's time is spent before fio counts
@@ -247,21 +256,47 @@ fn fio_job(nodes: &Pair, fio: &Path, url: &str, rw: &str, bs: u64, qd: u32, secs
     }
     // fio prints notes before the JSON document.
     let start = out.find('{').context("fio printed no JSON")?;
-    let v: Value = serde_json::from_str(&out[start..]).context("fio's JSON")?;
-    let side = if rw.contains("read") { "read" } else { "write" };
-    let j = &v["jobs"][0][side];
-    let pct = |p: &str| j["lat_ns"]["percentile"][p].as_f64().map(|ns| ns / 1000.0);
-    Ok(json!({
-        "MBps": j["bw_bytes"].as_f64().map(|b| b / 1e6),
-        "iops": j["iops"].as_f64(),
-        "p50_us": pct("50.000000"),
-        "p99_us": pct("99.000000"),
-    }))
+    let v: FioOutput = serde_json::from_str(&out[start..]).context("fio's JSON")?;
+    let job = v.jobs.into_iter().next().context("fio's JSON has no job")?;
+    let j = if rw.contains("read") { job.read } else { job.write };
+    let pct = |p: &str| j.lat_ns.percentile.get(p).map(|ns| ns / 1000.0);
+    Ok(FioFigures {
+        mbps: Some(j.bw_bytes / 1e6),
+        iops: Some(j.iops),
+        p50_us: pct("50.000000"),
+        p99_us: pct("99.000000"),
+    })
+}
+
+/// What vsci bench reads of fio's JSON (fio's own format; the rest is
+/// ignored).
+#[derive(serde::Deserialize)]
+struct FioOutput {
+    jobs: Vec<FioOutputJob>,
+}
+
+#[derive(serde::Deserialize)]
+struct FioOutputJob {
+    read: FioSide,
+    write: FioSide,
+}
+
+#[derive(serde::Deserialize)]
+struct FioSide {
+    bw_bytes: f64,
+    iops: f64,
+    lat_ns: FioLat,
+}
+
+#[derive(serde::Deserialize)]
+struct FioLat {
+    #[serde(default)]
+    percentile: std::collections::BTreeMap<String, f64>,
 }
 
 /// A 128 MiB guest on node 1 with `url` as its swap device runs t_memhog
 /// over twice the RAM it has left; returns the program's own time.
-fn swap_run(nodes: &Pair, vsci: &Path, url: &str) -> Result<Value> {
+fn swap_run(nodes: &Pair, vsci: &Path, url: &str) -> Result<SwapRun> {
     let memhog: PathBuf = crate::node::sibling("../tests/t_memhog");
     let memhog = memhog.canonicalize().with_context(|| format!("{} (built by `make`)", memhog.display()))?;
     let mut c = nodes.command(0, vsci);
@@ -278,7 +313,11 @@ fn swap_run(nodes: &Pair, vsci: &Path, url: &str) -> Result<Value> {
         bail!("the swapping guest failed ({st}):\n{}", crate::tail(&out, 20));
     }
     say(&format!("swap onto {url}: {line} (guest run {wall:.1} s)"));
-    Ok(
-        json!({"program_secs": field(line, "secs="), "swapped_kib": field(line, "swapped_kib="), "guest_wall_secs": wall, "working_set_MiB": 160, "guest_ram_MiB": 128}),
-    )
+    Ok(SwapRun {
+        program_secs: field(line, "secs="),
+        swapped_kib: field(line, "swapped_kib="),
+        guest_wall_secs: wall,
+        working_set_mib: 160,
+        guest_ram_mib: 128,
+    })
 }

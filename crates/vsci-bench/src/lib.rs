@@ -3,11 +3,11 @@
 //! and (with `--report DIR`) write JSON, a Markdown report and PNG plots.
 //!
 //! A *path* is one way two SISCI programs can sit relative to each other
-//! (two processes of one node, two nodes in network namespaces, and later
-//! guests). Each path is one entry of [`PATHS`] and one runner function;
-//! the runner returns a JSON object, and the report and plots read only
-//! that JSON, so a new path shows up in them as soon as its runner fills
-//! the same keys (`sisci_bench`/`remote_bench`, `transfers`, `peers`).
+//! (two processes of one node, two nodes in network namespaces, guests).
+//! Each path is one entry of [`PATHS`] and one runner function; the runner
+//! returns its part of the typed results ([`schema`]), which is what
+//! results.json holds and all the report ([`report`]) and the plots read.
+//! The `vsci` command parses `vsci bench`'s arguments and calls [`run`].
 
 mod devices;
 mod dma;
@@ -21,6 +21,7 @@ mod plot;
 mod reflective;
 mod remote;
 mod report;
+pub mod schema;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
@@ -31,7 +32,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde_json::{json, Value};
+
+use schema::{Machine, PathResult, Results, Skipped, Units};
 
 pub use peers::Tool;
 
@@ -65,7 +67,7 @@ pub struct PathSpec {
     pub steps: u64,
     /// Peer programs the runner uses; missing ones are installed first.
     pub tools: &'static [Tool],
-    pub run: fn(&Ctx) -> Result<Value>,
+    pub run: fn(&Ctx) -> Result<PathResult>,
 }
 
 /// Every path, in the order they run. The guest paths start their guest
@@ -111,14 +113,22 @@ impl Ctx {
 }
 
 /// Seed 003's DMA figures of the `local`, `guest` and `remote` paths side by
-/// side (null when none of them ran dma_bench).
-fn dma_versus(paths: &Value) -> Value {
+/// side (None when none of them ran dma_bench).
+fn dma_versus(paths: &schema::Paths) -> Option<schema::DmaVersus> {
     dma::versus(
-        dma::has(paths.get("local")),
-        dma::has(paths.get("guest")),
-        dma::has(paths.get("remote")),
-        paths.get("guest").and_then(|g| g["accelerator"].as_str()),
+        paths.local.as_ref().and_then(|l| l.dma.ran()),
+        paths.guest.as_ref().and_then(|g| g.dma.ran()),
+        paths.remote.as_ref().and_then(|r| r.dma.as_ref()?.ran()),
+        paths.guest.as_ref().and_then(|g| g.accelerator.as_deref()),
     )
+}
+
+/// Results saved before the DMA comparison existed get it.
+pub fn with_dma_versus(mut r: Results) -> Results {
+    if r.dma.is_none() {
+        r.dma = dma_versus(&r.paths);
+    }
+    r
 }
 
 /// Resolve `--paths`: names of [`PATHS`] or `all`.
@@ -161,13 +171,7 @@ pub fn run(opts: Options) -> Result<()> {
         bench_dir.parent().map(|p| p.join("examples")).unwrap_or_else(|| PathBuf::from("build/examples"));
     if let Some(f) = &opts.from_json {
         let Some(dir) = &opts.report else { bail!("--from-json needs --report DIR") };
-        let mut out: Value =
-            serde_json::from_str(&std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?)
-                .with_context(|| format!("{} is not JSON", f.display()))?;
-        if out["dma"].is_null() {
-            // Results saved before the DMA comparison existed.
-            out["dma"] = dma_versus(&out["paths"]);
-        }
+        let out = with_dma_versus(schema::load(f)?);
         for f in write_report(dir, &out, false)? {
             say(&format!("report: wrote {}", f.display()));
         }
@@ -195,15 +199,12 @@ pub fn run(opts: Options) -> Result<()> {
     let mut skipped = Vec::new();
     for p in &selected {
         match (p.unavailable)(&ctx) {
-            Some(why) => skipped.push(json!({"path": p.name, "reason": why})),
+            Some(why) => skipped.push(Skipped { path: p.name.into(), reason: why }),
             None => runnable.push(*p),
         }
     }
     if runnable.is_empty() {
-        let why: Vec<String> = skipped
-            .iter()
-            .map(|s| format!("  {}: {}", s["path"].as_str().unwrap_or(""), s["reason"].as_str().unwrap_or("")))
-            .collect();
+        let why: Vec<String> = skipped.iter().map(|s| format!("  {}: {}", s.path, s.reason)).collect();
         bail!("no path asked for can run here:\n{}", why.join("\n"));
     }
     let mut tools: Vec<Tool> = runnable.iter().flat_map(|p| p.tools.iter().copied()).collect();
@@ -212,7 +213,7 @@ pub fn run(opts: Options) -> Result<()> {
     let total: u64 = 1 + runnable.iter().map(|p| p.steps).sum::<u64>() + u64::from(opts.report.is_some());
     progress_start(total);
     for s in &skipped {
-        say(&format!("path {}: skipped: {}", s["path"].as_str().unwrap_or(""), s["reason"].as_str().unwrap_or("")));
+        say(&format!("path {}: skipped: {}", s.path, s.reason));
     }
     step("peers: looking for sockperf, iperf3, ucx_perftest");
     ctx.tools = peers::ensure(&tools, opts.install);
@@ -220,58 +221,52 @@ pub fn run(opts: Options) -> Result<()> {
     let machine = machine();
     say(&format!(
         "machine: {} | {} cores | {} | Linux {} | {}",
-        machine["cpu"].as_str().unwrap_or("?"),
-        machine["cores"],
-        machine["memory"].as_str().unwrap_or("?"),
-        machine["kernel"].as_str().unwrap_or("?"),
-        machine["virtualization"].as_str().unwrap_or("?"),
+        machine.cpu, machine.cores, machine.memory, machine.kernel, machine.virtualization,
     ));
-    let mut results = serde_json::Map::new();
-    let mut errors = serde_json::Map::new();
+    let mut results = schema::Paths::default();
+    let mut errors = std::collections::BTreeMap::new();
     for p in &runnable {
         if netns::interrupted() {
             break;
         }
         say(&format!("\n######## path {}: {} ########", p.name, p.what));
         match (p.run)(&ctx) {
-            Ok(v) => {
-                results.insert(p.name.into(), v);
-            }
+            Ok(v) => results.insert(p.name, v),
             Err(e) => {
                 say(&format!("!! path {} failed: {e:#}", p.name));
-                errors.insert(p.name.into(), json!(format!("{e:#}")));
+                errors.insert(p.name.to_string(), format!("{e:#}"));
             }
         }
     }
-    // Issue 4: the local suite in a guest against the same suite on the
-    // host, figure by figure.
-    let guest_vs_host = match (results.get("local"), results.get("guest")) {
-        (Some(l), Some(g)) => guest::versus_host(l, g),
-        _ => Value::Null,
+    // The local suite in a guest against the same suite on the host,
+    // figure by figure (issue 4).
+    let guest_vs_host = match (&results.local, &results.guest) {
+        (Some(l), Some(g)) => Some(guest::versus_host(l, g)),
+        _ => None,
     };
-    // Issue 5: seed 003's DMA figures, host, guest and remote side by side.
-    let dma_vs = dma_versus(&Value::Object(results.clone()));
-    let out = json!({
-        "benchmark": "vsci bench",
-        "guest_vs_host": guest_vs_host,
-        "dma": dma_vs,
-        "version": env!("CARGO_PKG_VERSION"),
-        "command": std::env::args().collect::<Vec<_>>().join(" "),
-        "date": utc_now(),
-        "elapsed_s": started.elapsed().as_secs_f64(),
-        "mode": if opts.quick { "quick" } else { "full" },
-        "machine": machine,
-        "paths": results,
-        "skipped": skipped,
-        "errors": errors,
-        "peers": ctx.tools.to_json(),
-        "units": {
-            "latency": "microseconds; RTT/2 for ping-pongs and interrupts, one way for store-to-visibility",
-            "bandwidth": "MB/s (1e6 B/s)",
-            "transfer": "milliseconds from the first store to the last ack",
-            "ratio": "vsci / peer, vsci / limit",
+    // Seed 003's DMA figures, host, guest and remote side by side (issue 5).
+    let dma_vs = dma_versus(&results);
+    let out = Results {
+        benchmark: "vsci bench".into(),
+        guest_vs_host,
+        dma: dma_vs,
+        version: env!("CARGO_PKG_VERSION").into(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        date: utc_now(),
+        elapsed_s: started.elapsed().as_secs_f64(),
+        mode: if opts.quick { "quick" } else { "full" }.into(),
+        machine,
+        paths: results,
+        skipped,
+        errors: errors.clone(),
+        peers: ctx.tools.to_schema(),
+        units: Units {
+            latency: "microseconds; RTT/2 for ping-pongs and interrupts, one way for store-to-visibility".into(),
+            bandwidth: "MB/s (1e6 B/s)".into(),
+            transfer: "milliseconds from the first store to the last ack".into(),
+            ratio: "vsci / peer, vsci / limit".into(),
         },
-    });
+    };
     if let Some(j) = &opts.json {
         write_file(j, &(serde_json::to_string_pretty(&out)? + "\n"))?;
         say(&format!("json written to {}", j.display()));
@@ -294,7 +289,7 @@ pub fn run(opts: Options) -> Result<()> {
 /// `DIR/benchmarks.md`, `DIR/bench/results.{json,txt}`, `DIR/bench/*.png`.
 /// `transcript`: also write what this run printed (not when the report is
 /// rebuilt from a saved JSON).
-fn write_report(dir: &Path, out: &Value, with_transcript: bool) -> Result<Vec<PathBuf>> {
+fn write_report(dir: &Path, out: &Results, with_transcript: bool) -> Result<Vec<PathBuf>> {
     let sub = dir.join("bench");
     std::fs::create_dir_all(&sub).with_context(|| format!("creating {}", sub.display()))?;
     let mut files = Vec::new();
@@ -510,7 +505,7 @@ fn read(p: &str) -> String {
 }
 
 /// CPU, cores, memory, kernel and what a guest would run on.
-fn machine() -> Value {
+fn machine() -> Machine {
     let cpuinfo = read("/proc/cpuinfo");
     let cpu = cpuinfo
         .lines()
@@ -544,15 +539,15 @@ fn machine() -> Value {
     let kernel = uts.as_ref().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
     let host = uts.as_ref().map(|u| u.nodename().to_string_lossy().into_owned()).unwrap_or_default();
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    json!({
-        "cpu": cpu,
-        "cores": cores,
-        "memory": format!("{:.0} GiB", mem_kib as f64 / (1024.0 * 1024.0)),
-        "kernel": kernel,
-        "hostname": host,
-        "under_hypervisor": under_hv,
-        "virtualization": format!("{}{}", if under_hv { "this machine is itself a VM; " } else { "bare metal; " }, accel),
-    })
+    Machine {
+        cpu,
+        cores: cores as u64,
+        memory: format!("{:.0} GiB", mem_kib as f64 / (1024.0 * 1024.0)),
+        kernel,
+        hostname: host,
+        under_hypervisor: under_hv,
+        virtualization: format!("{}{}", if under_hv { "this machine is itself a VM; " } else { "bare metal; " }, accel),
+    }
 }
 
 /// ISO 8601 UTC, without a date crate.
@@ -575,25 +570,6 @@ fn utc_now() -> String {
 
 // ---------------------------------------------------------------------------
 // Small helpers shared by the runners
-
-pub fn f64_at(v: &Value, path: &[&str]) -> Option<f64> {
-    let mut cur = v;
-    for k in path {
-        cur = cur.get(*k)?;
-    }
-    cur.as_f64()
-}
-
-pub fn rows<'a>(v: &'a Value, path: &[&str]) -> Vec<&'a Value> {
-    let mut cur = v;
-    for k in path {
-        match cur.get(*k) {
-            Some(x) => cur = x,
-            None => return Vec::new(),
-        }
-    }
-    cur.get("rows").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default()
-}
 
 pub fn fmt_opt(v: Option<f64>, prec: usize) -> String {
     match v {

@@ -11,7 +11,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use serde_json::{json, Value};
+
+use crate::schema::{self, LocalPeers, Outcome, PathResult, SbPingpong, SisciBench};
 
 use crate::node::TempNode;
 use crate::peers::{self, Sites, Tool};
@@ -49,7 +50,7 @@ impl Sites for Local<'_> {
     }
 }
 
-fn run(ctx: &Ctx) -> Result<Value> {
+fn run(ctx: &Ctx) -> Result<PathResult> {
     let prog = ctx.program(&ctx.bench_dir, "sisci_bench")?;
     let sendrecv = ctx.program(&ctx.examples_dir, "sendrecv")?;
     let node = TempNode::start(1)?;
@@ -63,20 +64,22 @@ fn run(ctx: &Ctx) -> Result<Value> {
     cmd.arg("-json").arg(&tmp).env(vsci_proto::SOCKET_ENV, node.socket()).stdin(Stdio::null()).process_group(0);
     let limit = Duration::from_secs(if ctx.quick { 300 } else { 1800 });
     let (st, _) = run_forwarded(cmd, "sisci_bench", limit, true)?;
-    let sb = std::fs::read_to_string(&tmp).ok().and_then(|s| serde_json::from_str::<Value>(&s).ok());
-    let _ = std::fs::remove_file(&tmp);
     netns::check_interrupted()?;
-    let Some(sb) = sb else { bail!("sisci_bench wrote no JSON ({st})") };
+    if !tmp.exists() {
+        bail!("sisci_bench wrote no JSON ({st})");
+    }
+    // A file that does not fit the schema stays where it is, named in the error.
+    let sb: SisciBench = schema::load_output(&tmp, "sisci_bench")?;
+    let _ = std::fs::remove_file(&tmp);
     if !st.success() {
         say(&format!("!! sisci_bench exited {st}; its JSON lists the failed phases"));
     }
 
     step("local: seed 001 transfers (sendrecv, 4 KB / 2 MB / 1 GB)");
     let sites = Local { socket: node.socket() };
-    let transfers = peers::transfers(&sites, &sendrecv, ctx.quick).unwrap_or_else(|e| {
-        say(&format!("!! transfers failed: {e:#}"));
-        json!({"error": format!("{e:#}")})
-    });
+    let transfers = Outcome::of(
+        peers::transfers(&sites, &sendrecv, ctx.quick).inspect_err(|e| say(&format!("!! transfers failed: {e:#}"))),
+    );
 
     step("local: dma_bench (seed 003: the DMA engine)");
     let dma = dma::host(ctx, node.socket());
@@ -98,11 +101,10 @@ fn run(ctx: &Ctx) -> Result<Value> {
         .env(vsci_proto::SOCKET_ENV, node.socket())
         .stdin(Stdio::null())
         .process_group(0);
-    let reference = match run_forwarded(cmd, "sisci_bench -s b", Duration::from_secs(120), false) {
-        Ok(_) => std::fs::read_to_string(&tmp2)
-            .ok()
-            .and_then(|s| serde_json::from_str::<Value>(&s).ok())
-            .map(|v| v["pingpong"].clone()),
+    let reference: Option<SbPingpong> = match run_forwarded(cmd, "sisci_bench -s b", Duration::from_secs(120), false)
+        .and_then(|_| schema::load_output::<SisciBench>(&tmp2, "sisci_bench -s b"))
+    {
+        Ok(v) => Some(v.pingpong),
         Err(e) => {
             say(&format!("!! reference ping-pong for UCX failed: {e:#}"));
             None
@@ -119,8 +121,8 @@ fn run(ctx: &Ctx) -> Result<Value> {
     // process's own endpoint, which UCP wants available.
     let mut ucx =
         peers::ucx(&Local { socket: Path::new("/nonexistent") }, &ctx.tools, "posix,self", lat, bw, false, ctx.quick);
-    if let (Some(r), Some(o)) = (reference, ucx.as_object_mut()) {
-        o.insert("reference_pingpong".into(), r);
+    if ucx.available {
+        ucx.reference_pingpong = reference;
     }
 
     // What the same two ends get from TCP through the loopback device.
@@ -130,13 +132,13 @@ fn run(ctx: &Ctx) -> Result<Value> {
     let sizes: &[u64] = if ctx.quick { &[64] } else { &[64, 1024, 8192] };
     let sockperf = peers::sockperf(&lo, &ctx.tools, sizes, secs);
     let iperf = peers::iperf3(&lo, &ctx.tools, secs);
-    Ok(json!({
-        "path": "local",
-        "what": PATH.what,
-        "sisci_bench": sb,
-        "transfers": transfers,
-        "dma": dma,
-        "python": python,
-        "peers": {"ucx_perftest": ucx, "sockperf": sockperf, "iperf3": iperf},
-    }))
+    Ok(PathResult::Local(Box::new(schema::Local {
+        path: "local".into(),
+        what: PATH.what.into(),
+        sisci_bench: sb,
+        transfers,
+        dma,
+        python: Some(python),
+        peers: LocalPeers { ucx_perftest: ucx, sockperf, iperf3: iperf },
+    })))
 }

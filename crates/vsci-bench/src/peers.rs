@@ -12,7 +12,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use serde_json::{json, Value};
+
+use crate::schema::{
+    self, AmTest, FabricWrite, FabricWriteOutput, Iperf3, PeerNote, PeerPrograms, Sockperf, SockperfRow, TransferRow,
+    Transfers, Ucx, UcxAm, UcxAmRow, UcxBw, UcxLat,
+};
 
 use crate::{netns, run_forwarded, say, size_name, strip_ansi, Forward};
 
@@ -51,17 +55,18 @@ impl Tool {
 #[derive(Default)]
 pub struct Tools {
     found: BTreeMap<Tool, PathBuf>,
-    notes: Vec<Value>,
+    notes: Vec<PeerNote>,
 }
 
 impl Tools {
     pub fn get(&self, t: Tool) -> Option<&Path> {
         self.found.get(&t).map(PathBuf::as_path)
     }
-    pub fn to_json(&self) -> Value {
-        let found: serde_json::Map<String, Value> =
-            self.found.iter().map(|(t, p)| (t.binary().to_string(), json!(p.display().to_string()))).collect();
-        json!({"found": found, "notes": self.notes})
+    pub fn to_schema(&self) -> PeerPrograms {
+        PeerPrograms {
+            found: self.found.iter().map(|(t, p)| (t.binary().to_string(), p.display().to_string())).collect(),
+            notes: self.notes.clone(),
+        }
     }
     /// A line for a peer that is not there.
     pub fn missing(&self, t: Tool) -> String {
@@ -116,14 +121,22 @@ pub fn ensure(tools: &[Tool], install: bool) -> Tools {
         for &tool in &missing {
             match which(tool.binary()) {
                 Some(p) => {
-                    t.notes.push(json!({"tool": tool.binary(), "package": tool.package(), "installed": true}));
+                    t.notes.push(PeerNote {
+                        tool: tool.binary().into(),
+                        package: tool.package().into(),
+                        installed: Some(true),
+                        missing: None,
+                    });
                     t.found.insert(tool, p);
                 }
                 None => {
                     say(&format!("peers: {} is still missing after apt-get install {}", tool.binary(), tool.package()));
-                    t.notes.push(
-                        json!({"tool": tool.binary(), "package": tool.package(), "missing": "apt-get install failed"}),
-                    );
+                    t.notes.push(PeerNote {
+                        tool: tool.binary().into(),
+                        package: tool.package().into(),
+                        installed: None,
+                        missing: Some("apt-get install failed".into()),
+                    });
                 }
             }
         }
@@ -137,7 +150,12 @@ pub fn ensure(tools: &[Tool], install: bool) -> Tools {
         };
         for &tool in &missing {
             say(&format!("peers: {} ({why})", t.missing(tool)));
-            t.notes.push(json!({"tool": tool.binary(), "package": tool.package(), "missing": why}));
+            t.notes.push(PeerNote {
+                tool: tool.binary().into(),
+                package: tool.package().into(),
+                installed: None,
+                missing: Some(why.into()),
+            });
         }
     }
     t
@@ -204,21 +222,21 @@ fn sockperf_value(text: &str, key: &str) -> Option<f64> {
 
 /// sockperf TCP ping-pong: `sockperf server` at end 1, `sockperf
 /// ping-pong` from end 0, one run per message size.
-pub fn sockperf(sites: &dyn Sites, tools: &Tools, sizes: &[u64], secs: u32) -> Value {
+pub fn sockperf(sites: &dyn Sites, tools: &Tools, sizes: &[u64], secs: u32) -> Sockperf {
     let Some(prog) = tools.get(Tool::Sockperf) else {
         say(&tools.missing(Tool::Sockperf));
-        return json!({"available": false});
+        return Sockperf::default();
     };
     match sockperf_run(sites, prog, sizes, secs) {
         Ok(v) => v,
         Err(e) => {
             say(&format!("!! sockperf failed: {e:#}"));
-            json!({"available": true, "error": format!("{e:#}")})
+            Sockperf { available: true, error: Some(format!("{e:#}")), ..Sockperf::default() }
         }
     }
 }
 
-fn sockperf_run(sites: &dyn Sites, prog: &Path, sizes: &[u64], secs: u32) -> Result<Value> {
+fn sockperf_run(sites: &dyn Sites, prog: &Path, sizes: &[u64], secs: u32) -> Result<Sockperf> {
     let addr = sites.addr(1);
     let (mut srv, srv_out) = spawn_server(sites, prog, &["server", "--tcp", "-i", &addr, "-p", SOCKPERF_PORT], &[])?;
     netns::sleep(Duration::from_millis(300))?;
@@ -252,67 +270,90 @@ fn sockperf_run(sites: &dyn Sites, prog: &Path, sizes: &[u64], secs: u32) -> Res
             }
             netns::sleep(Duration::from_millis(300))?;
         }
-        let row = json!({
-            "size": m,
-            "mean_us": sockperf_value(&text, "avg-latency="),
-            "median_us": sockperf_value(&text, "percentile 50.000 ="),
-            "p99_us": sockperf_value(&text, "percentile 99.000 ="),
-            "max_us": sockperf_value(&text, "<MAX> observation ="),
-            "min_us": sockperf_value(&text, "<MIN> observation ="),
-            "n": sockperf_value(&text, "Total "),
-        });
+        let row = SockperfRow {
+            size: m,
+            mean_us: sockperf_value(&text, "avg-latency="),
+            median_us: sockperf_value(&text, "percentile 50.000 ="),
+            p99_us: sockperf_value(&text, "percentile 99.000 ="),
+            max_us: sockperf_value(&text, "<MAX> observation ="),
+            min_us: sockperf_value(&text, "<MIN> observation ="),
+            n: sockperf_value(&text, "Total "),
+        };
         say(&format!(
             "sockperf ping-pong --tcp -m {m:<5} -t {secs}: median {} us, p99 {} us (RTT/2)",
-            crate::fmt_opt(row["median_us"].as_f64(), 2),
-            crate::fmt_opt(row["p99_us"].as_f64(), 2)
+            crate::fmt_opt(row.median_us, 2),
+            crate::fmt_opt(row.p99_us, 2)
         ));
         rows.push(row);
     }
-    Ok(json!({
-        "available": true,
-        "command": format!("sockperf server --tcp -i {addr} -p {SOCKPERF_PORT} (end 1); sockperf ping-pong --tcp -i {addr} -p {SOCKPERF_PORT} -m SIZE -t {secs} (end 0)"),
-        "what": "blocking TCP ping-pong, latency = RTT/2",
-        "rows": rows,
-    }))
+    Ok(Sockperf {
+        available: true,
+        error: None,
+        command: Some(format!("sockperf server --tcp -i {addr} -p {SOCKPERF_PORT} (end 1); sockperf ping-pong --tcp -i {addr} -p {SOCKPERF_PORT} -m SIZE -t {secs} (end 0)")),
+        what: Some("blocking TCP ping-pong, latency = RTT/2".into()),
+        rows,
+    })
 }
 
 // ---------------------------------------------------------------------------
 // iperf3
 
 /// iperf3, one TCP stream from end 0 to end 1.
-pub fn iperf3(sites: &dyn Sites, tools: &Tools, secs: u32) -> Value {
+pub fn iperf3(sites: &dyn Sites, tools: &Tools, secs: u32) -> Iperf3 {
     let Some(prog) = tools.get(Tool::Iperf3) else {
         say(&tools.missing(Tool::Iperf3));
-        return json!({"available": false});
+        return Iperf3::default();
     };
     match iperf3_run(sites, prog, secs) {
         Ok(v) => v,
         Err(e) => {
             say(&format!("!! iperf3 failed: {e:#}"));
-            json!({"available": true, "error": format!("{e:#}")})
+            Iperf3 { available: true, error: Some(format!("{e:#}")), ..Iperf3::default() }
         }
     }
 }
 
+/// What vsci bench reads of iperf3's `-J` output (the rest is ignored: it
+/// is iperf3's, not ours).
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct IperfJson {
+    pub end: IperfEnd,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct IperfEnd {
+    pub sum_received: IperfSum,
+    pub sum_sent: IperfSum,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct IperfSum {
+    pub bits_per_second: f64,
+    #[serde(default)]
+    pub bytes: Option<f64>,
+    #[serde(default)]
+    pub retransmits: Option<u64>,
+}
+
 /// MB/s the receiving end of an iperf3 run got (its `-J` output).
-pub fn iperf3_received(v: &Value) -> Option<f64> {
-    crate::f64_at(v, &["end", "sum_received", "bits_per_second"]).map(|b| b / 8.0 / 1e6)
+pub fn iperf3_received(v: &IperfJson) -> Option<f64> {
+    Some(v.end.sum_received.bits_per_second / 8.0 / 1e6)
 }
 
 /// One `iperf3 -c` from end 0 to the server on `port` at end 1, with
 /// `extra` client arguments (`-l 4096`, `-R`, ...); retried while the
 /// server is not up yet or still busy with an earlier client. iperf3's
 /// JSON, which has a received rate.
-pub fn iperf3_client(sites: &dyn Sites, prog: &Path, port: &str, secs: u32, extra: &[&str]) -> Result<Value> {
+pub fn iperf3_client(sites: &dyn Sites, prog: &Path, port: &str, secs: u32, extra: &[&str]) -> Result<IperfJson> {
     let addr = sites.addr(1);
     for attempt in 0..10 {
         let mut c = sites.command(0, prog);
         c.args(["-c", &addr, "-p", port, "-t", &secs.to_string(), "-J"]).args(extra);
         let (st, out) = run_forwarded(c, "iperf3 -c", Duration::from_secs(secs as u64 + 30), false)?;
         // -J prints one JSON object; stderr (merged here) is empty on success.
-        let v: Option<Value> = out.find('{').and_then(|i| serde_json::from_str(out[i..].trim_end()).ok());
+        let v: Option<IperfJson> = out.find('{').and_then(|i| serde_json::from_str(out[i..].trim_end()).ok());
         match v {
-            Some(v) if st.success() && iperf3_received(&v).is_some() => return Ok(v),
+            Some(v) if st.success() => return Ok(v),
             _ if attempt == 9 => bail!(
                 "iperf3 -c {addr} -p {port} {} failed ({st}): {}",
                 extra.join(" "),
@@ -324,24 +365,26 @@ pub fn iperf3_client(sites: &dyn Sites, prog: &Path, port: &str, secs: u32, extr
     unreachable!()
 }
 
-fn iperf3_run(sites: &dyn Sites, prog: &Path, secs: u32) -> Result<Value> {
+fn iperf3_run(sites: &dyn Sites, prog: &Path, secs: u32) -> Result<Iperf3> {
     let addr = sites.addr(1);
     let (_srv, _out) = spawn_server(sites, prog, &["-s", "-B", &addr, "-p", IPERF_PORT], &[])?;
     netns::sleep(Duration::from_millis(300))?;
     let v = iperf3_client(sites, prog, IPERF_PORT, secs, &[])?;
     let mbps = iperf3_received(&v).context("iperf3 gave no result")?;
-    let sent = crate::f64_at(&v, &["end", "sum_sent", "bits_per_second"]).map(|b| b / 8.0 / 1e6);
-    let retr = v.get("end").and_then(|e| e.get("sum_sent")).and_then(|s| s.get("retransmits")).cloned();
+    let sent = Some(v.end.sum_sent.bits_per_second / 8.0 / 1e6);
     say(&format!("iperf3 -c -t {secs} (1 TCP stream): {mbps:.1} MB/s received"));
-    Ok(json!({
-        "available": true,
-        "command": format!("iperf3 -s -B {addr} -p {IPERF_PORT} (end 1); iperf3 -c {addr} -p {IPERF_PORT} -t {secs} -J (end 0)"),
-        "what": "one TCP stream, bytes received per second",
-        "MBps": mbps,
-        "sent_MBps": sent,
-        "retransmits": retr,
-        "seconds": secs,
-    }))
+    Ok(Iperf3 {
+        available: true,
+        error: None,
+        command: Some(format!(
+            "iperf3 -s -B {addr} -p {IPERF_PORT} (end 1); iperf3 -c {addr} -p {IPERF_PORT} -t {secs} -J (end 0)"
+        )),
+        what: Some("one TCP stream, bytes received per second".into()),
+        mbps: Some(mbps),
+        sent_mbps: sent,
+        retransmits: v.end.sum_sent.retransmits,
+        seconds: Some(secs.into()),
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -373,10 +416,10 @@ pub fn ucx(
     bw_sizes: &[u64],
     am_bw: bool,
     quick: bool,
-) -> Value {
+) -> Ucx {
     let Some(prog) = tools.get(Tool::UcxPerftest) else {
         say(&tools.missing(Tool::UcxPerftest));
-        return json!({"available": false, "tls": tls});
+        return Ucx { available: false, tls: tls.into(), ..Ucx::default() };
     };
     let mut lat = Vec::new();
     let mut bw = Vec::new();
@@ -388,7 +431,7 @@ pub fn ucx(
             Err(e) => {
                 let msg = format!("{test} -s {size}: {e:#}");
                 say(&format!("!! ucx_perftest (UCX_TLS={tls}) {msg}"));
-                errors.push(json!(msg));
+                errors.push(msg);
                 None
             }
         }
@@ -400,7 +443,7 @@ pub fn ucx(
                 "ucx_perftest -t ucp_put_lat -s {:<5} UCX_TLS={tls}: median {:.3} us, average {:.3} us (RTT/2)",
                 s, v[1], v[2]
             ));
-            lat.push(json!({"size": s, "n": v[0], "median_us": v[1], "mean_us": v[2]}));
+            lat.push(UcxLat { size: s, n: v[0], median_us: v[1], mean_us: v[2] });
         }
     }
     let bw_tests: &[&str] = if am_bw { &["ucp_put_bw", "ucp_am_bw"] } else { &["ucp_put_bw"] };
@@ -412,7 +455,7 @@ pub fn ucx(
                 // ucx_perftest's "MB/s" is MiB/s; use the message rate instead.
                 let mbps = v[7] * s as f64 / 1e6;
                 say(&format!("ucx_perftest -t {test:<11} -s {:<8} UCX_TLS={tls}: {mbps:.1} MB/s", s));
-                let row = json!({"size": s, "n": v[0], "MBps": mbps});
+                let row = UcxBw { size: s, n: v[0], mbps };
                 if test == "ucp_am_bw" {
                     am.push(row);
                 } else {
@@ -421,16 +464,17 @@ pub fn ucx(
             }
         }
     }
-    json!({
-        "available": true,
-        "tls": tls,
-        "command": format!("UCX_TLS={tls} ucx_perftest -p {UCX_PORT} (end 1); UCX_TLS={tls} ucx_perftest {} -p {UCX_PORT} -t ucp_put_lat|ucp_put_bw{} -s SIZE -n N (end 0)", sites.addr(1), if am_bw { "|ucp_am_bw" } else { "" }),
-        "what": "UCP put: latency = RTT/2 of a put ping-pong with busy polling; bandwidth = message rate x size",
-        "lat": lat,
-        "bw": bw,
-        "am_bw": am,
-        "errors": errors,
-    })
+    Ucx {
+        available: true,
+        tls: tls.into(),
+        command: Some(format!("UCX_TLS={tls} ucx_perftest -p {UCX_PORT} (end 1); UCX_TLS={tls} ucx_perftest {} -p {UCX_PORT} -t ucp_put_lat|ucp_put_bw{} -s SIZE -n N (end 0)", sites.addr(1), if am_bw { "|ucp_am_bw" } else { "" })),
+        what: Some("UCP put: latency = RTT/2 of a put ping-pong with busy polling; bandwidth = message rate x size".into()),
+        lat,
+        bw,
+        am_bw: am,
+        errors,
+        reference_pingpong: None,
+    }
 }
 
 fn ucx_run(sites: &dyn Sites, prog: &Path, tls: &str, test: &str, size: u64, iters: u64) -> Result<Vec<f64>> {
@@ -508,10 +552,10 @@ impl AmCounts {
     pub const LOADED: AmCounts = AmCounts { lat: 1000, bw_bytes: 4 << 20, bw_min: 500, bw_max: 2000 };
 }
 
-pub fn ucx_am(sites: &dyn Sites, tools: &Tools, sizes: &[u64], counts: AmCounts) -> Value {
+pub fn ucx_am(sites: &dyn Sites, tools: &Tools, sizes: &[u64], counts: AmCounts) -> UcxAm {
     let Some(prog) = tools.get(Tool::UcxPerftest) else {
         say(&tools.missing(Tool::UcxPerftest));
-        return json!({"available": false, "tls": "tcp"});
+        return UcxAm { available: false, tls: "tcp".into(), ..UcxAm::default() };
     };
     let dev = sites.net_dev();
     let mut rows = Vec::new();
@@ -553,27 +597,27 @@ pub fn ucx_am(sites: &dyn Sites, tools: &Tools, sizes: &[u64], counts: AmCounts)
                                 crate::fmt_opt(per, 0)
                             ));
                         }
-                        rows.push(json!({
-                            "size": size,
-                            "test": if lat { "am_lat" } else { "am_bw" },
-                            "ucx_test": test,
-                            "api": api,
-                            "n": v[0],
-                            "messages": msgs,
-                            "median_us": if lat { json!(v[1]) } else { Value::Null },
-                            "mean_us": if lat { json!(v[2]) } else { Value::Null },
-                            "msgs_per_s": rate,
-                            "MBps": rate * size as f64 / 1e6,
-                            "link_bytes": link,
-                            "link_bytes_per_msg": per,
-                        }));
+                        rows.push(UcxAmRow {
+                            size,
+                            test: if lat { AmTest::AmLat } else { AmTest::AmBw },
+                            ucx_test: test.into(),
+                            api: api.into(),
+                            n: v[0],
+                            messages: msgs,
+                            median_us: lat.then_some(v[1]),
+                            mean_us: lat.then_some(v[2]),
+                            msgs_per_s: rate,
+                            mbps: rate * size as f64 / 1e6,
+                            link_bytes: link,
+                            link_bytes_per_msg: per,
+                        });
                         done = true;
                         break;
                     }
                     Err(e) => {
                         let msg = format!("{test} -s {size} ({api}): {e:#}");
                         say(&format!("!! ucx_perftest {msg}"));
-                        errors.push(json!(msg));
+                        errors.push(msg);
                     }
                 }
             }
@@ -583,18 +627,18 @@ pub fn ucx_am(sites: &dyn Sites, tools: &Tools, sizes: &[u64], counts: AmCounts)
         }
     }
     let dev_arg = dev.as_deref().map(|d| format!(" -x tcp -d {d}")).unwrap_or_default();
-    json!({
-        "available": true,
-        "tls": "tcp",
-        "command": format!(
+    UcxAm {
+        available: true,
+        tls: "tcp".into(),
+        command: Some(format!(
             "ucx_perftest -p {UCX_PORT} (end 1); ucx_perftest {} -p {UCX_PORT} -t am_lat|am_bw{dev_arg} -s SIZE -n N -w 0 (end 0; UCT, short messages){}",
             sites.addr(1),
             if dev.is_some() { "; where a UCT run fails: -t ucp_am_lat|ucp_am_bw with UCX_TLS=tcp" } else { "" }
-        ),
-        "what": "active messages over UCX tcp: am_lat = RTT/2 of a ping-pong with busy polling; am_bw = messages per second one way (flow-control window 127); link bytes = the interface counters (both ways) over the run / messages (2 per am_lat iteration, 1 per am_bw iteration)",
-        "rows": rows,
-        "errors": errors,
-    })
+        )),
+        what: Some("active messages over UCX tcp: am_lat = RTT/2 of a ping-pong with busy polling; am_bw = messages per second one way (flow-control window 127); link bytes = the interface counters (both ways) over the run / messages (2 per am_lat iteration, 1 per am_bw iteration)".into()),
+        rows,
+        errors,
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -606,17 +650,17 @@ pub fn ucx_am(sites: &dyn Sites, tools: &Tools, sizes: &[u64], counts: AmCounts)
 /// the bytes are in the target's memory) per size, back to back, and reads
 /// the bytes back to check them. `prog` is the binary (staged in the bench
 /// directory by `make`). A failure is kept as its error text.
-pub fn fabric_write(sites: &dyn Sites, prog: &Path, sizes: &[u64], quick: bool) -> Value {
+pub fn fabric_write(sites: &dyn Sites, prog: &Path, sizes: &[u64], quick: bool) -> FabricWrite {
     match fabric_write_run(sites, prog, sizes, quick) {
         Ok(v) => v,
         Err(e) => {
             say(&format!("!! fabric_write_lat failed: {e:#}"));
-            json!({"available": true, "error": format!("{e:#}")})
+            FabricWrite { available: true, error: Some(format!("{e:#}")), ..FabricWrite::default() }
         }
     }
 }
 
-fn fabric_write_run(sites: &dyn Sites, prog: &Path, sizes: &[u64], quick: bool) -> Result<Value> {
+fn fabric_write_run(sites: &dyn Sites, prog: &Path, sizes: &[u64], quick: bool) -> Result<FabricWrite> {
     let mut c = sites.command(1, prog);
     c.args(["target", &sites.addr(1)]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = c.spawn().context("starting fabric_write_lat target")?;
@@ -656,20 +700,25 @@ fn fabric_write_run(sites: &dyn Sites, prog: &Path, sizes: &[u64], quick: bool) 
         bail!("fabric_write_lat initiator failed ({st}):\n{}target: {}", crate::tail(&out, 10), crate::tail(&ttext, 5));
     }
     let j = out.lines().find_map(|l| l.strip_prefix("@@json ")).context("fabric_write_lat printed no @@json line")?;
-    let mut v: Value = serde_json::from_str(j).context("fabric_write_lat's @@json line")?;
+    let v: FabricWriteOutput = schema::from_str(j).context("fabric_write_lat's @@json line")?;
     for l in out.lines().filter(|l| l.starts_with("delivered RMA write")) {
         say(&format!("fabric_write_lat: {l}"));
     }
-    v["available"] = json!(true);
-    v["command"] = json!(format!(
+    Ok(FabricWrite {
+        available: true,
+        error: None,
+        provider: Some(v.provider),
+        delivery: Some(v.delivery),
+        rows: v.rows,
+        command: Some(format!(
         "fabric_write_lat target {} (end 1); fabric_write_lat initiator {} --to \"ADDR BASE KEY LEN\" --sizes {}{} (end 0)",
         sites.addr(1),
         sites.addr(0),
         list.join(","),
         if quick { " --quick" } else { "" }
-    ));
-    v["what"] = json!("one libfabric RMA write that returns once the bytes are in the target's memory (delivery complete), timed per call, back to back; the target serves a registered region with a blocking real-time progress thread, as vscid's engine does");
-    Ok(v)
+    )),
+        what: Some("one libfabric RMA write that returns once the bytes are in the target's memory (delivery complete), timed per call, back to back; the target serves a registered region with a blocking real-time progress thread, as vscid's engine does".into()),
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -684,7 +733,7 @@ pub const SEED001_NS: [(u64, f64); 3] = [(4 << 10, 999_848.0), (2 << 20, 3_999_3
 /// the receiver copies it out and acks. The receiver checks every byte
 /// after each transfer, outside the timing. Each size is repeated; the
 /// sender's time runs from before the first copy to the last ack.
-pub fn transfers(sites: &dyn Sites, sendrecv: &Path, quick: bool) -> Result<Value> {
+pub fn transfers(sites: &dyn Sites, sendrecv: &Path, quick: bool) -> Result<Transfers> {
     let (window, sizes, reps): (&str, &[(&str, u64)], usize) = if quick {
         ("4m", &[("4k", 4 << 10), ("2m", 2 << 20)], 3)
     } else {
@@ -744,7 +793,7 @@ pub fn transfer_list(sizes: &[(&str, u64)], reps: usize) -> String {
 
 /// The figures of a sendrecv run from the sender's output (`text`) and
 /// the receiver's (`rtext`, for the data checks).
-pub fn parse_transfers(text: &str, rtext: &str, window: &str, list: &str, rn: u32) -> Result<Value> {
+pub fn parse_transfers(text: &str, rtext: &str, window: &str, list: &str, rn: u32) -> Result<Transfers> {
     // "sender:      4096 bytes in     1 chunks:      0.123 ms,    33.3 MB/s"
     let mut by_size: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
     let mut chunks: BTreeMap<u64, u64> = BTreeMap::new();
@@ -775,27 +824,27 @@ pub fn parse_transfers(text: &str, rtext: &str, window: &str, list: &str, rn: u3
             b as f64 / (median / 1e3) / 1e6,
             crate::fmt_opt(seed, 3)
         ));
-        rows.push(json!({
-            "size": b,
-            "chunks": chunks.get(&b),
-            "runs_ms": runs,
-            "median_ms": median,
-            "min_ms": s[0],
-            "MBps": b as f64 / (median / 1e3) / 1e6,
-            "seed001_ms": seed,
-        }));
+        rows.push(TransferRow {
+            size: b,
+            chunks: chunks.get(&b).copied(),
+            runs_ms: runs.clone(),
+            median_ms: median,
+            min_ms: s[0],
+            mbps: b as f64 / (median / 1e3) / 1e6,
+            seed001_ms: seed,
+        });
     }
     if rows.is_empty() {
         bail!("sendrecv printed no transfer times:\n{}", crate::tail(&text, 10));
     }
-    Ok(json!({
-        "what": "examples/sendrecv -copy: the sender copies each chunk from a local buffer into the receiver's window and triggers a data interrupt; the receiver copies it out into a local buffer and acks with an interrupt (and checks every byte after the transfer, untimed); time from before the first copy to the last ack",
-        "window": window,
-        "slots": 1,
-        "command": format!("sendrecv -receiver -window {window} (end 1); sendrecv -sender -rn {rn} -bytes {list} -slots 1 -copy (end 0)"),
-        "verified_transfers": verified,
-        "rows": rows,
-    }))
+    Ok(Transfers {
+        what: "examples/sendrecv -copy: the sender copies each chunk from a local buffer into the receiver's window and triggers a data interrupt; the receiver copies it out into a local buffer and acks with an interrupt (and checks every byte after the transfer, untimed); time from before the first copy to the last ack".into(),
+        window: window.into(),
+        slots: 1,
+        command: format!("sendrecv -receiver -window {window} (end 1); sendrecv -sender -rn {rn} -bytes {list} -slots 1 -copy (end 0)"),
+        verified_transfers: verified as u64,
+        rows,
+    })
 }
 
 #[cfg(test)]

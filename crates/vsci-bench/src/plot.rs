@@ -9,9 +9,10 @@ use std::sync::OnceLock;
 
 use anyhow::{bail, Context, Result};
 use plotters::prelude::*;
-use serde_json::Value;
 
-use crate::{rows, size_name};
+use crate::schema::{Lat, Local, Outcome, Remote, Results, Sockperf, Transfers, Ucx};
+
+use crate::size_name;
 
 const FONT: &str = "sans-serif";
 
@@ -56,59 +57,47 @@ fn series(name: &str, pts: Vec<(f64, f64)>, dashed: bool) -> Option<Series> {
     (!pts.is_empty()).then(|| Series { name: name.into(), pts, dashed })
 }
 
-fn pts(rs: &[&Value], x: &str, y: impl Fn(&Value) -> Option<f64>) -> Vec<(f64, f64)> {
-    rs.iter().filter_map(|r| Some((r.get(x)?.as_f64()?, y(r)?))).collect()
-}
-
-fn arr<'a>(v: &'a Value, path: &[&str]) -> Vec<&'a Value> {
-    let mut cur = v;
-    for k in path {
-        match cur.get(*k) {
-            Some(x) => cur = x,
-            None => return Vec::new(),
-        }
-    }
-    cur.as_array().map(|a| a.iter().collect()).unwrap_or_default()
-}
-
-fn med(v: &Value, k: &str) -> Option<f64> {
-    v.get(k)?.get("median_us")?.as_f64()
-}
-
 const T5_SIZES: [f64; 11] =
     [1024., 2048., 4096., 8192., 32768., 65536., 262144., 1048576., 2097152., 4194304., 8388608.];
 
+/// (size, figure) points of rows that have the figure.
+fn pts<T>(rs: &[T], f: impl Fn(&T) -> (u64, Option<f64>)) -> Vec<(f64, f64)> {
+    rs.iter()
+        .filter_map(|r| match f(r) {
+            (x, Some(y)) => Some((x as f64, y)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn med(v: &Option<Lat>) -> Option<f64> {
+    v.as_ref().and_then(|v| v.median_us)
+}
+
 /// Draw every plot the run has data for; returns the files written.
-pub fn write_all(dir: &Path, out: &Value) -> Result<Vec<PathBuf>> {
+pub fn write_all(dir: &Path, out: &Results) -> Result<Vec<PathBuf>> {
     register_font()?;
-    let l = &out["paths"]["local"];
-    let r = &out["paths"]["remote"];
+    let none_local = Local::default();
+    let none_remote = Remote::default();
+    let l = out.paths.local.as_ref().unwrap_or(&none_local);
+    let r = out.paths.remote.as_ref().unwrap_or(&none_remote);
+    let none_ucx = Ucx::default();
+    let lucx = &l.peers.ucx_perftest;
+    let rucx = r.peers.ucx_perftest.as_ref().unwrap_or(&none_ucx);
     let mut files = Vec::new();
 
     // Bandwidth.
-    let lb = rows(&l["sisci_bench"], &["write_bandwidth"]);
-    let rb = rows(&r["remote_bench"], &["write_bandwidth"]);
+    let lb = &l.sisci_bench.write_bandwidth.rows;
+    let rb = &r.remote_bench.write_bandwidth.rows;
     let mut s = Vec::new();
-    s.extend(series("local vsci (memcpy + SCIFlush)", pts(&lb, "size", |r| r["vsci_MBps"].as_f64()), false));
-    s.extend(series("local memcpy (limit)", pts(&lb, "size", |r| r["peer_MBps"].as_f64()), false));
-    s.extend(series(
-        "UCX shm put_bw",
-        pts(&arr(l, &["peers", "ucx_perftest", "bw"]), "size", |r| r["MBps"].as_f64()),
-        false,
-    ));
-    s.extend(series("remote vsci (memcpy + SCIFlush)", pts(&rb, "size", |r| r["flush_MBps"].as_f64()), false));
-    s.extend(series("remote vsci (SCIMemCpy)", pts(&rb, "size", |r| r["memcpy_MBps"].as_f64()), false));
-    s.extend(series(
-        "UCX tcp put_bw",
-        pts(&arr(r, &["peers", "ucx_perftest", "bw"]), "size", |r| r["MBps"].as_f64()),
-        false,
-    ));
-    s.extend(series(
-        "UCX tcp am_bw",
-        pts(&arr(r, &["peers", "ucx_perftest", "am_bw"]), "size", |r| r["MBps"].as_f64()),
-        false,
-    ));
-    if let Some(ip) = r["peers"]["iperf3"]["MBps"].as_f64() {
+    s.extend(series("local vsci (memcpy + SCIFlush)", pts(lb, |r| (r.size, r.vsci_mbps)), false));
+    s.extend(series("local memcpy (limit)", pts(lb, |r| (r.size, r.peer_mbps)), false));
+    s.extend(series("UCX shm put_bw", pts(&lucx.bw, |r| (r.size, Some(r.mbps))), false));
+    s.extend(series("remote vsci (memcpy + SCIFlush)", pts(rb, |r| (r.size, r.flush_mbps)), false));
+    s.extend(series("remote vsci (SCIMemCpy)", pts(rb, |r| (r.size, r.memcpy_mbps)), false));
+    s.extend(series("UCX tcp put_bw", pts(&rucx.bw, |r| (r.size, Some(r.mbps))), false));
+    s.extend(series("UCX tcp am_bw", pts(&rucx.am_bw, |r| (r.size, Some(r.mbps))), false));
+    if let Some(ip) = r.peers.iperf3.as_ref().and_then(|i| i.mbps) {
         s.extend(series("iperf3 (1 TCP stream, any size)", vec![(1024.0, ip), (8388608.0, ip)], false));
     }
     s.extend(series(
@@ -128,27 +117,17 @@ pub fn write_all(dir: &Path, out: &Value) -> Result<Vec<PathBuf>> {
     }
 
     // Ping-pong latency.
-    let lp = rows(&l["sisci_bench"], &["pingpong"]);
-    let rp = rows(&r["remote_bench"], &["pingpong"]);
+    let lp = &l.sisci_bench.pingpong.rows;
+    let rp = &r.remote_bench.pingpong.rows;
+    let none_sp = Sockperf::default();
+    let sp = r.peers.sockperf.as_ref().unwrap_or(&none_sp);
     let mut s = Vec::new();
-    s.extend(series("local vsci", pts(&lp, "size", |r| med(r, "vsci")), false));
-    s.extend(series("local raw memfd polling (limit)", pts(&lp, "size", |r| med(r, "peer")), false));
-    s.extend(series(
-        "UCX shm put_lat",
-        pts(&arr(l, &["peers", "ucx_perftest", "lat"]), "size", |r| r["median_us"].as_f64()),
-        false,
-    ));
-    s.extend(series("remote vsci", pts(&rp, "size", |r| med(r, "vsci")), false));
-    s.extend(series(
-        "sockperf TCP",
-        pts(&arr(r, &["peers", "sockperf", "rows"]), "size", |r| r["median_us"].as_f64()),
-        false,
-    ));
-    s.extend(series(
-        "UCX tcp put_lat",
-        pts(&arr(r, &["peers", "ucx_perftest", "lat"]), "size", |r| r["median_us"].as_f64()),
-        false,
-    ));
+    s.extend(series("local vsci", pts(lp, |r| (r.size, med(&r.vsci))), false));
+    s.extend(series("local raw memfd polling (limit)", pts(lp, |r| (r.size, med(&r.peer))), false));
+    s.extend(series("UCX shm put_lat", pts(&lucx.lat, |r| (r.size, Some(r.median_us))), false));
+    s.extend(series("remote vsci", pts(rp, |r| (r.size, med(&r.vsci))), false));
+    s.extend(series("sockperf TCP", pts(&sp.rows, |r| (r.size, r.median_us)), false));
+    s.extend(series("UCX tcp put_lat", pts(&rucx.lat, |r| (r.size, Some(r.median_us))), false));
     s.extend(series(
         "thesis 5.6 IXH610 native (remote)",
         (0..12).map(|i| ((4u64 << i) as f64, crate::report::t56_native()[i])).collect(),
@@ -162,29 +141,23 @@ pub fn write_all(dir: &Path, out: &Value) -> Result<Vec<PathBuf>> {
 
     // Interrupt histograms: share of round trips per 10 µs bucket.
     let mut s = Vec::new();
-    let hist = |v: &Value| -> Vec<(f64, f64)> {
-        let h: Vec<f64> = v
-            .get("hist_10us")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().map(|x| x.as_f64().unwrap_or(0.0)).collect())
-            .unwrap_or_default();
+    let hist = |v: &Lat| -> Vec<(f64, f64)> {
+        let h: Vec<f64> = v.hist_10us.iter().flatten().map(|x| *x as f64).collect();
         let total: f64 = h.iter().sum();
         h.iter()
             .enumerate()
             .map(|(i, c)| (i as f64 * 10.0 + 5.0, if total > 0.0 { 100.0 * c / total } else { 0.0 }))
             .collect()
     };
-    for row in rows(&l["sisci_bench"], &["interrupt"]) {
-        s.extend(series(
-            &format!("local vsci, {} wait", row["wait"].as_str().unwrap_or("?")),
-            hist(&row["vsci"]),
-            false,
-        ));
+    for row in &l.sisci_bench.interrupt.rows {
+        if let Some(v) = &row.vsci {
+            s.extend(series(&format!("local vsci, {} wait", row.wait), hist(v), false));
+        }
     }
-    if let Some(p) = l["sisci_bench"]["interrupt"].get("peer") {
+    if let Some(p) = &l.sisci_bench.interrupt.peer {
         s.extend(series("local eventfd ping-pong", hist(p), false));
     }
-    if let Some(v) = r["remote_bench"]["interrupt"].get("vsci") {
+    if let Some(v) = &r.remote_bench.interrupt.vsci {
         s.extend(series("remote vsci interrupt", hist(v), false));
     }
     if !s.is_empty() {
@@ -201,9 +174,11 @@ pub fn write_all(dir: &Path, out: &Value) -> Result<Vec<PathBuf>> {
     }
 
     // Seed 001 transfers.
+    let transfer_rows =
+        |t: Option<&Outcome<Transfers>>| t.and_then(|t| t.ran()).map(|t| t.rows.clone()).unwrap_or_default();
     let mut s = Vec::new();
-    s.extend(series("local vsci", pts(&rows(&l["transfers"], &[]), "size", |r| r["median_ms"].as_f64()), false));
-    s.extend(series("remote vsci", pts(&rows(&r["transfers"], &[]), "size", |r| r["median_ms"].as_f64()), false));
+    s.extend(series("local vsci", pts(&transfer_rows(Some(&l.transfers)), |r| (r.size, Some(r.median_ms))), false));
+    s.extend(series("remote vsci", pts(&transfer_rows(r.transfers.as_ref()), |r| (r.size, Some(r.median_ms))), false));
     if !s.is_empty() {
         s.extend(series(
             "seed 001 (kvmtool guests)",

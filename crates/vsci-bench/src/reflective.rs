@@ -11,7 +11,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use serde_json::{json, Value};
+
+use crate::schema::{Namespace, PathResult, Quantiles, Reflective, ReflectiveRow, VisibilityAll};
 
 use crate::netns::{self, Pair};
 use crate::{say, step, tail, Ctx, Forward, PathSpec};
@@ -43,7 +44,7 @@ const CONFIGS: &[Config] = &[
 /// Block size of the bandwidth rows.
 const BLOCK: u64 = 1 << 20;
 
-fn run(ctx: &Ctx) -> Result<Value> {
+fn run(ctx: &Ctx) -> Result<PathResult> {
     let prog = ctx.program(&ctx.bench_dir, "reflect_bench")?;
     let vscid = crate::node::sibling("vscid");
     step("reflective: four nodes in network namespaces, one bridge");
@@ -68,19 +69,24 @@ fn run(ctx: &Ctx) -> Result<Value> {
         nodes.check_daemons()?;
     }
     print_table(&rows);
-    Ok(json!({
-        "path": "reflective",
-        "what": PATH.what,
-        "namespaces": nodes.ns.iter().zip(&nodes.ip).enumerate()
-            .map(|(i, (ns, ip))| json!({"name": ns, "node_id": i + 1, "address": ip})).collect::<Vec<_>>(),
-        "link": "four namespaces, each with a veth to one bridge, on one host",
-        "block": BLOCK,
-        "blocks_pio": npio,
-        "blocks_dma": ndma,
-        "samples": samples,
-        "pace_us": pace_us,
-        "rows": rows,
-    }))
+    Ok(PathResult::Reflective(Box::new(Reflective {
+        path: "reflective".into(),
+        what: PATH.what.into(),
+        namespaces: nodes
+            .ns
+            .iter()
+            .zip(&nodes.ip)
+            .enumerate()
+            .map(|(i, (ns, ip))| Namespace { name: ns.clone(), node_id: i as u64 + 1, address: ip.clone() })
+            .collect(),
+        link: "four namespaces, each with a veth to one bridge, on one host".into(),
+        block: BLOCK,
+        blocks_pio: npio.into(),
+        blocks_dma: ndma.into(),
+        samples: samples.into(),
+        pace_us: pace_us.into(),
+        rows,
+    })))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -93,7 +99,7 @@ fn one(
     ndma: u32,
     samples: u32,
     pace_us: u32,
-) -> Result<Value> {
+) -> Result<ReflectiveRow> {
     let ack = segid + 0x100;
     let uni: &[&str] = if c.unicast { &["unicast"] } else { &[] };
     let mut members = Vec::new();
@@ -173,22 +179,28 @@ fn one(
     let pct =
         |p: f64| -> Option<f64> { (!all.is_empty()).then(|| all[((all.len() - 1) as f64 * p) as usize] as f64 / 1e3) };
     say(&format!("{}: {result}", c.name));
-    Ok(json!({
-        "config": c.name,
-        "members": c.nodes.len(),
-        "unicast": c.unicast,
-        "pio_us": field("pio_us"),
-        "pio_MBps": field("pio_MBps"),
-        "dma_us": field("dma_us"),
-        "dma_MBps": field("dma_MBps"),
-        "pio_call_us": field("pio_call_us"),
-        "dma_call_us": field("dma_call_us"),
-        "flush": {"median_us": field("flush_p50_us"), "p99_us": field("flush_p99_us")},
-        "visibility_all": {"n": all.len(), "sent": samples, "median_us": pct(0.5), "p99_us": pct(0.99), "max_us": pct(1.0)},
-    }))
+    Ok(ReflectiveRow {
+        config: c.name.into(),
+        members: c.nodes.len() as u64,
+        unicast: c.unicast,
+        pio_us: field("pio_us"),
+        pio_mbps: field("pio_MBps"),
+        dma_us: field("dma_us"),
+        dma_mbps: field("dma_MBps"),
+        pio_call_us: field("pio_call_us"),
+        dma_call_us: field("dma_call_us"),
+        flush: Quantiles { median_us: field("flush_p50_us"), p99_us: field("flush_p99_us") },
+        visibility_all: VisibilityAll {
+            n: all.len() as u64,
+            sent: samples.into(),
+            median_us: pct(0.5),
+            p99_us: pct(0.99),
+            max_us: pct(1.0),
+        },
+    })
 }
 
-fn print_table(rows: &[Value]) {
+fn print_table(rows: &[ReflectiveRow]) {
     say("\n== reflective memory: writer on node 1, members on nodes 2-4 (1 MiB blocks, each checked whole at every member) ==");
     say(&format!(
         "{:<18} {:>14} {:>14} {:>14} {:>14} {:>14} {:>22} {:>26} {:>10}",
@@ -202,20 +214,20 @@ fn print_table(rows: &[Value]) {
         "visible at all p50/p99 µs",
         "seen"
     ));
-    let f = |v: &Value| v.as_f64().map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into());
+    let f = |v: Option<f64>| v.map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into());
     for r in rows {
-        let vis = &r["visibility_all"];
+        let vis = &r.visibility_all;
         say(&format!(
             "{:<18} {:>14} {:>14} {:>14} {:>14} {:>14} {:>22} {:>26} {:>10}",
-            r["config"].as_str().unwrap_or("?"),
-            f(&r["pio_us"]),
-            f(&r["pio_MBps"]),
-            f(&r["dma_us"]),
-            f(&r["dma_MBps"]),
-            f(&r["dma_call_us"]),
-            format!("{} / {}", f(&r["flush"]["median_us"]), f(&r["flush"]["p99_us"])),
-            format!("{} / {}", f(&vis["median_us"]), f(&vis["p99_us"])),
-            format!("{}/{}", vis["n"], vis["sent"]),
+            r.config,
+            f(r.pio_us),
+            f(r.pio_mbps),
+            f(r.dma_us),
+            f(r.dma_mbps),
+            f(r.dma_call_us),
+            format!("{} / {}", f(r.flush.median_us), f(r.flush.p99_us)),
+            format!("{} / {}", f(vis.median_us), f(vis.p99_us)),
+            format!("{}/{}", vis.n, vis.sent),
         ));
     }
 }

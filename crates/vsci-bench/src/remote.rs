@@ -10,7 +10,11 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use serde_json::{json, Value};
+
+use crate::schema::{
+    self, AmTest, FabricWrite, Iperf3, Lat, Loaded, LoadedPeers, Namespace, Outcome, PathResult, Remote, RemoteBench,
+    RemotePeers, Sockperf, TableRow, TableValue, Ucx, UcxAm,
+};
 
 use crate::netns::{self, Pair};
 use crate::peers::{self, Sites, Tool};
@@ -91,13 +95,13 @@ fn remote_bench(
     sections: Option<&str>,
     tag: &str,
     repeat: u32,
-) -> Result<Value> {
+) -> Result<RemoteBench> {
     let quick_arg: &[&str] = if ctx.quick { &["-quick"] } else { &[] };
     let section_args: Vec<&str> = sections.map(|s| vec!["-s", s]).unwrap_or_default();
     let server_log = pair.dir.join(format!("remote_bench{tag}-server.log"));
     let json_path = pair.dir.join(format!("remote_bench{tag}.json"));
     let limit = Duration::from_secs(if ctx.quick { 180 } else { 900 });
-    let mut vsci = Value::Null;
+    let mut vsci = None;
     for run in 1..=repeat {
         if repeat > 1 {
             say(&format!("remote_bench run {run} of {repeat}"));
@@ -126,8 +130,6 @@ fn remote_bench(
         fwd.finish();
         let st = st?;
         pair.check_daemons()?;
-        vsci =
-            std::fs::read_to_string(&json_path).ok().and_then(|s| serde_json::from_str(&s).ok()).unwrap_or(Value::Null);
         if !st.success() || !server_st.is_some_and(|s| s.success()) {
             bail!(
                 "remote_bench failed (client: {st}, server: {})\n--- server output ---\n{}--- vscid node 1 log ---\n{}--- vscid node 2 log ---\n{}",
@@ -137,18 +139,18 @@ fn remote_bench(
                 tail(&pair.log(1), 40)
             );
         }
-        if vsci.is_null() {
+        if !json_path.exists() {
             bail!("remote_bench wrote no JSON to {}", json_path.display());
         }
+        vsci = Some(schema::load_output::<RemoteBench>(&json_path, "remote_bench")?);
     }
-    Ok(vsci)
+    vsci.context("remote_bench did not run")
 }
 
 /// The load average (1, 5, 15 minutes) now.
-fn loadavg() -> Value {
+fn loadavg() -> Vec<f64> {
     let t = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let v: Vec<f64> = t.split_whitespace().take(3).filter_map(|x| x.parse().ok()).collect();
-    json!(v)
+    t.split_whitespace().take(3).filter_map(|x| x.parse().ok()).collect()
 }
 
 /// Busy loops that oversubscribe the CPU (two per core, at normal
@@ -180,7 +182,7 @@ impl Drop for Busy {
     }
 }
 
-fn run(ctx: &Ctx) -> Result<Value> {
+fn run(ctx: &Ctx) -> Result<PathResult> {
     let prog = ctx.program(&ctx.bench_dir, "remote_bench")?;
     let sendrecv = ctx.program(&ctx.examples_dir, "sendrecv")?;
     let vscid = crate::node::sibling("vscid");
@@ -205,37 +207,30 @@ fn run(ctx: &Ctx) -> Result<Value> {
         // the sections asked for that take seconds.
         step("remote: the peers of the sections asked for");
         let has = |c: char| sections.contains(c);
-        let ucx = if has('e') || has('h') {
-            peers::ucx(&pair, &ctx.tools, "tcp", &[4], &[], false, ctx.quick)
-        } else {
-            Value::Null
-        };
-        let ucx_am = if has('i') {
-            peers::ucx_am(&pair, &ctx.tools, ring_sizes(ctx.quick), am_counts(ctx.quick))
-        } else {
-            Value::Null
-        };
-        let fabric = if has('f') { fabric_peer(ctx, &pair) } else { Value::Null };
+        let ucx = (has('e') || has('h')).then(|| peers::ucx(&pair, &ctx.tools, "tcp", &[4], &[], false, ctx.quick));
+        let ucx_am = has('i').then(|| peers::ucx_am(&pair, &ctx.tools, ring_sizes(ctx.quick), am_counts(ctx.quick)));
+        let fabric = has('f').then(|| fabric_peer(ctx, &pair));
         pair.check_daemons()?;
         let loaded = if ctx.loaded { Some(run_loaded(ctx, &mut pair, &prog, Some(sections))?) } else { None };
-        let table = print_table(&pair, &vsci, &Value::Null, &Value::Null, &ucx, &fabric, &ucx_am, loaded.as_ref());
-        return Ok(json!({
-            "path": "remote",
-            "what": PATH.what,
-            "sections": ctx.sections,
-            "runs": ctx.repeat,
-            "remote_bench": vsci,
-            "peers": {"ucx_perftest": ucx, "ucx_am": ucx_am, "fabric_write": fabric},
-            "loaded": loaded,
-            "table": table,
-        }));
+        let peers = RemotePeers { sockperf: None, iperf3: None, ucx_perftest: ucx, ucx_am, fabric_write: fabric };
+        let table = print_table(&pair, &vsci, &peers, loaded.as_ref().and_then(|l| l.ran()));
+        return Ok(PathResult::Remote(Box::new(Remote {
+            path: "remote".into(),
+            what: PATH.what.into(),
+            sections: ctx.sections.clone(),
+            runs: Some(ctx.repeat),
+            remote_bench: vsci,
+            peers,
+            loaded,
+            table,
+            ..Remote::default()
+        })));
     }
 
     step("remote: seed 001 transfers (sendrecv, 4 KB / 2 MB / 1 GB)");
-    let transfers = peers::transfers(&pair, &sendrecv, ctx.quick).unwrap_or_else(|e| {
-        say(&format!("!! transfers failed: {e:#}"));
-        json!({"error": format!("{e:#}")})
-    });
+    let transfers = Outcome::of(
+        peers::transfers(&pair, &sendrecv, ctx.quick).inspect_err(|e| say(&format!("!! transfers failed: {e:#}"))),
+    );
     pair.check_daemons()?;
 
     step("remote: dma_bench (seed 003: the DMA engine, target on node 2)");
@@ -261,43 +256,53 @@ fn run(ctx: &Ctx) -> Result<Value> {
     pair.check_daemons()?;
 
     let loaded = if ctx.loaded { Some(run_loaded(ctx, &mut pair, &prog, None)?) } else { None };
-    let table = print_table(&pair, &vsci, &sockperf, &iperf, &ucx, &fabric, &ucx_am, loaded.as_ref());
-    Ok(json!({
-        "path": "remote",
-        "what": PATH.what,
-        "namespaces": [
-            {"name": pair.ns[0], "node_id": 1, "address": pair.ip[0]},
-            {"name": pair.ns[1], "node_id": 2, "address": pair.ip[1]},
-        ],
-        "link": "veth pair between two network namespaces of one host",
-        "remote_bench": vsci,
-        "transfers": transfers,
-        "dma": dma,
-        "peers": {"sockperf": sockperf, "iperf3": iperf, "ucx_perftest": ucx, "ucx_am": ucx_am, "fabric_write": fabric},
-        "loaded": loaded,
-        "table": table,
-    }))
+    let peers = RemotePeers {
+        sockperf: Some(sockperf),
+        iperf3: Some(iperf),
+        ucx_perftest: Some(ucx),
+        ucx_am: Some(ucx_am),
+        fabric_write: Some(fabric),
+    };
+    let table = print_table(&pair, &vsci, &peers, loaded.as_ref().and_then(|l| l.ran()));
+    Ok(PathResult::Remote(Box::new(Remote {
+        path: "remote".into(),
+        what: PATH.what.into(),
+        sections: None,
+        runs: None,
+        namespaces: (0..2)
+            .map(|i| Namespace { name: pair.ns[i].clone(), node_id: i as u64 + 1, address: pair.ip[i].clone() })
+            .collect(),
+        link: Some("veth pair between two network namespaces of one host".into()),
+        remote_bench: vsci,
+        transfers: Some(transfers),
+        dma: Some(dma),
+        peers,
+        loaded,
+        table,
+        run: None,
+    })))
 }
 
 /// fabric_write_lat 1 B and 4 KiB, or why not.
-fn fabric_peer(ctx: &Ctx, pair: &Pair) -> Value {
+fn fabric_peer(ctx: &Ctx, pair: &Pair) -> FabricWrite {
     match ctx.program(&ctx.bench_dir, "fabric_write_lat") {
         Ok(p) => peers::fabric_write(pair, &p, &[1, 4096], ctx.quick),
         Err(e) => {
             say(&format!("fabric_write_lat: NOT AVAILABLE ({e:#}), its figures show \"-\""));
-            json!({"available": false, "error": format!("{e:#}")})
+            FabricWrite { available: false, error: Some(format!("{e:#}")), ..FabricWrite::default() }
         }
     }
 }
 
-/// `--loaded`: the issue-35 rows again (remote_bench sections e, i and j,
+/// `--loaded`: the rows of the spinning ping-pong, the message ring and the
+/// trapped stores again (remote_bench sections e, i and j,
 /// or those of them in `sections`) and their UCX peers (put_lat 4 B, the
 /// active messages), all with two busy loops per core competing for the
 /// CPU, in the same namespaces, right after the idle run.
-fn run_loaded(ctx: &Ctx, pair: &mut Pair, prog: &Path, sections: Option<&str>) -> Result<Value> {
+fn run_loaded(ctx: &Ctx, pair: &mut Pair, prog: &Path, sections: Option<&str>) -> Result<Outcome<Loaded>> {
     let secs: String = LOADED_SECTIONS.chars().filter(|c| sections.is_none_or(|s| s.contains(*c))).collect();
     if secs.is_empty() {
-        return Ok(json!({"skipped": format!("none of the sections {LOADED_SECTIONS} was asked for")}));
+        return Ok(Outcome::Skipped(format!("none of the sections {LOADED_SECTIONS} was asked for")));
     }
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let n = 2 * cores;
@@ -310,26 +315,22 @@ fn run_loaded(ctx: &Ctx, pair: &mut Pair, prog: &Path, sections: Option<&str>) -
     let vsci = remote_bench(ctx, pair, prog, Some(&secs), "-loaded", 1)?;
     // Fewer UCX iterations: under this load a UCX round trip takes
     // milliseconds, and 20,000 of them did not finish in 120 s.
-    let ucx =
-        if secs.contains('e') { peers::ucx(pair, &ctx.tools, "tcp", &[4], &[], false, true) } else { Value::Null };
-    let ucx_am = if secs.contains('i') {
-        peers::ucx_am(pair, &ctx.tools, ring_sizes(ctx.quick), peers::AmCounts::LOADED)
-    } else {
-        Value::Null
-    };
+    let ucx = secs.contains('e').then(|| peers::ucx(pair, &ctx.tools, "tcp", &[4], &[], false, true));
+    let ucx_am =
+        secs.contains('i').then(|| peers::ucx_am(pair, &ctx.tools, ring_sizes(ctx.quick), peers::AmCounts::LOADED));
     let after = loadavg();
     drop(busy);
     pair.check_daemons()?;
-    Ok(json!({
-        "what": "the same rows with the CPU oversubscribed: busy loops (sh -c 'while :; do :; done', normal priority) beside everything, vsci and its UCX peers alike",
-        "busy_loops": n,
-        "cores": cores,
-        "sections": secs,
-        "loadavg_before": before,
-        "loadavg_started": during,
-        "loadavg_after": after,
-        "remote_bench": vsci,
-        "peers": {"ucx_perftest": ucx, "ucx_am": ucx_am},
+    Ok(Outcome::Ran(Loaded {
+        what: "the same rows with the CPU oversubscribed: busy loops (sh -c 'while :; do :; done', normal priority) beside everything, vsci and its UCX peers alike".into(),
+        busy_loops: n as u64,
+        cores: cores as u64,
+        sections: secs,
+        loadavg_before: before,
+        loadavg_started: during,
+        loadavg_after: after,
+        remote_bench: vsci,
+        peers: LoadedPeers { ucx_perftest: ucx, ucx_am },
     }))
 }
 
@@ -375,48 +376,34 @@ impl Row {
     }
 }
 
-fn lat_of(v: &Value) -> (Option<f64>, Option<f64>) {
-    (v.get("median_us").and_then(Value::as_f64), v.get("p99_us").and_then(Value::as_f64))
+/// Median and p99 of a latency.
+fn lat_of(v: Option<&Lat>) -> (Option<f64>, Option<f64>) {
+    (v.and_then(|v| v.median_us), v.and_then(|v| v.p99_us))
 }
 
-fn rows_of<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
-    v.get(key).and_then(|x| x.get("rows")).and_then(Value::as_array).into_iter().flatten()
+fn sockperf_row(sp: &Sockperf, size: u64) -> (Option<f64>, Option<f64>) {
+    sp.rows.iter().find(|r| r.size == size).map(|r| (r.median_us, r.p99_us)).unwrap_or((None, None))
 }
 
-fn sockperf_row(sp: &Value, size: u64) -> (Option<f64>, Option<f64>) {
-    sp.get("rows")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .find(|r| r.get("size").and_then(Value::as_u64) == Some(size))
-        .map(lat_of)
-        .unwrap_or((None, None))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn print_table(
-    pair: &Pair,
-    vsci: &Value,
-    sp: &Value,
-    ip: &Value,
-    ucx: &Value,
-    fw: &Value,
-    am: &Value,
-    loaded: Option<&Value>,
-) -> Vec<Value> {
+/// The transcript's table of the remote path, printed and returned.
+fn print_table(pair: &Pair, vsci: &RemoteBench, peers: &RemotePeers, loaded: Option<&Loaded>) -> Vec<TableRow> {
+    let none_sp = Sockperf::default();
+    let none_ip = Iperf3::default();
+    let sp = peers.sockperf.as_ref().unwrap_or(&none_sp);
+    let ip = peers.iperf3.as_ref().unwrap_or(&none_ip);
     let mut rows: Vec<Row> = Vec::new();
     let sp_name = |s: u64| {
-        if sp.get("available").and_then(Value::as_bool) == Some(true) {
+        if sp.available {
             format!("sockperf TCP ping-pong {}", size_name(s))
         } else {
             "sockperf (not installed)".to_string()
         }
     };
     // Ping-pong: every remote_bench size that sockperf also ran.
-    for r in rows_of(vsci, "pingpong") {
-        let Some(size) = r.get("size").and_then(Value::as_u64) else { continue };
+    for r in &vsci.pingpong.rows {
+        let size = r.size;
         let peer = sockperf_row(sp, size);
-        if peer.0.is_none() && sp.get("available").and_then(Value::as_bool) == Some(true) {
+        if peer.0.is_none() && sp.available {
             continue;
         }
         if ![64, 1024, 8192].contains(&size) {
@@ -425,89 +412,88 @@ fn print_table(
         rows.push(Row {
             what: format!("ping-pong {}, stores + flag, no call", size_name(size)),
             unit: "us",
-            vsci: lat_of(&r["vsci"]),
+            vsci: lat_of(r.vsci.as_ref()),
             peer_name: sp_name(size),
             peer,
             kind: Kind::Latency,
         });
     }
     // Interrupts.
-    if let Some(i) = vsci.get("interrupt").and_then(|x| x.get("vsci")).filter(|x| x.is_object()) {
+    if let Some(i) = &vsci.interrupt.vsci {
         rows.push(Row {
             what: "interrupt trigger -> wait".into(),
             unit: "us",
-            vsci: lat_of(i),
+            vsci: lat_of(Some(i)),
             peer_name: sp_name(64),
             peer: sockperf_row(sp, 64),
             kind: Kind::Latency,
         });
     }
-    for r in rows_of(vsci, "data_interrupt") {
-        let Some(len) = r.get("payload").and_then(Value::as_u64) else { continue };
-        if !r["vsci"].is_object() {
+    for r in &vsci.data_interrupt.rows {
+        let len = r.payload;
+        if r.vsci.is_none() {
             continue;
         }
         let ps = if len <= 64 { 64 } else { len };
         rows.push(Row {
             what: format!("data interrupt {}", size_name(len)),
             unit: "us",
-            vsci: lat_of(&r["vsci"]),
+            vsci: lat_of(r.vsci.as_ref()),
             peer_name: sp_name(ps),
             peer: sockperf_row(sp, ps),
             kind: Kind::Latency,
         });
     }
     // Store-to-visibility: one way, against sockperf's one-way (RTT/2) 64 B.
-    for r in rows_of(vsci, "store_visibility") {
-        let pace = r.get("interval_us").and_then(Value::as_u64).unwrap_or(0);
+    for r in &vsci.store_visibility.rows {
+        let pace = r.interval_us;
         let pace = if pace >= 1000 { format!("{} ms", pace / 1000) } else { format!("{pace} us") };
         rows.push(Row {
             what: format!("store-to-visibility, a store every {pace}"),
             unit: "us",
-            vsci: lat_of(&r["delay"]),
+            vsci: lat_of(r.delay.as_ref()),
             peer_name: format!("{} (RTT/2)", sp_name(64)),
             peer: sockperf_row(sp, 64),
             kind: Kind::Latency,
         });
     }
     // Bandwidth against iperf3.
-    let ip_mbps = ip.get("MBps").and_then(Value::as_f64);
+    let ip_mbps = ip.mbps;
     let ip_name =
         if ip_mbps.is_some() { "iperf3 TCP, 1 stream".to_string() } else { "iperf3 (not installed)".to_string() };
-    let bw: Vec<&Value> = rows_of(vsci, "write_bandwidth").collect();
-    for r in &bw {
-        let Some(size) = r.get("size").and_then(Value::as_u64) else { continue };
+    let bw = &vsci.write_bandwidth.rows;
+    for r in bw {
+        let size = r.size;
         if ![64 << 10, 1 << 20, 8 << 20].contains(&size) {
             continue;
         }
         rows.push(Row {
             what: format!("write {}, memcpy + SCIFlush", size_name(size)),
             unit: "MB/s",
-            vsci: (r.get("flush_MBps").and_then(Value::as_f64), None),
+            vsci: (r.flush_mbps, None),
             peer_name: ip_name.clone(),
             peer: (ip_mbps, None),
             kind: Kind::Bandwidth,
         });
     }
-    if let Some(r) = bw.iter().find(|r| r.get("size").and_then(Value::as_u64) == Some(8 << 20)) {
+    if let Some(r) = bw.iter().find(|r| r.size == 8 << 20) {
         rows.push(Row {
             what: "write 8 MiB, SCIMemCpy".into(),
             unit: "MB/s",
-            vsci: (r.get("memcpy_MBps").and_then(Value::as_f64), None),
+            vsci: (r.memcpy_mbps, None),
             peer_name: ip_name.clone(),
             peer: (ip_mbps, None),
             kind: Kind::Bandwidth,
         });
     }
 
-    issue17_rows(&mut rows, vsci, ucx, fw);
-    issue35_rows(&mut rows, vsci, am);
+    spin_store_mailbox_rows(&mut rows, vsci, peers.ucx_perftest.as_ref(), peers.fabric_write.as_ref());
+    ring_and_trapped_rows(&mut rows, vsci, peers.ucx_am.as_ref());
     let idle_rows = rows.len();
-    if let Some(l) = loaded.filter(|l| l.get("remote_bench").is_some()) {
-        let lu = &l["peers"]["ucx_perftest"];
+    if let Some(l) = loaded {
         let before = rows.len();
-        issue17_rows(&mut rows, &l["remote_bench"], lu, &Value::Null);
-        issue35_rows(&mut rows, &l["remote_bench"], &l["peers"]["ucx_am"]);
+        spin_store_mailbox_rows(&mut rows, &l.remote_bench, l.peers.ucx_perftest.as_ref(), None);
+        ring_and_trapped_rows(&mut rows, &l.remote_bench, l.peers.ucx_am.as_ref());
         for r in &mut rows[before..] {
             r.what = format!("LOADED {}", r.what);
         }
@@ -542,36 +528,47 @@ fn print_table(
             ratio.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into())
         ));
         let lat = r.kind == Kind::Latency;
-        out.push(json!({
-            "what": r.what,
-            "unit": r.unit,
-            "kind": r.kind.name(),
-            "vsci": if lat { json!({"median": r.vsci.0, "p99": r.vsci.1}) } else { json!(r.vsci.0) },
-            "peer": r.peer_name,
-            "peer_value": if lat { json!({"median": r.peer.0, "p99": r.peer.1}) } else { json!(r.peer.0) },
-            "ratio": ratio,
-        }));
+        let value = |v: (Option<f64>, Option<f64>)| {
+            if lat {
+                TableValue::Latency { median: v.0, p99: v.1 }
+            } else {
+                TableValue::One(v.0)
+            }
+        };
+        out.push(TableRow {
+            what: r.what.clone(),
+            unit: r.unit.into(),
+            kind: r.kind.name().into(),
+            vsci: value(r.vsci),
+            peer: r.peer_name.clone(),
+            peer_value: value(r.peer),
+            ratio,
+        });
     }
     // Store-to-visibility, the figure the brief asks to publish.
-    let vis: Vec<String> = rows_of(vsci, "store_visibility")
+    let vis: Vec<String> = vsci
+        .store_visibility
+        .rows
+        .iter()
         .map(|r| {
+            let d = r.delay.as_ref();
             format!(
                 "every {} us: p50 {} us, p99 {} us, max {} us ({} of {} seen)",
-                r.get("interval_us").and_then(Value::as_u64).unwrap_or(0),
-                fmt_opt(r["delay"].get("median_us").and_then(Value::as_f64), 1),
-                fmt_opt(r["delay"].get("p99_us").and_then(Value::as_f64), 1),
-                fmt_opt(r["delay"].get("max_us").and_then(Value::as_f64), 1),
-                r["delay"].get("n").and_then(Value::as_u64).unwrap_or(0),
-                r.get("sent").and_then(Value::as_u64).unwrap_or(0),
+                r.interval_us,
+                fmt_opt(d.and_then(|d| d.median_us), 1),
+                fmt_opt(d.and_then(|d| d.p99_us), 1),
+                fmt_opt(d.and_then(|d| d.max_us), 1),
+                d.map(|d| d.n).unwrap_or(0),
+                r.sent,
             )
         })
         .collect();
     // Correctness notes from the ping-pong (remote_bench checks every payload).
-    for r in rows_of(vsci, "pingpong") {
-        let size = r.get("size").and_then(Value::as_u64).unwrap_or(0);
-        let late = r.get("flag_before_payload").and_then(Value::as_u64).unwrap_or(0);
-        let bad = r["vsci"].get("bad").and_then(Value::as_u64).unwrap_or(0);
-        let n = r["vsci"].get("n").and_then(Value::as_u64).unwrap_or(0);
+    for r in &vsci.pingpong.rows {
+        let size = r.size;
+        let late = r.flag_before_payload;
+        let bad = r.vsci.as_ref().map(|v| v.bad).unwrap_or(0);
+        let n = r.vsci.as_ref().map(|v| v.n).unwrap_or(0);
         if late > 0 || bad > 0 {
             say(&format!(
                 "!! ping-pong {}: {late} messages had the flag before the whole payload, {bad} a payload that never completed (warm-up and {n} timed round trips)",
@@ -579,19 +576,20 @@ fn print_table(
             ));
         }
     }
-    for l in issue17_notes(vsci) {
+    for l in spin_store_mailbox_notes(vsci) {
         say(&l);
     }
-    for l in issue35_notes(vsci) {
+    for l in ring_and_trapped_notes(vsci) {
         say(&l);
     }
-    if let Some(l) = loaded.filter(|l| l.get("remote_bench").is_some()) {
+    if let Some(l) = loaded {
+        let la = |v: &[f64]| serde_json::to_string(v).unwrap_or_default();
         say(&format!(
             "\nwith {} busy loops beside (load average before {}, while measuring {} .. {}): vsci/peer ratio idle -> loaded, and how much it grew (goal in issue 35: at most 1.5x)",
-            l["busy_loops"],
-            l["loadavg_before"],
-            l["loadavg_started"],
-            l["loadavg_after"]
+            l.busy_loops,
+            la(&l.loadavg_before),
+            la(&l.loadavg_started),
+            la(&l.loadavg_after)
         ));
         for r in &rows[idle_rows..] {
             let name = r.what.trim_start_matches("LOADED ");
@@ -613,53 +611,42 @@ fn print_table(
     out
 }
 
-/// UCX put_lat RTT/2 of `size` bytes (median, µs) from this run.
-fn ucx_lat(ucx: &Value, size: u64) -> Option<f64> {
-    ucx.get("lat")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .find(|r| r.get("size").and_then(Value::as_u64) == Some(size))
-        .and_then(|r| r.get("median_us").and_then(Value::as_f64))
-}
-
-/// The rows issue 17 asks for: spinning ping-pong by map size (and the
-/// yielding 4 B ping-pong of section a) against UCX put_lat 4 B, store +
-/// SCIFlush against one delivered RMA write, the idle 1 GiB map against the
-/// heartbeats alone, the mailbox against UCX put/flag round trips.
-fn issue17_rows(rows: &mut Vec<Row>, vsci: &Value, ucx: &Value, fw: &Value) {
-    let u4 = ucx_lat(ucx, 4);
+/// The rows of remote_bench sections a and e-h (issue 17): the spinning
+/// ping-pong by map size (and the yielding 4 B ping-pong of section a)
+/// against UCX put_lat 4 B, store + SCIFlush against one delivered RMA
+/// write, the idle 1 GiB map against the heartbeats alone, the mailbox
+/// against UCX put/flag round trips.
+fn spin_store_mailbox_rows(rows: &mut Vec<Row>, vsci: &RemoteBench, ucx: Option<&Ucx>, fw: Option<&FabricWrite>) {
+    let u4 = ucx.and_then(|u| u.lat_median(4));
     let ucx_name = if u4.is_some() {
         "UCX tcp put_lat 4 B (RTT/2)".to_string()
     } else {
         "UCX tcp put_lat 4 B (not measured)".to_string()
     };
-    if let Some(r) = rows_of(vsci, "pingpong").find(|r| r.get("size").and_then(Value::as_u64) == Some(4)) {
-        let y = vsci.get("yield_every").and_then(Value::as_u64).unwrap_or(0);
+    if let Some(r) = vsci.pingpong.rows.iter().find(|r| r.size == 4) {
+        let y = vsci.yield_every;
         rows.push(Row {
             what: format!("ping-pong 4 B, yielding every {y} spins (a)"),
             unit: "us",
-            vsci: lat_of(&r["vsci"]),
+            vsci: lat_of(r.vsci.as_ref()),
             peer_name: ucx_name.clone(),
             peer: (u4, None),
             kind: Kind::Latency,
         });
     }
-    for r in rows_of(vsci, "spin_pingpong") {
-        let Some(m) = r.get("map_size").and_then(Value::as_u64) else { continue };
+    for r in vsci.spin_pingpong.iter().flat_map(|s| &s.rows) {
         rows.push(Row {
-            what: format!("spinning ping-pong 4 B, no yields, {} maps", size_name(m)),
+            what: format!("spinning ping-pong 4 B, no yields, {} maps", size_name(r.map_size)),
             unit: "us",
-            vsci: lat_of(&r["vsci"]),
+            vsci: lat_of(r.vsci.as_ref()),
             peer_name: ucx_name.clone(),
             peer: (u4, None),
             kind: Kind::Latency,
         });
     }
-    let fw_rows: Vec<&Value> = fw.get("rows").and_then(Value::as_array).map(|a| a.iter().collect()).unwrap_or_default();
-    for r in rows_of(vsci, "store_flush") {
-        let Some(size) = r.get("size").and_then(Value::as_u64) else { continue };
-        let p = fw_rows.iter().find(|x| x.get("size").and_then(Value::as_u64) == Some(size));
+    for r in vsci.store_flush.iter().flat_map(|s| &s.rows) {
+        let size = r.size;
+        let p = fw.and_then(|fw| fw.rows.iter().find(|x| x.size == size));
         let what = if size == 1 {
             "store 1 B + SCIFlush".to_string()
         } else {
@@ -668,43 +655,41 @@ fn issue17_rows(rows: &mut Vec<Row>, vsci: &Value, ucx: &Value, fw: &Value) {
         rows.push(Row {
             what,
             unit: "us",
-            vsci: lat_of(&r["vsci"]),
+            vsci: lat_of(r.vsci.as_ref()),
             peer_name: if p.is_some() {
                 format!("libfabric delivered write {}", size_name(size))
             } else {
                 "libfabric write (not measured)".into()
             },
-            peer: p.map(|x| lat_of(x)).unwrap_or((None, None)),
+            peer: p.map(|x| (Some(x.median_us), Some(x.p99_us))).unwrap_or((None, None)),
             kind: Kind::Latency,
         });
     }
-    let idle = &vsci["idle_map"];
-    if idle.is_object() {
-        let secs = idle.get("seconds").and_then(Value::as_f64).unwrap_or(0.0);
-        let f = |k: &str, x: &str| idle.get(k).and_then(|v| v.get(x)).and_then(Value::as_f64);
+    if let Some(idle) = &vsci.idle_map {
+        let secs = idle.seconds.unwrap_or(0.0);
+        let bytes = |x: Option<u64>| x.map(|v| v as f64);
         rows.push(Row {
             what: format!("idle 1 GiB map {secs:.0} s: client CPU"),
             unit: "%",
-            vsci: (f("map", "cpu_pct"), None),
+            vsci: (idle.map.cpu_pct, None),
             peer_name: "the same sleep, no map".into(),
-            peer: (f("no_map", "cpu_pct"), None),
+            peer: (idle.no_map.cpu_pct, None),
             kind: Kind::Cost,
         });
         rows.push(Row {
             what: format!("idle 1 GiB map {secs:.0} s: link bytes"),
             unit: "B",
-            vsci: (f("map", "link_bytes"), None),
+            vsci: (bytes(idle.map.link_bytes), None),
             peer_name: "no map: the nodes' heartbeats".into(),
-            peer: (f("no_map", "link_bytes"), None),
+            peer: (bytes(idle.no_map.link_bytes), None),
             kind: Kind::Cost,
         });
     }
-    let mb = &vsci["mailbox"];
-    if mb.is_object() {
+    if let Some(mb) = &vsci.mailbox {
         rows.push(Row {
             what: "mailbox: payload, flush, flag, flush, ack".into(),
             unit: "/s",
-            vsci: (mb.get("rounds_per_s").and_then(Value::as_f64), None),
+            vsci: (mb.rounds_per_s, None),
             peer_name: "UCX put/flag round trips (1e6 / 2 put_lat 4 B)".into(),
             peer: (u4.filter(|&x| x > 0.0).map(|x| 1e6 / (2.0 * x)), None),
             kind: Kind::Rate,
@@ -712,154 +697,138 @@ fn issue17_rows(rows: &mut Vec<Row>, vsci: &Value, ucx: &Value, fw: &Value) {
     }
 }
 
-/// UCX active-message row of `size` (`test`: am_lat or am_bw).
-fn am_row<'a>(am: &'a Value, test: &str, size: u64) -> Option<&'a Value> {
-    am.get("rows").and_then(Value::as_array).into_iter().flatten().find(|r| {
-        r.get("test").and_then(Value::as_str) == Some(test) && r.get("size").and_then(Value::as_u64) == Some(size)
-    })
-}
-
-/// The rows issue 35 asks for: the message ring (ping-pong latency against
-/// UCX tcp am_lat, streaming rate against am_bw, link bytes per message
-/// against UCX's), and the per-store figures against one RMA write.
-fn issue35_rows(rows: &mut Vec<Row>, vsci: &Value, am: &Value) {
-    for r in rows_of(vsci, "message_ring") {
-        let Some(size) = r.get("size").and_then(Value::as_u64) else { continue };
-        let v =
-            if r.get("flush").and_then(Value::as_bool) == Some(true) { "SCIFlush after the flag" } else { "no call" };
-        let lat = am_row(am, "am_lat", size);
-        let bw = am_row(am, "am_bw", size);
-        let name = |r: Option<&Value>, t: &str| match r {
-            Some(x) => {
-                format!("UCX tcp {t} {} ({})", size_name(size), x.get("api").and_then(Value::as_str).unwrap_or("?"))
-            }
+/// The rows of remote_bench sections i and j (issue 35): the message ring
+/// (ping-pong latency against UCX tcp am_lat, streaming rate against am_bw,
+/// link bytes per message against UCX's), and the per-store figures
+/// against one RMA write.
+fn ring_and_trapped_rows(rows: &mut Vec<Row>, vsci: &RemoteBench, am: Option<&UcxAm>) {
+    for r in vsci.message_ring.iter().flat_map(|m| &m.rows) {
+        let size = r.size;
+        let v = if r.flush { "SCIFlush after the flag" } else { "no call" };
+        let lat = am.and_then(|a| a.row(AmTest::AmLat, size));
+        let bw = am.and_then(|a| a.row(AmTest::AmBw, size));
+        let name = |r: Option<&schema::UcxAmRow>, t: &str| match r {
+            Some(x) => format!("UCX tcp {t} {} ({})", size_name(size), x.api),
             None => format!("UCX tcp {t} {} (not measured)", size_name(size)),
         };
-        let f = |x: Option<&Value>, k: &str| x.and_then(|x| x.get(k)).and_then(Value::as_f64);
         rows.push(Row {
             what: format!("ring {}, ping-pong, {v}", size_name(size)),
             unit: "us",
-            vsci: lat_of(&r["pingpong"]),
+            vsci: lat_of(r.pingpong.as_ref()),
             peer_name: name(lat, "am_lat"),
-            peer: (f(lat, "median_us"), None),
+            peer: (lat.and_then(|x| x.median_us), None),
             kind: Kind::Latency,
         });
         rows.push(Row {
             what: format!("ring {}, streaming, {v}", size_name(size)),
             unit: "/s",
-            vsci: (r.get("msgs_per_s").and_then(Value::as_f64), None),
+            vsci: (r.msgs_per_s, None),
             peer_name: name(bw, "am_bw"),
-            peer: (f(bw, "msgs_per_s"), None),
+            peer: (bw.map(|x| x.msgs_per_s), None),
             kind: Kind::Rate,
         });
         rows.push(Row {
             what: format!("ring {}, ping-pong, {v}: link B/msg", size_name(size)),
             unit: "B",
-            vsci: (r.get("pp_link_bytes_per_msg").and_then(Value::as_f64), None),
+            vsci: (r.pp_link_bytes_per_msg, None),
             peer_name: format!("{}: link B/msg", name(lat, "am_lat")),
-            peer: (f(lat, "link_bytes_per_msg"), None),
+            peer: (lat.and_then(|x| x.link_bytes_per_msg), None),
             kind: Kind::Cost,
         });
         rows.push(Row {
             what: format!("ring {}, streaming, {v}: link B/msg", size_name(size)),
             unit: "B",
-            vsci: (r.get("stream_link_bytes_per_msg").and_then(Value::as_f64), None),
+            vsci: (r.stream_link_bytes_per_msg, None),
             peer_name: format!("{}: link B/msg", name(bw, "am_bw")),
-            peer: (f(bw, "link_bytes_per_msg"), None),
+            peer: (bw.and_then(|x| x.link_bytes_per_msg), None),
             kind: Kind::Cost,
         });
     }
-    let ts = &vsci["trapped_store"];
-    if ts.is_object() && ts["store"].is_object() {
-        let m = &ts["scimemcpy"];
+    if let Some(ts) = vsci.trapped_store.as_ref().filter(|t| t.store.is_some()) {
+        let (s, m) = (ts.store.as_ref(), ts.scimemcpy.as_ref());
         rows.push(Row {
             what: "trapped store 8 B: CPU of the storing thread".to_string(),
             unit: "us",
-            vsci: lat_of(&ts["store"]["cpu"]),
+            vsci: lat_of(s.and_then(|s| s.cpu.as_ref())),
             peer_name: "SCIMemCpy 8 B (one RMA write): CPU".into(),
-            peer: lat_of(&m["cpu"]),
+            peer: lat_of(m.and_then(|m| m.cpu.as_ref())),
             kind: Kind::Latency,
         });
         rows.push(Row {
             what: "trapped store 8 B: until the owner sees it".to_string(),
             unit: "us",
-            vsci: lat_of(&ts["store"]["visibility"]),
+            vsci: lat_of(s.and_then(|s| s.visibility.as_ref())),
             peer_name: "SCIMemCpy 8 B (one RMA write): until seen".into(),
-            peer: lat_of(&m["visibility"]),
+            peer: lat_of(m.and_then(|m| m.visibility.as_ref())),
             kind: Kind::Latency,
         });
     }
 }
 
-/// What the issue-35 sections found wrong.
-fn issue35_notes(vsci: &Value) -> Vec<String> {
+/// What sections i and j found wrong.
+fn ring_and_trapped_notes(vsci: &RemoteBench) -> Vec<String> {
     let mut out = Vec::new();
-    for r in rows_of(vsci, "message_ring") {
-        let g = |k: &str| r.get(k).and_then(Value::as_u64).unwrap_or(0);
-        let (late, wrong) = (g("pp_late") + g("stream_late"), g("pp_wrong") + g("stream_wrong"));
+    for r in vsci.message_ring.iter().flat_map(|m| &m.rows) {
+        let (late, wrong) = (r.pp_late + r.stream_late, r.pp_wrong + r.stream_wrong);
         if late > 0 || wrong > 0 {
             out.push(format!(
                 "!! message ring {}{}: {late} messages had their flag before the rest, {wrong} stayed wrong",
-                size_name(g("size")),
-                if r.get("flush").and_then(Value::as_bool) == Some(true) { " with SCIFlush" } else { "" }
+                size_name(r.size),
+                if r.flush { " with SCIFlush" } else { "" }
             ));
         }
     }
-    let ts = &vsci["trapped_store"];
-    for k in ["store", "scimemcpy"] {
-        let lost = ts[k].get("lost").and_then(Value::as_u64).unwrap_or(0);
-        if lost > 0 {
-            out.push(format!("!! per-store figures, {k}: {lost} writes never seen by the owner"));
+    if let Some(ts) = &vsci.trapped_store {
+        for (k, t) in [("store", &ts.store), ("scimemcpy", &ts.scimemcpy)] {
+            let lost = t.as_ref().and_then(|t| t.lost).unwrap_or(0);
+            if lost > 0 {
+                out.push(format!("!! per-store figures, {k}: {lost} writes never seen by the owner"));
+            }
         }
     }
     out
 }
 
-/// What the issue-17 sections found wrong, and the idle figures in words.
-fn issue17_notes(vsci: &Value) -> Vec<String> {
+/// What sections e-h found wrong, and the idle figures in words.
+fn spin_store_mailbox_notes(vsci: &RemoteBench) -> Vec<String> {
     let mut out = Vec::new();
-    for r in rows_of(vsci, "spin_pingpong") {
-        let bad = r["vsci"].get("bad").and_then(Value::as_u64).unwrap_or(0);
+    for r in vsci.spin_pingpong.iter().flat_map(|s| &s.rows) {
+        let bad = r.vsci.as_ref().map(|v| v.bad).unwrap_or(0);
         if bad > 0 {
             out.push(format!(
                 "!! spinning ping-pong, {} maps: {bad} counter values that were neither the old nor the new one",
-                size_name(r["map_size"].as_u64().unwrap_or(0))
+                size_name(r.map_size)
             ));
         }
     }
-    for r in rows_of(vsci, "store_flush") {
-        if r.get("data_check").and_then(Value::as_str) != Some("ok") {
-            out.push(format!(
-                "!! store + SCIFlush {}: the server does not hold the last store",
-                size_name(r["size"].as_u64().unwrap_or(0))
-            ));
+    for r in vsci.store_flush.iter().flat_map(|s| &s.rows) {
+        if r.data_check != "ok" {
+            out.push(format!("!! store + SCIFlush {}: the server does not hold the last store", size_name(r.size)));
         }
     }
-    let idle = &vsci["idle_map"];
-    if idle.is_object() {
-        let g = |k: &str, x: &str| idle.get(k).and_then(|v| v.get(x)).and_then(Value::as_f64);
+    if let Some(idle) = &vsci.idle_map {
+        let bytes = |x: Option<u64>| x.map(|v| v as f64);
         out.push(format!(
             "\nidle 1 GiB map, {} s of sleep after one store + SCIFlush: client CPU {} % ({} ms), link {} B received + {} B sent; with no map: CPU {} %, link {} B + {} B (heartbeats){}",
-            fmt_opt(idle.get("seconds").and_then(Value::as_f64), 0),
-            fmt_opt(g("map", "cpu_pct"), 3),
-            fmt_opt(g("map", "cpu_s").map(|x| x * 1e3), 1),
-            fmt_opt(g("map", "rx_bytes"), 0),
-            fmt_opt(g("map", "tx_bytes"), 0),
-            fmt_opt(g("no_map", "cpu_pct"), 3),
-            fmt_opt(g("no_map", "rx_bytes"), 0),
-            fmt_opt(g("no_map", "tx_bytes"), 0),
-            if idle.get("data_check").and_then(Value::as_str) == Some("ok") { "" } else { "; !! the stored byte is NOT at the server" }
+            fmt_opt(idle.seconds, 0),
+            fmt_opt(idle.map.cpu_pct, 3),
+            fmt_opt(idle.map.cpu_s.map(|x| x * 1e3), 1),
+            fmt_opt(bytes(idle.map.rx_bytes), 0),
+            fmt_opt(bytes(idle.map.tx_bytes), 0),
+            fmt_opt(idle.no_map.cpu_pct, 3),
+            fmt_opt(bytes(idle.no_map.rx_bytes), 0),
+            fmt_opt(bytes(idle.no_map.tx_bytes), 0),
+            if idle.data_check == "ok" { "" } else { "; !! the stored byte is NOT at the server" }
         ));
     }
-    let mb = &vsci["mailbox"];
-    if mb.is_object() {
-        let wrong = mb.get("wrong_payloads").and_then(Value::as_u64).unwrap_or(0);
+    if let Some(mb) = &vsci.mailbox {
+        let wrong = mb.wrong_payloads;
         out.push(format!(
             "mailbox: {} rounds ({} with warm-up), {} rounds/s, {} us per round, {wrong} wrong payloads{}",
-            mb.get("rounds").and_then(Value::as_u64).unwrap_or(0),
-            mb.get("rounds_total").and_then(Value::as_u64).unwrap_or(0),
-            fmt_opt(mb.get("rounds_per_s").and_then(Value::as_f64), 0),
-            fmt_opt(mb.get("us_per_round").and_then(Value::as_f64), 1),
+            mb.rounds,
+            mb.rounds_total,
+            fmt_opt(mb.rounds_per_s, 0),
+            fmt_opt(mb.us_per_round, 1),
             if wrong > 0 { " !!" } else { "" }
         ));
     }
