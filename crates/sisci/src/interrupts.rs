@@ -41,6 +41,25 @@ pub(crate) unsafe fn create_intr(
     Ok((hnd, li))
 }
 
+/// Runs `body` in a thread named `name` as the interrupt's callback:
+/// SCIWaitFor*Interrupt refuse the interrupt until `body` returns.
+fn spawn_callback(
+    li: &Arc<LocalIntr>,
+    name: &str,
+    body: impl FnOnce(&LocalIntr) + Send + 'static,
+) -> Result<(), SciError> {
+    li.callback_active.store(true, Ordering::SeqCst);
+    let li2 = li.clone();
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            body(&li2);
+            li2.callback_active.store(false, Ordering::SeqCst);
+        })
+        .map_err(|_| SciError::System)?;
+    Ok(())
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn SCICreateInterrupt(
     sd: Handle,
@@ -60,35 +79,28 @@ pub unsafe extern "C" fn SCICreateInterrupt(
             if flags & FLAG_USE_CALLBACK != 0 {
                 let cb = callback.expect("checked");
                 let arg = callback_arg as usize;
-                li.callback_active.store(true, Ordering::SeqCst);
-                let li2 = li.clone();
-                std::thread::Builder::new()
-                    .name("vsci-intr-cb".into())
-                    .spawn(move || {
-                        // A panic of ours ends the callbacks (logged); the
-                        // interrupt can then be waited on.
-                        guard::void("cb_interrupt", || loop {
-                            match li2.intr.wait(vsci_client::INFINITE) {
-                                Ok(()) => {
-                                    // SAFETY: the program's callback with its own argument.
-                                    if cb(arg as *mut c_void, as_handle(hnd), SciError::Ok as c_uint) == CALLBACK_CANCEL
-                                    {
-                                        break;
-                                    }
-                                }
-                                Err(e @ SciError::NoLinkAccess) => {
-                                    // The node went away: say so once, with
-                                    // the error, instead of falling silent.
-                                    // SAFETY: as above.
-                                    cb(arg as *mut c_void, as_handle(hnd), e as c_uint);
+                spawn_callback(&li, "vsci-intr-cb", move |li2| {
+                    // A panic of ours ends the callbacks (logged); the
+                    // interrupt can then be waited on.
+                    guard::void("cb_interrupt", || loop {
+                        match li2.intr.wait(vsci_client::INFINITE) {
+                            Ok(()) => {
+                                // SAFETY: the program's callback with its own argument.
+                                if cb(arg as *mut c_void, as_handle(hnd), SciError::Ok as c_uint) == CALLBACK_CANCEL {
                                     break;
                                 }
-                                Err(_) => break,
                             }
-                        });
-                        li2.callback_active.store(false, Ordering::SeqCst);
-                    })
-                    .map_err(|_| SciError::System)?;
+                            Err(e @ SciError::NoLinkAccess) => {
+                                // The node went away: say so once, with
+                                // the error, instead of falling silent.
+                                // SAFETY: as above.
+                                cb(arg as *mut c_void, as_handle(hnd), e as c_uint);
+                                break;
+                            }
+                            Err(_) => break,
+                        }
+                    });
+                })?;
             }
             Ok(())
         })
@@ -114,47 +126,56 @@ pub unsafe extern "C" fn SCICreateDataInterrupt(
             if flags & FLAG_USE_CALLBACK != 0 {
                 let cb = callback.expect("checked");
                 let arg = callback_arg as usize;
-                li.callback_active.store(true, Ordering::SeqCst);
-                let li2 = li.clone();
-                std::thread::Builder::new()
-                    .name("vsci-dintr-cb".into())
-                    .spawn(move || {
-                        // As for SCICreateInterrupt's callbacks.
-                        guard::void("cb_data_interrupt", || {
-                            let mut buf = vec![0u8; vsci_proto::intr::DATA_MAX];
-                            loop {
-                                match li2.intr.wait_data(&mut buf, vsci_client::INFINITE) {
-                                    Ok(vsci_client::DataWait::Got(n)) => {
-                                        // SAFETY: the program's callback with its own
-                                        // argument and a buffer valid for the call.
-                                        let action = cb(
-                                            arg as *mut c_void,
-                                            as_handle(hnd),
-                                            buf.as_mut_ptr().cast(),
-                                            n as c_uint,
-                                            SciError::Ok as c_uint,
-                                        );
-                                        if action == CALLBACK_CANCEL {
-                                            break;
-                                        }
-                                    }
-                                    Err(e @ SciError::NoLinkAccess) => {
-                                        // The node went away: report it once (no data).
-                                        // SAFETY: as above, with a zero length.
-                                        cb(arg as *mut c_void, as_handle(hnd), buf.as_mut_ptr().cast(), 0, e as c_uint);
+                spawn_callback(&li, "vsci-dintr-cb", move |li2| {
+                    // As for SCICreateInterrupt's callbacks.
+                    guard::void("cb_data_interrupt", || {
+                        let mut buf = vec![0u8; vsci_proto::intr::DATA_MAX];
+                        loop {
+                            match li2.intr.wait_data(&mut buf, vsci_client::INFINITE) {
+                                Ok(vsci_client::DataWait::Got(n)) => {
+                                    // SAFETY: the program's callback with its own
+                                    // argument and a buffer valid for the call.
+                                    let action = cb(
+                                        arg as *mut c_void,
+                                        as_handle(hnd),
+                                        buf.as_mut_ptr().cast(),
+                                        n as c_uint,
+                                        SciError::Ok as c_uint,
+                                    );
+                                    if action == CALLBACK_CANCEL {
                                         break;
                                     }
-                                    _ => break,
                                 }
+                                Err(e @ SciError::NoLinkAccess) => {
+                                    // The node went away: report it once (no data).
+                                    // SAFETY: as above, with a zero length.
+                                    cb(arg as *mut c_void, as_handle(hnd), buf.as_mut_ptr().cast(), 0, e as c_uint);
+                                    break;
+                                }
+                                _ => break,
                             }
-                        });
-                        li2.callback_active.store(false, Ordering::SeqCst);
-                    })
-                    .map_err(|_| SciError::System)?;
+                        }
+                    });
+                })?;
             }
             Ok(())
         })
     }
+}
+
+/// The interrupt a SCIWaitFor*Interrupt call names (looked up by `get`);
+/// refused while a callback waits on it.
+fn waitable(
+    interrupt: Handle,
+    flags: c_uint,
+    get: fn(usize) -> Result<Arc<LocalIntr>, SciError>,
+) -> Result<Arc<LocalIntr>, SciError> {
+    check_flags(flags, 0)?;
+    let li = get(h(interrupt))?;
+    if li.callback_active.load(Ordering::SeqCst) {
+        return Err(SciError::IllegalOperation);
+    }
+    Ok(li)
 }
 
 #[no_mangle]
@@ -162,11 +183,7 @@ pub unsafe extern "C" fn SCIWaitForInterrupt(interrupt: Handle, timeout: c_uint,
     // SAFETY: see `set`.
     unsafe {
         report("SCIWaitForInterrupt", error, (), || {
-            check_flags(flags, 0)?;
-            let li = handles::local_intr(h(interrupt))?;
-            if li.callback_active.load(Ordering::SeqCst) {
-                return Err(SciError::IllegalOperation);
-            }
+            let li = waitable(interrupt, flags, handles::local_intr)?;
             li.intr.wait(timeout)
         })
     }
@@ -185,11 +202,7 @@ pub unsafe extern "C" fn SCIWaitForDataInterrupt(
     // `*length` writable bytes at `data`.
     unsafe {
         report("SCIWaitForDataInterrupt", error, (), || {
-            check_flags(flags, 0)?;
-            let li = handles::local_data_intr(h(interrupt))?;
-            if li.callback_active.load(Ordering::SeqCst) {
-                return Err(SciError::IllegalOperation);
-            }
+            let li = waitable(interrupt, flags, handles::local_data_intr)?;
             if length.is_null() {
                 return Err(SciError::IllegalParameter);
             }
@@ -252,43 +265,33 @@ pub(crate) unsafe fn connect_intr(
     unsafe { out(interrupt, as_handle(hnd)) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn SCIConnectInterrupt(
-    sd: Handle,
-    interrupt: *mut Handle,
-    node_id: c_uint,
-    adapter: c_uint,
-    interrupt_no: c_uint,
-    timeout: c_uint,
-    flags: c_uint,
-    error: *mut SciErr,
-) {
-    // SAFETY: see `connect_intr`.
-    unsafe {
-        report("SCIConnectInterrupt", error, (), || {
-            connect_intr(IntrKind::Plain, sd, interrupt, node_id, adapter, interrupt_no, timeout, flags)
-        })
-    }
+// SCIConnectInterrupt and SCIConnectDataInterrupt: `connect_intr` for
+// one kind.
+macro_rules! connect_intr_op {
+    ($name:ident, $kind:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            sd: Handle,
+            interrupt: *mut Handle,
+            node_id: c_uint,
+            adapter: c_uint,
+            interrupt_no: c_uint,
+            timeout: c_uint,
+            flags: c_uint,
+            error: *mut SciErr,
+        ) {
+            // SAFETY: see `connect_intr`.
+            unsafe {
+                report(stringify!($name), error, (), || {
+                    connect_intr(IntrKind::$kind, sd, interrupt, node_id, adapter, interrupt_no, timeout, flags)
+                })
+            }
+        }
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn SCIConnectDataInterrupt(
-    sd: Handle,
-    interrupt: *mut Handle,
-    node_id: c_uint,
-    adapter: c_uint,
-    interrupt_no: c_uint,
-    timeout: c_uint,
-    flags: c_uint,
-    error: *mut SciErr,
-) {
-    // SAFETY: see `connect_intr`.
-    unsafe {
-        report("SCIConnectDataInterrupt", error, (), || {
-            connect_intr(IntrKind::Data, sd, interrupt, node_id, adapter, interrupt_no, timeout, flags)
-        })
-    }
-}
+connect_intr_op!(SCIConnectInterrupt, Plain);
+connect_intr_op!(SCIConnectDataInterrupt, Data);
 
 release_op!(SCIDisconnectInterrupt, remote_intr, RemoteIntr, |i| i.disconnect());
 

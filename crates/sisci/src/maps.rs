@@ -52,43 +52,33 @@ pub(crate) fn owner_desc(h: usize) -> usize {
     handles::get(h).map(|e| e.desc).unwrap_or(0)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn SCIMapLocalSegment(
-    segment: Handle,
-    map: *mut Handle,
-    offset: usize,
-    size: usize,
-    addr: *mut c_void,
-    flags: c_uint,
-    error: *mut SciErr,
-) -> *mut c_void {
-    // SAFETY: see `do_map`.
-    unsafe {
-        report("SCIMapLocalSegment", error, std::ptr::null_mut(), || {
-            let s = handles::local_seg(h(segment))?;
-            do_map(MapTarget::Local(s), owner_desc(h(segment)), map, offset, size, addr, flags)
-        })
-    }
+// SCIMapLocalSegment and SCIMapRemoteSegment: one call but for where the
+// segment handle is looked up and what the map targets.
+macro_rules! map_op {
+    ($name:ident, $getter:ident, $target:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            segment: Handle,
+            map: *mut Handle,
+            offset: usize,
+            size: usize,
+            addr: *mut c_void,
+            flags: c_uint,
+            error: *mut SciErr,
+        ) -> *mut c_void {
+            // SAFETY: see `do_map`.
+            unsafe {
+                report(stringify!($name), error, std::ptr::null_mut(), || {
+                    let s = handles::$getter(h(segment))?;
+                    do_map(MapTarget::$target(s), owner_desc(h(segment)), map, offset, size, addr, flags)
+                })
+            }
+        }
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn SCIMapRemoteSegment(
-    segment: Handle,
-    map: *mut Handle,
-    offset: usize,
-    size: usize,
-    addr: *mut c_void,
-    flags: c_uint,
-    error: *mut SciErr,
-) -> *mut c_void {
-    // SAFETY: see `do_map`.
-    unsafe {
-        report("SCIMapRemoteSegment", error, std::ptr::null_mut(), || {
-            let s = handles::remote_seg(h(segment))?;
-            do_map(MapTarget::Remote(s), owner_desc(h(segment)), map, offset, size, addr, flags)
-        })
-    }
-}
+map_op!(SCIMapLocalSegment, local_seg, Local);
+map_op!(SCIMapRemoteSegment, remote_seg, Remote);
 
 #[no_mangle]
 pub unsafe extern "C" fn SCIUnmapSegment(map: Handle, flags: c_uint, error: *mut SciErr) {
