@@ -579,11 +579,11 @@ pub fn fmt_opt(v: Option<f64>, prec: usize) -> String {
 }
 
 pub fn size_name(s: u64) -> String {
-    if s >= 1 << 30 && s % (1 << 30) == 0 {
+    if s >= 1 << 30 && s.is_multiple_of(1 << 30) {
         format!("{} GiB", s >> 30)
-    } else if s >= 1 << 20 && s % (1 << 20) == 0 {
+    } else if s >= 1 << 20 && s.is_multiple_of(1 << 20) {
         format!("{} MiB", s >> 20)
-    } else if s >= 1024 && s % 1024 == 0 {
+    } else if s >= 1024 && s.is_multiple_of(1024) {
         format!("{} KiB", s >> 10)
     } else {
         format!("{s} B")

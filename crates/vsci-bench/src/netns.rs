@@ -401,17 +401,6 @@ fn link_bytes_of(json: &str) -> Option<u64> {
     Some(s.get("rx")?.get("bytes")?.as_u64()? + s.get("tx")?.get("bytes")?.as_u64()?)
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn link_bytes_are_read_from_ip_json() {
-        let j = r#"[{"ifindex":2,"ifname":"vb0","stats64":{"rx":{"bytes":1000,"packets":3},"tx":{"bytes":234,"packets":2}}}]"#;
-        assert_eq!(super::link_bytes_of(j), Some(1234));
-        assert_eq!(super::link_bytes_of("[]"), None);
-        assert_eq!(super::link_bytes_of("not json"), None);
-    }
-}
-
 impl Drop for Pair {
     fn drop(&mut self) {
         use nix::sys::signal::{kill, Signal};
@@ -441,5 +430,16 @@ impl Drop for Pair {
             }
         }
         let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn link_bytes_are_read_from_ip_json() {
+        let j = r#"[{"ifindex":2,"ifname":"vb0","stats64":{"rx":{"bytes":1000,"packets":3},"tx":{"bytes":234,"packets":2}}}]"#;
+        assert_eq!(super::link_bytes_of(j), Some(1234));
+        assert_eq!(super::link_bytes_of("[]"), None);
+        assert_eq!(super::link_bytes_of("not json"), None);
     }
 }

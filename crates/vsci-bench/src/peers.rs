@@ -787,7 +787,7 @@ pub const TRANSFER_SEGID: &str = "21504";
 
 /// `-bytes` of sendrecv: each size `reps` times.
 pub fn transfer_list(sizes: &[(&str, u64)], reps: usize) -> String {
-    let list: Vec<&str> = sizes.iter().flat_map(|(n, _)| std::iter::repeat(*n).take(reps)).collect();
+    let list: Vec<&str> = sizes.iter().flat_map(|(n, _)| std::iter::repeat_n(*n, reps)).collect();
     list.join(",")
 }
 
@@ -835,7 +835,7 @@ pub fn parse_transfers(text: &str, rtext: &str, window: &str, list: &str, rn: u3
         });
     }
     if rows.is_empty() {
-        bail!("sendrecv printed no transfer times:\n{}", crate::tail(&text, 10));
+        bail!("sendrecv printed no transfer times:\n{}", crate::tail(text, 10));
     }
     Ok(Transfers {
         what: "examples/sendrecv -copy: the sender copies each chunk from a local buffer into the receiver's window and triggers a data interrupt; the receiver copies it out into a local buffer and acks with an interrupt (and checks every byte after the transfer, untimed); time from before the first copy to the last ack".into(),

@@ -503,8 +503,8 @@ fn print_table(pair: &Pair, vsci: &RemoteBench, peers: &RemotePeers, loaded: Opt
         "\n== remote: vsci node 1 ({}) <-> node 2 ({}), two network namespaces over veth ==",
         pair.ip[0], pair.ip[1]
     ));
-    say(&format!("   latency: median / p99 in us, RTT/2 (store-to-visibility: one way; store + SCIFlush and the libfabric write: per call); bandwidth: MB/s = 1e6 B/s"));
-    say(&format!("   ratio = vsci / peer (medians; for latency and costs lower is better, for bandwidth and rates higher is better)\n"));
+    say("   latency: median / p99 in us, RTT/2 (store-to-visibility: one way; store + SCIFlush and the libfabric write: per call); bandwidth: MB/s = 1e6 B/s");
+    say("   ratio = vsci / peer (medians; for latency and costs lower is better, for bandwidth and rates higher is better)\n");
     let cell = |v: (Option<f64>, Option<f64>), unit: &str| -> String {
         match (v.0, v.1) {
             (Some(a), Some(b)) => format!("{a:.2} / {b:.2} {unit}"),
@@ -515,7 +515,7 @@ fn print_table(pair: &Pair, vsci: &RemoteBench, peers: &RemotePeers, loaded: Opt
         }
     };
     say(&format!("{:<48} {:>24}   {:<48} {:>22} {:>9}", "what", "vsci", "peer", "peer value", "ratio"));
-    say(&format!("{}", "-".repeat(48 + 1 + 24 + 3 + 48 + 1 + 22 + 1 + 9)));
+    say(&"-".repeat(48 + 1 + 24 + 3 + 48 + 1 + 22 + 1 + 9).to_string());
     let mut out = Vec::new();
     for r in &rows {
         let ratio = r.ratio();
@@ -603,7 +603,7 @@ fn print_table(pair: &Pair, vsci: &RemoteBench, peers: &RemotePeers, loaded: Opt
         }
     }
     if !vis.is_empty() {
-        say(&format!("\nstore-to-visibility delay (a store to a remote map with no call, until the owner sees it):"));
+        say("\nstore-to-visibility delay (a store to a remote map with no call, until the owner sees it):");
         for v in vis {
             say(&format!("  {v}"));
         }
