@@ -260,7 +260,10 @@ fn misbehaving_guest_cannot_hurt_the_node_or_other_guests() {
     let node = d.node_id.to_string();
 
     // What a guest program would send first, then a request with a reply.
-    let record = |req| hex(&postcard::to_allocvec(&vsci_proto::ClientMsg { tag: 1, req }).unwrap());
+    let record = |req| {
+        let msg = vsci_proto::guest::GuestMsg { tag: 1, req: vsci_proto::guest::GuestRequest::Node(req) };
+        hex(&postcard::to_allocvec(&msg).unwrap())
+    };
     let hello = record(vsci_proto::Request::Hello { version: vsci_proto::PROTOCOL_VERSION, name: "noreply".into() });
     let probe = record(vsci_proto::Request::ProbeNode { node_id: d.node_id });
 
