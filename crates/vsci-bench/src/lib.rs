@@ -6,7 +6,7 @@
 //! (two processes of one node, two nodes in network namespaces, guests).
 //! Each path is one entry of [`PATHS`] and one runner function; the runner
 //! returns its part of the typed results ([`schema`]), which is what
-//! results.json holds and all the report ([`report`]) and the plots read.
+//! results.json holds and all that the report (`report/`) and the plots read.
 //! The `vsci` command parses `vsci bench`'s arguments and calls [`run`].
 
 mod devices;

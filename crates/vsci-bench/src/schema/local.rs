@@ -23,12 +23,6 @@ pub struct Local {
     pub peers: LocalPeers,
 }
 
-impl<T: Default> Default for Outcome<T> {
-    fn default() -> Self {
-        Outcome::Ran(T::default())
-    }
-}
-
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LocalPeers {

@@ -115,6 +115,12 @@ impl<T> Outcome<T> {
     }
 }
 
+impl<T: Default> Default for Outcome<T> {
+    fn default() -> Self {
+        Outcome::Ran(T::default())
+    }
+}
+
 impl<T: Serialize> Serialize for Outcome<T> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
