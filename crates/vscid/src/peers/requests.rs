@@ -202,19 +202,36 @@ impl Peers {
     /// The asking half of a connect to `peer`'s segment or interrupt: wait
     /// for its link (until the call's deadline; 10 s when it has none),
     /// then ask with what is left of `timeout_ms` (`make(req, left)`).
-    /// The peer's reply and its engine address.
+    /// The owner waits at most `PEER_WAIT_MAX_MS` for the segment or
+    /// interrupt to appear; a caller that gave more (a server waiting for a
+    /// client's guest to boot) is asked for again with what is then left, so
+    /// the program's timeout is the one that holds. The peer's reply and
+    /// its engine address.
     fn connect_remote(
         &self,
         peer: u32,
         timeout_ms: u32,
-        make: impl FnOnce(u64, u32) -> PeerMsg,
+        make: impl Fn(u64, u32) -> PeerMsg,
     ) -> Result<(PeerReply, Vec<u8>), SciError> {
         let deadline = (timeout_ms != u32::MAX).then(|| Instant::now() + Duration::from_millis(timeout_ms.into()));
-        self.wait_ready(peer, deadline.or(Some(Instant::now() + Duration::from_secs(10)))).and_then(|addr| {
+        let addr = self.wait_ready(peer, deadline.or(Some(Instant::now() + Duration::from_secs(10))))?;
+        loop {
             let left =
                 deadline.map(|d| d.saturating_duration_since(Instant::now()).as_millis() as u32).unwrap_or(u32::MAX);
-            Ok((self.ask(peer, deadline, |req| make(req, left))?, addr))
-        })
+            let asked = Instant::now();
+            match self.ask(peer, deadline, |req| make(req, left)) {
+                Err(SciError::NoSuchSegment | SciError::ConnectionRefused)
+                    if left > PEER_WAIT_MAX_MS && deadline.is_none_or(|d| Instant::now() < d) =>
+                {
+                    // An owner that answered at once (it parks nothing)
+                    // is not asked in a tight loop.
+                    if asked.elapsed() < Duration::from_secs(1) {
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                }
+                r => return Ok((r?, addr)),
+            }
+        }
     }
 
     /// A local client asks for a segment of another node (runs on its own thread).
@@ -346,19 +363,30 @@ impl Peers {
     }
 }
 
+/// Longest a connect asked by another node waits here for its segment or
+/// interrupt to appear.
+pub const PEER_WAIT_MAX_MS: u32 = 60_000;
+
 /// The request a peer's frame asks of our registry, run as that node's
 /// pseudo-client, with the tag its reply is matched by (`forward_pseudo`
 /// turns it back into the peer's request number and kind). A peer may ask
-/// a connect to wait at most a minute.
+/// a connect to wait at most `PEER_WAIT_MAX_MS` (its node asks again for a
+/// longer wait, see `connect_remote`): a bound on how long another node can
+/// park requests here.
 pub fn peer_request(me: u32, msg: &PeerMsg) -> Option<(u64, Request)> {
     match *msg {
         PeerMsg::ConnectSegment { req, segment_id, timeout_ms, broadcast } => Some((
             (req << TAG_BITS) | TAG_SEGMENT,
-            Request::ConnectSegment { node_id: me, segment_id, timeout_ms: timeout_ms.min(60_000), broadcast },
+            Request::ConnectSegment {
+                node_id: me,
+                segment_id,
+                timeout_ms: timeout_ms.min(PEER_WAIT_MAX_MS),
+                broadcast,
+            },
         )),
         PeerMsg::ConnectInterrupt { req, kind, number, timeout_ms } => Some((
             (req << TAG_BITS) | TAG_INTERRUPT,
-            Request::ConnectInterrupt { kind, node_id: me, number, timeout_ms: timeout_ms.min(60_000) },
+            Request::ConnectInterrupt { kind, node_id: me, number, timeout_ms: timeout_ms.min(PEER_WAIT_MAX_MS) },
         )),
         PeerMsg::Borrow { req, size } => Some(((req << TAG_BITS) | TAG_LOAN, Request::Lend { size })),
         PeerMsg::DisconnectSegment { conn } => Some((0, Request::DisconnectSegment { conn })),
