@@ -332,6 +332,21 @@ static inline int parse_sections_of(const char *s, const char *allowed, char *se
     return 1;
 }
 
+/* The last branches of an option loop, at option `arg` (`a` without a
+ * second leading '-'): -h or -help prints the usage and ends the program
+ * with 0; anything else is unknown or incomplete: 2. */
+static inline int help_or_unknown(const char *bench, const char *a, const char *arg,
+                                  void (*usage)(FILE *))
+{
+    if (!strcmp(a, "-h") || !strcmp(a, "-help")) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "%s: unknown or incomplete option '%s'\n", bench, arg);
+    usage(stderr);
+    return 2;
+}
+
 /* -s SECTIONS: 1..4 letters of "abcd" into sections[8]; 0 when invalid. */
 static inline int parse_sections(const char *s, char *sections, size_t n)
 {

@@ -284,13 +284,8 @@ int main(int argc, char **argv)
             }
         } else if (!strcmp(a, "-yield") && i + 1 < argc) {
             opt.yield_every = (unsigned)strtoul(argv[++i], NULL, 0);
-        } else if (!strcmp(a, "-h") || !strcmp(a, "-help")) {
-            usage(stdout);
-            return 0;
         } else {
-            fprintf(stderr, "remote_bench: unknown or incomplete option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
+            return help_or_unknown("remote_bench", a, argv[i], usage);
         }
     }
     if (role < 0 || !have_rn || opt.timeout <= 0) {

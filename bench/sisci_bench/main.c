@@ -223,13 +223,8 @@ int main(int argc, char **argv)
                 usage(stderr);
                 return 2;
             }
-        } else if (!strcmp(a, "-h") || !strcmp(a, "-help")) {
-            usage(stdout);
-            return 0;
         } else {
-            fprintf(stderr, "sisci_bench: unknown or incomplete option '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
+            return help_or_unknown("sisci_bench", a, argv[i], usage);
         }
     }
     setup_options();
