@@ -307,6 +307,19 @@ static inline void json_preamble(FILE *f, const char *bench, int quick, int have
     json_str(f, sock ? sock : "/tmp/vscid.sock");
 }
 
+/* The end of a run, after the report: the JSON to `path` when asked for
+ * (write_json says whether it was written) and the exit status, 1 when `ok`
+ * is 0 or the JSON could not be written. */
+static inline int json_and_status(int ok, const char *path, int (*write_json)(const char *))
+{
+    fflush(stdout);
+    if (path && !write_json(path))
+        ok = 0;
+    else if (path)
+        printf("json written to %s\n", path);
+    return ok ? 0 : 1;
+}
+
 /* Closes the JSON file; 1 when everything was written. */
 static inline int json_close(const char *bench, FILE *f, const char *path)
 {

@@ -335,10 +335,5 @@ int main(int argc, char **argv)
         wrong |= R.ring[i].pp_wrong || R.ring[i].st_wrong;
     wrong |= R.ts[TS_STORE].lost || R.ts[TS_MEMCPY].lost;
     printf("\ntotal time %.1f s%s\n", g_elapsed, wrong ? "   (!! WRONG PAYLOADS, see above)" : "");
-    fflush(stdout);
-    if (opt.json && !write_json(opt.json))
-        ok = 0;
-    else if (opt.json)
-        printf("json written to %s\n", opt.json);
-    return ok ? 0 : 1;
+    return json_and_status(ok, opt.json, write_json);
 }

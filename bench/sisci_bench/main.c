@@ -281,10 +281,5 @@ int main(int argc, char **argv)
 
     print_results();
     printf("\ntotal time %.1f s%s\n", elapsed, ok ? "" : "   (SOME PHASES FAILED, see !! above)");
-    fflush(stdout);
-    if (opt.json && !write_json(opt.json))
-        ok = 0;
-    else if (opt.json)
-        printf("json written to %s\n", opt.json);
-    return ok ? 0 : 1;
+    return json_and_status(ok, opt.json, write_json);
 }
