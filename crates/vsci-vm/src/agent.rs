@@ -23,6 +23,12 @@
 //! Nothing here is on a data path; everything the guest writes into the
 //! control region is copied out, then checked, and a misbehaving guest can
 //! only break its own sessions.
+//!
+//! One file of about a thousand lines, on purpose: most of it is `Worker`,
+//! one event loop over the control region, the sessions and vscid's
+//! replies, whose handlers all change the same state (sessions, windows,
+//! relays) in an order that matters; split by handler, every file would
+//! reach into one struct and the order would be spread over all of them.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
