@@ -28,9 +28,16 @@
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 
-/// Smallest copy into a remote map done as one string store. Below it
-/// glibc's vector stores are few and `emulate` posts them as they are.
-const STRING_MIN: usize = 2048;
+/// Smallest copy into a remote map done as one string store: every one.
+/// glibc stores even an 8-byte copy with two overlapping stores and a
+/// 64-byte one with two to four vector stores, each a trap and a posted
+/// write of its own; a message of payload, header and flag then exceeded
+/// the burst the fault handler emulates (three stores) and took the twin's
+/// way, a read of the page from the owner per message. As one string store
+/// the payload is one trap and one write whatever its size. (A copy whose
+/// destination lies between two remote maps without being in one is made
+/// with `REP MOVSB` too: correct, a few nanoseconds slower when small.)
+const STRING_MIN: usize = 1;
 
 /// The C library's `memcpy` and `memmove`, found at load (null until then).
 static NEXT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());

@@ -21,7 +21,7 @@ impl Shadow {
     /// arrive after this one), and at most `EMULATE_MAX` per page per
     /// background round: a page stored to many times is a page being
     /// filled, which the twin's way ships in one write.
-    fn emulate(&self, trap: &Trap, g: &mut Pages, f: &Fault, p: usize) -> bool {
+    fn emulate(&self, g: &mut Pages, f: &Fault, p: usize) -> bool {
         // The cheap reasons not to first: this runs at every store fault.
         if !emulation_on()
             || self.failed.load(Ordering::Relaxed)
@@ -46,7 +46,7 @@ impl Shadow {
         let Some(st) = f.decode_store(self.page) else {
             // A string store is a whole copy at one fault: no burst to count.
             return match (&targets[..], here.is_empty()) {
-                ([(None, target)], true) => self.emulate_rep(trap, g, f, p, target),
+                ([(None, target)], true) => self.emulate_rep(g, f, p, target),
                 _ => false,
             };
         };
@@ -72,18 +72,11 @@ impl Shadow {
             return false;
         }
         let Some(off) = self.store_offset(&st, p) else { return false };
-        if f.present != Some(true) {
-            // Absent: fetch it (loads must see the owner's bytes) and map
-            // it write-protected; the store itself is emulated below.
-            if !self.fetch(g, p, 1) {
-                return false;
-            }
-            if trap.map_in(p * self.page, self.page, true).is_err() {
-                return false;
-            }
-            let Pages { present, present_list, .. } = &mut *g;
-            set(present, present_list, p);
-        }
+        // An absent page stays absent: the store needs none of the owner's
+        // bytes, and the program's next load of the page traps and fetches
+        // it, with a read the owner serves after this write (FI_ORDER_RAW).
+        // (Fetching it here cost a read round trip and a page on the link
+        // per message into a page dropped since the last one.)
         let offset = self.seg_off + off as u64;
         let mut posted = 0;
         for (member, target) in &targets {
@@ -160,17 +153,10 @@ impl Shadow {
     /// RMA write, and the thread resumes after the instruction (or goes on
     /// with what lies past the map). One fault and one write for the whole
     /// copy, where the twin's way costs a fault and a read round trip per
-    /// run of pages before the shipment. Pages only partly written and not
-    /// mapped yet are fetched first (the rest of their bytes must be the
-    /// owner's); pages wholly written are not fetched at all.
-    fn emulate_rep(
-        &self,
-        trap: &Trap,
-        g: &mut Pages,
-        f: &Fault,
-        p: usize,
-        target: &Arc<crate::remote::RemoteTarget>,
-    ) -> bool {
+    /// run of pages before the shipment. No page is fetched: one not mapped
+    /// stays so, and its next load fetches it (the owner's bytes with this
+    /// write in them).
+    fn emulate_rep(&self, g: &mut Pages, f: &Fault, p: usize, target: &Arc<crate::remote::RemoteTarget>) -> bool {
         let Some(r) = f.decode_rep() else { return false };
         // The map's first byte in the program's address space.
         let base = (f.addr & !(self.page - 1)) - f.page;
@@ -195,20 +181,6 @@ impl Shadow {
                 }
             }
             None => data.fill(r.value),
-        }
-        // Edge pages only partly written must hold the owner's other bytes.
-        let (first, last) = (start / self.page, (start + n - 1) / self.page);
-        for q in [first, last] {
-            let partial = (q == first && start % self.page != 0)
-                || (q == last && (start + n) % self.page != 0 && start + n < self.valid);
-            if partial && !bit(&g.present, q) {
-                if !self.fetch(g, q, 1) || trap.map_in(q * self.page, self.page, true).is_err() {
-                    crate::remote::keep_buffer(data);
-                    return false;
-                }
-                let Pages { present, present_list, .. } = &mut *g;
-                set(present, present_list, q);
-            }
         }
         let offset = self.seg_off + start as u64;
         let w = match target.fabric().write_start(target.peer(), data, target.region(), offset) {
@@ -378,7 +350,7 @@ impl TrapHandler for Shadow {
         // Emulated stores still on their way need no wait before the fetch
         // below: the owner serves a read after every write this process
         // posted to it before (FI_ORDER_RAW).
-        if f.write && !dirty && self.emulate(trap, &mut g, &f, p) {
+        if f.write && !dirty && self.emulate(&mut g, &f, p) {
             return;
         }
         let (first, run) = if f.write && !dirty { self.stream_run(&mut g, p) } else { (p, 1) };
