@@ -109,8 +109,11 @@ static inline void make_stats(lat_t *L, uint64_t *ns, uint32_t n, uint32_t bad, 
     for (uint32_t i = 0; i < n; i++) {
         double us = (double)ns[i] / k;
         sum += us;
-        int b = (int)(us / BUCKET_US);
-        L->hist[b < NB ? b : NB]++;
+        /* Compared as a double: a delay past INT_MAX buckets (a clock
+         * read wrong, a torn time stamp) must land in the last bucket, not
+         * overflow the conversion into a negative index. */
+        double b = us / BUCKET_US;
+        L->hist[b < NB ? (int)b : NB]++;
     }
     uint32_t i99 = (uint32_t)ceil(0.99 * n) - 1;
     if (i99 >= n)

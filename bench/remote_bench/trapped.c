@@ -140,6 +140,13 @@ static void server_ts_run(int variant)
             continue;
         }
         uint64_t t = now_ns();
+        /* Both nodes read one host's CLOCK_MONOTONIC: a value from the
+         * future or from before the run's 600 s bound is no time stamp the
+         * client stored (a word that arrived in pieces). */
+        if (v > t + 1000000000ull || t - v > 600000000000ull)
+            fail("per-store: write %u reads 0x%016llx at %llu ns, which the client never stored "
+                 "(a time stamp that arrived in pieces)",
+                 i, (unsigned long long)v, (unsigned long long)t);
         d[seen++] = t > v ? t - v : 0;
         *(volatile uint64_t *)w = 0;         /* the slot is used again 512 rounds later */
     }

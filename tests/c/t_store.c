@@ -61,6 +61,20 @@
  *       word of whatever shipment carries it, which must land after the
  *       rest of that shipment.
  *
+ *   t_store words-owner ROUNDS SEG WRITERNODE:WRITERSEG
+ *   t_store words-writer ROUNDS MYSEG OWNERNODE:OWNERSEG
+ *       Whole words.  The writer stores all 512 8-byte words of the owner's
+ *       one-page segment with plain 8-byte stores, round r's value in each:
+ *       its lowest and highest bytes are r's (they change every round), the
+ *       six bytes between are the same in every round, so a shipment that
+ *       compares the page with what the owner had sees two changed bytes
+ *       with six unchanged ones between them.  Then SCIFlush and a spin on
+ *       its own ack word.  The owner spins over its words until every one
+ *       holds round r's value, and fails at once if any word it reads is
+ *       not a value the writer stored (low and high byte of different
+ *       rounds: a word that arrived in pieces); then it stores r into the
+ *       writer's ack word.
+ *
  *   t_store halves-owner ROUNDS SEG W1NODE:W1SEG W2NODE:W2SEG
  *   t_store halves-writer ROUNDS K OWNERNODE:OWNERSEG MYSEG
  *       Two streaming writers, one page apart in every byte (three nodes).
@@ -512,6 +526,88 @@ static int halves_writer(uint32_t rounds, unsigned k, const char *owner, unsigne
     return 0;
 }
 
+/* ---- whole words ------------------------------------------------------------------ */
+
+#define WORDS_MID 0x005a5a5a5a5a5a00ull
+/* Round r's word: r's byte at both ends, the same six bytes between. */
+static inline uint64_t words_value(uint32_t r)
+{
+    uint64_t b = (uint64_t)(r % 255u + 1u);
+    return b << 56 | WORDS_MID | b;
+}
+
+static int words_owner(uint32_t rounds, unsigned segid, const char *writer)
+{
+    unsigned node;
+    sci_desc_t sd = open_sd(&node);
+    struct lseg own;
+    lseg_create(sd, &own, segid, PAGE, 1);
+    struct rseg ack;
+    rseg_connect(sd, &ack, writer, 0, PAGE);
+    volatile uint64_t *w = (volatile uint64_t *)own.p;
+    printf("WORDS OWNER READY node=%u seg=0x%x rounds=%u\n", node, segid, rounds);
+    uint64_t t0 = now_ms(), reads = 0;
+    for (uint32_t r = 1; r <= rounds; r++) {
+        uint64_t want = words_value(r), before = r > 1 ? words_value(r - 1) : 0;
+        uint64_t deadline = now_ms() + wait_ms;
+        for (;;) {
+            unsigned here = 0;
+            for (unsigned k = 0; k < PAGE / 8; k++) {
+                uint64_t v = w[k];
+                reads++;
+                if (v == want)
+                    here++;
+                else if (v != before)
+                    FAILF("round %u of %u: word %u reads 0x%016" PRIx64 ", which the writer never "
+                          "stored (this round's 0x%016" PRIx64 ", the last one's 0x%016" PRIx64
+                          "): a word that arrived in pieces",
+                          r, rounds, k, v, want, before);
+            }
+            if (here == PAGE / 8)
+                break;
+            if (now_ms() > deadline)
+                FAILF("round %u of %u: %u of %u words hold this round's value after %" PRIu64 " ms",
+                      r, rounds, here, PAGE / 8, wait_ms);
+        }
+        *word_at(ack.p, 0) = r;
+        SCIFlush(NULL, NO_FLAGS);
+    }
+    printf("WORDS OWNER DONE rounds=%u reads=%" PRIu64 " ms=%" PRIu64 "\n", rounds, reads,
+           now_ms() - t0);
+    rseg_release(&ack);
+    lseg_release(&own, 1);
+    close_sd(sd);
+    return 0;
+}
+
+static int words_writer(uint32_t rounds, unsigned myseg, const char *owner)
+{
+    unsigned node;
+    sci_desc_t sd = open_sd(&node);
+    struct lseg own;
+    lseg_create(sd, &own, myseg, PAGE, 1);
+    struct rseg box;
+    rseg_connect(sd, &box, owner, 0, PAGE);
+    volatile uint64_t *w = (volatile uint64_t *)box.p;
+    volatile uint32_t *ackw = word_at(own.p, 0);
+    printf("WORDS WRITER READY node=%u owner=%u\n", node, box.node);
+    for (uint32_t r = 1; r <= rounds; r++) {
+        uint64_t v = words_value(r);
+        for (unsigned k = 0; k < PAGE / 8; k++)
+            w[k] = v;
+        SCIFlush(NULL, NO_FLAGS);
+        uint64_t deadline = now_ms() + wait_ms;
+        if (!SPIN_UNTIL(*ackw == r, deadline))
+            FAILF("round %u of %u: no ack within %" PRIu64 " ms (ack word %u)", r, rounds, wait_ms,
+                  *ackw);
+    }
+    printf("WORDS WRITER DONE rounds=%u\n", rounds);
+    rseg_release(&box);
+    lseg_release(&own, 1);
+    close_sd(sd);
+    return 0;
+}
+
 /* ---- spinning ping-pong ---------------------------------------------------------- */
 
 /* Byte i of round r's message. */
@@ -867,6 +963,8 @@ int main(int argc, char **argv)
                 "  pingpong ping|pong ROUNDS SIZE MYSEG PEERNODE:PEERSEG [MSG]\n"
                 "  order-recv ROUNDS SIZE MYSEG SENDERNODE:SENDERSEG\n"
                 "  order-send ROUNDS MYSEG RECVNODE:RECVSEG [noflush-down]\n"
+                "  words-owner ROUNDS SEG WRITERNODE:WRITERSEG\n"
+                "  words-writer ROUNDS MYSEG OWNERNODE:OWNERSEG\n"
                 "  halves-owner ROUNDS SEG W1NODE:W1SEG W2NODE:W2SEG\n"
                 "  halves-writer ROUNDS K OWNERNODE:OWNERSEG MYSEG\n"
                 "  big-owner SEG SIZE\n"
@@ -903,6 +1001,12 @@ int main(int argc, char **argv)
         return order_send((uint32_t)argu(argc, argv, 2), (unsigned)argu(argc, argv, 3),
                           arg(argc, argv, 4),
                           argc > 5 && strcmp(argv[5], "noflush-down") == 0 ? 0 : 1);
+    if (strcmp(role, "words-owner") == 0)
+        return words_owner((uint32_t)argu(argc, argv, 2), (unsigned)argu(argc, argv, 3),
+                           arg(argc, argv, 4));
+    if (strcmp(role, "words-writer") == 0)
+        return words_writer((uint32_t)argu(argc, argv, 2), (unsigned)argu(argc, argv, 3),
+                            arg(argc, argv, 4));
     if (strcmp(role, "halves-owner") == 0)
         return halves_owner((uint32_t)argu(argc, argv, 2), (unsigned)argu(argc, argv, 3),
                             arg(argc, argv, 4), arg(argc, argv, 5));

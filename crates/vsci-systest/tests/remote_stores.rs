@@ -63,6 +63,8 @@ const ROUNDS: &str = "10000";
 const GUEST_TCG_ROUNDS: &str = "1000";
 /// Rounds of the two-streaming-writers test (1 MiB written per round).
 const HALVES_ROUNDS: &str = "300";
+/// Rounds of the whole-words test (one page of 8-byte words per round).
+const WORDS_ROUNDS: &str = "1000";
 /// Rounds of the flag-after-payload test.
 const ORDER_ROUNDS: &str = "3000";
 
@@ -323,6 +325,34 @@ fn two_streaming_writers_share_every_page() {
     for id in [1, 2, 3] {
         c.wait_clean(id, "after the streaming writers");
     }
+}
+
+/// A value stored in one 8-byte store arrives whole: a writer fills a page
+/// with 8-byte words whose two end bytes change every round and whose six
+/// middle bytes never do (so the changed bytes of each word have unchanged
+/// ones between them), the owner spins over the words while they land and
+/// fails at any word that mixes two rounds.
+///
+/// Not in the test command: it fails in about one run in two, always at
+/// the last word of a round, which a shipment sends as its own 8-byte RMA
+/// write after the rest. libfabric's tcp provider places an RMA write's
+/// bytes as they come off the socket, so when a send is cut short (a full
+/// socket buffer) the owner can read the first bytes of a word before the
+/// rest arrive. A word's changed bytes used to be split into separate
+/// writes by the shipment itself, and this test failed at once (round 2,
+/// any word); see the note on the store contract in docs/api.md.
+#[test]
+#[ignore = "libfabric's tcp provider can place one 8-byte write in two pieces (docs/api.md, the store contract)"]
+fn words_arrive_whole() {
+    let _g = serial();
+    let Some(c) = Cluster::start(&[1, 2]) else { return };
+    let owner = spawn(&c, 1, &["words-owner", WORDS_ROUNDS, "0x5770", "2:0x5771"]);
+    let writer = spawn(&c, 2, &["words-writer", WORDS_ROUNDS, "0x5771", "1:0x5770"]);
+    let outs = run_together(vec![owner, writer], RUN);
+    outs[0].assert_contains(&format!("WORDS OWNER DONE rounds={WORDS_ROUNDS}"));
+    outs[1].assert_contains(&format!("WORDS WRITER DONE rounds={WORDS_ROUNDS}"));
+    let line = outs[0].stdout.lines().find(|l| l.contains("WORDS OWNER DONE")).unwrap_or_default();
+    eprintln!("whole words: {line}");
 }
 
 // ---- spinning ping-pong --------------------------------------------------------------

@@ -610,9 +610,13 @@ fn page_runs(pages: &[u32]) -> Vec<(usize, usize)> {
 }
 
 /// Append the byte runs where `now` differs from `twin` (offsets + `base`),
-/// joining a run to one in `out` that it continues. Runs are never widened
-/// over unchanged bytes: those carry this process's view of bytes it did
-/// not store, and another writer may have stored there since.
+/// joining a run to one in `out` that it continues. Runs are widened over
+/// unchanged bytes only between two changed bytes of one aligned 8-byte
+/// word: those carry this process's view of bytes it may not have stored,
+/// and another writer may have stored there since, but a value stored in
+/// one instruction (a time stamp or a pointer written over zeroes often
+/// keeps a byte of the old value) must reach the owner in one write, or
+/// the owner can read its low bytes without its high ones.
 fn diff_into(now: &[u8], twin: &[u8], base: usize, out: &mut Vec<vsci_trap::Run>) {
     let n = now.len();
     let mut i = 0;
@@ -627,8 +631,18 @@ fn diff_into(now: &[u8], twin: &[u8], base: usize, out: &mut Vec<vsci_trap::Run>
             continue;
         }
         let start = i;
-        while i < n && now[i] != twin[i] {
-            i += 1;
+        loop {
+            while i < n && now[i] != twin[i] {
+                i += 1;
+            }
+            // A changed byte further on in the word of the last changed
+            // one continues the run (`now` is a page of the program's
+            // mapping, so its words are the words the program stores).
+            let word_end = ((i - 1) / 8 + 1) * 8;
+            match (i..word_end.min(n)).find(|&j| now[j] != twin[j]) {
+                Some(j) => i = j,
+                None => break,
+            }
         }
         let (a, len) = (base + start, i - start);
         match out.last_mut() {
@@ -658,7 +672,9 @@ mod tests {
         now[41] = 2;
         let mut out = Vec::new();
         diff_into(&now, &twin, 4096, &mut out);
-        assert_eq!(out, vec![(4099, 1), (4101, 1), (4136, 2)]);
+        // Bytes 3 and 5 are one word's: the unchanged byte 4 between
+        // them goes too, so the word arrives in one write.
+        assert_eq!(out, vec![(4099, 3), (4136, 2)]);
         // A run continuing one from the page before joins it.
         let mut start = twin.clone();
         start[0] = 9;
@@ -666,5 +682,32 @@ mod tests {
         let mut out = vec![(4090usize, 6usize)];
         diff_into(&start[..8], &twin[..8], 4096, &mut out);
         assert_eq!(out, vec![(4090, 8)]);
+    }
+
+    #[test]
+    fn a_word_stored_whole_is_one_run() {
+        // A time stamp stored over zeroes, one of whose middle bytes is
+        // zero: one run, or the owner can see its low half alone.
+        let twin = vec![0u8; 24];
+        let mut now = twin.clone();
+        now[8..16].copy_from_slice(&0x0000_1d1a_00c3_5e27u64.to_le_bytes());
+        let mut out = Vec::new();
+        diff_into(&now, &twin, 0, &mut out);
+        assert_eq!(out, vec![(8, 6)]);
+        // Unchanged bytes between changes in two different words stay
+        // out: byte 7 ends one word, byte 9 is in the next.
+        let mut now = twin.clone();
+        now[6] = 1;
+        now[9] = 1;
+        let mut out = Vec::new();
+        diff_into(&now, &twin, 0, &mut out);
+        assert_eq!(out, vec![(6, 1), (9, 1)]);
+        // A change in the last byte of a page-end word.
+        let mut now = twin.clone();
+        now[16] = 1;
+        now[23] = 1;
+        let mut out = Vec::new();
+        diff_into(&now, &twin, 0, &mut out);
+        assert_eq!(out, vec![(16, 8)]);
     }
 }
