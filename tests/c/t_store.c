@@ -557,11 +557,17 @@ static int words_owner(uint32_t rounds, unsigned segid, const char *writer)
                 reads++;
                 if (v == want)
                     here++;
-                else if (v != before)
+                else if (v != before) {
+                    /* What the word holds a moment later tells a word
+                     * placed in pieces (it becomes whole) from bytes lost. */
+                    uint64_t until = now_ms() + 1000, later = v;
+                    while (now_ms() < until && (later = w[k]) == v)
+                        ;
                     FAILF("round %u of %u: word %u reads 0x%016" PRIx64 ", which the writer never "
                           "stored (this round's 0x%016" PRIx64 ", the last one's 0x%016" PRIx64
-                          "): a word that arrived in pieces",
-                          r, rounds, k, v, want, before);
+                          "): a word that arrived in pieces; then 0x%016" PRIx64,
+                          r, rounds, k, v, want, before, later);
+                }
             }
             if (here == PAGE / 8)
                 break;
