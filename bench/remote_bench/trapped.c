@@ -142,11 +142,22 @@ static void server_ts_run(int variant)
         uint64_t t = now_ns();
         /* Both nodes read one host's CLOCK_MONOTONIC: a value from the
          * future or from before the run's 600 s bound is no time stamp the
-         * client stored (a word that arrived in pieces). */
-        if (v > t + 1000000000ull || t - v > 600000000000ull)
-            fail("per-store: write %u reads 0x%016llx at %llu ns, which the client never stored "
-                 "(a time stamp that arrived in pieces)",
-                 i, (unsigned long long)v, (unsigned long long)t);
+         * client stored but one read while it was being placed (docs/api.md,
+         * store contract item 7). Say so, and time the whole value once it
+         * shows; a value that never becomes one is a failure. */
+        if (v > t + 1000000000ull || t - v > 600000000000ull) {
+            uint64_t torn = v;
+            while ((v = *w) == torn)
+                if (spin_late(&n, &deadline))
+                    fail("per-store: write %u reads 0x%016llx, which the client never stored, "
+                         "for %.0f s", i, (unsigned long long)torn, opt.timeout);
+            t = now_ns();
+            if (v > t + 1000000000ull || t - v > 600000000000ull)
+                fail("per-store: write %u reads 0x%016llx, then 0x%016llx: no time stamp the "
+                     "client stored", i, (unsigned long long)torn, (unsigned long long)v);
+            fprintf(stderr, "remote_bench: per-store write %u read in pieces (0x%016llx), then "
+                    "whole\n", i, (unsigned long long)torn);
+        }
         d[seen++] = t > v ? t - v : 0;
         *(volatile uint64_t *)w = 0;         /* the slot is used again 512 rounds later */
     }
