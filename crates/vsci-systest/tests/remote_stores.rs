@@ -335,13 +335,14 @@ fn two_streaming_writers_share_every_page() {
 ///
 /// Not in the test command: it failed in 5 of 6 runs idle, 4 of 23 under
 /// load, always at the word the writer stored last, which the owner reads
-/// with its low byte new and its high byte old and a moment later whole (a
-/// write placed in pieces by the owner's node; never with `VSCI_EMULATE=0`
-/// in 8 runs).
+/// with its low byte new and its high byte old and a moment later whole:
+/// the shipment's last word, an 8-byte RMA write that the owner's provider
+/// placed in two parts (branch w-atomic sends it as an atomic write and
+/// passed 20 of 20).
 /// Before shipments kept a word's bytes in one write it failed at once
 /// (round 2, any word). docs/design.md, "Where a word can still tear".
 #[test]
-#[ignore = "the owner's node can place a store sent at once in pieces (docs/design.md, where a word can still tear)"]
+#[ignore = "the owner's node can place an 8-byte write in two parts (docs/design.md, where a word can still tear)"]
 fn words_arrive_whole() {
     let _g = serial();
     let Some(c) = Cluster::start(&[1, 2]) else { return };
