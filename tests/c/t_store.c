@@ -529,11 +529,15 @@ static int halves_writer(uint32_t rounds, unsigned k, const char *owner, unsigne
 /* ---- whole words ------------------------------------------------------------------ */
 
 #define WORDS_MID 0x005a5a5a5a5a5a00ull
-/* Round r's word: r's byte at both ends, the same six bytes between. */
+#define WORDS_NARROW_MID 0x000000005a5a5a00ull
+/* With "narrow", r's byte is bytes 0 and 5 and bytes 6-7 stay 0, so what a
+ * shipment sends of a word is six bytes of it, not all eight. */
+static int words_narrow;
+/* Round r's word: r's byte at both ends, the same bytes between. */
 static inline uint64_t words_value(uint32_t r)
 {
     uint64_t b = (uint64_t)(r % 255u + 1u);
-    return b << 56 | WORDS_MID | b;
+    return words_narrow ? b << 40 | WORDS_NARROW_MID | b : b << 56 | WORDS_MID | b;
 }
 
 static int words_owner(uint32_t rounds, unsigned segid, const char *writer)
@@ -969,8 +973,8 @@ int main(int argc, char **argv)
                 "  pingpong ping|pong ROUNDS SIZE MYSEG PEERNODE:PEERSEG [MSG]\n"
                 "  order-recv ROUNDS SIZE MYSEG SENDERNODE:SENDERSEG\n"
                 "  order-send ROUNDS MYSEG RECVNODE:RECVSEG [noflush-down]\n"
-                "  words-owner ROUNDS SEG WRITERNODE:WRITERSEG\n"
-                "  words-writer ROUNDS MYSEG OWNERNODE:OWNERSEG\n"
+                "  words-owner ROUNDS SEG WRITERNODE:WRITERSEG [narrow]\n"
+                "  words-writer ROUNDS MYSEG OWNERNODE:OWNERSEG [narrow]\n"
                 "  halves-owner ROUNDS SEG W1NODE:W1SEG W2NODE:W2SEG\n"
                 "  halves-writer ROUNDS K OWNERNODE:OWNERSEG MYSEG\n"
                 "  big-owner SEG SIZE\n"
@@ -1007,6 +1011,7 @@ int main(int argc, char **argv)
         return order_send((uint32_t)argu(argc, argv, 2), (unsigned)argu(argc, argv, 3),
                           arg(argc, argv, 4),
                           argc > 5 && strcmp(argv[5], "noflush-down") == 0 ? 0 : 1);
+    words_narrow = argc > 5 && strcmp(argv[5], "narrow") == 0;
     if (strcmp(role, "words-owner") == 0)
         return words_owner((uint32_t)argu(argc, argv, 2), (unsigned)argu(argc, argv, 3),
                            arg(argc, argv, 4));

@@ -338,16 +338,29 @@ fn two_streaming_writers_share_every_page() {
 /// with its low byte new and its high byte old and a moment later whole:
 /// the shipment's last word, an 8-byte RMA write that the owner's provider
 /// placed in two parts (branch w-atomic sends it as an atomic write and
-/// passed 20 of 20).
-/// Before shipments kept a word's bytes in one write it failed at once
-/// (round 2, any word). docs/design.md, "Where a word can still tear".
+/// passed 28 of 28).
 #[test]
 #[ignore = "the owner's node can place an 8-byte write in two parts (docs/design.md, where a word can still tear)"]
 fn words_arrive_whole() {
+    words(false);
+}
+
+/// The same with words whose changed bytes are six of the eight (bytes 0
+/// and 5 change, 6 and 7 stay zero, as in a counter or a time stamp): each
+/// word is then a run of its own in the shipment. Not in the test command:
+/// it failed in every run (docs/design.md, where a word can still tear).
+#[test]
+#[ignore = "the owner's node can place a short run of an RMA write in two parts (docs/design.md, where a word can still tear)"]
+fn narrow_words_arrive_whole() {
+    words(true);
+}
+
+fn words(narrow: bool) {
     let _g = serial();
     let Some(c) = Cluster::start(&[1, 2]) else { return };
-    let owner = spawn(&c, 1, &["words-owner", WORDS_ROUNDS, "0x5770", "2:0x5771"]);
-    let writer = spawn(&c, 2, &["words-writer", WORDS_ROUNDS, "0x5771", "1:0x5770"]);
+    let n = if narrow { "narrow" } else { "wide" };
+    let owner = spawn(&c, 1, &["words-owner", WORDS_ROUNDS, "0x5770", "2:0x5771", n]);
+    let writer = spawn(&c, 2, &["words-writer", WORDS_ROUNDS, "0x5771", "1:0x5770", n]);
     let outs = run_together(vec![owner, writer], RUN);
     outs[0].assert_contains(&format!("WORDS OWNER DONE rounds={WORDS_ROUNDS}"));
     outs[1].assert_contains(&format!("WORDS WRITER DONE rounds={WORDS_ROUNDS}"));
