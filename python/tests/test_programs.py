@@ -115,9 +115,17 @@ sys.exit(1)
 """
 
 
+def _default_sigint():
+    # What a terminal gives a program: Python turns SIGINT into
+    # KeyboardInterrupt only if it starts with SIGINT at its default. A run
+    # started in the background of a non-interactive shell (nohup ... &)
+    # passes SIGINT down ignored, and the waiter would never see Ctrl-C.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("mode", ["interrupt", "data", "connect", "event", "dma"])
 def test_ctrl_c_interrupts_blocking_waits(fresh_node, mode):
-    p = start(fresh_node, [sys.executable, "-c", WAITER, mode])
+    p = start(fresh_node, [sys.executable, "-c", WAITER, mode], preexec_fn=_default_sigint)
     wait_line(p, "waiting")
     time.sleep(0.3)   # well inside the wait
     t0 = time.monotonic()
