@@ -530,17 +530,16 @@ static int halves_writer(uint32_t rounds, unsigned k, const char *owner, unsigne
 
 #define WORDS_MID 0x005a5a5a5a5a5a00ull
 #define WORDS_NARROW_MID 0x000000005a5a5a00ull
-/* With "narrow", r's byte is bytes 0 and 5 and bytes 6-7 stay 0, so what a
+/* Round r's word: r's byte at both ends, the same bytes between. With
+ * `narrow`, r's byte is bytes 0 and 5 and bytes 6-7 stay 0, so what a
  * shipment sends of a word is six bytes of it, not all eight. */
-static int words_narrow;
-/* Round r's word: r's byte at both ends, the same bytes between. */
-static inline uint64_t words_value(uint32_t r)
+static inline uint64_t words_value(uint32_t r, int narrow)
 {
     uint64_t b = (uint64_t)(r % 255u + 1u);
-    return words_narrow ? b << 40 | WORDS_NARROW_MID | b : b << 56 | WORDS_MID | b;
+    return narrow ? b << 40 | WORDS_NARROW_MID | b : b << 56 | WORDS_MID | b;
 }
 
-static int words_owner(uint32_t rounds, unsigned segid, const char *writer)
+static int words_owner(uint32_t rounds, unsigned segid, const char *writer, int narrow)
 {
     unsigned node;
     sci_desc_t sd = open_sd(&node);
@@ -552,7 +551,7 @@ static int words_owner(uint32_t rounds, unsigned segid, const char *writer)
     printf("WORDS OWNER READY node=%u seg=0x%x rounds=%u\n", node, segid, rounds);
     uint64_t t0 = now_ms(), reads = 0;
     for (uint32_t r = 1; r <= rounds; r++) {
-        uint64_t want = words_value(r), before = r > 1 ? words_value(r - 1) : 0;
+        uint64_t want = words_value(r, narrow), before = r > 1 ? words_value(r - 1, narrow) : 0;
         uint64_t deadline = now_ms() + wait_ms;
         for (;;) {
             unsigned here = 0;
@@ -590,7 +589,7 @@ static int words_owner(uint32_t rounds, unsigned segid, const char *writer)
     return 0;
 }
 
-static int words_writer(uint32_t rounds, unsigned myseg, const char *owner)
+static int words_writer(uint32_t rounds, unsigned myseg, const char *owner, int narrow)
 {
     unsigned node;
     sci_desc_t sd = open_sd(&node);
@@ -602,7 +601,7 @@ static int words_writer(uint32_t rounds, unsigned myseg, const char *owner)
     volatile uint32_t *ackw = word_at(own.p, 0);
     printf("WORDS WRITER READY node=%u owner=%u\n", node, box.node);
     for (uint32_t r = 1; r <= rounds; r++) {
-        uint64_t v = words_value(r);
+        uint64_t v = words_value(r, narrow);
         for (unsigned k = 0; k < PAGE / 8; k++)
             w[k] = v;
         SCIFlush(NULL, NO_FLAGS);
@@ -1011,13 +1010,12 @@ int main(int argc, char **argv)
         return order_send((uint32_t)argu(argc, argv, 2), (unsigned)argu(argc, argv, 3),
                           arg(argc, argv, 4),
                           argc > 5 && strcmp(argv[5], "noflush-down") == 0 ? 0 : 1);
-    words_narrow = argc > 5 && strcmp(argv[5], "narrow") == 0;
     if (strcmp(role, "words-owner") == 0)
         return words_owner((uint32_t)argu(argc, argv, 2), (unsigned)argu(argc, argv, 3),
-                           arg(argc, argv, 4));
+                           arg(argc, argv, 4), argc > 5 && strcmp(argv[5], "narrow") == 0);
     if (strcmp(role, "words-writer") == 0)
         return words_writer((uint32_t)argu(argc, argv, 2), (unsigned)argu(argc, argv, 3),
-                            arg(argc, argv, 4));
+                            arg(argc, argv, 4), argc > 5 && strcmp(argv[5], "narrow") == 0);
     if (strcmp(role, "halves-owner") == 0)
         return halves_owner((uint32_t)argu(argc, argv, 2), (unsigned)argu(argc, argv, 3),
                             arg(argc, argv, 4), arg(argc, argv, 5));
