@@ -110,11 +110,16 @@ fn links_kept(c: &Cluster) {
     for id in [1, 2] {
         let log = c.node(id).log_text();
         for bad in ["link down", "declared dead", "closing its link"] {
-            assert!(!log.contains(bad), "node {id} logged {bad:?}:\n{log}");
+            // Both sides' logs: a link's end is often explained by the other side.
+            assert!(!log.contains(bad), "node {id} logged {bad:?}:\n{}", all_logs(c, &[1, 2]));
         }
     }
     c.wait_peer(1, 2, "\"up\"", LINE_TIMEOUT, |s| s == Some("up"));
     c.wait_peer(2, 1, "\"up\"", LINE_TIMEOUT, |s| s == Some("up"));
+}
+
+fn all_logs(c: &Cluster, ids: &[u32]) -> String {
+    ids.iter().map(|&id| format!("--- node {id} ---\n{}", c.node(id).log_text())).collect()
 }
 
 /// The owner's node stops for 3 s, then for 10 s, in the middle of the
@@ -166,7 +171,7 @@ fn three_nodes_owner_then_writer_paused_3s() {
     for id in [1, 2, 3] {
         let log = c.node(id).log_text();
         for bad in ["link down", "declared dead"] {
-            assert!(!log.contains(bad), "node {id} logged {bad:?}:\n{log}");
+            assert!(!log.contains(bad), "node {id} logged {bad:?}:\n{}", all_logs(&c, &[1, 2, 3]));
         }
         for peer in [1, 2, 3].into_iter().filter(|p| *p != id) {
             c.wait_peer(id, peer, "\"up\"", LINE_TIMEOUT, |s| s == Some("up"));
@@ -199,11 +204,42 @@ fn link_cut_for_3s() {
     let w = start_writers(&c, 2, 1, 0x7a30, STORES, &[]);
     c.cut_link(2);
     std::thread::sleep(Duration::from_secs(3));
-    c.restore_link(2);
+    let out = c.restore_link(2);
     all_arrived(w);
-    links_kept(&c);
+    if out <= SHORT_CUT {
+        links_kept(&c);
+    } else {
+        // The kernel kept the cable out longer than asked (see
+        // `restore_link`): past a few seconds TCP's retransmissions back off
+        // and the link may end at its user timeout. What must hold then is
+        // what holds after any longer cut.
+        eprintln!("the cable was out for up to {} ms, not 3 s; checking what any longer cut keeps", out.as_millis());
+        came_back_alive(&c);
+    }
     c.assert_running(1);
     c.assert_running(2);
+}
+
+/// The longest outage after which a link must still not have dropped: the
+/// 3 s cut plus slack. TCP retransmits after 0.2, 0.6, 1.4, 3.0, 6.2, 12.6
+/// s (from a 200 ms timeout, doubling); a cable back within 6 s is found by
+/// a retransmission well inside the 20 s user timeout, however the round
+/// trip had set the first timeout.
+const SHORT_CUT: Duration = Duration::from_secs(6);
+
+/// After a cut long enough to end a link: nobody declared the other dead,
+/// and both nodes see each other up again (connections continuing is
+/// checked by the writers: no SCI_CB_LOST before their acknowledgement).
+fn came_back_alive(c: &Cluster) {
+    for id in [1, 2] {
+        assert!(
+            !c.node(id).log_text().contains("declared dead"),
+            "node {id} declared its peer dead:\n{}",
+            all_logs(c, &[1, 2])
+        );
+    }
+    c.wait_peer(1, 2, "\"up\"", LINE_TIMEOUT, |s| s == Some("up"));
+    c.wait_peer(2, 1, "\"up\"", LINE_TIMEOUT, |s| s == Some("up"));
 }
 
 /// Node 2's cable is pulled for 30 s, longer than the node links' TCP user
@@ -217,11 +253,7 @@ fn link_cut_for_30s() {
     std::thread::sleep(Duration::from_secs(30));
     c.restore_link(2);
     all_arrived(w);
-    for id in [1, 2] {
-        assert!(!c.node(id).log_text().contains("declared dead"), "node {id} declared its peer dead");
-    }
-    c.wait_peer(1, 2, "\"up\"", LINE_TIMEOUT, |s| s == Some("up"));
-    c.wait_peer(2, 1, "\"up\"", LINE_TIMEOUT, |s| s == Some("up"));
+    came_back_alive(&c);
     c.assert_running(1);
     c.assert_running(2);
 }
@@ -266,10 +298,16 @@ fn guest_writer_owner_node_paused_3s() {
 /// With a 1 s TCP user timeout the same cut ends the node link: the
 /// writers' connections hear SCI_CB_NOT_OPERATIONAL; once the cable is
 /// back the link is dialled again, continues the old connections
-/// (SCI_CB_OPERATIONAL) and nothing is lost.
+/// (SCI_CB_OPERATIONAL) and nothing is lost. The peer is declared dead
+/// only after 10 minutes here: plugging the cable back in can wait on the
+/// kernel for minutes on a loaded machine (see `Cluster::restore_link`),
+/// and this test is about a link that comes back, not about death
+/// (`peer_declared_dead_is_reported`).
 #[test]
 fn link_dropped_and_back_keeps_connections() {
-    let Some(mut c) = Cluster::start_settings(&[1, 2], "link_timeout_ms = 1000") else { return };
+    let Some(mut c) = Cluster::start_settings(&[1, 2], "link_timeout_ms = 1000\nnode_dead_after_ms = 600000") else {
+        return;
+    };
     let w = start_writers(&c, 2, 1, 0x7a40, STORES, &[]);
     c.cut_link(2);
     c.wait_peer(1, 2, "\"link down\"", Duration::from_secs(60), |s| s == Some("link down"));

@@ -77,6 +77,9 @@ pub struct Cluster {
     namespaces: Vec<String>,
     pub subnet: u8,
     pub dir: TempDir,
+    /// When each member's cable was last pulled (`cut_link`), until it is
+    /// plugged back in.
+    cut_at: std::sync::Mutex<std::collections::HashMap<u32, Instant>>,
 }
 
 fn ip_cmd(args: &[&str]) -> std::process::Output {
@@ -193,6 +196,7 @@ impl Cluster {
             namespaces: vec![bridge_ns.clone()],
             subnet,
             dir,
+            cut_at: Default::default(),
         };
 
         // The bridge, in its own namespace.
@@ -487,15 +491,36 @@ impl Cluster {
     }
 
     /// Pull member `id`'s cable: its veth's bridge end goes down, so its
-    /// packets are dropped silently (no reset reaches anyone).
-    pub fn cut_link(&self, id: u32) {
-        let n = self.node(id);
-        ip(&["-n", &self.bridge_ns, "link", "set", &n.br_if, "down"]);
+    /// packets are dropped silently (no reset reaches anyone). Returns when
+    /// the command was started: the cable is out from about then.
+    pub fn cut_link(&self, id: u32) -> Instant {
+        self.set_port(id, "down")
     }
 
-    pub fn restore_link(&self, id: u32) {
+    /// Plug member `id`'s cable back in. Returns how long the cable was out
+    /// at most: from the start of the last `cut_link` of it (or of this
+    /// call, if none) until the kernel had put the port back up. That can
+    /// be much longer than the caller slept: `ip link` waits for the
+    /// kernel's network configuration lock, which other namespaces being
+    /// set up or torn down (other tests, guests) may hold for seconds.
+    pub fn restore_link(&self, id: u32) -> Duration {
+        let start = self.set_port(id, "up");
+        let since = self.cut_at.lock().unwrap().remove(&id).unwrap_or(start);
+        since.elapsed()
+    }
+
+    fn set_port(&self, id: u32, state: &str) -> Instant {
         let n = self.node(id);
-        ip(&["-n", &self.bridge_ns, "link", "set", &n.br_if, "up"]);
+        let start = Instant::now();
+        ip(&["-n", &self.bridge_ns, "link", "set", &n.br_if, state]);
+        let took = start.elapsed();
+        if took > Duration::from_secs(1) {
+            eprintln!("setting node {id}'s cable {state} took {} ms (ip link waited for the kernel)", took.as_millis());
+        }
+        if state == "down" {
+            self.cut_at.lock().unwrap().insert(id, start);
+        }
+        start
     }
 
     /// Stop members `ids` the way a paused VM stops: SIGSTOP their vscid and
