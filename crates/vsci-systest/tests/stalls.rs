@@ -210,22 +210,32 @@ fn owner_node_paused_60s() {
 fn link_cut_for_3s() {
     let Some(mut c) = Cluster::start(&[1, 2]) else { return };
     let w = start_writers(&c, 2, 1, 0x7a30, STORES, &[]);
-    c.cut_link(2);
-    std::thread::sleep(Duration::from_secs(3));
-    let out = c.restore_link(2);
+    let out = cut_for_3s(&c);
     all_arrived(w);
-    if out <= SHORT_CUT {
-        links_kept(&c);
-    } else {
-        // The kernel kept the cable out longer than asked (see
-        // `restore_link`): past a few seconds TCP's retransmissions back off
-        // and the link may end at its user timeout. What must hold then is
-        // what holds after any longer cut.
-        eprintln!("the cable was out for up to {} ms, not 3 s; checking what any longer cut keeps", out.as_millis());
-        came_back_alive(&c);
-    }
+    links_kept_after(&c, out);
     c.assert_running(1);
     c.assert_running(2);
+}
+
+/// Pull node 2's cable for 3 s; returns how long it was really out.
+fn cut_for_3s(c: &Cluster) -> Duration {
+    c.cut_link(2);
+    std::thread::sleep(Duration::from_secs(3));
+    c.restore_link(2)
+}
+
+/// After a cut of `out`: no link dropped if it was short. The kernel can
+/// keep the cable out longer than asked (see `Cluster::restore_link`);
+/// past a few seconds TCP's retransmissions back off and the link may end
+/// at its user timeout, so what must hold then is what holds after any
+/// longer cut.
+fn links_kept_after(c: &Cluster, out: Duration) {
+    if out <= SHORT_CUT {
+        links_kept(c);
+    } else {
+        eprintln!("the cable was out for up to {} ms, not 3 s; checking what any longer cut keeps", out.as_millis());
+        came_back_alive(c);
+    }
 }
 
 /// The longest outage after which a link must still not have dropped: the
@@ -364,17 +374,8 @@ fn guest_writers_link_cut_for_3s() {
     }
     let Some(mut c) = Cluster::start(&[1, 2]) else { return };
     let mut out = Duration::ZERO;
-    guest_writers_through(&c, 0x7a62, "cut", |c| {
-        c.cut_link(2);
-        std::thread::sleep(Duration::from_secs(3));
-        out = c.restore_link(2);
-    });
-    if out <= SHORT_CUT {
-        links_kept(&c);
-    } else {
-        eprintln!("the cable was out for up to {} ms, not 3 s", out.as_millis());
-        came_back_alive(&c);
-    }
+    guest_writers_through(&c, 0x7a62, "cut", |c| out = cut_for_3s(c));
+    links_kept_after(&c, out);
     c.assert_running(1);
     c.assert_running(2);
 }
