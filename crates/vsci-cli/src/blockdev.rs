@@ -86,7 +86,7 @@ impl vsci_nbd::Backend for Device {
 }
 
 pub fn run(a: BlockdevArgs) -> Result<()> {
-    if a.stripe == 0 || a.stripe % 4096 != 0 {
+    if a.stripe == 0 || !a.stripe.is_multiple_of(4096) {
         bail!("--stripe must be a positive multiple of 4096");
     }
     let node = a.socket.clone().unwrap_or_else(vsci_proto::socket_path);

@@ -274,7 +274,7 @@ fn client_side(c: &Client, round_trips: u32, stream_bytes: u64) -> Result<()> {
         std::hint::black_box(&mut private);
     }
     let mem_bw = (passes * chunk) as f64 / t.elapsed().as_secs_f64() / 1e9;
-    println!("[client] streamed {} MiB into the segment: {seg_bw:.2} GB/s; memcpy into private memory: {mem_bw:.2} GB/s; ratio {:.2}", passes * chunk >> 20, seg_bw / mem_bw);
+    println!("[client] streamed {} MiB into the segment: {seg_bw:.2} GB/s; memcpy into private memory: {mem_bw:.2} GB/s; ratio {:.2}", (passes * chunk) >> 20, seg_bw / mem_bw);
 
     drop(map);
     rs.disconnect().map_err(sci)?;

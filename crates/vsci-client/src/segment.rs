@@ -251,13 +251,13 @@ impl LocalSegment {
         if addr == 0 {
             return Err(SciError::IllegalParameter);
         }
-        if addr % crate::map::PAGE != 0 {
+        if !addr.is_multiple_of(crate::map::PAGE) {
             return Err(SciError::IllegalAddress);
         }
         if size as u64 != self.size {
             return Err(SciError::IllegalParameter);
         }
-        if size % crate::map::PAGE != 0 {
+        if !size.is_multiple_of(crate::map::PAGE) {
             return Err(SciError::SizeAlignment);
         }
         if self.registered.swap(true, Ordering::SeqCst) {

@@ -108,7 +108,7 @@ fn wait_inner(
                 return Waited::Ready;
             }
             n = n.wrapping_add(1);
-            if n % 64 == 0 {
+            if n.is_multiple_of(64) {
                 let now = Instant::now();
                 if deadline.is_some_and(|d| now >= d) {
                     return Waited::TimedOut;
@@ -116,7 +116,7 @@ fn wait_inner(
                 if spin_until.is_some_and(|s| now >= s) {
                     break;
                 }
-                if policy.mode == WaitMode::Poll && n % (64 * 1024) == 0 {
+                if policy.mode == WaitMode::Poll && n.is_multiple_of(64 * 1024) {
                     // Let the peer run if it shares our core.
                     std::thread::yield_now();
                 }

@@ -73,6 +73,18 @@ pub fn check(include_dirs: &[PathBuf], headers: &[&str], pairs: &[(&str, u64)]) 
     assert!(wrong.is_empty(), "Rust copies differ from {headers:?}:\n  {}", wrong.join("\n  "));
 }
 
+/// `(C expression, Rust value)` pairs for [`check`]: the size of the
+/// `#[repr(C)]` Rust type `$rust` and the offset of each field against the
+/// C type `$c` (`"struct uffdio_api"`, `"sci_query_map_t"`) and its fields.
+#[macro_export]
+macro_rules! layout {
+    ($c:literal: $rust:ty { $($cf:literal => $rf:ident),* }) => {
+        [(concat!("sizeof(", $c, ")"), ::std::mem::size_of::<$rust>() as u64)]
+            .into_iter()
+            .chain([$((concat!("offsetof(", $c, ", ", $cf, ")"), ::std::mem::offset_of!($rust, $rf) as u64)),*])
+    };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,16 +99,4 @@ mod tests {
         let e = std::panic::catch_unwind(|| check(&[], &["limits.h"], &[("CHAR_BIT", 9)])).unwrap_err();
         assert!(e.downcast_ref::<String>().is_some_and(|m| m.contains("CHAR_BIT: C 0x8, Rust 0x9")));
     }
-}
-
-/// `(C expression, Rust value)` pairs for [`check`]: the size of the
-/// `#[repr(C)]` Rust type `$rust` and the offset of each field against the
-/// C type `$c` (`"struct uffdio_api"`, `"sci_query_map_t"`) and its fields.
-#[macro_export]
-macro_rules! layout {
-    ($c:literal: $rust:ty { $($cf:literal => $rf:ident),* }) => {
-        [(concat!("sizeof(", $c, ")"), ::std::mem::size_of::<$rust>() as u64)]
-            .into_iter()
-            .chain([$((concat!("offsetof(", $c, ", ", $cf, ")"), ::std::mem::offset_of!($rust, $rf) as u64)),*])
-    };
 }

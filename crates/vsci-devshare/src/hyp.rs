@@ -89,7 +89,10 @@ pub fn recv(fd: &OwnedFd, buf: &mut [u8], flags: MsgFlags) -> nix::Result<usize>
 
 pub fn run_vm(o: VmOptions, stop: Arc<AtomicBool>) -> Result<()> {
     let guest = matches!(o.kind, VmKind::Guest { .. });
-    anyhow::ensure!(o.ram >= 2 * BOUNCE_AREA && o.ram % (1 << 20) == 0, "--ram: a multiple of 1 MiB, at least 8 MiB");
+    anyhow::ensure!(
+        o.ram >= 2 * BOUNCE_AREA && o.ram.is_multiple_of(1 << 20),
+        "--ram: a multiple of 1 MiB, at least 8 MiB"
+    );
     // A guest's memory segment is its RAM and, past it, where the guest
     // cannot see it, the function's rings and the bounce area.
     let seg_size = if guest { o.ram + BOUNCE_AREA } else { o.ram };
@@ -275,7 +278,7 @@ pub fn run_vm(o: VmOptions, stop: Arc<AtomicBool>) -> Result<()> {
             writes.into_iter().partition(|&(off, _)| off < regs::WINDOW && off % 8 == 0);
         for (off, _) in &out {
             outside += 1;
-            if outside <= 20 || outside % 1000 == 0 {
+            if outside <= 20 || outside.is_multiple_of(1000) {
                 warn!("refused: VM {} wrote offset {off:#x}, outside its function's {:#x}-byte register window (EPT violation #{outside}); not forwarded", o.name, regs::WINDOW);
             }
         }

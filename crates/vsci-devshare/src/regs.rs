@@ -128,7 +128,7 @@ pub fn known(off: u32) -> bool {
             | TX_INLINE
             | RX_PUSH_LEN
             | RX_PUSH
-    ) || (MSIX_BASE..MSIX_BASE + 8 * VECTORS as u32).contains(&off) && off % 8 == 0
+    ) || (MSIX_BASE..MSIX_BASE + 8 * VECTORS as u32).contains(&off) && off.is_multiple_of(8)
 }
 
 /// The writes that bring a function up: both rings (`len` entries each),
@@ -252,7 +252,7 @@ pub fn encode_writes(writes: &[(u32, u64)]) -> Vec<u8> {
 
 /// Decode posted writes; None if the length is not a whole number of them.
 pub fn decode_writes(b: &[u8]) -> Option<Vec<(u32, u64)>> {
-    if b.len() % 12 != 0 {
+    if !b.len().is_multiple_of(12) {
         return None;
     }
     Some(

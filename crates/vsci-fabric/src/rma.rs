@@ -668,7 +668,7 @@ impl Inner {
         let mut idle = 0u32;
         let start = Instant::now();
         while slot.pending.load(Ordering::Acquire) != 0 {
-            if idle > 0 && idle % 64 == 0 && self.is_down(fi_addr) {
+            if idle > 0 && idle.is_multiple_of(64) && self.is_down(fi_addr) {
                 return Err(Error::Abandoned);
             }
             match self.progress() {

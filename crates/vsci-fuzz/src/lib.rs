@@ -79,7 +79,7 @@ fn nbd_client_bytes(requests: &[vsci_nbd::Request]) -> Vec<u8> {
     for r in requests {
         b.extend_from_slice(&encode_request(r));
         if r.command == CMD_WRITE {
-            b.extend(std::iter::repeat(0xa5).take(r.len as usize));
+            b.extend(std::iter::repeat_n(0xa5, r.len as usize));
         }
     }
     b

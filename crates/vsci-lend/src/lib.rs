@@ -31,7 +31,7 @@ pub struct LoanStore {
 }
 
 fn io_error(what: &str, e: SciError) -> io::Error {
-    io::Error::new(io::ErrorKind::Other, format!("{what}: {} ({e})", e.c_name()))
+    io::Error::other(format!("{what}: {} ({e})", e.c_name()))
 }
 
 /// (loan, offset in the loan, position in the caller's buffer, length).
@@ -62,7 +62,7 @@ impl LoanStore {
     /// share, whole stripes). Everything borrowed is given back if any
     /// lender refuses.
     pub fn borrow(client: &Client, lenders: &[u32], size: u64, stripe: u64) -> Result<LoanStore, SciError> {
-        if lenders.is_empty() || size == 0 || stripe == 0 || stripe % 4096 != 0 {
+        if lenders.is_empty() || size == 0 || stripe == 0 || !stripe.is_multiple_of(4096) {
             return Err(SciError::IllegalParameter);
         }
         let stripes = size.div_ceil(stripe);

@@ -262,7 +262,11 @@ impl Extension {
         if seen.len() != lenders.len() {
             return Err(Error::Invalid("a lender is named twice"));
         }
-        if size == 0 || size % PAGE as u64 != 0 || budget % PAGE as u64 != 0 || size > isize::MAX as u64 {
+        if size == 0
+            || !size.is_multiple_of(PAGE as u64)
+            || !budget.is_multiple_of(PAGE as u64)
+            || size > isize::MAX as u64
+        {
             return Err(Error::Invalid("size and budget must be multiples of 4096 bytes, size non-zero"));
         }
         let pages = (size / PAGE as u64) as usize;

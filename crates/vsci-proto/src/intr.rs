@@ -139,7 +139,7 @@ impl Place {
     /// lie inside and be cache-line aligned (the atomics in it must be
     /// aligned).
     pub fn check(&self, size: u64) -> bool {
-        self.offset % 64 == 0
+        self.offset.is_multiple_of(64)
             && self.offset.checked_add(size_for(self.kind) as u64).is_some_and(|end| end <= size)
             && self.generation != 0
     }
@@ -172,7 +172,7 @@ impl<'a> View<'a> {
     /// Any bit pattern is valid for the atomics and bytes in it, so what
     /// other processes write there cannot make this unsound.
     pub unsafe fn new(base: *const u8, len: usize) -> View<'a> {
-        assert!(len >= PLAIN_SLOT && base as usize % 64 == 0);
+        assert!(len >= PLAIN_SLOT && (base as usize).is_multiple_of(64));
         View {
             shared: &*(base as *const Shared),
             ring: (len >= DATA_SLOT).then(|| &*(base.add(RING_OFFSET) as *const Ring)),

@@ -48,7 +48,7 @@ fn sigkill_client_released_and_peers_told() {
         let mid = d.counts();
         assert!(mid.clients >= base.clients + 2, "round {round}: {mid:?} vs baseline {base:?}");
         assert!(mid.segments >= base.segments + 2, "round {round}: {mid:?} vs baseline {base:?}");
-        assert!(mid.interrupts >= base.interrupts + 1, "round {round}: {mid:?} vs baseline {base:?}");
+        assert!(mid.interrupts > base.interrupts, "round {round}: {mid:?} vs baseline {base:?}");
         assert!(mid.connections >= base.connections + 2, "round {round}: {mid:?} vs baseline {base:?}");
         assert!(d.fd_count() > base_fds, "round {round}: the daemon holds no descriptors for its clients?");
 

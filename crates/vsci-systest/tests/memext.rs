@@ -32,7 +32,7 @@ fn last_counters(stdout: &str) -> String {
     stdout
         .lines()
         .filter(|l| l.starts_with("faults="))
-        .last()
+        .next_back()
         .unwrap_or_else(|| panic!("no counters in:\n{stdout}"))
         .to_string()
 }

@@ -27,7 +27,7 @@ fn short_soak_leaves_the_nodes_as_they_were() {
         .stdout
         .lines()
         .filter_map(|l| l.strip_prefix("soak: ")?.split(" clients started").next()?.parse::<u64>().ok())
-        .last()
+        .next_back()
         .unwrap_or(0);
     assert!(started >= 16, "only {started} clients were started in the soak run:\n{}", out.describe());
 }

@@ -375,7 +375,7 @@ fn hot_plugged_segment_window_and_50_cycles() {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let n = vsci_vm::run::fd_count(qemu).expect("QEMU's fd count");
-            if want.map_or(true, |w| n <= w) || Instant::now() > deadline {
+            if want.is_none_or(|w| n <= w) || Instant::now() > deadline {
                 return n;
             }
             std::thread::sleep(Duration::from_millis(20));

@@ -169,7 +169,7 @@ impl Region {
     }
 
     fn word(&self, off: usize) -> &AtomicU32 {
-        assert!(off % 4 == 0 && off + 4 <= guest::SESSION_SIZE);
+        assert!(off.is_multiple_of(4) && off + 4 <= guest::SESSION_SIZE);
         let p = self.map.ptr_at(off, 4).expect("inside the region");
         // SAFETY: in bounds and aligned (checked); the mapping lives as long
         // as self; any bit pattern is a valid u32.

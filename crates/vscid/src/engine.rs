@@ -106,7 +106,7 @@ impl Engine {
     pub fn register_segment_conn(&self, conn: ObjId, memfd: OwnedFd, size: u64) -> Result<RmaRegion, SciError> {
         let ino = nix::sys::stat::fstat(memfd.as_raw_fd()).map_err(|_| SciError::System)?.st_ino;
         let mut t = self.tables.locked();
-        if !t.segments.contains_key(&ino) {
+        if let std::collections::hash_map::Entry::Vacant(e) = t.segments.entry(ino) {
             let map = map_segment(&memfd, size as usize)?;
             // SAFETY: the region covers exactly the mapping it is stored
             // with, and the struct drops the region before the mapping.
@@ -114,7 +114,7 @@ impl Engine {
                 warn!("cannot register segment memory with the RMA engine: {e}");
                 SciError::Nospc
             })?;
-            t.segments.insert(ino, RegisteredSegment { mr, _map: map, conns: 0 });
+            e.insert(RegisteredSegment { mr, _map: map, conns: 0 });
         }
         let seg = t.segments.get_mut(&ino).expect("inserted");
         seg.conns += 1;

@@ -88,7 +88,7 @@ impl Sealer {
     /// Seal and write an encoded body as the next frame; returns its size
     /// on the wire.
     pub fn seal_raw(&mut self, s: &mut impl Write, body: &[u8]) -> Result<usize> {
-        let tag = mac(&self.key, &[&[self.dir], &self.seq.to_le_bytes(), &body]);
+        let tag = mac(&self.key, &[&[self.dir], &self.seq.to_le_bytes(), body]);
         self.seq += 1;
         let mut frame = Vec::with_capacity(4 + body.len() + MAC_LEN);
         frame.extend_from_slice(&(body.len() as u32).to_le_bytes());

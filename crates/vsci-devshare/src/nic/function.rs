@@ -11,14 +11,14 @@ impl Function {
         self.stats.faults += 1;
         // Logged per fault up to 20, then every 1000th: a VM that keeps
         // faulting must not flood the log.
-        if self.stats.faults <= 20 || self.stats.faults % 1000 == 0 {
+        if self.stats.faults <= 20 || self.stats.faults.is_multiple_of(1000) {
             warn!("IOMMU fault #{} of function {}: {what}; nothing moved", self.stats.faults, self.index);
         }
     }
 
     fn refuse(&mut self, what: std::fmt::Arguments<'_>) {
         self.stats.refused += 1;
-        if self.stats.refused <= 20 || self.stats.refused % 1000 == 0 {
+        if self.stats.refused <= 20 || self.stats.refused.is_multiple_of(1000) {
             warn!("refused (function {}): {what}", self.index);
         }
     }
