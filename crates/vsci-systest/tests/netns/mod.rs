@@ -491,10 +491,10 @@ impl Cluster {
     }
 
     /// Pull member `id`'s cable: its veth's bridge end goes down, so its
-    /// packets are dropped silently (no reset reaches anyone). Returns when
-    /// the command was started: the cable is out from about then.
-    pub fn cut_link(&self, id: u32) -> Instant {
-        self.set_port(id, "down")
+    /// packets are dropped silently (no reset reaches anyone).
+    pub fn cut_link(&self, id: u32) {
+        let start = self.set_port(id, "down");
+        self.cut_at.lock().unwrap().insert(id, start);
     }
 
     /// Plug member `id`'s cable back in. Returns how long the cable was out
@@ -509,6 +509,8 @@ impl Cluster {
         since.elapsed()
     }
 
+    /// Set member `id`'s bridge port `state`; returns when the command
+    /// was started.
     fn set_port(&self, id: u32, state: &str) -> Instant {
         let n = self.node(id);
         let start = Instant::now();
@@ -516,9 +518,6 @@ impl Cluster {
         let took = start.elapsed();
         if took > Duration::from_secs(1) {
             eprintln!("setting node {id}'s cable {state} took {} ms (ip link waited for the kernel)", took.as_millis());
-        }
-        if state == "down" {
-            self.cut_at.lock().unwrap().insert(id, start);
         }
         start
     }
