@@ -30,6 +30,9 @@ pub(crate) struct Inner {
     /// Messages received and completions handled since the endpoint opened.
     pub(crate) received: AtomicU64,
     pub(crate) completions: AtomicU64,
+    /// Operations that failed, at their post or at their completion (see
+    /// [`Fabric::failures`]).
+    pub(crate) failures: AtomicU64,
     /// A thread is reading the completion queue (see [`Inner::progress`]).
     pub(crate) polling: AtomicBool,
 }
@@ -186,6 +189,7 @@ impl Fabric {
             in_flight: AtomicUsize::new(0),
             received: AtomicU64::new(0),
             completions: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
             polling: AtomicBool::new(false),
         };
         let mut addr = vec![0u8; 256];

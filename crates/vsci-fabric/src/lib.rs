@@ -248,6 +248,15 @@ impl Info {
     pub fn messages_follow_writes(&self) -> bool {
         self.ordered_writes == u64::MAX && self.msg_order & ffi::FI_ORDER_SAW != 0
     }
+
+    /// Is a read served only after every write posted before it to the same
+    /// peer is placed (`FI_ORDER_RAW`)? Then writes that completed when sent
+    /// ([`Fabric::write_post_runs`]) are proven placed by the completion of a
+    /// later read, as long as no operation failed in between
+    /// ([`Fabric::failures`]).
+    pub fn reads_follow_writes(&self) -> bool {
+        self.msg_order & (ffi::FI_ORDER_RAW | ffi::FI_ORDER_RMA_RAW) != 0
+    }
 }
 
 /// A libfabric endpoint. Cheap to clone (shared handle).

@@ -17,6 +17,17 @@ impl Fabric {
         }
     }
 
+    /// Operations of this endpoint that failed so far, at their post (other
+    /// than a full queue) or with an error completion. A caller holding
+    /// writes that completed when *sent* ([`write_post_runs`](Self::write_post_runs))
+    /// and proving them placed with a later read (`FI_ORDER_RAW`) compares
+    /// this count before the writes and after the read: the read proves
+    /// nothing across a connection that broke and was made again in
+    /// between, and a broken connection always fails some operation.
+    pub fn failures(&self) -> u64 {
+        self.inner.failures.load(Ordering::Acquire)
+    }
+
     /// One non-blocking pass over the completion queue: drives the provider
     /// (which also serves incoming RMA on software providers), completes
     /// pending operations and queues received messages. Returns the number
@@ -159,6 +170,9 @@ impl Inner {
 
     pub(crate) fn dispatch(&self, c: &ffi::VfComp, err: Option<Error>) {
         self.completions.fetch_add(1, Ordering::Relaxed);
+        if err.is_some() {
+            self.failures.fetch_add(1, Ordering::Release);
+        }
         let ctx = c.context as usize;
         if ctx & 1 == 1 {
             let index = ctx >> 1;

@@ -626,6 +626,7 @@ impl Inner {
             drop(unsafe { Arc::from_raw(ctx as *const OpSlot) });
             slot.pending.fetch_sub(1, Ordering::AcqRel);
             self.in_flight.fetch_sub(1, Ordering::Relaxed);
+            self.failures.fetch_add(1, Ordering::Release);
             if ret == -ffi::FI_EAGAIN {
                 return Err(Error::Unreachable { call, waited });
             }

@@ -159,6 +159,53 @@ fn write_waits_for_delivery() {
     assert_eq!(mem.get(100, 9), b"delivered");
 }
 
+/// Writes posted to complete once sent (no acknowledgement from the target,
+/// what an emulated store uses) complete before they are placed, and a read
+/// posted after them is served after them (`FI_ORDER_RAW`): its completion
+/// is what proves them placed. A refused access, after which the target drops
+/// the connection, shows in the failure count that such a proof checks.
+#[test]
+fn posted_writes_are_placed_before_a_later_read() {
+    let a = Fabric::open(DEFAULT_PROVIDER, Some("127.0.0.1")).unwrap();
+    let b = Fabric::open(DEFAULT_PROVIDER, Some("127.0.0.1")).unwrap();
+    assert!(a.info().reads_follow_writes(), "{:?}", a.info());
+    let mem = Arc::new(Shared::new(4096));
+    // SAFETY: mem outlives mr (dropped at the end of this function; the Arc
+    // keeps mem alive at least that long).
+    let mr = unsafe { b.register(mem.ptr, mem.len, true, true) }.unwrap();
+    let r = mr.remote();
+    let peer = a.insert_peer(&b.address()).unwrap();
+    {
+        let _g = b.spawn_progress_thread();
+        a.write(&peer, b"warm", &r, 0).unwrap();
+    }
+    let failures = a.failures();
+    // B does not progress: nothing can be placed, yet every write completes.
+    let writes: Vec<PendingWrite> = (1..=64u64)
+        .map(|i| a.write_post_runs(&peer, i.to_le_bytes().to_vec(), &[(0..8, 8 * i)], &r).unwrap())
+        .collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !writes.iter().all(|w| a.write_done(w)) {
+        assert!(std::time::Instant::now() < deadline, "posted writes did not complete without the target");
+        a.progress();
+    }
+    assert_eq!(mem.get(8, 64 * 8), vec![0u8; 64 * 8], "placed although the target never progressed");
+    for w in writes {
+        a.write_finish(w).unwrap();
+    }
+    let _g = b.spawn_progress_thread();
+    let mut probe = [0u8; 1];
+    a.read(&peer, &mut probe, &r, 64 * 8 + 7).unwrap();
+    for i in 1..=64u64 {
+        assert_eq!(mem.get(8 * i as usize, 8), i.to_le_bytes(), "write {i} not placed before the read");
+    }
+    assert_eq!(a.failures(), failures, "no operation failed");
+    // A refused access: the target drops the connection, which must show.
+    let bad = RemoteRegion { key: r.key ^ 0x5a5a, ..r };
+    assert!(a.write(&peer, b"intruder", &bad, 0).is_err());
+    assert!(a.failures() > failures, "a refused write is not counted");
+}
+
 #[test]
 fn unreachable_peer_is_an_error() {
     let a = Fabric::open(DEFAULT_PROVIDER, Some("127.0.0.1")).unwrap();

@@ -81,11 +81,8 @@ impl Shadow {
         let mut posted = 0;
         for (member, target) in &targets {
             let data = st.bytes[..st.len].to_vec();
-            match target.fabric().write_start(target.peer(), data, target.region(), offset) {
-                Ok(w) => {
-                    crate::remote::emulated_posted(target, offset, w, member.is_some());
-                    posted += 1;
-                }
+            match crate::remote::post_emulated(target, data, offset, member.is_some(), |_| {}) {
+                Ok(()) => posted += 1,
                 // A group member that cannot take it is dropped, as a
                 // failed shipment drops it; the others still get the store.
                 Err(e) => match (&self.owner, *member) {
@@ -183,20 +180,18 @@ impl Shadow {
             None => data.fill(r.value),
         }
         let offset = self.seg_off + start as u64;
-        let w = match target.fabric().write_start(target.peer(), data, target.region(), offset) {
-            Ok(w) => w,
-            Err(e) => {
-                log::debug!("vsci: string store not posted ({e}); taking the twin's way");
-                return false;
-            }
-        };
         // The shadow takes the bytes from the write's own buffer (the
         // provider only reads it): one copy of the data, not two.
-        // SAFETY: `start + n` lies inside the map's valid bytes, all in the
-        // fill mapping; the program's pages of it are write-protected or
-        // absent, so only we write them here.
-        unsafe { std::ptr::copy_nonoverlapping(w.data().as_ptr(), (self.fill + start) as *mut u8, n) };
-        crate::remote::emulated_posted(target, offset, w, false);
+        let into_shadow = |bytes: &[u8]| {
+            // SAFETY: `start + n` lies inside the map's valid bytes, all in
+            // the fill mapping; the program's pages of it are write-protected
+            // or absent, so only we write them here.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), (self.fill + start) as *mut u8, n) }
+        };
+        if let Err(e) = crate::remote::post_emulated(target, data, offset, false, into_shadow) {
+            log::debug!("vsci: string store not posted ({e}); taking the twin's way");
+            return false;
+        }
         target.fabric().progress();
         g.emulated[p] = g.emulated[p].saturating_add(1);
         g.burst.2 = now_ns();
