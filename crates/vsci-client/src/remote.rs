@@ -485,10 +485,24 @@ pub(crate) fn keep_buffer(b: Vec<u8>) {
 /// thread that drains waits for all emulated stores posted before it
 /// started, its own and others'.
 pub(crate) fn drain_emulated() -> Result<()> {
+    thread_local! {
+        /// This thread is settling a batch: a flush point reached again on
+        /// it (from a signal handler that interrupted the first) must not
+        /// wait for the lock it holds.
+        static SETTLING_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
     LAST_FLUSH_NS.store(trapped::now_ns(), Ordering::Relaxed);
-    let _one = SETTLING.lock().unwrap_or_else(|e| e.into_inner());
+    let held = if SETTLING_HERE.with(|s| s.get()) {
+        None
+    } else {
+        Some(SETTLING.lock().unwrap_or_else(|e| e.into_inner()))
+    };
+    SETTLING_HERE.with(|s| s.set(true));
     let batch: Vec<Emulated> = EMULATED.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
     let settled = settle_batch(batch);
+    if held.is_some() {
+        SETTLING_HERE.with(|s| s.set(false));
+    }
     if EMULATED_LOST.swap(false, Ordering::AcqRel) {
         return Err(SciError::TransferFailed);
     }
