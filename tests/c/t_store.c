@@ -958,6 +958,76 @@ static int lost_map(const char *target)
     return 0;
 }
 
+/* ---- stores beside refused ones ----------------------------------------------------- */
+
+/* Map A and B, two segments of one node, and store into both, a word of each
+ * in turn, with no call: word (i % nw) of B gets i, and A the same, until A
+ * is lost (its owner is killed meanwhile: the stores to A that its node's
+ * engine receives after the segment went are refused, and the engine then
+ * drops this process's connection, which B's stores share), then ROUNDS
+ * more. SCIFlush, then read B back: every word must hold the last value
+ * stored into it. (Posted stores sent into a connection that was then
+ * dropped are lost on their way; the library must find that and write
+ * them again.) */
+static int refused_stores(const char *a_target, const char *b_target, unsigned rounds)
+{
+    sci_error_t err;
+    unsigned node;
+    sci_desc_t sd = open_sd(&node);
+    struct rseg a, b;
+    rseg_connect(sd, &a, a_target, 0, 0);
+    rseg_connect(sd, &b, b_target, 0, 0);
+    size_t nw = b.size / 8 < a.size / 8 ? b.size / 8 : a.size / 8;
+    CHECK_MSG(nw > 0, "segments too small");
+    uint64_t *expect = calloc(nw, sizeof *expect);
+    CHECK_MSG(expect != NULL, "out of memory");
+    /* Pages in turn, a new word of each page every pass: every store is
+     * the first into its page for a while, as a flag or a counter is. */
+    size_t pages = nw / 512 ? nw / 512 : 1;
+    printf("REFUSED STORING node=%u a=%u b=%u words=%zu\n", node, a.node, b.node, nw);
+    uint64_t i = 0, lost_at = 0, deadline = now_ms() + wait_ms;
+    for (;;) {
+        i++;
+        size_t w = ((i % pages) * 512 + (i / pages) % 512) % nw;
+        ((volatile uint64_t *)a.p)[w] = i;
+        ((volatile uint64_t *)b.p)[w] = i;
+        expect[w] = i;
+        if (lost_at == 0 && i % 64 == 0) {
+            sci_error_t status;
+            if (SCIWaitForRemoteSegmentEvent(a.rs, &status, 0, NO_FLAGS, &err) == SCI_CB_LOST)
+                lost_at = i;
+            CHECK_MSG(now_ms() < deadline, "A was not lost within %" PRIu64 " ms (%" PRIu64 " stores)", wait_ms, i);
+        }
+        if (lost_at != 0 && i >= lost_at + rounds)
+            break;
+    }
+    SCIFlush(NULL, NO_FLAGS);
+    uint64_t *back = malloc(nw * 8);
+    CHECK_MSG(back != NULL, "out of memory");
+    EXPECT(SCI_ERR_OK, SCIMemCpy(NULL, back, b.map, 0, (unsigned)(nw * 8), SCI_FLAG_BLOCK_READ, &err));
+    size_t wrong = 0, first = nw;
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (size_t w = 0; w < nw; w++)
+        if (back[w] != expect[w]) {
+            if (wrong++ == 0)
+                first = w;
+            lo = expect[w] < lo ? expect[w] : lo;
+            hi = expect[w] > hi ? expect[w] : hi;
+        }
+    CHECK_MSG(wrong == 0, "%zu of %zu words of B do not hold their last store (word %zu: 0x%" PRIx64
+              ", stored 0x%" PRIx64 "; the stores lost were numbers %" PRIu64 "-%" PRIu64 " of %" PRIu64
+              ", A was lost at %" PRIu64 ")", wrong, nw, first, first < nw ? back[first] : 0,
+              first < nw ? expect[first] : 0, lo, hi, i, lost_at);
+    printf("REFUSED DONE stores=%" PRIu64 " lost_at=%" PRIu64 "\n", i, lost_at);
+    free(back);
+    free(expect);
+    rseg_release(&b);
+    SCIUnmapSegment(a.map, NO_FLAGS, &err);
+    SCIDisconnectSegment(a.rs, NO_FLAGS, &err);
+    close_sd(sd);
+    return 0;
+}
+
 /* ---- main --------------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -979,7 +1049,8 @@ int main(int argc, char **argv)
                 "  big-owner SEG SIZE\n"
                 "  idle-map NODE:SEG SECONDS\n"
                 "  stream NODE:SEG SIZE ITERS [OFFSET]\n"
-                "  lost-map NODE:SEG\n");
+                "  lost-map NODE:SEG\n"
+                "  refused-stores ANODE:ASEG BNODE:BSEG ROUNDS\n");
         return 2;
     }
     const char *role = argv[1];
@@ -1031,6 +1102,8 @@ int main(int argc, char **argv)
         return idle_map(arg(argc, argv, 2), (unsigned)argu(argc, argv, 3));
     if (strcmp(role, "lost-map") == 0)
         return lost_map(arg(argc, argv, 2));
+    if (strcmp(role, "refused-stores") == 0)
+        return refused_stores(arg(argc, argv, 2), arg(argc, argv, 3), (unsigned)argu(argc, argv, 4));
     fprintf(stderr, "t_store: unknown role %s\n", role);
     return 2;
 }

@@ -162,7 +162,11 @@ impl Map {
         let valid = (s.size - page_off).min(len as u64) as usize;
         let readonly = prot != Prot::ReadWrite;
         // On an error `fill` is dropped (unmapped).
+        let group = matches!(owner, crate::remote::Owner::Group(..));
         let rm = crate::remote::RemoteMap::new(owner, base.as_ptr(), len, page_off, valid, fill.as_ptr(), readonly)?;
+        if !group {
+            rm.watch_lost(s.events.clone());
+        }
         Ok((Some(rm), Some(fill)))
     }
 

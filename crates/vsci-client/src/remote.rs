@@ -238,6 +238,11 @@ impl RemoteMap {
     }
 
     /// Has shipping to the owner failed for good?
+    /// Stop reaching the owner once `events` says the segment is lost.
+    pub(crate) fn watch_lost(&self, events: Arc<crate::conn::EventQueue>) {
+        let _ = self.trapped.shadow().lost.set(events);
+    }
+
     pub(crate) fn is_failed(&self) -> bool {
         self.trapped.shadow().failed.load(Ordering::Relaxed)
     }
@@ -396,13 +401,15 @@ pub(crate) fn post_emulated(
     };
     posted(write.data());
     let mut q = EMULATED.lock().unwrap_or_else(|e| e.into_inner());
-    // Acknowledged writes at the front that completed go first, so the queue
-    // stays short without a waiter.
-    while q.front().is_some_and(|e| !e.posted && e.target.fabric().write_done(&e.write)) {
+    // Acknowledged writes at the front that were placed go first, so the
+    // queue stays short without a waiter. One that failed stays, and what
+    // follows it: it must be written again before them (`settle_batch`),
+    // not here, after writes posted later that may cover the same bytes.
+    while q.front().is_some_and(|e| !e.posted && e.target.fabric().write_succeeded(&e.write)) {
         let e = q.pop_front().expect("front");
-        if settle(e).is_err() {
-            log::warn!("vsci: an emulated store could not be delivered: its node stopped answering");
-            EMULATED_LOST.store(true, Ordering::Release);
+        let (_, data) = e.target.fabric().write_finish_keep(e.write);
+        if let Some(d) = data {
+            keep_buffer(d);
         }
     }
     q.push_back(Emulated { target: target.clone(), offset, write, member, posted: post_only, failures_at, at_ns: now });
@@ -492,11 +499,8 @@ pub(crate) fn drain_emulated() -> Result<()> {
         static SETTLING_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
     LAST_FLUSH_NS.store(trapped::now_ns(), Ordering::Relaxed);
-    let held = if SETTLING_HERE.with(|s| s.get()) {
-        None
-    } else {
-        Some(SETTLING.lock().unwrap_or_else(|e| e.into_inner()))
-    };
+    let held =
+        if SETTLING_HERE.with(|s| s.get()) { None } else { Some(SETTLING.lock().unwrap_or_else(|e| e.into_inner())) };
     SETTLING_HERE.with(|s| s.set(true));
     let batch: Vec<Emulated> = EMULATED.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
     let settled = settle_batch(batch);
@@ -516,6 +520,27 @@ fn settle_in_background() {
     if settle_batch(batch).is_err() {
         log::warn!("vsci: an emulated store could not be delivered: its node stopped answering");
         EMULATED_LOST.store(true, Ordering::Release);
+    }
+}
+
+/// Write an emulated store again, with a blocking delivered write. A write
+/// cancelled (`ECANCELED`) is tried again a few times: when its node's
+/// engine refuses an access (a store into a segment that went away, sent
+/// before this process heard it is lost) it drops the connection, and rxm
+/// then cancels the other writes on it with the refusal's own reason, so a
+/// write to a segment that is still there looks refused too (measured:
+/// `remote_stores` `stores_beside_refused_ones_arrive`). A write that is
+/// refused every time is refused.
+fn write_again(target: &RemoteTarget, data: &[u8], offset: u64) -> vsci_rma::RmaResult {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match target.write(data, offset) {
+            Err(vsci_fabric::Error::Completion { code, .. }) if code == libc::ECANCELED && tries < 4 => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            r => return r,
+        }
     }
 }
 
@@ -577,14 +602,28 @@ fn settle_batch(batch: Vec<Emulated>) -> Result<()> {
     };
     let first_unplaced = done.iter().position(|f| !placed(f)).unwrap_or(done.len());
     let mut result = Ok(());
+    // Owners that refused a store written again (the segment went away, its
+    // node is down): their later stores are not tried, as each refusal
+    // costs the connection (rxm makes it again, 100-200 ms; thousands of
+    // stores into a lost segment took a flush 40 s).
+    let mut refused: Vec<*const RemoteTarget> = Vec::new();
     for (i, f) in done.into_iter().enumerate() {
         let Finished { target, offset, member, data, .. } = f;
+        let t = Arc::as_ptr(&target);
         let r = match data {
+            Some(d) if i >= first_unplaced && refused.iter().any(|p| std::ptr::eq(*p, t)) => {
+                keep_buffer(d);
+                Err(SciError::TransferFailed)
+            }
             Some(d) if i >= first_unplaced => {
                 log::debug!("vsci: an emulated store is not proven placed; writing it again");
-                let r = target.write(&d, offset).map_err(|_| SciError::TransferFailed);
+                let r = write_again(&target, &d, offset);
                 keep_buffer(d);
-                r
+                if let Err(e) = &r {
+                    log::debug!("vsci: an emulated store written again failed ({e})");
+                    refused.push(t);
+                }
+                r.map_err(|_| SciError::TransferFailed)
             }
             Some(d) => {
                 keep_buffer(d);
@@ -601,32 +640,6 @@ fn settle_batch(batch: Vec<Emulated>) -> Result<()> {
         }
     }
     result
-}
-
-/// The end of an emulated store whose write completed (or was abandoned).
-fn settle(e: Emulated) -> Result<()> {
-    let fabric = e.target.fabric();
-    let (r, data) = fabric.write_finish_keep(e.write);
-    let r = match (r, data) {
-        (Ok(()), data) => {
-            if let Some(d) = data {
-                keep_buffer(d);
-            }
-            Ok(())
-        }
-        (Err(err), Some(data)) if !matches!(err, vsci_fabric::Error::Abandoned) => {
-            // A connection that broke under the write: the blocking write
-            // retries while the provider reconnects.
-            log::debug!("vsci: emulated store failed ({err}); writing it again");
-            e.target.write(&data, e.offset).map_err(|_| SciError::TransferFailed)
-        }
-        _ => Err(SciError::TransferFailed),
-    };
-    if r.is_err() && e.member {
-        log::debug!("vsci: an emulated store did not reach a reflective-memory member (it failed; the group drops it)");
-        return Ok(());
-    }
-    r
 }
 
 impl Flusher {

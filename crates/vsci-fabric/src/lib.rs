@@ -95,6 +95,25 @@ pub enum Error {
     Abandoned,
 }
 
+impl Error {
+    /// Did the operation fail because its connection to the peer broke or
+    /// is being made again, rather than because the peer refused it? Such an
+    /// operation may be posted again (RMA is idempotent) once rxm has
+    /// reconnected. A refused access is ECANCELED with the target's reason
+    /// (ENOENT for a key it does not know); one cancelled because the
+    /// connection went down carries ENOTCONN or EPIPE.
+    pub fn connection_lost(&self) -> bool {
+        const LOST: [i32; 4] = [libc::ENOTCONN, libc::ECONNRESET, libc::EPIPE, libc::ECONNABORTED];
+        match *self {
+            Error::Call { code, .. } => LOST.contains(&code),
+            Error::Completion { code, prov_errno, .. } => {
+                LOST.contains(&code) || (code == libc::ECANCELED && LOST.contains(&prov_errno))
+            }
+            _ => false,
+        }
+    }
+}
+
 fn strerror(code: i32) -> String {
     // SAFETY: fi_strerror returns a pointer to a static NUL-terminated string
     // for any input value.

@@ -211,8 +211,7 @@ impl Fabric {
         // A connection that broke under us: the one-target path re-sends
         // the whole shipment, in order, while the provider reconnects.
         for (i, (peer, remote)) in targets.iter().enumerate() {
-            if matches!(&results[i], Err(Error::Completion { code, .. } | Error::Call { code, .. }) if *code == libc::ENOTCONN)
-            {
+            if results[i].as_ref().is_err_and(Error::connection_lost) {
                 results[i] = self.write_many_ordered_mem(peer, first, then, remote);
             }
         }
@@ -294,6 +293,14 @@ impl Fabric {
     /// Has the write completed (successfully or not)?
     pub fn write_done(&self, w: &PendingWrite) -> bool {
         w.posted.as_ref().is_none_or(|p| p.slot.pending.load(Ordering::Acquire) == 0)
+    }
+
+    /// Has the write completed, and without an error?
+    pub fn write_succeeded(&self, w: &PendingWrite) -> bool {
+        self.write_done(w)
+            && w.posted
+                .as_ref()
+                .is_none_or(|p| p.result.is_ok() && p.slot.error.lock().unwrap_or_else(|e| e.into_inner()).is_none())
     }
 
     /// Would waiting for `w` never end (its peer was declared down)?
@@ -507,10 +514,12 @@ fn mems<'a>(runs: &[(&'a [u8], u64)]) -> Vec<(LocalMem<'a>, u64)> {
 pub(crate) const RECONNECT_WINDOW: Duration = Duration::from_secs(2);
 
 /// Runs `op` again while it fails because the connection to the peer is
-/// down. Measured on tcp;ofi_rxm 1.17: when a target refuses an access (bad
-/// key, out of range, no permission) it drops the whole connection; the
-/// refused operation completes with ECANCELED, and every operation to that
-/// peer then fails with ENOTCONN until rxm has processed the shutdown and
+/// down ([`Error::connection_lost`]). Measured on tcp;ofi_rxm 1.17: when a
+/// target refuses an access (bad key, out of range, no permission) it drops
+/// the whole connection; the refused operation completes with ECANCELED,
+/// operations in flight on the connection fail with EPIPE, ECONNRESET or
+/// ECANCELED (provider error ENOTCONN), and every operation to that peer
+/// then fails with ENOTCONN until rxm has processed the shutdown and
 /// reconnects on demand, 100-200 ms later. Without this retry, one refused
 /// access (e.g. racing with the owner removing a segment) would fail all
 /// other traffic to that node for that time. Retrying is safe: RMA writes
@@ -530,9 +539,7 @@ pub(crate) fn retry_reconnect(mut op: impl FnMut() -> Result<()>) -> Result<()> 
     let start = Instant::now();
     loop {
         match op() {
-            Err(Error::Completion { code, .. } | Error::Call { code, .. })
-                if code == libc::ENOTCONN && start.elapsed() < RECONNECT_WINDOW =>
-            {
+            Err(e) if e.connection_lost() && start.elapsed() < RECONNECT_WINDOW => {
                 log::debug!("fabric: peer connection down, retrying");
                 std::thread::sleep(Duration::from_millis(5));
             }

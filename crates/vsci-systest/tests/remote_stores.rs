@@ -476,6 +476,40 @@ fn stores_into_a_lost_map_complete() {
     c.wait_clean(2, "after the lost map");
 }
 
+/// Stores into two segments of one node, in turn, with no call, while one
+/// of them goes away: its owner is killed, and the stores to it that reach
+/// the node after that are refused, after which the node's engine drops the
+/// writer's connection, which the other segment's stores share. Emulated
+/// stores are posted without acknowledgement, so some of the other
+/// segment's may be lost on the dropped connection: the library must see
+/// that and write them again. Every word of the surviving segment holds the
+/// last value stored into it, with posted stores and with acknowledged ones.
+#[test]
+fn stores_beside_refused_ones_arrive() {
+    let _g = serial();
+    let Some(c) = Cluster::start(&[1, 2]) else { return };
+    for (posted, ids) in [("0", ("0x5772", "0x5773")), ("1", ("0x5770", "0x5771"))] {
+        let mut a = spawn(&c, 2, &["big-owner", ids.0, "512k"]);
+        a.wait_line("BIG READY", LINE_TIMEOUT);
+        let mut b = spawn(&c, 2, &["big-owner", ids.1, "512k"]);
+        b.wait_line("BIG READY", LINE_TIMEOUT);
+        let (ta, tb) = (format!("2:{}", ids.0), format!("2:{}", ids.1));
+        let mut w = spawn_env(&c, 1, &["refused-stores", &ta, &tb, "3000"], &[("VSCI_POSTED_STORES", posted)]);
+        w.wait_line("REFUSED STORING", LINE_TIMEOUT);
+        // Let the stores run before the segment goes.
+        thread::sleep(Duration::from_millis(300));
+        a.signal(libc::SIGKILL);
+        let _ = a.wait(RUN);
+        let out = w.wait(RUN);
+        show(&out);
+        out.assert_success().assert_contains("REFUSED DONE");
+        b.signal(libc::SIGTERM);
+        let _ = b.wait(RUN);
+    }
+    c.wait_clean(1, "after the refused stores");
+    c.wait_clean(2, "after the refused stores");
+}
+
 /// memcpy + SCIFlush of new data: 1 MiB 100 times, 256 KiB 200 times, 8 KiB 500 times
 /// (the thesis's bandwidth method, as `vsci bench` runs it): the segment
 /// holds the last copy. Then 3 MiB at an odd offset (libsisci's `memcpy`

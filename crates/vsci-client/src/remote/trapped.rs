@@ -27,7 +27,7 @@
 //! costs nothing.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use vsci_trap::trap::{self, Fault, Trap, TrapHandler, TrapOptions};
 
@@ -172,6 +172,10 @@ pub(crate) struct Shadow {
     page: usize,
     pages: Mutex<Pages>,
     pub(crate) failed: AtomicBool,
+    /// The segment's events, whose LOST flag stops the map reaching its
+    /// owner (see `check_lost`); unset for a group (a lost member is
+    /// dropped from it instead).
+    pub(crate) lost: OnceLock<Arc<crate::conn::EventQueue>>,
     /// Faults so far (the flusher's sign of activity).
     pub(crate) faults: AtomicU64,
     /// Stores trapped since the flusher last looked.
@@ -213,6 +217,22 @@ pub(crate) fn now_ns() -> u64 {
 unsafe impl Send for Shadow {}
 // SAFETY: as above.
 unsafe impl Sync for Shadow {}
+
+impl Shadow {
+    /// Is the map failed, or its segment lost? A lost segment's memory is
+    /// gone at the owner: its node's engine refuses what is still sent to
+    /// it, and each refusal costs this process its connection to that node
+    /// (rxm makes it again), which the program's other segments there share.
+    /// So from the LOST event on, the map is failed: stores complete in the
+    /// shadow and nothing more is sent.
+    pub(crate) fn check_lost(&self) -> bool {
+        if self.lost.get().is_some_and(|q| q.lost.load(Ordering::Relaxed)) && !self.failed.swap(true, Ordering::SeqCst)
+        {
+            log::debug!("vsci: a map's segment is lost; its stores are no longer sent");
+        }
+        self.failed.load(Ordering::Relaxed)
+    }
+}
 
 impl Shadow {
     fn lock(&self) -> MutexGuard<'_, Pages> {
@@ -307,6 +327,7 @@ impl Trapped {
             page,
             pages: Mutex::new(pages),
             failed: AtomicBool::new(false),
+            lost: OnceLock::new(),
             faults: AtomicU64::new(0),
             stored: AtomicBool::new(false),
             oldest_dirty: AtomicU64::new(0),
@@ -393,7 +414,7 @@ impl Trapped {
 
     fn ship_locked(&self, trap: &Trap, g: &mut Pages) -> Result<bool> {
         let s = &*self.shadow;
-        if s.failed.load(Ordering::Relaxed) {
+        if s.check_lost() {
             return Err(SciError::TransferFailed);
         }
         if g.dirty_list.is_empty() {

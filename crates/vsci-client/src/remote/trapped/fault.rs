@@ -24,7 +24,7 @@ impl Shadow {
     fn emulate(&self, g: &mut Pages, f: &Fault, p: usize) -> bool {
         // The cheap reasons not to first: this runs at every store fault.
         if !emulation_on()
-            || self.failed.load(Ordering::Relaxed)
+            || self.check_lost()
             || g.emulated[p] >= EMULATE_MAX
             || DIRTY_MAPS.load(Ordering::SeqCst) != 0
         {
@@ -339,6 +339,7 @@ impl Shadow {
 impl TrapHandler for Shadow {
     fn on_fault(&self, trap: &Trap, f: Fault) {
         self.faults.fetch_add(1, Ordering::Relaxed);
+        self.check_lost();
         let mut g = self.lock();
         let p = f.page / self.page;
         let dirty = bit(&g.dirty, p);
