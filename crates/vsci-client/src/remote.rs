@@ -502,8 +502,7 @@ pub(crate) fn drain_emulated() -> Result<()> {
     let held =
         if SETTLING_HERE.with(|s| s.get()) { None } else { Some(SETTLING.lock().unwrap_or_else(|e| e.into_inner())) };
     SETTLING_HERE.with(|s| s.set(true));
-    let batch: Vec<Emulated> = EMULATED.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
-    let settled = settle_batch(batch);
+    let settled = settle_batch(take_emulated());
     if held.is_some() {
         SETTLING_HERE.with(|s| s.set(false));
     }
@@ -513,11 +512,15 @@ pub(crate) fn drain_emulated() -> Result<()> {
     settled
 }
 
+/// Every emulated store waiting, in the order posted, taken from the queue.
+fn take_emulated() -> Vec<Emulated> {
+    EMULATED.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect()
+}
+
 /// The flusher's share: settle what is waiting unless a flush point is at it.
 fn settle_in_background() {
     let Ok(_one) = SETTLING.try_lock() else { return };
-    let batch: Vec<Emulated> = EMULATED.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
-    if settle_batch(batch).is_err() {
+    if settle_batch(take_emulated()).is_err() {
         log::warn!("vsci: an emulated store could not be delivered: its node stopped answering");
         EMULATED_LOST.store(true, Ordering::Release);
     }
