@@ -679,6 +679,85 @@ static int pingpong(int ping, uint32_t rounds, size_t size, unsigned myseg, cons
     return 0;
 }
 
+/* ---- messages of changing shape, no call ------------------------------------------- */
+
+/* Round r's message is shape_words(r) 8-byte words stored one by one with
+ * plain stores below the counter, in an order that is not the address
+ * order, then the counter: each message has another number of stores than
+ * the one before (1 to 6), so a window of combined stores whose end the
+ * page's last message predicted closes before or after the message's end
+ * (docs/design.md, "Emulated stores are combined"), and runs of more than
+ * three stores take the page's twin instead. The pong side checks every
+ * word whenever the counter shows, and answers with one store. After the
+ * last round the ping side stores one more message and calls exit() at
+ * once, with no call and no unmap: it must still arrive. */
+#define SHAPE_SLOTS 12u
+static inline unsigned shape_words(uint32_t r) { return 1u + (r * 7u + r / 3u) % 6u; }
+static inline unsigned shape_slot(uint32_t r, unsigned j) { return (j * 5u + r) % SHAPE_SLOTS; }
+static inline uint64_t shape_word(uint32_t r, unsigned j)
+{
+    return ((uint64_t)r << 32) ^ ((uint64_t)j * 0x9e3779b97f4a7c15ull) ^ 0x5348415045ull;
+}
+
+static void shape_send(volatile unsigned char *base, size_t off, uint32_t r)
+{
+    volatile uint64_t *slots = (volatile uint64_t *)(base + off - 8u * SHAPE_SLOTS);
+    for (unsigned j = 0; j < shape_words(r); j++)
+        slots[shape_slot(r, j)] = shape_word(r, j);
+    *word_at(base, off) = r;
+}
+
+static int shapes(int ping, uint32_t rounds, unsigned myseg, const char *peer)
+{
+    unsigned node;
+    sci_desc_t sd = open_sd(&node);
+    struct lseg own;
+    lseg_create(sd, &own, myseg, PAGE, 1);
+    struct rseg other;
+    rseg_connect(sd, &other, peer, 0, PAGE);
+    size_t off = PAGE - 64;
+    volatile uint32_t *mine = word_at(own.p, off);
+    const volatile uint64_t *slots = (const volatile uint64_t *)(own.p + off - 8u * SHAPE_SLOTS);
+    const char *who = ping ? "ping" : "pong";
+    printf("SHAPES %s READY node=%u peer=%u rounds=%u\n", who, node, other.node, rounds);
+    fflush(stdout);
+    /* The pong side also takes the ping side's message sent before exit. */
+    uint32_t last = ping ? rounds : rounds + 1;
+    for (uint32_t i = 1; i <= last; i++) {
+        if (ping)
+            shape_send(other.p, off, i);
+        uint32_t v;
+        uint64_t deadline = now_ms() + wait_ms;
+        int ok = SPIN_UNTIL((v = *mine) == i, deadline);
+        v = *mine;
+        if (!ok)
+            FAILF("shapes %s: round %u of %u: no counter %u within %" PRIu64
+                  " ms (own counter word holds %u)", who, i, last, i, wait_ms, v);
+        if (!ping) {
+            for (unsigned j = 0; j < shape_words(i); j++) {
+                uint64_t got = slots[shape_slot(i, j)];
+                if (got != shape_word(i, j))
+                    FAILF("shapes pong: round %u: word %u of %u (slot %u) is 0x%" PRIx64
+                          ", not 0x%" PRIx64 ", when the counter showed", i, j, shape_words(i),
+                          shape_slot(i, j), got, shape_word(i, j));
+            }
+            if (i <= rounds)
+                *word_at(other.p, off) = i;
+        }
+    }
+    if (ping) {
+        printf("SHAPES ping EXITING after %u rounds, one more message on its way\n", rounds);
+        fflush(stdout);
+        shape_send(other.p, off, rounds + 1);
+        exit(0);
+    }
+    printf("SHAPES pong DONE rounds=%u and the message stored before exit\n", rounds);
+    rseg_release(&other);
+    lseg_release(&own, 1);
+    close_sd(sd);
+    return 0;
+}
+
 /* ---- flag after payload through a large map ---------------------------------------- */
 
 #define ORDER_PAYLOAD 6144u
@@ -1050,7 +1129,8 @@ int main(int argc, char **argv)
                 "  idle-map NODE:SEG SECONDS\n"
                 "  stream NODE:SEG SIZE ITERS [OFFSET]\n"
                 "  lost-map NODE:SEG\n"
-                "  refused-stores ANODE:ASEG BNODE:BSEG ROUNDS\n");
+                "  refused-stores ANODE:ASEG BNODE:BSEG ROUNDS\n"
+                "  shapes ping|pong ROUNDS MYSEG PEERNODE:PEERSEG\n");
         return 2;
     }
     const char *role = argv[1];
@@ -1102,6 +1182,15 @@ int main(int argc, char **argv)
         return idle_map(arg(argc, argv, 2), (unsigned)argu(argc, argv, 3));
     if (strcmp(role, "lost-map") == 0)
         return lost_map(arg(argc, argv, 2));
+    if (strcmp(role, "shapes") == 0) {
+        const char *side = arg(argc, argv, 2);
+        if (strcmp(side, "ping") && strcmp(side, "pong")) {
+            fprintf(stderr, "t_store shapes: side \"%s\" is neither ping nor pong\n", side);
+            return 2;
+        }
+        return shapes(strcmp(side, "ping") == 0, (uint32_t)argu(argc, argv, 3),
+                      (unsigned)argu(argc, argv, 4), arg(argc, argv, 5));
+    }
     if (strcmp(role, "refused-stores") == 0)
         return refused_stores(arg(argc, argv, 2), arg(argc, argv, 3), (unsigned)argu(argc, argv, 4));
     fprintf(stderr, "t_store: unknown role %s\n", role);

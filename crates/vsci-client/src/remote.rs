@@ -31,6 +31,7 @@ use vsci_proto::SciError;
 
 use crate::Result;
 
+pub(crate) mod combine;
 pub(crate) mod group;
 mod trapped;
 
@@ -134,6 +135,8 @@ impl Owner {
     /// The owner's bytes at segment offset `offset` into `buf`. After an
     /// abandoned RMA read the engine may still write `buf` later.
     pub(crate) fn read_direct(&self, buf: &mut [u8], offset: u64) -> std::result::Result<(), OwnerError> {
+        // Combined stores go first: a read is served after them.
+        combine::close();
         match self {
             Owner::Rma(t) => Ok(t.read_direct(buf, offset)?),
             Owner::Agent(a) => a.read(buf, offset).map_err(OwnerError::Agent),
@@ -156,6 +159,7 @@ impl Owner {
         runs: &[vsci_trap::Run],
         bytes: impl Fn(vsci_trap::Run) -> &'a [u8],
     ) -> std::result::Result<(), OwnerError> {
+        combine::close();
         match self {
             Owner::Rma(t) => Ok(t.write_shipment(seg_off, runs, bytes)?),
             Owner::Agent(a) => a.ship(seg_off, runs, bytes).map_err(OwnerError::Agent),
@@ -165,6 +169,7 @@ impl Owner {
 
     /// `data` to segment offset `offset`, visible at the owner on return.
     fn write(&self, data: &[u8], offset: u64) -> std::result::Result<(), OwnerError> {
+        combine::close();
         match self {
             Owner::Rma(t) => Ok(t.write(data, offset)?),
             Owner::Agent(a) => a.ship(offset, &[(0, data.len())], |(o, n)| &data[o..o + n]).map_err(OwnerError::Agent),
@@ -280,8 +285,34 @@ pub(crate) fn flusher() -> &'static Arc<Flusher> {
         let g = f.clone();
         let h = std::thread::Builder::new().name("vsci-flusher".into()).spawn(move || g.run()).expect("spawn flusher");
         let _ = FLUSHER_THREAD.set(h.thread().clone());
+        flush_at_exit();
         f
     })
+}
+
+/// Make every store visible at its owner when the process exits, as at a
+/// flush point: a store made just before `exit` with no call after it (a
+/// combined window, a posted write still queued in the provider, a page
+/// waiting for its shipment) would otherwise die with the process, where
+/// on hardware it arrives. Registered with the first remote map.
+fn flush_at_exit() {
+    static PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    extern "C" fn at_exit() {
+        // A child made by fork() that calls exit() shares the parent's
+        // connections: posting or reading on them would corrupt the
+        // parent's streams. Only the process that mapped settles.
+        if std::process::id() != PID.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Err(e) = flush_all() {
+            log::warn!("vsci: stores made before exit did not all arrive ({})", e.c_name());
+        }
+    }
+    PID.store(std::process::id(), Ordering::Relaxed);
+    // SAFETY: `at_exit` is a plain function taking nothing; glibc's `atexit`
+    // in a shared object registers it for that object, so a `dlclose` of
+    // the library runs or drops it before the code goes.
+    unsafe { libc::atexit(at_exit) };
 }
 
 /// Are there remote maps at all? (Lets local-only programs skip flushing.)
@@ -296,6 +327,7 @@ pub(crate) fn flush_all() -> Result<()> {
         return Ok(());
     }
     FLUSH_EPOCH.fetch_add(1, Ordering::Relaxed);
+    combine::close();
     let shipped = flusher().flush_all();
     drain_emulated().and(shipped)
 }
@@ -312,7 +344,9 @@ pub(crate) fn flush_epoch() -> u64 {
 /// `trapped::Shadow::emulate`), posted and not yet known to be at its owner.
 struct Emulated {
     target: Arc<RemoteTarget>,
-    offset: u64,
+    /// Where the write's bytes go: ranges of its buffer and the segment
+    /// offset of each, in the order they are placed.
+    runs: Vec<(std::ops::Range<usize>, u64)>,
     write: vsci_fabric::PendingWrite,
     /// To a member of a reflective-memory group: a member that failed is
     /// dropped from the group, not an error of the store.
@@ -386,6 +420,21 @@ pub(crate) fn post_emulated(
     member: bool,
     posted: impl FnOnce(&[u8]),
 ) -> vsci_fabric::Result<()> {
+    // Stores combined before this one go first (see `combine`).
+    combine::close();
+    let n = data.len();
+    post_emulated_groups(target, data, &[&[(0..n, offset)]], member, posted)
+}
+
+/// [`post_emulated`] of groups of runs of `data`, each group placed after
+/// the ones before it (what a combined window posts, `combine::close`).
+pub(crate) fn post_emulated_groups(
+    target: &Arc<RemoteTarget>,
+    data: Vec<u8>,
+    groups: &[&[(std::ops::Range<usize>, u64)]],
+    member: bool,
+    posted: impl FnOnce(&[u8]),
+) -> vsci_fabric::Result<()> {
     let fabric = target.fabric();
     let n = data.len();
     let now = trapped::now_ns();
@@ -394,11 +443,8 @@ pub(crate) fn post_emulated(
         && fabric.info().reads_follow_writes()
         && now.saturating_sub(LAST_FLUSH_NS.load(Ordering::Relaxed)) >= FLUSHED_RECENTLY_NS;
     let failures_at = fabric.failures();
-    let write = if post_only {
-        fabric.write_post_runs(target.peer(), data, &[(0..n, offset)], target.region())?
-    } else {
-        fabric.write_start(target.peer(), data, target.region(), offset)?
-    };
+    let write = fabric.write_start_groups(target.peer(), data, groups, target.region(), !post_only)?;
+    let runs: Vec<_> = groups.iter().flat_map(|g| g.iter().cloned()).collect();
     posted(write.data());
     let mut q = EMULATED.lock().unwrap_or_else(|e| e.into_inner());
     // Acknowledged writes at the front that were placed go first, so the
@@ -412,7 +458,7 @@ pub(crate) fn post_emulated(
             keep_buffer(d);
         }
     }
-    q.push_back(Emulated { target: target.clone(), offset, write, member, posted: post_only, failures_at, at_ns: now });
+    q.push_back(Emulated { target: target.clone(), runs, write, member, posted: post_only, failures_at, at_ns: now });
     let waiting = q.len();
     drop(q);
     if waiting == POSTED_WAKE {
@@ -498,6 +544,7 @@ pub(crate) fn drain_emulated() -> Result<()> {
         /// wait for the lock it holds.
         static SETTLING_HERE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
+    combine::close();
     LAST_FLUSH_NS.store(trapped::now_ns(), Ordering::Relaxed);
     let held =
         if SETTLING_HERE.with(|s| s.get()) { None } else { Some(SETTLING.lock().unwrap_or_else(|e| e.into_inner())) };
@@ -534,17 +581,21 @@ fn settle_in_background() {
 /// write to a segment that is still there looks refused too (measured:
 /// `remote_stores` `stores_beside_refused_ones_arrive`). A write that is
 /// refused every time is refused.
-fn write_again(target: &RemoteTarget, data: &[u8], offset: u64) -> vsci_rma::RmaResult {
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        match target.write(data, offset) {
-            Err(vsci_fabric::Error::Completion { code, .. }) if code == libc::ECANCELED && tries < 4 => {
-                std::thread::sleep(Duration::from_millis(5));
+fn write_again(target: &RemoteTarget, data: &[u8], runs: &[(std::ops::Range<usize>, u64)]) -> vsci_rma::RmaResult {
+    for (r, offset) in runs {
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match target.write(&data[r.clone()], *offset) {
+                Err(vsci_fabric::Error::Completion { code, .. }) if code == libc::ECANCELED && tries < 4 => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(e),
+                Ok(()) => break,
             }
-            r => return r,
         }
     }
+    Ok(())
 }
 
 /// Settle emulated stores taken from the queue, in the order posted.
@@ -565,7 +616,7 @@ fn settle_batch(batch: Vec<Emulated>) -> Result<()> {
     // Wait for every write. `data` None: given up (a node declared down).
     struct Finished {
         target: Arc<RemoteTarget>,
-        offset: u64,
+        runs: Vec<(std::ops::Range<usize>, u64)>,
         member: bool,
         posted: bool,
         failures_at: u64,
@@ -574,9 +625,9 @@ fn settle_batch(batch: Vec<Emulated>) -> Result<()> {
     }
     let done: Vec<Finished> = batch
         .into_iter()
-        .map(|Emulated { target, offset, write, member, posted, failures_at, .. }| {
+        .map(|Emulated { target, runs, write, member, posted, failures_at, .. }| {
             let (r, data) = target.fabric().write_finish_keep(write);
-            Finished { target, offset, member, posted, failures_at, data, ok: r.is_ok() }
+            Finished { target, runs, member, posted, failures_at, data, ok: r.is_ok() }
         })
         .collect();
     // A proof per owner, from its last store of the batch: an acknowledged
@@ -592,7 +643,8 @@ fn settle_batch(batch: Vec<Emulated>) -> Result<()> {
         let proven = if !f.posted && f.target.fabric().info().ordered_writes == u64::MAX {
             f.ok
         } else {
-            let last = f.offset + f.data.as_ref().map_or(1, |d| d.len().max(1)) as u64 - 1;
+            // The last byte of the last run (every write has one).
+            let last = f.runs.last().map_or(0, |(r, off)| off + (r.len().max(1) as u64) - 1);
             f.ok && f.target.read(&mut [0u8; 1], last).is_ok()
         };
         proofs.push((t, proven));
@@ -611,7 +663,7 @@ fn settle_batch(batch: Vec<Emulated>) -> Result<()> {
     // stores into a lost segment took a flush 40 s).
     let mut refused: Vec<*const RemoteTarget> = Vec::new();
     for (i, f) in done.into_iter().enumerate() {
-        let Finished { target, offset, member, data, .. } = f;
+        let Finished { target, runs, member, data, .. } = f;
         let t = Arc::as_ptr(&target);
         let r = match data {
             Some(d) if i >= first_unplaced && refused.iter().any(|p| std::ptr::eq(*p, t)) => {
@@ -620,7 +672,7 @@ fn settle_batch(batch: Vec<Emulated>) -> Result<()> {
             }
             Some(d) if i >= first_unplaced => {
                 log::debug!("vsci: an emulated store is not proven placed; writing it again");
-                let r = write_again(&target, &d, offset);
+                let r = write_again(&target, &d, &runs);
                 keep_buffer(d);
                 if let Err(e) = &r {
                     log::debug!("vsci: an emulated store written again failed ({e})");
@@ -702,6 +754,8 @@ impl Flusher {
             if emulated_due() {
                 settle_in_background();
             }
+            // A combined window whose program went quiet.
+            let window_due = combine::close_if_idle();
             let maps = self.live();
             let mut active = false;
             let hot = last_activity.elapsed() < HOT;
@@ -729,9 +783,15 @@ impl Flusher {
                 last_activity = Instant::now();
             }
             let hot = last_activity.elapsed() < HOT;
-            // A round is needed only when a shipment falls due (a fault
-            // wakes us) or clean pages are to be refreshed.
-            let mut wait = if present {
+            // A round is needed only when a shipment or a window falls due
+            // (a fault wakes us) or clean pages are to be refreshed. While
+            // the program combines stores, rounds stay short: a window
+            // that its page's last store count predicts closes itself and
+            // wakes nobody, but one whose message came out shorter waits
+            // for a round (measured: with 20 ms rounds, the message ring's
+            // 99th percentile went from about 100 µs to 3-7 ms).
+            let combining = combine::active(HOT.as_nanos() as u64);
+            let mut wait = if present || combining {
                 if hot {
                     REFRESH_HOT
                 } else {
@@ -740,12 +800,18 @@ impl Flusher {
             } else {
                 IDLE_PARK
             };
-            if let Some(d) = due {
+            for d in [due, window_due].into_iter().flatten() {
                 wait = wait.min(Duration::from_nanos(d.saturating_sub(trapped::now_ns())));
             }
-            if due.is_some() {
+            if due.is_some() || window_due.is_some() {
                 // A short, exact sleep (hrtimer; slack 1 ns).
                 std::thread::sleep(wait);
+            } else if combining {
+                // A round of a program that combines: a window opened
+                // with no prediction wakes it (`wake_for_window`).
+                SHORT_ROUND.store(true, Ordering::SeqCst);
+                std::thread::park_timeout(wait);
+                SHORT_ROUND.store(false, Ordering::SeqCst);
             } else {
                 PARKED.store(true, Ordering::SeqCst);
                 std::thread::park_timeout(wait);
@@ -763,6 +829,21 @@ fn settle_ns() -> u64 {
 
 /// Whether the flusher is parked (a fault then wakes it).
 static PARKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether the flusher waits out a short round of a combining program.
+static SHORT_ROUND: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Wake the flusher for a window that nothing predicts the end of (it
+/// posts it once quiet): whether parked or between short rounds.
+pub(crate) fn wake_for_window() {
+    if SHORT_ROUND.load(Ordering::SeqCst) {
+        if let Some(t) = FLUSHER_THREAD.get() {
+            t.unpark();
+        }
+    } else {
+        wake_flusher();
+    }
+}
 
 /// Longest the flusher parks when nothing happens.
 const IDLE_PARK: Duration = Duration::from_millis(100);

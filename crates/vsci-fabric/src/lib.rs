@@ -276,6 +276,18 @@ impl Info {
     pub fn reads_follow_writes(&self) -> bool {
         self.msg_order & (ffi::FI_ORDER_RAW | ffi::FI_ORDER_RMA_RAW) != 0
     }
+
+    /// Are the runs of one write operation placed in the order given, each
+    /// run's bytes before the next run's? libfabric promises nothing within
+    /// one operation, so this holds only where no operation has two runs
+    /// (`iov_limit` 1: every run is an operation of its own, placed in
+    /// order with WAW) or the provider is known to: tcp (under ofi_rxm too)
+    /// receives a write's data from the socket into its target ranges one
+    /// after the other, in the order of the operation's remote ranges
+    /// (straight from the socket, or copied out of its prefetch buffer).
+    pub fn places_runs_in_order(&self) -> bool {
+        self.ordered_writes == u64::MAX && (self.iov_limit == 1 || self.provider.split(';').next() == Some("tcp"))
+    }
 }
 
 /// A libfabric endpoint. Cheap to clone (shared handle).

@@ -242,7 +242,7 @@ impl Fabric {
         runs: &[(std::ops::Range<usize>, u64)],
         remote: &RemoteRegion,
     ) -> Result<PendingWrite> {
-        self.write_start_with(peer, data, runs, remote, Complete::Placed)
+        self.write_start_with(peer, data, &[runs], remote, Complete::Placed)
     }
 
     /// [`write_start_runs`](Self::write_start_runs) for a writer that
@@ -258,25 +258,45 @@ impl Fabric {
         runs: &[(std::ops::Range<usize>, u64)],
         remote: &RemoteRegion,
     ) -> Result<PendingWrite> {
-        self.write_start_with(peer, data, runs, remote, Complete::Sent)
+        self.write_start_with(peer, data, &[runs], remote, Complete::Sent)
+    }
+
+    /// Post groups of runs of one buffer, each group placed after the ones
+    /// before it (separate operations, WAW) and the runs of one group in one
+    /// operation where the provider takes that many; `placed`: complete once
+    /// the bytes are in the target's memory ([`write_start_runs`](Self::write_start_runs)),
+    /// else once sent ([`write_post_runs`](Self::write_post_runs)).
+    pub fn write_start_groups(
+        &self,
+        peer: &Peer,
+        data: Vec<u8>,
+        groups: &[&[(std::ops::Range<usize>, u64)]],
+        remote: &RemoteRegion,
+        placed: bool,
+    ) -> Result<PendingWrite> {
+        self.write_start_with(peer, data, groups, remote, if placed { Complete::Placed } else { Complete::Sent })
     }
 
     pub(crate) fn write_start_with(
         &self,
         peer: &Peer,
         data: Vec<u8>,
-        runs: &[(std::ops::Range<usize>, u64)],
+        groups: &[&[(std::ops::Range<usize>, u64)]],
         remote: &RemoteRegion,
         complete: Complete,
     ) -> Result<PendingWrite> {
         self.check_peer(peer)?;
         self.check_up(peer)?;
-        if runs.iter().any(|(r, _)| r.start > r.end || r.end > data.len()) {
+        if groups.iter().flat_map(|g| g.iter()).any(|(r, _)| r.start > r.end || r.end > data.len()) {
             return Err(Error::Invalid("a run outside the buffer"));
         }
-        let ops: Vec<(LocalMem, u64)> =
-            runs.iter().map(|(r, off)| (LocalMem::from_slice(&data[r.clone()]), *off)).collect();
-        let posted = self.post_groups(peer, &[&ops], remote, complete);
+        let ops: Vec<Vec<(LocalMem, u64)>> = groups
+            .iter()
+            .map(|g| g.iter().map(|(r, off)| (LocalMem::from_slice(&data[r.clone()]), *off)).collect())
+            .collect();
+        let refs: Vec<&[(LocalMem, u64)]> = ops.iter().map(|g| &g[..]).collect();
+        let posted = self.post_groups(peer, &refs, remote, complete);
+        drop(refs);
         drop(ops);
         if posted.result.is_err() {
             let r = self.finish(posted);

@@ -414,6 +414,33 @@ fn spinning_pingpong_with_messages() {
     pingpong_msg("16m", "0x5726", "0x5727", "1000");
 }
 
+/// A spinning ping-pong without calls whose messages change shape every
+/// round: 1 to 6 words stored one by one in an order that is not the
+/// address order, then a counter, so the number of stores the page's last
+/// message predicts for the next window is wrong every time (the window
+/// closes early, or waits for the flusher), and runs of more than three
+/// stores take the page's twin. The pong side finds every word whenever
+/// the counter shows; then the ping side stores one more message and calls
+/// `exit()` at once, with no call and no unmap, and that message arrives
+/// too. Run with combining on (the default) and off.
+#[test]
+fn messages_of_changing_shape_arrive_without_calls() {
+    let _g = serial();
+    for (combine, ping_seg, pong_seg) in [("1", "0x5728", "0x5729"), ("0", "0x572a", "0x572b")] {
+        let Some(c) = Cluster::start(&[1, 2]) else { return };
+        let env = [("VSCI_COMBINE", combine)];
+        let to_pong = format!("2:{pong_seg}");
+        let to_ping = format!("1:{ping_seg}");
+        let pong = spawn_env(&c, 2, &["shapes", "pong", "3000", pong_seg, &to_ping], &env);
+        let ping = spawn_env(&c, 1, &["shapes", "ping", "3000", ping_seg, &to_pong], &env);
+        let outs = run_together(vec![ping, pong], RUN);
+        outs[0].assert_contains("SHAPES ping EXITING after 3000 rounds");
+        outs[1].assert_contains("SHAPES pong DONE rounds=3000 and the message stored before exit");
+        c.wait_clean(1, "after the ping-pong of changing shapes");
+        c.wait_clean(2, "after the ping-pong of changing shapes");
+    }
+}
+
 // ---- flag after payload -----------------------------------------------------------------
 
 /// A sender maps the whole of a 64 MiB segment of another node; each round

@@ -78,8 +78,14 @@ impl Shadow {
         // (Fetching it here cost a read round trip and a page on the link
         // per message into a page dropped since the last one.)
         let offset = self.seg_off + off as u64;
-        let mut posted = 0;
-        for (member, target) in &targets {
+        // One owner: the store joins the process's open window of stores
+        // into this page (see `combine`), posted with the stores around it.
+        let combined = match (&targets[..], here.is_empty()) {
+            ([(None, target)], true) => self.combine(target, p, off, &st.bytes[..st.len]),
+            _ => false,
+        };
+        let mut posted = usize::from(combined);
+        for (member, target) in targets.iter().filter(|_| !combined) {
             let data = st.bytes[..st.len].to_vec();
             match crate::remote::post_emulated(target, data, offset, member.is_some(), |_| {}) {
                 Ok(()) => posted += 1,
@@ -97,7 +103,7 @@ impl Shadow {
         if posted == 0 && here.is_empty() {
             return false;
         }
-        if let Some((_, t)) = targets.first() {
+        if let Some((_, t)) = targets.first().filter(|_| !combined) {
             // The provider's progress is manual: drive it once so the
             // writes leave now rather than at the progress thread's next
             // wake-up.
@@ -120,6 +126,23 @@ impl Shadow {
         // resumes after it.
         unsafe { f.skip_store(st.insn_len) };
         true
+    }
+
+    /// Put the store of `bytes` at map offset `off` (in page `p`) into the
+    /// process's window for this page; false if it takes none.
+    fn combine(&self, target: &Arc<crate::remote::RemoteTarget>, p: usize, off: usize, bytes: &[u8]) -> bool {
+        let base = self.seg_off + (p * self.page) as u64;
+        let map = self as *const Shadow as usize;
+        match crate::remote::combine::append(target, map, p, self.page, base, off - p * self.page, bytes) {
+            crate::remote::combine::Appended::No => false,
+            crate::remote::combine::Appended::Open(unpredicted) => {
+                if unpredicted {
+                    crate::remote::wake_for_window();
+                }
+                true
+            }
+            crate::remote::combine::Appended::Posted => true,
+        }
     }
 
     /// Where a store decoded at a fault in page `p` lands in the shadow (the
@@ -180,6 +203,26 @@ impl Shadow {
             None => data.fill(r.value),
         }
         let offset = self.seg_off + start as u64;
+        let page = start / self.page;
+        if n > 0
+            && n <= crate::remote::combine::COPY_MAX
+            && (start + n - 1) / self.page == page
+            && self.combine(target, page, start, &data)
+        {
+            // A short copy inside one page (a small message's payload)
+            // joins the window.
+            // SAFETY: `start + n` lies inside the map's valid bytes, all in
+            // the fill mapping; the program's pages of it are
+            // write-protected or absent, so only we write them here.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (self.fill + start) as *mut u8, n) };
+            crate::remote::keep_buffer(data);
+            g.emulated[p] = g.emulated[p].saturating_add(1);
+            g.burst.2 = now_ns();
+            self.stored.store(true, Ordering::Release);
+            // SAFETY: those `n` bytes are stored (shadow and window).
+            unsafe { f.advance_rep(&r, n) };
+            return true;
+        }
         // The shadow takes the bytes from the write's own buffer (the
         // provider only reads it): one copy of the data, not two.
         let into_shadow = |bytes: &[u8]| {
@@ -349,6 +392,9 @@ impl TrapHandler for Shadow {
         if f.write && !dirty && self.emulate(&mut g, &f, p) {
             return;
         }
+        // Stores combined before this fault go first (its fetch is served
+        // after them, its page's shipment placed after them).
+        crate::remote::combine::close();
         let (first, run) = if f.write && !dirty { self.stream_run(&mut g, p) } else { (p, 1) };
         // Never fetch over a dirty page: it may hold stores not yet shipped.
         if !dirty && !self.failed.load(Ordering::Relaxed) {
