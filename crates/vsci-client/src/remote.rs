@@ -285,6 +285,7 @@ pub(crate) fn flusher() -> &'static Arc<Flusher> {
         let g = f.clone();
         let h = std::thread::Builder::new().name("vsci-flusher".into()).spawn(move || g.run()).expect("spawn flusher");
         let _ = FLUSHER_THREAD.set(h.thread().clone());
+        combine::start_timer();
         flush_at_exit();
         f
     })
@@ -754,8 +755,6 @@ impl Flusher {
             if emulated_due() {
                 settle_in_background();
             }
-            // A combined window whose program went quiet.
-            let window_due = combine::close_if_idle();
             let maps = self.live();
             let mut active = false;
             let hot = last_activity.elapsed() < HOT;
@@ -783,15 +782,9 @@ impl Flusher {
                 last_activity = Instant::now();
             }
             let hot = last_activity.elapsed() < HOT;
-            // A round is needed only when a shipment or a window falls due
-            // (a fault wakes us) or clean pages are to be refreshed. While
-            // the program combines stores, rounds stay short: a window
-            // that its page's last store count predicts closes itself and
-            // wakes nobody, but one whose message came out shorter waits
-            // for a round (measured: with 20 ms rounds, the message ring's
-            // 99th percentile went from about 100 µs to 3-7 ms).
-            let combining = combine::active(HOT.as_nanos() as u64);
-            let mut wait = if present || combining {
+            // A round is needed only when a shipment falls due (a fault
+            // wakes us) or clean pages are to be refreshed.
+            let mut wait = if present {
                 if hot {
                     REFRESH_HOT
                 } else {
@@ -800,18 +793,12 @@ impl Flusher {
             } else {
                 IDLE_PARK
             };
-            for d in [due, window_due].into_iter().flatten() {
+            if let Some(d) = due {
                 wait = wait.min(Duration::from_nanos(d.saturating_sub(trapped::now_ns())));
             }
-            if due.is_some() || window_due.is_some() {
+            if due.is_some() {
                 // A short, exact sleep (hrtimer; slack 1 ns).
                 std::thread::sleep(wait);
-            } else if combining {
-                // A round of a program that combines: a window opened
-                // with no prediction wakes it (`wake_for_window`).
-                SHORT_ROUND.store(true, Ordering::SeqCst);
-                std::thread::park_timeout(wait);
-                SHORT_ROUND.store(false, Ordering::SeqCst);
             } else {
                 PARKED.store(true, Ordering::SeqCst);
                 std::thread::park_timeout(wait);
@@ -829,21 +816,6 @@ fn settle_ns() -> u64 {
 
 /// Whether the flusher is parked (a fault then wakes it).
 static PARKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Whether the flusher waits out a short round of a combining program.
-static SHORT_ROUND: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Wake the flusher for a window that nothing predicts the end of (it
-/// posts it once quiet): whether parked or between short rounds.
-pub(crate) fn wake_for_window() {
-    if SHORT_ROUND.load(Ordering::SeqCst) {
-        if let Some(t) = FLUSHER_THREAD.get() {
-            t.unpark();
-        }
-    } else {
-        wake_flusher();
-    }
-}
 
 /// Longest the flusher parks when nothing happens.
 const IDLE_PARK: Duration = Duration::from_millis(100);

@@ -22,24 +22,30 @@
 //!   store the window does not take, a fetch, a shipment, a flush point, a
 //!   trigger, `post_emulated`), so the order of everything the program did
 //!   is kept;
-//! - `IDLE_NS` after its last store, by the flusher (a store that ends a
-//!   message of a new shape, a program that stopped storing);
+//! - `IDLE_NS` after its last store, by the window timer's thread (a
+//!   message shorter than its page's last one, a program that stopped
+//!   storing);
 //! - at the process's exit (`remote::flush_at_exit`).
 
 use super::*;
+use nix::sys::time::TimeSpec;
+use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
 use std::sync::MutexGuard;
 
-/// Quiet after a window's last store after which the flusher posts it.
-const IDLE_NS: u64 = 20_000;
+/// Quiet after a window's last store after which the timer posts it. Only a
+/// window whose prediction failed waits this long. Shorter, a program
+/// preempted in the middle of a message (a busy two-core host, where
+/// programs spin on both cores) had its window posted early and the rest of
+/// the message in a write of its own: with 20 µs the message ring put 425
+/// bytes on the link per 8-byte message instead of 355 (`vsci bench --paths
+/// remote --sections i`).
+const IDLE_NS: u64 = 100_000;
 /// Most stores one window takes before it is posted.
 const MAX_STORES: u32 = 64;
-/// Largest string store (`memcpy` payload) a window takes. A longer one is
-/// posted at once, so that its bytes travel while the program stores the
-/// message's header and flag, which combine: measured in the message ring
-/// (`vsci bench --paths remote --sections i`, no call, ping-pong), payloads
-/// combined too took 8 B from 56 to 42 µs a round trip but 1 KiB from 55 to
-/// 61 and 8 KiB from 60 to 68.
-pub(crate) const COPY_MAX: usize = 64;
+/// Largest string store (`memcpy` payload) a window takes: one inside a
+/// page, of at most what a posted write carries (`POSTED_MAX`). A copy
+/// across pages is posted on its own, after the window before it.
+pub(crate) const COPY_MAX: usize = POSTED_MAX;
 /// Pages whose last window's store count is remembered (direct-mapped).
 const LEARNED: usize = 512;
 
@@ -65,18 +71,97 @@ struct Combiner {
     /// A closed window's page buffer and mask (mask cleared), for the next.
     spare: Option<(Vec<u8>, Vec<u64>)>,
     /// (map, page, stores of its last window).
-    learned: [(usize, usize, u32); LEARNED],
+    learned: [Learned; LEARNED],
 }
 
-static COMBINER: Mutex<Combiner> = Mutex::new(Combiner { open: None, spare: None, learned: [(0, 0, 0); LEARNED] });
+/// How many stores a page's messages take, as its windows showed.
+#[derive(Clone, Copy)]
+struct Learned {
+    map: usize,
+    page: usize,
+    stores: u32,
+    /// A smaller count seen once: taken when seen again in a row (a window
+    /// can go quiet mid-message when the program is preempted).
+    fewer: u32,
+}
+
+const UNLEARNED: Learned = Learned { map: 0, page: 0, stores: 0, fewer: 0 };
+
+static COMBINER: Mutex<Combiner> = Mutex::new(Combiner { open: None, spare: None, learned: [UNLEARNED; LEARNED] });
 
 /// `last_ns` of the open window, 0 when none is open or being posted:
 /// `close` and the flusher look without the lock.
 static OPEN_LAST_NS: AtomicU64 = AtomicU64::new(0);
 
-/// When a window was last used: the flusher keeps short rounds while the
-/// program combines (`active`).
-static USED_NS: AtomicU64 = AtomicU64::new(0);
+/// The timer that posts a window gone quiet: armed `IDLE_NS` ahead at each
+/// store a window takes, disarmed when it closes, read by a thread of its
+/// own. A window that closes at its predicted end (every message of a
+/// program that sends one shape) so costs two `timerfd_settime` calls and
+/// wakes nobody. The flusher could not do it: it sleeps for a millisecond
+/// or parks, and waking it at every window cost a blocking wake-up (about
+/// 48 µs here) per message, or, with rounds of 1 ms while a program
+/// combines, 86 µs of CPU per isolated store (`vsci bench --paths remote
+/// --sections j`); with rounds of 20 ms the message ring's 99th percentile
+/// went from about 100 µs to 3-7 ms, windows that ended short waiting for
+/// a round.
+static TIMER: OnceLock<TimerFd> = OnceLock::new();
+
+/// Make the window timer and its thread (real-time where the process may,
+/// like the flusher: it must preempt a program spinning on every core).
+/// Called with the first remote map, never from the fault handler. Without
+/// it stores are not combined.
+pub(crate) fn start_timer() {
+    if !on() {
+        return;
+    }
+    let t = match TimerFd::new(ClockId::CLOCK_MONOTONIC, TimerFlags::TFD_CLOEXEC) {
+        Ok(t) => t,
+        Err(e) => {
+            log::warn!("vsci: no timerfd ({e}); emulated stores are sent one by one");
+            return;
+        }
+    };
+    if TIMER.set(t).is_err() {
+        return;
+    }
+    let spawned = std::thread::Builder::new().name("vsci-combine".into()).spawn(|| {
+        vsci_fabric::boost_current_thread();
+        let t = TIMER.get().expect("the timer is made before its thread");
+        loop {
+            if let Err(e) = t.wait() {
+                log::debug!("vsci: reading the window timer failed ({e})");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if let Some(due) = close_if_idle() {
+                arm(due.saturating_sub(trapped::now_ns()));
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        log::warn!("vsci: no window timer thread ({e}); emulated stores are sent one by one");
+        STARTED.store(false, Ordering::Release);
+    } else {
+        STARTED.store(true, Ordering::Release);
+    }
+}
+
+/// The timer's thread runs: windows may open.
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+fn arm(ns: u64) {
+    if let Some(t) = TIMER.get() {
+        let d = TimeSpec::from_duration(Duration::from_nanos(ns.max(1)));
+        if let Err(e) = t.set(Expiration::OneShot(d), TimerSetTimeFlags::empty()) {
+            log::debug!("vsci: arming the window timer failed ({e})");
+        }
+    }
+}
+
+fn disarm() {
+    if let Some(t) = TIMER.get() {
+        let _ = t.unset();
+    }
+}
 
 thread_local! {
     /// This thread holds `COMBINER` (posting a window): a store or a close
@@ -106,9 +191,8 @@ fn lock() -> Option<MutexGuard<'static, Combiner>> {
 pub(crate) enum Appended {
     /// Not taken (the caller posts it as before).
     No,
-    /// In a window still open: the flusher should be told if nothing
-    /// predicts when it closes (`true`).
-    Open(bool),
+    /// In a window still open (the timer armed).
+    Open,
     /// Taken and posted with its window.
     Posted,
 }
@@ -131,7 +215,7 @@ pub(crate) fn append(
     // waited a whole round trip more (measured: the ring with `SCIFlush`
     // after each flag, 63 → 78 µs a round trip).
     let now = trapped::now_ns();
-    if !on()
+    if !STARTED.load(Ordering::Acquire)
         || off + data.len() > page_size
         || now.saturating_sub(LAST_FLUSH_NS.load(Ordering::Relaxed)) < FLUSHED_RECENTLY_NS
     {
@@ -170,9 +254,8 @@ pub(crate) fn append(
     w.stores += 1;
     w.last_ns = now;
     let stores = w.stores;
-    USED_NS.store(now, Ordering::Relaxed);
-    let (lm, lp, ln) = c.learned[slot(key)];
-    let predicted = if (lm, lp) == key { ln } else { 0 };
+    let l = c.learned[slot(key)];
+    let predicted = if (l.map, l.page) == key { l.stores } else { 0 };
     if stores >= MAX_STORES || (predicted > 0 && stores >= predicted) {
         // The page's messages are this long: this store ends one. The
         // prediction stays as it is.
@@ -180,7 +263,12 @@ pub(crate) fn append(
         return Appended::Posted;
     }
     OPEN_LAST_NS.store(now, Ordering::Release);
-    Appended::Open(fresh && predicted == 0)
+    if fresh {
+        // Once per window: when it fires with the window still in use, the
+        // timer's thread arms it again for the rest (`close_if_idle`).
+        arm(IDLE_NS);
+    }
+    Appended::Open
 }
 
 /// Post the open window, if any (see the module's comment for when).
@@ -193,7 +281,7 @@ pub(crate) fn close() {
     }
 }
 
-/// The flusher's share: post a window quiet for `IDLE_NS`; when one stays
+/// The timer's share: post a window quiet for `IDLE_NS`; when one stays
 /// open, the time it falls due.
 pub(crate) fn close_if_idle() -> Option<u64> {
     let last = OPEN_LAST_NS.load(Ordering::Acquire);
@@ -215,18 +303,20 @@ pub(crate) fn close_if_idle() -> Option<u64> {
     }
 }
 
-/// Has a window been used lately (the flusher's rounds stay short)?
-pub(crate) fn active(within_ns: u64) -> bool {
-    trapped::now_ns().saturating_sub(USED_NS.load(Ordering::Relaxed)) < within_ns
-}
-
 /// Post the open window: every stored byte outside the last store, in
 /// runs, then the last store's bytes after them. `learn`: remember how
 /// many stores it took, to close the page's next window at as many.
 fn close_locked(c: &mut Combiner, learn: bool) {
     let Some(mut w) = c.open.take() else { return };
+    disarm();
     if learn {
-        c.learned[slot(w.key)] = (w.key.0, w.key.1, w.stores);
+        let n = w.stores;
+        let l = &mut c.learned[slot(w.key)];
+        if (l.map, l.page) != w.key || n >= l.stores || l.fewer == n {
+            *l = Learned { map: w.key.0, page: w.key.1, stores: n, fewer: 0 };
+        } else {
+            l.fewer = n;
+        }
     }
     let stored = |b: usize| w.mask[b / 64] & (1 << (b % 64)) != 0 && !w.last.contains(&b);
     // The runs of the page's stored bytes outside the last store (page

@@ -60,9 +60,13 @@ struct Pages {
     /// after a single page). A store fault there continues the stream even
     /// if a shipment has cleaned the run meanwhile.
     stream_edges: [Option<(usize, bool)>; 2],
-    /// Stores emulated per page since the last background round (see
-    /// `emulate`); past `EMULATE_MAX` the page takes the twin's way.
-    emulated: Vec<u8>,
+    /// Stores emulated per page in the current millisecond (see `emulate`):
+    /// (millisecond, count); past `EMULATE_MAX` the page takes the twin's
+    /// way. Counted by time, not by the flusher's rounds: a flusher parked
+    /// for 100 ms (no page mapped, as when every store is emulated) held a
+    /// page's count for as long, and a mailbox word stored 65 times in that
+    /// time took the twin's way, a fetch and a shipment per store.
+    emulated: Vec<(u8, u8)>,
     /// The store burst being emulated: its page, how many stores so far,
     /// when the last emulation ended, and the flush epoch it began in (see
     /// `EMULATE_BURST`).
@@ -72,6 +76,29 @@ struct Pages {
     long_copies: (usize, u64),
     /// This map's dirty pages are counted in `DIRTY_MAPS`.
     counted_dirty: bool,
+}
+
+impl Pages {
+    /// Stores emulated into page `p` this millisecond.
+    pub(super) fn emulated(&self, p: usize) -> u8 {
+        let (ms, n) = self.emulated[p];
+        if ms == this_ms() {
+            n
+        } else {
+            0
+        }
+    }
+
+    /// Count one more store emulated into page `p`.
+    pub(super) fn count_emulated(&mut self, p: usize) {
+        let n = self.emulated(p).saturating_add(1);
+        self.emulated[p] = (this_ms(), n);
+    }
+}
+
+/// The current millisecond, modulo 256 (`Pages::emulated`).
+fn this_ms() -> u8 {
+    (now_ns() / 1_000_000) as u8
 }
 
 impl Pages {
@@ -307,7 +334,7 @@ impl Trapped {
             twin: Anon::new(len)?,
             ahead: 1,
             stream_edges: [None, None],
-            emulated: vec![0; npages],
+            emulated: vec![(0, 0); npages],
             burst: (usize::MAX, 0, 0, 0),
             long_copies: (usize::MAX, 0),
             counted_dirty: false,
@@ -533,7 +560,6 @@ impl Trapped {
         // still on their way are in what that read returns.
         let s = &*self.shadow;
         let mut g = s.lock();
-        g.emulated.iter_mut().for_each(|n| *n = 0);
         if g.present_list.is_empty() {
             return 0;
         }
@@ -576,9 +602,8 @@ fn emulation_on() -> bool {
     *ON.get_or_init(|| std::env::var("VSCI_EMULATE").map_or(true, |v| v != "0"))
 }
 
-/// Most stores emulated per page between two background rounds (1 ms while
-/// the program is busy): more is a page being filled, shipped cheaper as one
-/// write of its changed bytes. (A ping-pong of small messages makes about
+/// Most stores emulated per page in one millisecond: more is a page being
+/// filled, shipped cheaper as one write of its changed bytes. (A ping-pong of small messages makes about
 /// ten rounds per millisecond, each a store or two of payload and a flag.)
 const EMULATE_MAX: u8 = 64;
 

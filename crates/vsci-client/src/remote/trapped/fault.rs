@@ -19,13 +19,13 @@ impl Shadow {
     /// posted, this node's a copy), only plain stores `vsci_trap::emulate`
     /// decodes exactly, only while no map has unshipped stores (they would
     /// arrive after this one), and at most `EMULATE_MAX` per page per
-    /// background round: a page stored to many times is a page being
+    /// millisecond: a page stored to many times is a page being
     /// filled, which the twin's way ships in one write.
     fn emulate(&self, g: &mut Pages, f: &Fault, p: usize) -> bool {
         // The cheap reasons not to first: this runs at every store fault.
         if !emulation_on()
             || self.check_lost()
-            || g.emulated[p] >= EMULATE_MAX
+            || g.emulated(p) >= EMULATE_MAX
             || DIRTY_MAPS.load(Ordering::SeqCst) != 0
         {
             return false;
@@ -119,7 +119,7 @@ impl Shadow {
         // checked one page, and `valid` the end); the program's mapping of
         // the same memfd page is write-protected, so only we write it here.
         unsafe { std::ptr::copy_nonoverlapping(st.bytes.as_ptr(), (self.fill + off) as *mut u8, st.len) };
-        g.emulated[p] = g.emulated[p].saturating_add(1);
+        g.count_emulated(p);
         g.burst.2 = now_ns();
         self.stored.store(true, Ordering::Release);
         // SAFETY: the store's effect is made (shadow and owner); the thread
@@ -135,13 +135,7 @@ impl Shadow {
         let map = self as *const Shadow as usize;
         match crate::remote::combine::append(target, map, p, self.page, base, off - p * self.page, bytes) {
             crate::remote::combine::Appended::No => false,
-            crate::remote::combine::Appended::Open(unpredicted) => {
-                if unpredicted {
-                    crate::remote::wake_for_window();
-                }
-                true
-            }
-            crate::remote::combine::Appended::Posted => true,
+            crate::remote::combine::Appended::Open | crate::remote::combine::Appended::Posted => true,
         }
     }
 
@@ -216,7 +210,7 @@ impl Shadow {
             // write-protected or absent, so only we write them here.
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (self.fill + start) as *mut u8, n) };
             crate::remote::keep_buffer(data);
-            g.emulated[p] = g.emulated[p].saturating_add(1);
+            g.count_emulated(p);
             g.burst.2 = now_ns();
             self.stored.store(true, Ordering::Release);
             // SAFETY: those `n` bytes are stored (shadow and window).
@@ -236,7 +230,7 @@ impl Shadow {
             return false;
         }
         target.fabric().progress();
-        g.emulated[p] = g.emulated[p].saturating_add(1);
+        g.count_emulated(p);
         g.burst.2 = now_ns();
         self.stored.store(true, Ordering::Release);
         // SAFETY: those `n` bytes are stored (shadow and owner).
