@@ -301,6 +301,17 @@ static int parse_mode(const char *s)
     exit(2);
 }
 
+/* "ping" (1) or "pong" (0); anything else ends the program. */
+static int parse_side(const char *role, const char *side)
+{
+    if (strcmp(side, "ping") == 0)
+        return 1;
+    if (strcmp(side, "pong") == 0)
+        return 0;
+    fprintf(stderr, "t_store %s: side \"%s\" is neither ping nor pong\n", role, side);
+    exit(2);
+}
+
 static int mbox_owner(int calls, uint32_t rounds, unsigned segid, const char *w1,
                       const char *w2)
 {
@@ -1144,16 +1155,10 @@ int main(int argc, char **argv)
         return mbox_writer(parse_mode(arg(argc, argv, 2)), (uint32_t)argu(argc, argv, 3),
                            (unsigned)argu(argc, argv, 4), arg(argc, argv, 5),
                            (unsigned)argu(argc, argv, 6));
-    if (strcmp(role, "pingpong") == 0) {
-        const char *side = arg(argc, argv, 2);
-        if (strcmp(side, "ping") && strcmp(side, "pong")) {
-            fprintf(stderr, "t_store pingpong: side \"%s\" is neither ping nor pong\n", side);
-            return 2;
-        }
-        return pingpong(strcmp(side, "ping") == 0, (uint32_t)argu(argc, argv, 3),
+    if (strcmp(role, "pingpong") == 0)
+        return pingpong(parse_side(role, arg(argc, argv, 2)), (uint32_t)argu(argc, argv, 3),
                         (size_t)argu(argc, argv, 4), (unsigned)argu(argc, argv, 5),
                         arg(argc, argv, 6), argc > 7 ? (size_t)argu(argc, argv, 7) : 0);
-    }
     if (strcmp(role, "order-recv") == 0)
         return order_recv((uint32_t)argu(argc, argv, 2), (size_t)argu(argc, argv, 3),
                           (unsigned)argu(argc, argv, 4), arg(argc, argv, 5));
@@ -1182,15 +1187,9 @@ int main(int argc, char **argv)
         return idle_map(arg(argc, argv, 2), (unsigned)argu(argc, argv, 3));
     if (strcmp(role, "lost-map") == 0)
         return lost_map(arg(argc, argv, 2));
-    if (strcmp(role, "shapes") == 0) {
-        const char *side = arg(argc, argv, 2);
-        if (strcmp(side, "ping") && strcmp(side, "pong")) {
-            fprintf(stderr, "t_store shapes: side \"%s\" is neither ping nor pong\n", side);
-            return 2;
-        }
-        return shapes(strcmp(side, "ping") == 0, (uint32_t)argu(argc, argv, 3),
+    if (strcmp(role, "shapes") == 0)
+        return shapes(parse_side(role, arg(argc, argv, 2)), (uint32_t)argu(argc, argv, 3),
                       (unsigned)argu(argc, argv, 4), arg(argc, argv, 5));
-    }
     if (strcmp(role, "refused-stores") == 0)
         return refused_stores(arg(argc, argv, 2), arg(argc, argv, 3), (unsigned)argu(argc, argv, 4));
     fprintf(stderr, "t_store: unknown role %s\n", role);
