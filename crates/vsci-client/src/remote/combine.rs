@@ -64,13 +64,16 @@ struct Window {
     span: std::ops::Range<usize>,
     stores: u32,
     last_ns: u64,
+    /// The timer runs for it (a window posted at the store that opened it
+    /// never needs the `timerfd_settime` that disarms it).
+    armed: bool,
 }
 
 struct Combiner {
     open: Option<Window>,
     /// A closed window's page buffer and mask (mask cleared), for the next.
     spare: Option<(Vec<u8>, Vec<u64>)>,
-    /// (map, page, stores of its last window).
+    /// How many stores each page's windows take.
     learned: [Learned; LEARNED],
 }
 
@@ -90,12 +93,12 @@ const UNLEARNED: Learned = Learned { map: 0, page: 0, stores: 0, fewer: 0 };
 static COMBINER: Mutex<Combiner> = Mutex::new(Combiner { open: None, spare: None, learned: [UNLEARNED; LEARNED] });
 
 /// `last_ns` of the open window, 0 when none is open or being posted:
-/// `close` and the flusher look without the lock.
+/// `close` and the timer's thread look without the lock.
 static OPEN_LAST_NS: AtomicU64 = AtomicU64::new(0);
 
-/// The timer that posts a window gone quiet: armed `IDLE_NS` ahead at each
-/// store a window takes, disarmed when it closes, read by a thread of its
-/// own. A window that closes at its predicted end (every message of a
+/// The timer that posts a window gone quiet: armed `IDLE_NS` ahead when a
+/// window stays open past its first store, disarmed when it closes, read by
+/// a thread of its own. A window that closes at its predicted end (every message of a
 /// program that sends one shape) so costs two `timerfd_settime` calls and
 /// wakes nobody. The flusher could not do it: it sleeps for a millisecond
 /// or parks, and waking it at every window cost a blocking wake-up (about
@@ -187,19 +190,10 @@ fn lock() -> Option<MutexGuard<'static, Combiner>> {
     Some(COMBINER.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
-/// What `append` did with a store.
-pub(crate) enum Appended {
-    /// Not taken (the caller posts it as before).
-    No,
-    /// In a window still open (the timer armed).
-    Open,
-    /// Taken and posted with its window.
-    Posted,
-}
-
 /// Take the store of `data` at byte `off` of page `page` (of `page_size`
 /// bytes, segment offset `base`) of the map whose shadow is at `map`,
 /// going to `target`. Called from the fault handler, under the map's lock.
+/// False if not taken: the caller posts the store on its own.
 pub(crate) fn append(
     target: &Arc<RemoteTarget>,
     map: usize,
@@ -208,7 +202,7 @@ pub(crate) fn append(
     base: u64,
     off: usize,
     data: &[u8],
-) -> Appended {
+) -> bool {
     // A program that flushes its stores gets them posted one by one, each
     // acknowledged (see `FLUSHED_RECENTLY_NS`): its flush then waits for
     // acknowledgements on their way, where a window posted at the flush
@@ -219,9 +213,9 @@ pub(crate) fn append(
         || off + data.len() > page_size
         || now.saturating_sub(LAST_FLUSH_NS.load(Ordering::Relaxed)) < FLUSHED_RECENTLY_NS
     {
-        return Appended::No;
+        return false;
     }
-    let Some(mut c) = lock() else { return Appended::No };
+    let Some(mut c) = lock() else { return false };
     let key = (map, page);
     if c.open.as_ref().is_some_and(|w| w.key != key || !Arc::ptr_eq(&w.target, target)) {
         close_locked(&mut c, true);
@@ -242,6 +236,7 @@ pub(crate) fn append(
             span: off..off + data.len(),
             stores: 0,
             last_ns: now,
+            armed: false,
         });
     }
     let w = c.open.as_mut().expect("a window is open");
@@ -260,15 +255,16 @@ pub(crate) fn append(
         // The page's messages are this long: this store ends one. The
         // prediction stays as it is.
         close_locked(&mut c, false);
-        return Appended::Posted;
+        return true;
     }
     OPEN_LAST_NS.store(now, Ordering::Release);
-    if fresh {
+    if let Some(w) = c.open.as_mut().filter(|w| !w.armed) {
         // Once per window: when it fires with the window still in use, the
         // timer's thread arms it again for the rest (`close_if_idle`).
+        w.armed = true;
         arm(IDLE_NS);
     }
-    Appended::Open
+    true
 }
 
 /// Post the open window, if any (see the module's comment for when).
@@ -308,7 +304,9 @@ pub(crate) fn close_if_idle() -> Option<u64> {
 /// many stores it took, to close the page's next window at as many.
 fn close_locked(c: &mut Combiner, learn: bool) {
     let Some(mut w) = c.open.take() else { return };
-    disarm();
+    if w.armed {
+        disarm();
+    }
     if learn {
         let n = w.stores;
         let l = &mut c.learned[slot(w.key)];

@@ -133,10 +133,7 @@ impl Shadow {
     fn combine(&self, target: &Arc<crate::remote::RemoteTarget>, p: usize, off: usize, bytes: &[u8]) -> bool {
         let base = self.seg_off + (p * self.page) as u64;
         let map = self as *const Shadow as usize;
-        match crate::remote::combine::append(target, map, p, self.page, base, off - p * self.page, bytes) {
-            crate::remote::combine::Appended::No => false,
-            crate::remote::combine::Appended::Open | crate::remote::combine::Appended::Posted => true,
-        }
+        crate::remote::combine::append(target, map, p, self.page, base, off - p * self.page, bytes)
     }
 
     /// Where a store decoded at a fault in page `p` lands in the shadow (the
