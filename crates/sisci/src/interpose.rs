@@ -44,6 +44,9 @@ static NEXT: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 static NEXT_MOVE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 /// 1 when `VSCI_MEMCPY=0`: never take the string-store way.
 static OFF: AtomicU8 = AtomicU8::new(0);
+/// 1 when `VSCI_MEMCPY=trap`: a copy into a remote map is a string store
+/// left to fault, as before copies were handed to the map directly.
+static TRAP_ONLY: AtomicU8 = AtomicU8::new(0);
 /// Whether `find_next` ran: UNKNOWN, LOOKING (a copy made by dlsym itself
 /// must not look again) or DONE (`NEXT` may still be null: no dynamic
 /// C library, every copy takes the string way).
@@ -230,6 +233,23 @@ unsafe fn string_or_lookup(dst: *mut c_void, src: *const c_void, n: usize, slot:
         // SAFETY: the C library's function, with the caller's arguments.
         return unsafe { call(next, dst, src, n) };
     }
+    // The map takes what it can of the copy as the string store's fault
+    // would, without the fault (about 6 µs here); the rest, if any, is the
+    // string store (a copy past the map's end, one not emulated: a page
+    // with unshipped stores, a source that would fault).
+    let done = if overlapping || not_ours(dst, n) || TRAP_ONLY.load(Ordering::Relaxed) != 0 {
+        0
+    } else {
+        vsci_client::copy_into_remote_map(dst as usize, src as usize, n)
+    };
+    if done > 0 {
+        if done < n {
+            // SAFETY: the caller's contract, for the bytes after the first
+            // `done` (the buffers do not overlap).
+            unsafe { rep_movsb(dst.add(done), src.add(done), n - done) };
+        }
+        return dst;
+    }
     // SAFETY: the caller's contract.
     unsafe { string_copy(dst, src, n) }
 }
@@ -278,8 +298,12 @@ fn find_next_now() {
     // reading it break getenv itself).
     unsafe {
         let off = getenv(c"VSCI_MEMCPY".as_ptr());
-        if !off.is_null() && std::ffi::CStr::from_ptr(off).to_bytes() == b"0" {
-            OFF.store(1, Ordering::Relaxed);
+        if !off.is_null() {
+            match std::ffi::CStr::from_ptr(off).to_bytes() {
+                b"0" => OFF.store(1, Ordering::Relaxed),
+                b"trap" => TRAP_ONLY.store(1, Ordering::Relaxed),
+                _ => {}
+            }
         }
         let next = dlsym(RTLD_NEXT, c"memcpy".as_ptr());
         // Never ourselves (a program that loaded us twice): that would loop.

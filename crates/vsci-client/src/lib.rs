@@ -29,6 +29,15 @@ pub use vsci_proto::{IntrKind, SciError, SegmentEvent, WaitMode};
 /// May a copy to `addr..addr + len` reach another node's segment through
 /// a map (a trapped range)? False only when it certainly cannot.
 pub use vsci_trap::trap::may_be_trapped as may_reach_remote_map;
+
+/// Make the start of a copy of `n` bytes from `src` (not overlapping) to
+/// `dst` in a map of another node's segment as the map's store fault would
+/// make it as one string store, but without the fault; returns how many
+/// bytes from the start were made (0: none; the caller copies the rest).
+/// For libsisci's `memcpy`; never changes `errno`.
+pub fn copy_into_remote_map(dst: usize, src: usize, n: usize) -> usize {
+    vsci_trap::trap::copy_in(dst, Some(src), 0, n)
+}
 pub use wait::WaitPolicy;
 
 /// Make every store to another node's segment made so far visible at its

@@ -22,12 +22,7 @@ impl Shadow {
     /// millisecond: a page stored to many times is a page being
     /// filled, which the twin's way ships in one write.
     fn emulate(&self, g: &mut Pages, f: &Fault, p: usize) -> bool {
-        // The cheap reasons not to first: this runs at every store fault.
-        if !emulation_on()
-            || self.check_lost()
-            || g.emulated(p) >= EMULATE_MAX
-            || DIRTY_MAPS.load(Ordering::SeqCst) != 0
-        {
+        if !self.may_emulate(g, p) {
             return false;
         }
         // Where the store goes: the owner, or every member of a group (its
@@ -128,6 +123,13 @@ impl Shadow {
         true
     }
 
+    /// The cheap reasons not to emulate a store into page `p`, looked at
+    /// first (this runs at every store fault and every `memcpy` into the
+    /// map): see `emulate`.
+    fn may_emulate(&self, g: &Pages, p: usize) -> bool {
+        emulation_on() && !self.check_lost() && g.emulated(p) < EMULATE_MAX && DIRTY_MAPS.load(Ordering::SeqCst) == 0
+    }
+
     /// Put the store of `bytes` at map offset `off` (in page `p`) into the
     /// process's window for this page; false if it takes none.
     fn combine(&self, target: &Arc<crate::remote::RemoteTarget>, p: usize, off: usize, bytes: &[u8]) -> bool {
@@ -171,9 +173,31 @@ impl Shadow {
         let Some(r) = f.decode_rep() else { return false };
         // The map's first byte in the program's address space.
         let base = (f.addr & !(self.page - 1)) - f.page;
-        let Some(start) = r.dst.checked_sub(base) else { return false };
+        let n = self.emulate_copy(g, base, &r, p, target);
+        if n > 0 {
+            // SAFETY: those `n` bytes are stored (shadow and owner, or the
+            // window).
+            unsafe { f.advance_rep(&r, n) };
+        }
+        n > 0
+    }
+
+    /// Make the first bytes of the copy `r` into this map (whose first byte
+    /// is at `base` in the program; `p`: the page of the copy's fault) as
+    /// emulated stores, and say how many: `emulate_rep`'s work, for a copy
+    /// that faulted or one `memcpy` hands over before it can (`on_copy`).
+    /// 0: none made, the CPU makes the copy.
+    fn emulate_copy(
+        &self,
+        g: &mut Pages,
+        base: usize,
+        r: &vsci_trap::emulate::RepString,
+        p: usize,
+        target: &Arc<crate::remote::RemoteTarget>,
+    ) -> usize {
+        let Some(start) = r.dst.checked_sub(base) else { return 0 };
         if start >= self.valid {
-            return false;
+            return 0;
         }
         let n = r.count.min(self.valid - start).min(REP_MAX);
         let mut data = crate::remote::spare_buffer(n);
@@ -188,7 +212,7 @@ impl Shadow {
             Some(src) => {
                 if vsci_sys::mman::read_own(src, &mut data) != n {
                     crate::remote::keep_buffer(data);
-                    return false;
+                    return 0;
                 }
             }
             None => data.fill(r.value),
@@ -210,9 +234,7 @@ impl Shadow {
             g.count_emulated(p);
             g.burst.2 = now_ns();
             self.stored.store(true, Ordering::Release);
-            // SAFETY: those `n` bytes are stored (shadow and window).
-            unsafe { f.advance_rep(&r, n) };
-            return true;
+            return n;
         }
         // The shadow takes the bytes from the write's own buffer (the
         // provider only reads it): one copy of the data, not two.
@@ -224,15 +246,13 @@ impl Shadow {
         };
         if let Err(e) = crate::remote::post_emulated(target, data, offset, false, into_shadow) {
             log::debug!("vsci: string store not posted ({e}); taking the twin's way");
-            return false;
+            return 0;
         }
         target.fabric().progress();
         g.count_emulated(p);
         g.burst.2 = now_ns();
         self.stored.store(true, Ordering::Release);
-        // SAFETY: those `n` bytes are stored (shadow and owner).
-        unsafe { f.advance_rep(&r, n) };
-        true
+        n
     }
 
     /// Fetch pages `p..p + count` from the owner into their twin and the
@@ -371,6 +391,24 @@ impl Shadow {
 }
 
 impl TrapHandler for Shadow {
+    /// A `memcpy` or `memmove` into this map (libsisci's, `sisci::interpose`),
+    /// made as the fault handler makes the string store that would fault
+    /// (`emulate_rep`), but before it faults: one trap less per copy, a
+    /// third of an 8-byte message's (payload, header, flag). Only where the
+    /// copy would be emulated at its fault; and no page is dirty then
+    /// (`may_emulate` wants no map with unshipped stores), so the copy's
+    /// pages are all write-protected or absent, as at such a fault.
+    fn on_copy(&self, trap: &Trap, r: &vsci_trap::emulate::RepString) -> usize {
+        let Owner::Rma(target) = &self.owner else { return 0 };
+        let p = (r.dst - trap.base()) / self.page;
+        let mut g = self.lock();
+        if !self.may_emulate(&g, p) {
+            return 0;
+        }
+        self.faults.fetch_add(1, Ordering::Relaxed);
+        self.emulate_copy(&mut g, trap.base(), r, p, target)
+    }
+
     fn on_fault(&self, trap: &Trap, f: Fault) {
         self.faults.fetch_add(1, Ordering::Relaxed);
         self.check_lost();
