@@ -10,13 +10,17 @@
 //! `REP MOVSB` only between a CPU-dependent lower and upper size (on the
 //! AMD hosts here 2 KiB to 1 MiB, the L2 size) and with vector loops
 //! elsewhere, so a `memcpy` of a megabyte or more into a remote map ran at
-//! 0.12x iperf3 (docs/benchmarks.md). This `memcpy` copies with `REP MOVSB`
-//! when the destination may lie in a remote map and the copy is at least
-//! `STRING_MIN` bytes, and is the C library's `memcpy` otherwise: a few
-//! loads and compares in front of it (one of them `guard`'s test switch). `memmove` does the same when
-//! the two buffers do not overlap (C++'s `std::copy` of plain data is a
-//! `memmove`). `VSCI_MEMCPY=0` in the environment makes both the C
-//! library's always.
+//! 0.12x iperf3 (docs/benchmarks.md). This `memcpy`, when the destination
+//! may lie in a remote map and the copy is at least `STRING_MIN` bytes,
+//! hands the copy to the map, which makes it as that fault would but with
+//! no fault (`vsci_client::copy_into_remote_map`), and copies what the map
+//! does not take with `REP MOVSB`; it is the C library's `memcpy`
+//! otherwise: a few loads and compares in front of it (one of them
+//! `guard`'s test switch). `memmove` does the same when the two buffers do
+//! not overlap (C++'s `std::copy` of plain data is a `memmove`).
+//! `VSCI_MEMCPY=0` in the environment makes both the C library's always;
+//! `VSCI_MEMCPY=trap` leaves copies into remote maps to fault (the string
+//! store), as before the map took them directly.
 //!
 //! Linked statically (`libsisci.a`) into a program that uses the dynamic C
 //! library, the same holds: the program then defines these two functions
@@ -33,10 +37,11 @@ use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
 /// 64-byte one with two to four vector stores, each a trap and a posted
 /// write of its own; a message of payload, header and flag then exceeded
 /// the burst the fault handler emulates (three stores) and took the twin's
-/// way, a read of the page from the owner per message. As one string store
-/// the payload is one trap and one write whatever its size. (A copy whose
-/// destination lies between two remote maps without being in one is made
-/// with `REP MOVSB` too: correct, a few nanoseconds slower when small.)
+/// way, a read of the page from the owner per message. Taken whole, the
+/// payload is one write whatever its size, and no trap. (A copy whose
+/// destination lies between two remote maps without being in one looks
+/// through the registry of maps and is made with `REP MOVSB`: correct, a
+/// few tens of nanoseconds slower when small.)
 const STRING_MIN: usize = 1;
 
 /// The C library's `memcpy` and `memmove`, found at load (null until then).

@@ -540,9 +540,11 @@ fn stores_beside_refused_ones_arrive() {
 /// memcpy + SCIFlush of new data: 1 MiB 100 times, 256 KiB 200 times, 8 KiB 500 times
 /// (the thesis's bandwidth method, as `vsci bench` runs it): the segment
 /// holds the last copy. Then 3 MiB at an odd offset (libsisci's `memcpy`
-/// makes it one string store; its first and last pages are partly covered)
-/// and the same with the C library's `memcpy` (`VSCI_MEMCPY=0`): the bytes
-/// around the copy are left as they were.
+/// hands it to the map whole; its first and last pages are partly covered),
+/// the same with the C library's `memcpy` (`VSCI_MEMCPY=0`) and as a string
+/// store left to fault (`VSCI_MEMCPY=trap`), and small copies: across a page
+/// boundary, and ending at the segment's last byte. The bytes around each
+/// copy are left as they were.
 #[test]
 fn streaming_copies_arrive() {
     let _g = serial();
@@ -555,6 +557,10 @@ fn streaming_copies_arrive() {
         ("8k", "500", "0", "1"),
         ("3m", "20", "4093", "1"),
         ("3m", "20", "4093", "0"),
+        ("3m", "20", "4093", "trap"),
+        ("100", "300", "4050", "1"),
+        ("64", "300", "4194240", "1"),
+        ("100", "300", "4050", "trap"),
     ] {
         let out = spawn_env(&c, 1, &["stream", "2:0x5760", size, iters, off], &[("VSCI_MEMCPY", memcpy)]).wait(RUN);
         show(&out);

@@ -431,6 +431,10 @@ const EMPTY: Slot = Slot {
     busy: AtomicUsize::new(0),
 };
 static SLOTS: [Slot; MAX_TRAPS] = [EMPTY; MAX_TRAPS];
+/// One past the highest slot ever taken: lookups scan only these (slots are
+/// taken lowest first, so a process with a few maps scans a few, not 1,024,
+/// for every `memcpy` whose destination lies between two of its maps).
+static USED: AtomicUsize = AtomicUsize::new(0);
 
 /// The lowest start and highest end of the ranges trapped now (`usize::MAX`
 /// and 0 when there are none): a cheap test of whether a copy may reach a
@@ -448,6 +452,7 @@ pub fn may_be_trapped(addr: usize, len: usize) -> bool {
 fn registry_insert(base: usize, len: usize) -> Result<usize> {
     for (i, s) in SLOTS.iter().enumerate() {
         if s.owner.compare_exchange(0, 1, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+            USED.fetch_max(i + 1, Ordering::SeqCst);
             s.start.store(base, Ordering::SeqCst);
             s.end.store(base + len, Ordering::SeqCst);
             LOWEST.fetch_min(base, Ordering::SeqCst);
@@ -531,7 +536,7 @@ extern "C" fn copy_call(p: *mut libc::c_void) {
 /// entry kept alive meanwhile.
 fn with_entry<R>(addr: usize, f: impl FnOnce(&Entry) -> R) -> Option<R> {
     let mut f = Some(f);
-    for s in SLOTS.iter() {
+    for s in SLOTS[..USED.load(Ordering::Acquire)].iter() {
         let (start, end) = (s.start.load(Ordering::Acquire), s.end.load(Ordering::Acquire));
         if addr < start || addr >= end {
             continue;
