@@ -18,6 +18,10 @@
 //! - when its page has taken as many stores as the page's last window did
 //!   (a program sending messages of one shape closes each message's window
 //!   at its last store, with no wait: the prediction);
+//!   Counts are learned again every `RELEARN_NS` (a page's messages may
+//!   grow, and a window closed at its predicted end shows no growth);
+//! - at a store over bytes it holds already: the next message (an
+//!   acknowledgement word stored again);
 //! - before anything else this process sends or reads on the data path (a
 //!   store the window does not take, a fetch, a shipment, a flush point, a
 //!   trigger, `post_emulated`), so the order of everything the program did
@@ -48,6 +52,18 @@ const MAX_STORES: u32 = 64;
 pub(crate) const COPY_MAX: usize = POSTED_MAX;
 /// Pages whose last window's store count is remembered (direct-mapped).
 const LEARNED: usize = 512;
+/// Age past which a page's learned store count is learned again. A count
+/// only ever shrinks by what windows show, and a window closed at its
+/// predicted end shows nothing: a page whose messages grew (a ring slot
+/// that took 8 KiB messages, header and flag, then 8-byte ones, payload,
+/// header and flag) closed every message short of its flag for good, the
+/// flag a write of its own (measured: 1.3 stores a window, `vsci bench
+/// --paths remote --sections i`, the `SCIFlush` rows after the 8 KiB ones).
+/// Learning again costs one window closed by its timer or by what the
+/// program does next, once in this long: with 100 ms, a ring of 16 slots
+/// in 16 pages had one message in 84 wait for the timer, and the ring's
+/// 99th percentile went from about 60 µs to 100-170 µs.
+const RELEARN_NS: u64 = 1_000_000_000;
 
 /// An open window: stores into one page of one map, not posted yet.
 struct Window {
@@ -69,6 +85,29 @@ struct Window {
     armed: bool,
 }
 
+impl Window {
+    /// Does the window hold any of the bytes `off..off + len` already?
+    fn holds_any(&self, off: usize, len: usize) -> bool {
+        off < self.span.end && off + len > self.span.start && any_set(&self.mask, off, len)
+    }
+}
+
+/// Is any of bits `off..off + len` of `mask` set? A word at a time (a
+/// payload of kilobytes is tens of words, not thousands of bits).
+fn any_set(mask: &[u64], off: usize, len: usize) -> bool {
+    let end = off + len;
+    let mut b = off;
+    while b < end {
+        let upto = end.min((b / 64 + 1) * 64);
+        let bits = if upto - b == 64 { u64::MAX } else { ((1u64 << (upto - b)) - 1) << (b % 64) };
+        if mask[b / 64] & bits != 0 {
+            return true;
+        }
+        b = upto;
+    }
+    false
+}
+
 struct Combiner {
     open: Option<Window>,
     /// A closed window's page buffer and mask (mask cleared), for the next.
@@ -86,9 +125,11 @@ struct Learned {
     /// A smaller count seen once: taken when seen again in a row (a window
     /// can go quiet mid-message when the program is preempted).
     fewer: u32,
+    /// When `stores` was learned (see `RELEARN_NS`).
+    at_ns: u64,
 }
 
-const UNLEARNED: Learned = Learned { map: 0, page: 0, stores: 0, fewer: 0 };
+const UNLEARNED: Learned = Learned { map: 0, page: 0, stores: 0, fewer: 0, at_ns: 0 };
 
 static COMBINER: Mutex<Combiner> = Mutex::new(Combiner { open: None, spare: None, learned: [UNLEARNED; LEARNED] });
 
@@ -203,21 +244,22 @@ pub(crate) fn append(
     off: usize,
     data: &[u8],
 ) -> bool {
-    // A program that flushes its stores gets them posted one by one, each
-    // acknowledged (see `FLUSHED_RECENTLY_NS`): its flush then waits for
-    // acknowledgements on their way, where a window posted at the flush
-    // waited a whole round trip more (measured: the ring with `SCIFlush`
-    // after each flag, 63 → 78 µs a round trip).
+    // Programs that flush are combined too: their window goes at its
+    // predicted end (the flag), before the flush, as one acknowledged
+    // write instead of three (the ring with `SCIFlush` after each flag:
+    // 61-64 → 42-43 µs one way for 8 bytes).
     let now = trapped::now_ns();
-    if !STARTED.load(Ordering::Acquire)
-        || off + data.len() > page_size
-        || now.saturating_sub(LAST_FLUSH_NS.load(Ordering::Relaxed)) < FLUSHED_RECENTLY_NS
-    {
+    if !STARTED.load(Ordering::Acquire) || off + data.len() > page_size {
         return false;
     }
     let Some(mut c) = lock() else { return false };
     let key = (map, page);
-    if c.open.as_ref().is_some_and(|w| w.key != key || !Arc::ptr_eq(&w.target, target)) {
+    // Another page's store, or one over bytes the window holds already:
+    // the next message (a message stores each of its words once; a
+    // receiver's acknowledgement word stored again is the next
+    // acknowledgement, which must not wait for the first's window).
+    if c.open.as_ref().is_some_and(|w| w.key != key || !Arc::ptr_eq(&w.target, target) || w.holds_any(off, data.len()))
+    {
         close_locked(&mut c, true);
     }
     let fresh = c.open.is_none();
@@ -250,7 +292,7 @@ pub(crate) fn append(
     w.last_ns = now;
     let stores = w.stores;
     let l = c.learned[slot(key)];
-    let predicted = if (l.map, l.page) == key { l.stores } else { 0 };
+    let predicted = if (l.map, l.page) == key && now.saturating_sub(l.at_ns) < RELEARN_NS { l.stores } else { 0 };
     if stores >= MAX_STORES || (predicted > 0 && stores >= predicted) {
         // The page's messages are this long: this store ends one. The
         // prediction stays as it is.
@@ -311,7 +353,7 @@ fn close_locked(c: &mut Combiner, learn: bool) {
         let n = w.stores;
         let l = &mut c.learned[slot(w.key)];
         if (l.map, l.page) != w.key || n >= l.stores || l.fewer == n {
-            *l = Learned { map: w.key.0, page: w.key.1, stores: n, fewer: 0 };
+            *l = Learned { map: w.key.0, page: w.key.1, stores: n, fewer: 0, at_ns: w.last_ns };
         } else {
             l.fewer = n;
         }
@@ -377,4 +419,27 @@ fn close_locked(c: &mut Combiner, learn: bool) {
         *m = 0;
     }
     c.spare = Some((std::mem::take(&mut w.bytes), std::mem::take(&mut w.mask)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::any_set;
+
+    #[test]
+    fn any_set_sees_exactly_the_bits_asked() {
+        let mut mask = vec![0u64; 4];
+        assert!(!any_set(&mask, 0, 256));
+        mask[1] |= 1 << 5; // bit 69
+        assert!(any_set(&mask, 69, 1));
+        assert!(any_set(&mask, 0, 70));
+        assert!(!any_set(&mask, 0, 69));
+        assert!(!any_set(&mask, 70, 186));
+        assert!(any_set(&mask, 64, 64));
+        assert!(any_set(&mask, 60, 10));
+        mask[3] |= 1 << 63; // bit 255, the last
+        assert!(any_set(&mask, 255, 1));
+        assert!(any_set(&mask, 128, 128));
+        assert!(!any_set(&mask, 128, 127));
+        assert!(!any_set(&mask, 70, 0));
+    }
 }
