@@ -18,7 +18,8 @@
 //! - when its page has taken as many stores as the page's last window did
 //!   (a program sending messages of one shape closes each message's window
 //!   at its last store, with no wait: the prediction);
-//!   Counts are learned again every `RELEARN_NS` (a page's messages may
+//!   Every `RELEARN_NS` a page's window goes past its predicted end, to
+//!   `PROBE_NS` of quiet, and learns its count again (a page's messages may
 //!   grow, and a window closed at its predicted end shows no growth);
 //! - at a store over bytes it holds already: the next message (an
 //!   acknowledgement word stored again);
@@ -59,11 +60,17 @@ const LEARNED: usize = 512;
 /// header and flag) closed every message short of its flag for good, the
 /// flag a write of its own (measured: 1.3 stores a window, `vsci bench
 /// --paths remote --sections i`, the `SCIFlush` rows after the 8 KiB ones).
-/// Learning again costs one window closed by its timer or by what the
-/// program does next, once in this long: with 100 ms, a ring of 16 slots
-/// in 16 pages had one message in 84 wait for the timer, and the ring's
-/// 99th percentile went from about 60 µs to 100-170 µs.
-const RELEARN_NS: u64 = 1_000_000_000;
+/// Learning again costs, once in this long, one window that stays open past
+/// its predicted end until `PROBE_NS` of quiet (or what the program does
+/// next: a flush, another page's store): a message that grew joins it. Left
+/// open for the full `IDLE_NS` instead, every 100 ms, a ring of 16 slots
+/// in 16 pages had one message in 84 wait 100 µs, and the ring's 99th
+/// percentile went from about 60 µs to 100-170 µs.
+const RELEARN_NS: u64 = 200_000_000;
+/// Quiet after which a window learning its page's count again is posted:
+/// a few traps' time (a message's next store comes one trap, 6-10 µs,
+/// after the last).
+const PROBE_NS: u64 = 20_000;
 
 /// An open window: stores into one page of one map, not posted yet.
 struct Window {
@@ -80,6 +87,9 @@ struct Window {
     span: std::ops::Range<usize>,
     stores: u32,
     last_ns: u64,
+    /// Quiet after which the timer posts it: `IDLE_NS`, or `PROBE_NS` once
+    /// it is past its predicted end (learning the count again).
+    idle_ns: u64,
     /// The timer runs for it (a window posted at the store that opened it
     /// never needs the `timerfd_settime` that disarms it).
     armed: bool,
@@ -133,9 +143,10 @@ const UNLEARNED: Learned = Learned { map: 0, page: 0, stores: 0, fewer: 0, at_ns
 
 static COMBINER: Mutex<Combiner> = Mutex::new(Combiner { open: None, spare: None, learned: [UNLEARNED; LEARNED] });
 
-/// `last_ns` of the open window, 0 when none is open or being posted:
-/// `close` and the timer's thread look without the lock.
-static OPEN_LAST_NS: AtomicU64 = AtomicU64::new(0);
+/// When the open window falls due (`last_ns + idle_ns`), 0 when none is
+/// open or being posted: `close` and the timer's thread look without the
+/// lock.
+static OPEN_DUE_NS: AtomicU64 = AtomicU64::new(0);
 
 /// The timer that posts a window gone quiet: armed `IDLE_NS` ahead when a
 /// window stays open past its first store, disarmed when it closes, read by
@@ -278,6 +289,7 @@ pub(crate) fn append(
             span: off..off + data.len(),
             stores: 0,
             last_ns: now,
+            idle_ns: IDLE_NS,
             armed: false,
         });
     }
@@ -292,26 +304,37 @@ pub(crate) fn append(
     w.last_ns = now;
     let stores = w.stores;
     let l = c.learned[slot(key)];
-    let predicted = if (l.map, l.page) == key && now.saturating_sub(l.at_ns) < RELEARN_NS { l.stores } else { 0 };
-    if stores >= MAX_STORES || (predicted > 0 && stores >= predicted) {
+    let (predicted, stale) =
+        if (l.map, l.page) == key { (l.stores, now.saturating_sub(l.at_ns) >= RELEARN_NS) } else { (0, false) };
+    let at_end = predicted > 0 && stores >= predicted;
+    if stores >= MAX_STORES || (at_end && !stale) {
         // The page's messages are this long: this store ends one. The
         // prediction stays as it is.
         close_locked(&mut c, false);
         return true;
     }
-    OPEN_LAST_NS.store(now, Ordering::Release);
-    if let Some(w) = c.open.as_mut().filter(|w| !w.armed) {
-        // Once per window: when it fires with the window still in use, the
-        // timer's thread arms it again for the rest (`close_if_idle`).
+    let w = c.open.as_mut().expect("a window is open");
+    // Once per window, or again when it goes past its predicted end to
+    // learn the count again (shorter): when the timer fires with the
+    // window still in use, its thread arms it again for the rest
+    // (`close_if_idle`).
+    let arm_now = if at_end && w.idle_ns != PROBE_NS {
+        w.idle_ns = PROBE_NS;
+        true
+    } else {
+        !w.armed
+    };
+    OPEN_DUE_NS.store(now + w.idle_ns, Ordering::Release);
+    if arm_now {
         w.armed = true;
-        arm(IDLE_NS);
+        arm(w.idle_ns);
     }
     true
 }
 
 /// Post the open window, if any (see the module's comment for when).
 pub(crate) fn close() {
-    if OPEN_LAST_NS.load(Ordering::Acquire) == 0 {
+    if OPEN_DUE_NS.load(Ordering::Acquire) == 0 {
         return;
     }
     if let Some(mut c) = lock() {
@@ -319,24 +342,23 @@ pub(crate) fn close() {
     }
 }
 
-/// The timer's share: post a window quiet for `IDLE_NS`; when one stays
-/// open, the time it falls due.
+/// The timer's share: post a window quiet for its `idle_ns`; when one
+/// stays open, the time it falls due.
 pub(crate) fn close_if_idle() -> Option<u64> {
-    let last = OPEN_LAST_NS.load(Ordering::Acquire);
-    if last == 0 {
+    let due = OPEN_DUE_NS.load(Ordering::Acquire);
+    if due == 0 {
         return None;
     }
-    let due = last + IDLE_NS;
     if trapped::now_ns() < due {
         return Some(due);
     }
     let mut c = lock()?;
     match &c.open {
-        Some(w) if trapped::now_ns() >= w.last_ns + IDLE_NS => {
+        Some(w) if trapped::now_ns() >= w.last_ns + w.idle_ns => {
             close_locked(&mut c, true);
             None
         }
-        Some(w) => Some(w.last_ns + IDLE_NS),
+        Some(w) => Some(w.last_ns + w.idle_ns),
         None => None,
     }
 }
@@ -414,7 +436,7 @@ fn close_locked(c: &mut Combiner, learn: bool) {
     // Only now, with the write queued where flush points wait for it: a
     // thread that found no window while this one was posting it would go
     // on to post a later store first, or return from a flush before it.
-    OPEN_LAST_NS.store(0, Ordering::Release);
+    OPEN_DUE_NS.store(0, Ordering::Release);
     for m in &mut w.mask[w.span.start / 64..w.span.end.div_ceil(64)] {
         *m = 0;
     }
