@@ -36,7 +36,7 @@ pub use vsci_trap::trap::may_be_trapped as may_reach_remote_map;
 /// bytes from the start were made (0: none; the caller copies the rest).
 /// For libsisci's `memcpy`; never changes `errno`.
 pub fn copy_into_remote_map(dst: usize, src: usize, n: usize) -> usize {
-    vsci_trap::trap::copy_in(dst, Some(src), 0, n)
+    vsci_trap::trap::copy_in(dst, src, n)
 }
 pub use wait::WaitPolicy;
 

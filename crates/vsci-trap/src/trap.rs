@@ -503,21 +503,22 @@ struct CopyCall {
     done: usize,
 }
 
-/// Make the start of a copy of `count` bytes to `dst` (from `src`, or of
-/// `value` when `src` is `None`) through the handler of the trapped range
+/// Make the start of a copy of `count` bytes from `src` to `dst` (not
+/// overlapping) through the handler of the trapped range
 /// holding `dst`, with no fault: what a `memcpy` into a remote map costs
 /// without the trap's `SIGBUS` and its return (about 6 µs here). Returns
 /// how many bytes were made (from `dst` on); the caller copies the rest
 /// itself, and 0 when `dst` is in no trapped range or its handler takes no
 /// copies. Keeps `errno` as it was.
-pub fn copy_in(dst: usize, src: Option<usize>, value: u8, count: usize) -> usize {
+pub fn copy_in(dst: usize, src: usize, count: usize) -> usize {
     if count == 0 || !may_be_trapped(dst, 1) {
         return 0;
     }
     // SAFETY: errno is thread-local; saved here and put back below so
     // that a `memcpy` never changes it (the handler makes system calls).
     let errno = unsafe { *libc::__errno_location() };
-    let mut call = CopyCall { copy: crate::emulate::RepString { dst, count, src, value, insn_len: 0 }, done: 0 };
+    let mut call =
+        CopyCall { copy: crate::emulate::RepString { dst, count, src: Some(src), value: 0, insn_len: 0 }, done: 0 };
     crate::chain::on_private_stack(copy_call, &mut call as *mut CopyCall as *mut libc::c_void);
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };

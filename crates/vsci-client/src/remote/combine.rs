@@ -102,20 +102,27 @@ impl Window {
     }
 }
 
-/// Is any of bits `off..off + len` of `mask` set? A word at a time (a
-/// payload of kilobytes is tens of words, not thousands of bits).
-fn any_set(mask: &[u64], off: usize, len: usize) -> bool {
+/// The mask words bits `off..off + len` fall in, each with those bits set:
+/// a word at a time (a payload of kilobytes is tens of words, not
+/// thousands of bits).
+fn mask_words(off: usize, len: usize) -> impl Iterator<Item = (usize, u64)> {
     let end = off + len;
     let mut b = off;
-    while b < end {
+    std::iter::from_fn(move || {
+        if b >= end {
+            return None;
+        }
         let upto = end.min((b / 64 + 1) * 64);
         let bits = if upto - b == 64 { u64::MAX } else { ((1u64 << (upto - b)) - 1) << (b % 64) };
-        if mask[b / 64] & bits != 0 {
-            return true;
-        }
+        let word = b / 64;
         b = upto;
-    }
-    false
+        Some((word, bits))
+    })
+}
+
+/// Is any of bits `off..off + len` of `mask` set?
+fn any_set(mask: &[u64], off: usize, len: usize) -> bool {
+    mask_words(off, len).any(|(w, bits)| mask[w] & bits != 0)
 }
 
 struct Combiner {
@@ -296,8 +303,8 @@ pub(crate) fn append(
     let w = c.open.as_mut().expect("a window is open");
     w.bytes[off..off + data.len()].copy_from_slice(data);
     w.span = w.span.start.min(off)..w.span.end.max(off + data.len());
-    for b in off..off + data.len() {
-        w.mask[b / 64] |= 1 << (b % 64);
+    for (i, bits) in mask_words(off, data.len()) {
+        w.mask[i] |= bits;
     }
     w.last = off..off + data.len();
     w.stores += 1;
