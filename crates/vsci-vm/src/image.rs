@@ -78,6 +78,9 @@ const BASE_LIBS: &[&str] = &[
 pub struct KernelPin {
     pub abi: String,
     pub version: String,
+    /// linux-kbuild-6.1's version: the pinned one, unless [`KernelPin::resolve`]
+    /// found only another Debian revision of the same upstream kernel.
+    pub kbuild: String,
 }
 
 impl KernelPin {
@@ -91,9 +94,11 @@ impl KernelPin {
                 _ => bail!("guest/kernel-version: unexpected line {line:?}"),
             }
         }
+        let version = version.ok_or_else(|| anyhow!("guest/kernel-version: no version="))?;
         Ok(KernelPin {
             abi: abi.ok_or_else(|| anyhow!("guest/kernel-version: no abi="))?,
-            version: version.ok_or_else(|| anyhow!("guest/kernel-version: no version="))?,
+            kbuild: version.clone(),
+            version,
         })
     }
 
@@ -108,9 +113,89 @@ impl KernelPin {
             format!("linux-headers-{}-amd64={}", self.abi, self.version),
             format!("linux-headers-{}-common={}", self.abi, self.version),
             // the archive also holds older linux-kbuild-6.1 builds: pin it too
-            format!("linux-kbuild-6.1={}", self.version),
+            format!("linux-kbuild-6.1={}", self.kbuild),
         ]
     }
+
+    /// The pin as the archive serves it now. Debian's security archive keeps
+    /// only the newest build of each package: linux-kbuild-6.1 (built from
+    /// the source package `linux`) moves to a new Debian revision before the
+    /// signed image does (seen: kbuild 6.1.192-3 beside image 6.1.192-2),
+    /// and a pinned image is removed once the next one is out. So each
+    /// package is taken at the pinned version where the archive has it;
+    /// kbuild otherwise at the newest revision of the same upstream version
+    /// (the same build tools); and when the pinned image itself is gone, the
+    /// kernel Debian's `linux-image-amd64` depends on now, said in one line.
+    /// Without apt's lists (or apt) the pin stays as it is and the download
+    /// says what is missing.
+    pub fn resolve(&self, say: &dyn Fn(&str)) -> KernelPin {
+        let mut pin = self.clone();
+        let image = format!("linux-image-{}-amd64", pin.abi);
+        let images = archive_versions(&image);
+        if !images.is_empty() && !images.contains(&pin.version) {
+            if let Some((abi, version)) = current_kernel() {
+                say(&format!(
+                    "the pinned kernel {} {} is gone from the archive; using {abi} {version} (update guest/kernel-version)",
+                    pin.abi, pin.version
+                ));
+                pin = KernelPin { abi, kbuild: version.clone(), version };
+            }
+        }
+        let kbuilds = archive_versions("linux-kbuild-6.1");
+        if !kbuilds.is_empty() && !kbuilds.contains(&pin.kbuild) {
+            let upstream = |v: &str| v.rsplit_once('-').map_or(v.to_string(), |(u, _)| u.to_string());
+            let want = upstream(&pin.version);
+            if let Some(v) = kbuilds.iter().filter(|v| upstream(v) == want).max_by(|a, b| debian_revision_cmp(a, b)) {
+                pin.kbuild = v.clone();
+            }
+        }
+        pin
+    }
+}
+
+/// Versions of `package` the configured archives hold (`apt-cache
+/// madison`); empty when apt cannot say.
+fn archive_versions(package: &str) -> Vec<String> {
+    let Ok(out) = Command::new("apt-cache").args(["madison", package]).stdin(Stdio::null()).output() else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split('|').map(str::trim);
+            (f.next() == Some(package)).then(|| f.next().map(str::to_string)).flatten()
+        })
+        .collect()
+}
+
+/// The kernel `linux-image-amd64` depends on now: (ABI, version).
+fn current_kernel() -> Option<(String, String)> {
+    let out = Command::new("apt-cache")
+        .args(["show", "--no-all-versions", "linux-image-amd64"])
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let deps = text.lines().find_map(|l| l.strip_prefix("Depends:"))?;
+    // "linux-image-6.1.0-56-amd64 (= 6.1.192-2)"
+    let dep = deps.split(',').map(str::trim).find(|d| d.starts_with("linux-image-6.1.0-"))?;
+    let (name, rest) = dep.split_once(' ').unwrap_or((dep, ""));
+    let abi = name.strip_prefix("linux-image-")?.strip_suffix("-amd64")?.to_string();
+    let version = rest.trim().strip_prefix("(=")?.strip_suffix(')')?.trim().to_string();
+    Some((abi, version))
+}
+
+/// Order two Debian versions of one upstream release by their revision
+/// (`6.1.192-2` < `6.1.192-3` < `6.1.192-10`).
+fn debian_revision_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    let rev = |v: &str| -> Vec<u64> {
+        v.rsplit_once('-')
+            .map_or("", |(_, r)| r)
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|n| n.parse().ok())
+            .collect()
+    };
+    rev(a).cmp(&rev(b))
 }
 
 /// A built image.
@@ -170,6 +255,7 @@ pub fn ensure_image(say: &dyn Fn(&str)) -> Result<Image> {
         }
     }
     let t0 = std::time::Instant::now();
+    let pin = pin.resolve(say);
     say(&format!("building the guest image {key} (kernel {} {}) in {}", pin.abi, pin.version, cache.display()));
     let kdir = ensure_kernel(&cache, &pin, say)?;
     let ko = ensure_module(&cache, &kdir, &pin)?;
@@ -661,6 +747,15 @@ mod tests {
         assert_eq!(p.packages().len(), 4);
         assert!(KernelPin::parse("abi=1\n").is_err());
         assert!(KernelPin::parse("abi=1\nversion=2\nbogus\n").is_err());
+        assert_eq!(p.kbuild, p.version);
+    }
+
+    #[test]
+    fn debian_revisions_order() {
+        use std::cmp::Ordering::*;
+        assert_eq!(debian_revision_cmp("6.1.192-2", "6.1.192-3"), Less);
+        assert_eq!(debian_revision_cmp("6.1.192-10", "6.1.192-3"), Greater);
+        assert_eq!(debian_revision_cmp("6.1.192-3", "6.1.192-3"), Equal);
     }
 
     #[test]
