@@ -106,6 +106,23 @@
  *                       program sends itself SIGBUS with raise, kill and
  *                       sigqueue: each reaches its handler with its si_code,
  *                       si_pid and si_value
+ *   async_stores        handlers after mapping; each store is a 16-byte memcpy
+ *                       into the slot's line, then the counter; a thread of
+ *                       the program's sends the storing thread SIGUSR2 every
+ *                       ~20 us, whose handler stores a count and memcpys 24
+ *                       bytes into the remote map (plain stores: async-signal-
+ *                       safe on hardware), so that it interrupts libsisci's
+ *                       store path, memcpy and SCIFlush; at the end the owner's
+ *                       copy of those bytes (a remote read after SCIFlush) is
+ *                       the handler's last ("ASYNC STORES ARRIVED")
+ *   program_signals     handlers after mapping; after the stores (every thread
+ *                       of libsisci running) the main thread blocks SIGUSR1
+ *                       and waits for it with sigtimedwait 20 times after
+ *                       kill(getpid(), SIGUSR1) (no handler: delivered to a
+ *                       thread of libsisci it would kill the process); then
+ *                       it blocks SIGALRM too, a program thread unblocks it,
+ *                       and each of 20 kill(getpid(), SIGALRM) must run the
+ *                       handler in that thread ("PROGRAM SIGNALS OK")
  *
  * Why one file of about 1,200 lines: it is one test program built three
  * ways from this one source (t_sigchain, t_sigchain_static with libsisci.a,
@@ -346,7 +363,7 @@ enum row {
     R_AFTER, R_BEFORE, R_RESETHAND, R_SAVE_RESTORE, R_BLOCKED, R_ALTSTACK, R_SIG_IGN,
     R_DLOPEN, R_FOUR_THREADS, R_STATIC, R_NONE, R_BUS_ADRERR, R_BUS_DFL, R_SIG_IGN_BUS,
     R_BUS_NESTED, R_BUS_NESTED_NODEFER, R_RAW_SYSCALL, R_SIGNALFD, R_SYSV, R_RACING,
-    R_FILLSET, R_RAISED_BUS,
+    R_FILLSET, R_RAISED_BUS, R_ASYNC_STORES, R_PROGRAM_SIGNALS,
 };
 
 static const struct { const char *name; enum row row; } rows[] = {
@@ -359,7 +376,8 @@ static const struct { const char *name; enum row row; } rows[] = {
     { "bus_nested_nodefer", R_BUS_NESTED_NODEFER }, { "raw_syscall", R_RAW_SYSCALL },
     { "signalfd_blocked", R_SIGNALFD }, { "sysv_signal", R_SYSV },
     { "racing_installs", R_RACING }, { "fillset_blocked", R_FILLSET },
-    { "raised_sigbus", R_RAISED_BUS },
+    { "raised_sigbus", R_RAISED_BUS }, { "async_stores", R_ASYNC_STORES },
+    { "program_signals", R_PROGRAM_SIGNALS },
 };
 
 static int bus_row(enum row r)
@@ -814,6 +832,10 @@ static void store(struct counter *c, uint32_t v)
     }
     if (row == R_SAVE_RESTORE)
         save_around(v);
+    if (row == R_ASYNC_STORES) {
+        uint32_t payload[4] = { v, ~v, v * 3u, v ^ 0x5a5a5a5au };
+        memcpy((unsigned char *)c->slot + 8, payload, sizeof payload);
+    }
     if (row == R_ALTSTACK && v % 10 == 0) {
         usr1_slot = c->slot;
         usr1_value = v;
@@ -824,6 +846,167 @@ static void store(struct counter *c, uint32_t v)
 }
 
 static unsigned counters_done;
+
+/* ---- rows async_stores and program_signals ---------------------------------- */
+
+/* Row async_stores: the line of the remote map the SIGUSR2 handler owns
+ * (no slot of the owner's: at most four are used). */
+#define ASYNC_LINE (SLOT_STRIDE * 6u)
+static volatile unsigned char *async_line;
+static volatile uint32_t async_count;
+static volatile int async_stop;
+static pthread_t async_target;
+
+static void usr2_stores(int sig, siginfo_t *si, void *uc)
+{
+    (void)sig, (void)si, (void)uc;
+    int saved = errno;
+    uint32_t n = async_count + 1;
+    uint32_t words[6] = { n, n * 7u, ~n, n ^ 0xa5a5a5a5u, n + 1000u, n * 13u };
+    memcpy((unsigned char *)async_line + 8, words, sizeof words);
+    *(volatile uint32_t *)async_line = n;
+    async_count = n;
+    errno = saved;
+}
+
+static void *async_kicker(void *arg)
+{
+    (void)arg;
+    unsigned long sent = 0;
+    while (!async_stop) {
+        uint64_t t = now_us();
+        while (now_us() - t < 20)
+            ;
+        if (pthread_kill(async_target, SIGUSR2) == 0)
+            sent++;
+    }
+    return (void *)sent;
+}
+
+static pthread_t async_start(volatile unsigned char *remote)
+{
+    async_line = remote + ASYNC_LINE;
+    async_target = pthread_self();
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = usr2_stores;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    CHECK_MSG(sigaction(SIGUSR2, &sa, NULL) == 0, "sigaction(SIGUSR2): %s", strerror(errno));
+    pthread_t th;
+    int e = pthread_create(&th, NULL, async_kicker, NULL);
+    CHECK_MSG(e == 0, "pthread_create: %s", strerror(e));
+    return th;
+}
+
+/* Stop the kicker; every SIGUSR2 it sent has been handled once this thread
+ * is back from the join (a pending signal is taken on the way out of the
+ * kernel). Then the owner's copy must be the handler's last. */
+static void async_finish(pthread_t th)
+{
+    async_stop = 1;
+    void *sent;
+    pthread_join(th, &sent);
+    sigset_t m;
+    sigemptyset(&m);
+    sigaddset(&m, SIGUSR2);
+    pthread_sigmask(SIG_BLOCK, &m, NULL);
+    uint32_t n = async_count;
+    SCIFlush(NULL, NO_FLAGS);
+    uint32_t want[6] = { n, n * 7u, ~n, n ^ 0xa5a5a5a5u, n + 1000u, n * 13u };
+    uint32_t got[7];
+    for (unsigned i = 0; i < 7; i++)
+        got[i] = ((volatile uint32_t *)async_line)[i == 0 ? 0 : i + 1];
+    printf("ASYNC: the kicker sent %lu SIGUSR2, the handler ran %u times\n",
+           (unsigned long)(uintptr_t)sent, n);
+    int same = got[0] == n;
+    for (unsigned i = 0; i < 6; i++)
+        same &= got[i + 1] == want[i];
+    if (n < 50)
+        mismatch("the SIGUSR2 handler ran only %u times: the test did not interrupt the stores", n);
+    else if (!same)
+        mismatch("the owner holds count %u and words %08x %08x %08x %08x %08x %08x; the handler's "
+                 "last stores were %u and %08x %08x %08x %08x %08x %08x", got[0], got[1], got[2],
+                 got[3], got[4], got[5], got[6], n, want[0], want[1], want[2], want[3], want[4],
+                 want[5]);
+    else
+        printf("ASYNC STORES ARRIVED: the owner holds the handler's last count (%u) and bytes\n", n);
+}
+
+/* Row program_signals. */
+static volatile pid_t alrm_tid;
+static volatile int alrm_runs, alrm_stop;
+
+static void alrm_record(int sig)
+{
+    (void)sig;
+    alrm_tid = gettid();
+    alrm_runs++;
+}
+
+static void *alrm_listener(void *arg)
+{
+    sigset_t m;
+    sigemptyset(&m);
+    sigaddset(&m, SIGALRM);
+    pthread_sigmask(SIG_UNBLOCK, &m, NULL);
+    *(volatile pid_t *)arg = gettid();
+    while (!alrm_stop)
+        sleep_ms(1);
+    return NULL;
+}
+
+static void program_signals(void)
+{
+    /* SIGUSR1: blocked in the only thread of the program, taken with
+     * sigtimedwait. */
+    sigset_t m;
+    sigemptyset(&m);
+    sigaddset(&m, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &m, NULL);
+    for (int i = 0; i < 20; i++) {
+        kill(getpid(), SIGUSR1);
+        struct timespec ts = { .tv_sec = 10 };
+        int s = sigtimedwait(&m, NULL, &ts);
+        if (s != SIGUSR1) {
+            mismatch("sigtimedwait for the SIGUSR1 the program sent itself (%d of 20) returned %d "
+                     "(%s)", i + 1, s, s < 0 ? strerror(errno) : "another signal");
+            return;
+        }
+    }
+    /* SIGALRM: blocked here, unblocked in one thread of the program only. */
+    signal(SIGALRM, alrm_record);
+    sigaddset(&m, SIGALRM);
+    pthread_sigmask(SIG_BLOCK, &m, NULL);
+    volatile pid_t listener = 0;
+    pthread_t th;
+    int e = pthread_create(&th, NULL, alrm_listener, (void *)&listener);
+    CHECK_MSG(e == 0, "pthread_create: %s", strerror(e));
+    while (!listener)
+        sleep_ms(1);
+    int elsewhere = 0;
+    for (int i = 0; i < 20; i++) {
+        int before = alrm_runs;
+        kill(getpid(), SIGALRM);
+        uint64_t deadline = now_ms() + 10000;
+        while (alrm_runs == before && now_ms() < deadline)
+            sleep_ms(1);
+        if (alrm_runs == before) {
+            mismatch("SIGALRM %d of 20 never reached the program's handler", i + 1);
+            break;
+        }
+        if (alrm_tid != listener)
+            elsewhere++;
+    }
+    alrm_stop = 1;
+    pthread_join(th, NULL);
+    if (elsewhere)
+        mismatch("%d of 20 SIGALRM ran the program's handler in a thread that is not the "
+                 "program's (the only one with SIGALRM unblocked is %d)", elsewhere, (int)listener);
+    else if (mismatches == 0)
+        printf("PROGRAM SIGNALS OK: 20 SIGUSR1 taken by sigtimedwait, 20 SIGALRM handled in the "
+               "program's own thread\n");
+}
 
 static void *run_counter(void *arg)
 {
@@ -861,6 +1044,8 @@ static void install_row_handlers(void)
     case R_STATIC:
     case R_BLOCKED:
     case R_BUS_ADRERR:
+    case R_ASYNC_STORES:
+    case R_PROGRAM_SIGNALS:
         check_default(SIGSEGV, "before the program installed a handler");
         check_default(SIGBUS, "before the program installed a handler");
         install(SIGSEGV, segv_info, NULL, 0);
@@ -1046,7 +1231,12 @@ static int writer(uint32_t n, int core, const char *owner_target, unsigned myseg
         check_mask_blocked("right after blocking every signal");
     }
     if (threads == 1) {
+        pthread_t kicker = 0;
+        if (row == R_ASYNC_STORES)
+            kicker = async_start(box.p);
         run_counter(&c[0]);
+        if (row == R_ASYNC_STORES)
+            async_finish(kicker);
     } else {
         for (unsigned k = 0; k < threads; k++) {
             int e = pthread_create(&c[k].th, NULL, run_counter, &c[k]);
@@ -1121,6 +1311,8 @@ static int writer(uint32_t n, int core, const char *owner_target, unsigned myseg
         raw_check(SIGSEGV);
         raw_check(SIGBUS);
     }
+    if (row == R_PROGRAM_SIGNALS)
+        program_signals();
     if (row == R_SIGNALFD) {
         struct signalfd_siginfo fi;
         ssize_t r = read(sfd, &fi, sizeof fi);

@@ -50,13 +50,11 @@ fn spawn_callback(
 ) -> Result<(), SciError> {
     li.callback_active.store(true, Ordering::SeqCst);
     let li2 = li.clone();
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            body(&li2);
-            li2.callback_active.store(false, Ordering::SeqCst);
-        })
-        .map_err(|_| SciError::System)?;
+    vsci_sys::signals::spawn(std::thread::Builder::new().name(name.into()), move || {
+        body(&li2);
+        li2.callback_active.store(false, Ordering::SeqCst);
+    })
+    .map_err(|_| SciError::System)?;
     Ok(())
 }
 

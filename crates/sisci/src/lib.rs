@@ -28,6 +28,11 @@ mod signals;
 mod tmem;
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
+
+/// The store path may run inside a program's signal handler that
+/// interrupted `malloc`: it allocates from a region of its own there.
+#[global_allocator]
+static ALLOCATOR: vsci_sys::alloc::SignalSafe = vsci_sys::alloc::SignalSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 

@@ -237,15 +237,13 @@ impl Client {
         });
         let (dtx, drx) = channel();
         *inner.dispatch.lock().unwrap() = Some(dtx);
-        std::thread::Builder::new()
-            .name("vsci-events".into())
-            .spawn(move || dispatcher(drx))
+        vsci_sys::signals::spawn(std::thread::Builder::new().name("vsci-events".into()), move || dispatcher(drx))
             .map_err(|_| SciError::System)?;
         let weak = Arc::downgrade(&inner);
-        std::thread::Builder::new()
-            .name("vsci-reader".into())
-            .spawn(move || reader(transport, weak))
-            .map_err(|_| SciError::System)?;
+        vsci_sys::signals::spawn(std::thread::Builder::new().name("vsci-reader".into()), move || {
+            reader(transport, weak)
+        })
+        .map_err(|_| SciError::System)?;
         Ok(Client { inner })
     }
 

@@ -200,8 +200,8 @@ impl Client {
             }),
         });
         let s2 = shared.clone();
-        let worker =
-            std::thread::Builder::new().name("vsci-dma".into()).spawn(move || s2.run()).map_err(|_| SciError::Nospc)?;
+        let worker = vsci_sys::signals::spawn(std::thread::Builder::new().name("vsci-dma".into()), move || s2.run())
+            .map_err(|_| SciError::Nospc)?;
         let q = Arc::new(DmaQueue {
             shared,
             max_entries,

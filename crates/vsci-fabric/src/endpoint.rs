@@ -46,6 +46,7 @@ unsafe impl Sync for Inner {}
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        let _quiet = vsci_sys::signals::quiet();
         // SAFETY: all MemRegions and Peers hold an Arc<Inner>, so none is left;
         // the endpoint is closed before the pool MR and the pool is freed only
         // after everything that could write into it is closed.
@@ -79,6 +80,10 @@ impl Fabric {
     }
 
     pub fn open_with(o: &OpenOptions) -> Result<Fabric> {
+        // Threads the provider starts now (progress, connection managers)
+        // inherit this thread's mask: they must not take the program's
+        // signals (vsci_sys::signals).
+        let _quiet = vsci_sys::signals::quiet();
         let prov = CString::new(o.provider.as_str()).map_err(|_| Error::Invalid("provider name contains NUL"))?;
         let node = match &o.bind {
             Some(b) => Some(CString::new(b.as_str()).map_err(|_| Error::Invalid("bind address contains NUL"))?),
@@ -236,6 +241,7 @@ impl Fabric {
     /// Adds a peer by the address it sent us. Dropping the [`Peer`] removes it
     /// (fi_av_remove).
     pub fn insert_peer(&self, addr: &[u8]) -> Result<Peer> {
+        let _quiet = vsci_sys::signals::quiet();
         // Providers read a fixed-size address (sockaddr_in here) from the
         // pointer, so a short buffer from a malformed message must not reach
         // them.
@@ -326,6 +332,7 @@ impl fmt::Debug for Peer {
 
 impl Drop for Peer {
     fn drop(&mut self) {
+        let _quiet = vsci_sys::signals::quiet();
         // SAFETY: fi_addr came from fi_av_insert on this AV; every operation
         // that used it borrowed the Peer and has completed.
         let ret = unsafe { ffi::vf_av_remove(self.inner.ctx, self.fi_addr) };

@@ -42,6 +42,7 @@ impl Fabric {
 
 impl Inner {
     pub(crate) fn reg_raw(&self, ptr: *mut u8, len: usize, access: u64) -> Result<(*mut ffi::FidMr, u64, *mut c_void)> {
+        let _quiet = vsci_sys::signals::quiet();
         let prov_key = self.info.mr_mode & ffi::FI_MR_PROV_KEY != 0;
         let mut attempt = 0;
         loop {
@@ -135,6 +136,7 @@ impl fmt::Debug for MemRegion {
 
 impl Drop for MemRegion {
     fn drop(&mut self) {
+        let _quiet = vsci_sys::signals::quiet();
         // SAFETY: mr came from vf_mr_reg and is closed exactly once; the
         // domain is still open because we hold an Arc<Inner>.
         let ret = unsafe { ffi::vf_mr_close(self.mr) };

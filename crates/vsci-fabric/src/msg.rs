@@ -27,6 +27,7 @@ impl Fabric {
     }
 
     pub(crate) fn send_once(&self, peer: &Peer, data: &[u8]) -> Result<()> {
+        let _quiet = vsci_sys::signals::quiet();
         let inner = &*self.inner;
         let slot = OpSlot::new();
         let mut locals = Vec::new();
@@ -83,6 +84,7 @@ impl Fabric {
 
 impl Inner {
     pub(crate) fn post_recv(&self, index: usize) -> Result<()> {
+        let _quiet = vsci_sys::signals::quiet();
         // SAFETY: buffer `index` is not posted (initial post, or its previous
         // completion was just handled) and the pool outlives the endpoint.
         let ret = unsafe {

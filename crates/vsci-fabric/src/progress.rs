@@ -66,10 +66,10 @@ impl Fabric {
         let inner = self.inner.clone();
         let stop2 = stop.clone();
         inner.progress_threads.fetch_add(1, Ordering::AcqRel);
-        let handle = std::thread::Builder::new()
-            .name("fabric-progress".into())
-            .spawn(move || inner.progress_loop(mode, rt, &stop2))
-            .expect("spawn fabric progress thread");
+        let handle = vsci_sys::signals::spawn(std::thread::Builder::new().name("fabric-progress".into()), move || {
+            inner.progress_loop(mode, rt, &stop2)
+        })
+        .expect("spawn fabric progress thread");
         ProgressThread { stop, handle: Some(handle) }
     }
 }
@@ -93,6 +93,10 @@ impl Inner {
     /// own flag lets a second poller return and a poster spin for the few
     /// microseconds a read takes ([`Inner::wait_for_poller`]).
     pub(crate) fn progress(&self) -> Result<usize> {
+        // The flag is a lock of sorts: a program signal handler that stored
+        // into a remote map while this thread held it would wait for it
+        // for ever (vsci_sys::signals).
+        let _quiet = vsci_sys::signals::quiet();
         if self.polling.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
             return Ok(0);
         }
@@ -130,6 +134,7 @@ impl Inner {
     }
 
     pub(crate) fn progress_polling(&self) -> Result<usize> {
+        let _quiet = vsci_sys::signals::quiet();
         self.retry_reposts();
         let mut comps = [ffi::VfComp { context: std::ptr::null_mut(), flags: 0, len: 0, src: 0 }; 32];
         let mut total = 0;
@@ -152,6 +157,7 @@ impl Inner {
     }
 
     pub(crate) fn read_error(&self) -> Result<usize> {
+        let _quiet = vsci_sys::signals::quiet();
         let mut ctx = std::ptr::null_mut();
         let (mut err, mut prov_errno) = (0, 0);
         let mut msg = [0 as c_char; 256];
@@ -301,6 +307,7 @@ impl Inner {
     /// Blocks in fi_cq_sread (which also drives the provider while it
     /// waits), for CQs whose wait object is not an fd.
     pub(crate) fn sread_once(&self, timeout_ms: i32) {
+        let _quiet = vsci_sys::signals::quiet();
         let mut comps = [ffi::VfComp { context: std::ptr::null_mut(), flags: 0, len: 0, src: 0 }; 32];
         // SAFETY: comps has room for the count we pass.
         let n = unsafe { ffi::vf_cq_sread(self.ctx, comps.as_mut_ptr(), comps.len(), timeout_ms) };

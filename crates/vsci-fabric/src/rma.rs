@@ -359,6 +359,7 @@ impl Fabric {
         remote: &RemoteRegion,
         complete: Complete,
     ) -> Posted {
+        let _quiet = vsci_sys::signals::quiet();
         let slot = OpSlot::new();
         let mut posted =
             Posted { slot, locals: Vec::new(), probe: Box::new([0u8; 1]), result: Ok(()), fi_addr: peer.fi_addr };
@@ -609,6 +610,7 @@ pub(crate) struct LocalMr(pub(crate) *mut ffi::FidMr);
 
 impl Drop for LocalMr {
     fn drop(&mut self) {
+        let _quiet = vsci_sys::signals::quiet();
         // SAFETY: the MR came from vf_mr_reg and the operations using it have
         // completed (callers drop these only after wait_slot).
         unsafe { ffi::vf_mr_close(self.0) };
@@ -670,6 +672,7 @@ impl Inner {
         key: u64,
         locals: &mut Vec<LocalMr>,
     ) -> Result<()> {
+        let _quiet = vsci_sys::signals::quiet();
         let desc = self.local_desc(buf.as_ptr(), buf.len(), ffi::FI_READ, locals)?;
         let (ptr, len) = (buf.as_ptr(), buf.len());
         self.post(slot, "fi_readmsg", peer.fi_addr, |ctx| {

@@ -325,21 +325,17 @@ impl Extension {
             spare: Vec::new(),
         };
         let stop_fd = stop.as_raw_fd();
-        let thread = std::thread::Builder::new()
-            .name("vsci-memext".into())
-            .spawn(move || {
-                // A panic here would leave the program's threads waiting
-                // on their faults for ever: end the process instead.
-                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.run(stop_fd))).is_err() {
-                    eprintln!(
-                        "vsci memext: the page-fault handler failed; ending the process (exit status {LOST_EXIT})"
-                    );
-                    // SAFETY: _exit ends the process at once; nothing can
-                    // serve the range's faults any more.
-                    unsafe { libc::_exit(LOST_EXIT) };
-                }
-            })
-            .map_err(|e| Error::System("starting the fault handler", e))?;
+        let thread = vsci_sys::signals::spawn(std::thread::Builder::new().name("vsci-memext".into()), move || {
+            // A panic here would leave the program's threads waiting
+            // on their faults for ever: end the process instead.
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.run(stop_fd))).is_err() {
+                eprintln!("vsci memext: the page-fault handler failed; ending the process (exit status {LOST_EXIT})");
+                // SAFETY: _exit ends the process at once; nothing can
+                // serve the range's faults any more.
+                unsafe { libc::_exit(LOST_EXIT) };
+            }
+        })
+        .map_err(|e| Error::System("starting the fault handler", e))?;
         Ok(Extension { counters, stop, thread: Some(thread), map })
     }
 

@@ -16,13 +16,19 @@
 //!   `vsci-lend`).
 //! * [`syscall`]: system calls that bypass the C library's `syscall(2)`
 //!   (libsisci interposes it), for code that runs in signal handlers.
+//! * [`alloc`]: libsisci's global allocator, which serves the store path
+//!   (a signal handler that may have interrupted `malloc`) without it.
+//! * [`signals`]: keeping the program's asynchronous signals out of our
+//!   threads and out of code that holds a lock the store path takes.
 //!
 //! Every function here that can run inside a signal handler says so; those
 //! make system calls only and never allocate.
 
+pub mod alloc;
 pub mod eventfd;
 pub mod memfd;
 pub mod mman;
+pub mod signals;
 pub mod syscall;
 pub mod uffd;
 

@@ -264,8 +264,11 @@ fn row_with(row: &str, bin: &str, slots: u32, stores: u32, end: End, env: &[(&st
     if stores_done {
         check_end(&wout, wkilled, end, core_expected, &mut bad);
     }
-    let timing: Vec<&str> =
-        wout.stdout.lines().filter(|l| l.starts_with("THREAD ") || l.starts_with("WRITER STORES DONE")).collect();
+    let timing: Vec<&str> = wout
+        .stdout
+        .lines()
+        .filter(|l| ["THREAD ", "WRITER STORES DONE", "ASYNC"].iter().any(|p| l.starts_with(p)))
+        .collect();
     if !bad.is_empty() {
         panic!(
             "row {row}: {} problem(s):\n  - {}\n\n{}\n\n{}\n\n(a process killed by SIGSEGV here {} core)",
@@ -709,6 +712,39 @@ fn raised_sigbus() {
             "RAISED SIGBUS: 12 reached the program's handler as sent (want 12)",
             "OWN SIGSEGV HANDLED row=raised_sigbus signo=11",
         ]),
+        &[],
+    );
+}
+
+/// A program's signal handler stores into the remote map (a count and a
+/// `memcpy`) every ~20 us while the program's thread stores, copies and
+/// flushes into the same map: the handler interrupts libsisci's store path,
+/// `memcpy` and `SCIFlush` while they hold the map's locks, and must neither
+/// wait for ever nor lose a store.
+#[test]
+fn async_stores() {
+    row_with(
+        "async_stores",
+        "tests/t_sigchain",
+        1,
+        EXTRA_STORES,
+        End::Handled(&["ASYNC STORES ARRIVED", "OWN SIGSEGV HANDLED row=async_stores signo=11"]),
+        &[],
+    );
+}
+
+/// The program's asynchronous signals reach only the program's threads:
+/// one it blocks and waits for with `sigtimedwait` is not taken by a thread
+/// of libsisci (which would run the default action, death), and one whose
+/// handler only a program thread lets through runs there.
+#[test]
+fn program_signals() {
+    row_with(
+        "program_signals",
+        "tests/t_sigchain",
+        1,
+        EXTRA_STORES,
+        End::Handled(&["PROGRAM SIGNALS OK", "OWN SIGSEGV HANDLED row=program_signals signo=11"]),
         &[],
     );
 }

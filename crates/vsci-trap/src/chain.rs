@@ -255,6 +255,14 @@ fn fault_sp(_ctx: *mut c_void) -> usize {
     0
 }
 
+/// The mask of the thread a signal interrupted (the kernel saved it in the
+/// frame and puts it back at sigreturn).
+fn interrupted_mask(ctx: *mut c_void) -> u64 {
+    // SAFETY: for SA_SIGINFO handlers the third argument is the thread's
+    // ucontext_t; the kernel wrote the first 8 bytes of uc_sigmask.
+    vsci_sys::signals::mask_of(unsafe { &(*(ctx as *const libc::ucontext_t)).uc_sigmask })
+}
+
 /// A SIGBUS sent to the process while a thread's program believed it
 /// blocked: raised again when a thread unblocks it.
 static PENDING: AtomicBool = AtomicBool::new(false);
@@ -489,7 +497,11 @@ pub(crate) fn install(handler: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c
             prev.sa_flags & libc::SA_RESTART
         };
         sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | restart;
-        libc::sigemptyset(&mut sa.sa_mask);
+        // The program's asynchronous signals wait while the handler runs:
+        // one of its handlers that stores into the map being served would
+        // wait for the lock this handler holds (vsci_sys::signals). Free:
+        // the kernel sets and restores the mask with the frame.
+        sa.sa_mask = vsci_sys::signals::sigset(vsci_sys::signals::ASYNC_MASK);
         // What the program reads back keeps only what it set (the C
         // library adds its trampoline itself when reporting).
         PROGRAM.write(&prev);
@@ -544,11 +556,16 @@ pub(crate) fn pass_on(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) 
             PROGRAM.write(&reset);
         }
     }
-    // The handler's mask while it runs (SIGBUS itself stays deliverable;
-    // the kernel restores the interrupted mask when the handler returns).
-    let mask = without_bus(&act.sa_mask);
-    // SAFETY: blocking more signals in this thread; `mask` is valid.
-    unsafe { real_sigmask(libc::SIG_BLOCK, &mask, std::ptr::null_mut()) };
+    // The handler's mask while it runs, as the kernel would have set it:
+    // the interrupted mask and the handler's sa_mask (SIGBUS itself stays
+    // deliverable). Set whole, not added: the trap's handler runs with the
+    // asynchronous signals blocked (`install`), which the program's handler
+    // must not inherit. The kernel restores the interrupted mask when the
+    // trap's handler returns.
+    let bits = interrupted_mask(ctx) | vsci_sys::signals::mask_of(&act.sa_mask);
+    let mask = without_bus(&vsci_sys::signals::sigset(bits));
+    // SAFETY: setting this thread's mask; `mask` is valid.
+    unsafe { real_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut()) };
     let defer = act.sa_flags & libc::SA_NODEFER == 0;
     let call = ProgramCall { h, siginfo: act.sa_flags & libc::SA_SIGINFO != 0, defer, sig, info, ctx };
     let alt = if act.sa_flags & libc::SA_ONSTACK != 0 { alternate_stack_top() } else { None };
@@ -589,18 +606,22 @@ extern "C" fn call_program(p: *mut c_void) {
     if c.defer {
         IN_HANDLER.with(|m| m.set(std::ptr::addr_of!(here) as usize));
     }
-    // SAFETY: the program installed `h` with these flags: SA_SIGINFO
-    // handlers take three arguments, others one; we call it as the kernel
-    // would have, with the kernel's own siginfo and context.
-    unsafe {
-        if c.siginfo {
-            let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) = std::mem::transmute(c.h);
-            f(c.sig, c.info, c.ctx);
-        } else {
-            let f: extern "C" fn(c_int) = std::mem::transmute(c.h);
-            f(c.sig);
+    // The program's handler runs with its own mask (pass_on set it), as
+    // code of the program's.
+    vsci_sys::signals::outside(|| {
+        // SAFETY: the program installed `h` with these flags: SA_SIGINFO
+        // handlers take three arguments, others one; we call it as the
+        // kernel would have, with the kernel's own siginfo and context.
+        unsafe {
+            if c.siginfo {
+                let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) = std::mem::transmute(c.h);
+                f(c.sig, c.info, c.ctx);
+            } else {
+                let f: extern "C" fn(c_int) = std::mem::transmute(c.h);
+                f(c.sig);
+            }
         }
-    }
+    });
     IN_HANDLER.with(|m| m.set(outer));
 }
 

@@ -488,6 +488,13 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     // A SIGBUS sent by a process carries its pid and uid where a fault's
     // address would be: only faults are looked up.
     if from_kernel && may_be_trapped(addr, 1) {
+        // The handler's sa_mask blocked the program's asynchronous signals
+        // (chain::install): code below that guards a lock with them costs
+        // no system call.
+        let _quiet = vsci_sys::signals::held();
+        // And it may have interrupted the program inside malloc: the store
+        // path allocates without it (vsci_sys::alloc).
+        let _path = vsci_sys::alloc::store_path();
         crate::chain::on_private_stack(dispatch_call, &mut call as *mut SigbusCall as *mut libc::c_void);
     }
     // SAFETY: as above.
@@ -519,7 +526,14 @@ pub fn copy_in(dst: usize, src: usize, count: usize) -> usize {
     let errno = unsafe { *libc::__errno_location() };
     let mut call =
         CopyCall { copy: crate::emulate::RepString { dst, count, src: Some(src), value: 0, insn_len: 0 }, done: 0 };
+    // The handler takes the map's lock: a program signal handler that
+    // stored into the map meanwhile would wait for it for ever.
+    let quiet = vsci_sys::signals::quiet();
+    // A `memcpy` in a signal handler that interrupted malloc (vsci_sys::alloc).
+    let path = vsci_sys::alloc::store_path();
     crate::chain::on_private_stack(copy_call, &mut call as *mut CopyCall as *mut libc::c_void);
+    drop(path);
+    drop(quiet);
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
     call.done.min(count)
@@ -613,9 +627,7 @@ mod fault_thread {
             // SAFETY: a new fd nobody else owns.
             let ep = unsafe { OwnedFd::from_raw_fd(fd) };
             let raw = ep.as_raw_fd();
-            std::thread::Builder::new()
-                .name("vsci-faults".into())
-                .spawn(move || run(raw))
+            vsci_sys::signals::spawn(std::thread::Builder::new().name("vsci-faults".into()), move || run(raw))
                 .map_err(|e| format!("fault thread: {e}"))?;
             Ok(ep)
         });

@@ -35,7 +35,6 @@
 use super::*;
 use nix::sys::time::TimeSpec;
 use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFlags};
-use std::sync::MutexGuard;
 
 /// Quiet after a window's last store after which the timer posts it. Only a
 /// window whose prediction failed waits this long. Shorter, a program
@@ -186,7 +185,7 @@ pub(crate) fn start_timer() {
     if TIMER.set(t).is_err() {
         return;
     }
-    let spawned = std::thread::Builder::new().name("vsci-combine".into()).spawn(|| {
+    let spawned = vsci_sys::signals::spawn(std::thread::Builder::new().name("vsci-combine".into()), || {
         vsci_fabric::boost_current_thread();
         let t = TIMER.get().expect("the timer is made before its thread");
         loop {
@@ -242,11 +241,11 @@ fn slot(key: (usize, usize)) -> usize {
     (key.0 / 64).wrapping_mul(31).wrapping_add(key.1) % LEARNED
 }
 
-fn lock() -> Option<MutexGuard<'static, Combiner>> {
+fn lock() -> Option<super::Quiet<'static, Combiner>> {
     if HOLDING.with(|h| h.get()) {
         return None;
     }
-    Some(COMBINER.lock().unwrap_or_else(|e| e.into_inner()))
+    Some(super::lock_quiet(&COMBINER))
 }
 
 /// Take the store of `data` at byte `off` of page `page` (of `page_size`

@@ -97,7 +97,7 @@ impl Group {
             g.add(m);
         }
         let w = Arc::downgrade(&g);
-        let _ = std::thread::Builder::new().name("vsci-group".into()).spawn(move || loop {
+        let _ = vsci_sys::signals::spawn(std::thread::Builder::new().name("vsci-group".into()), move || loop {
             std::thread::sleep(SWEEP);
             match w.upgrade() {
                 Some(g) if g.sweep() => {}

@@ -27,7 +27,7 @@
 //! costs nothing.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use vsci_trap::trap::{self, Fault, Trap, TrapHandler, TrapOptions};
 
@@ -262,10 +262,8 @@ impl Shadow {
 }
 
 impl Shadow {
-    fn lock(&self) -> MutexGuard<'_, Pages> {
-        // A panic while holding the lock must not turn every later fault
-        // into another panic inside a signal handler.
-        self.pages.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> super::Quiet<'_, Pages> {
+        super::lock_quiet(&self.pages)
     }
 
     fn fill_range(&self, off: usize, n: usize) -> &[u8] {
