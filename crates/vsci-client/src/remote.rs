@@ -35,37 +35,6 @@ pub(crate) mod combine;
 pub(crate) mod group;
 mod trapped;
 
-/// A lock the store path takes, held with the program's asynchronous
-/// signals blocked: a program signal handler that stores into a remote map
-/// while this thread holds it would otherwise wait for it for ever
-/// (vsci_sys::signals). In the store path itself, and in threads of ours,
-/// the signals are blocked already and this costs nothing more.
-pub(crate) struct Quiet<'a, T> {
-    // Dropped in this order: the lock, then the signals.
-    guard: std::sync::MutexGuard<'a, T>,
-    _quiet: vsci_sys::signals::Quiet,
-}
-
-pub(crate) fn lock_quiet<T>(m: &Mutex<T>) -> Quiet<'_, T> {
-    let quiet = vsci_sys::signals::quiet();
-    // A panic while holding it must not turn every later store into
-    // another panic inside a signal handler.
-    Quiet { guard: m.lock().unwrap_or_else(|e| e.into_inner()), _quiet: quiet }
-}
-
-impl<T> std::ops::Deref for Quiet<'_, T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        &self.guard
-    }
-}
-
-impl<T> std::ops::DerefMut for Quiet<'_, T> {
-    fn deref_mut(&mut self) -> &mut T {
-        &mut self.guard
-    }
-}
-
 pub(crate) use vsci_rma::{Endpoint, RemoteTarget};
 
 /// Which endpoint each remote segment (by its event queue) and remote
@@ -479,7 +448,7 @@ pub(crate) fn post_emulated_groups(
     let write = fabric.write_start_groups(target.peer(), data, groups, target.region(), !post_only)?;
     let runs: Vec<_> = groups.iter().flat_map(|g| g.iter().cloned()).collect();
     posted(write.data());
-    let mut q = lock_quiet(&EMULATED);
+    let mut q = vsci_sys::signals::lock(&EMULATED);
     // Acknowledged writes at the front that were placed go first, so the
     // queue stays short without a waiter. One that failed stays, and what
     // follows it: it must be written again before them (`settle_batch`),
@@ -503,7 +472,7 @@ pub(crate) fn post_emulated_groups(
 /// Are emulated stores waiting that the flusher should settle: many, or
 /// one long enough?
 fn emulated_due() -> bool {
-    let q = lock_quiet(&EMULATED);
+    let q = vsci_sys::signals::lock(&EMULATED);
     q.len() >= POSTED_WAKE || q.front().is_some_and(|e| trapped::now_ns().saturating_sub(e.at_ns) >= POSTED_AGE_NS)
 }
 
@@ -534,7 +503,7 @@ pub(crate) fn spare_capacity(n: usize) -> Vec<u8> {
     if n < SPARE_MIN {
         return Vec::with_capacity(n);
     }
-    let mut spare = lock_quiet(&SPARE_BUFFERS);
+    let mut spare = vsci_sys::signals::lock(&SPARE_BUFFERS);
     // The smallest that fits: a small copy must not take the large buffer
     // a large one is about to want.
     let fit = (0..spare.len()).filter(|&i| spare[i].capacity() >= n).min_by_key(|&i| spare[i].capacity());
@@ -553,7 +522,7 @@ pub(crate) fn keep_buffer(b: Vec<u8>) {
     if b.capacity() < SPARE_MIN || b.capacity() > SPARE_MAX {
         return;
     }
-    let mut spare = lock_quiet(&SPARE_BUFFERS);
+    let mut spare = vsci_sys::signals::lock(&SPARE_BUFFERS);
     if spare.len() < SPARE_KEEP {
         spare.push(b);
     } else if let Some(i) =
@@ -594,7 +563,7 @@ pub(crate) fn drain_emulated() -> Result<()> {
 
 /// Every emulated store waiting, in the order posted, taken from the queue.
 fn take_emulated() -> Vec<Emulated> {
-    lock_quiet(&EMULATED).drain(..).collect()
+    vsci_sys::signals::lock(&EMULATED).drain(..).collect()
 }
 
 /// The flusher's share: settle what is waiting unless a flush point is at it.

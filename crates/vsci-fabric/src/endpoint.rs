@@ -264,7 +264,7 @@ impl Fabric {
     /// posted, and waits for operations already in flight end with
     /// [`Error::Abandoned`].
     pub fn set_peer_down(&self, peer: &Peer, down: bool) {
-        let mut d = self.inner.down.lock().unwrap();
+        let mut d = vsci_sys::signals::lock(&self.inner.down);
         if down {
             d.insert(peer.fi_addr);
         } else {
@@ -285,7 +285,7 @@ impl Fabric {
     /// peer down): rxm also answers FI_EAGAIN for as long as it cannot
     /// connect, which for a peer that is gone is forever.
     pub fn set_patient(&self, peer: &Peer) {
-        self.inner.patient.lock().unwrap().insert(peer.fi_addr);
+        vsci_sys::signals::lock(&self.inner.patient).insert(peer.fi_addr);
     }
 
     /// Was the peer declared down with [`set_peer_down`](Self::set_peer_down)?

@@ -97,14 +97,14 @@ impl Inner {
             )
         };
         if ret == -ffi::FI_EAGAIN {
-            self.repost.lock().unwrap_or_else(|p| p.into_inner()).push(index);
+            vsci_sys::signals::lock(&self.repost).push(index);
             return Ok(());
         }
         check("fi_recv", ret)
     }
 
     pub(crate) fn retry_reposts(&self) {
-        let pending = std::mem::take(&mut *self.repost.lock().unwrap_or_else(|p| p.into_inner()));
+        let pending = std::mem::take(&mut *vsci_sys::signals::lock(&self.repost));
         for index in pending {
             if let Err(e) = self.post_recv(index) {
                 log::error!("fabric: re-posting receive buffer {index}: {e}");
@@ -113,6 +113,6 @@ impl Inner {
     }
 
     pub(crate) fn pop_message(&self) -> Option<Message> {
-        self.rx.lock().unwrap_or_else(|p| p.into_inner()).pop_front()
+        vsci_sys::signals::lock(&self.rx).pop_front()
     }
 }

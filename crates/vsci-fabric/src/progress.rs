@@ -10,8 +10,8 @@ impl Fabric {
     pub fn stats(&self) -> Stats {
         Stats {
             ops_in_flight: self.inner.in_flight.load(Ordering::Relaxed),
-            received_queued: self.inner.rx.lock().unwrap_or_else(|p| p.into_inner()).len(),
-            receives_to_repost: self.inner.repost.lock().unwrap_or_else(|p| p.into_inner()).len(),
+            received_queued: vsci_sys::signals::lock(&self.inner.rx).len(),
+            receives_to_repost: vsci_sys::signals::lock(&self.inner.repost).len(),
             received: self.inner.received.load(Ordering::Relaxed),
             completions: self.inner.completions.load(Ordering::Relaxed),
         }
@@ -190,7 +190,7 @@ impl Inner {
                     // it again until we re-post it below.
                     let data = unsafe { std::slice::from_raw_parts(self.pool.buf.add(index * MAX_MSG), len) }.to_vec();
                     let from = (self.info.source && c.src != ffi::FI_ADDR_NOTAVAIL).then_some(PeerId(c.src));
-                    self.rx.lock().unwrap_or_else(|p| p.into_inner()).push_back(Message { data, from });
+                    vsci_sys::signals::lock(&self.rx).push_back(Message { data, from });
                     self.received.fetch_add(1, Ordering::Relaxed);
                     self.rx_cv.notify_all();
                 }

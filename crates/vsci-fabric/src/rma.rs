@@ -28,14 +28,14 @@ impl OpSlot {
     }
 
     pub(crate) fn fail(&self, e: Error) {
-        let mut g = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        let mut g = vsci_sys::signals::lock(&self.error);
         if g.is_none() {
             *g = Some(e);
         }
     }
 
     pub(crate) fn take_error(&self) -> Option<Error> {
-        self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
+        vsci_sys::signals::lock(&self.error).take()
     }
 }
 
@@ -318,9 +318,7 @@ impl Fabric {
     /// Has the write completed, and without an error?
     pub fn write_succeeded(&self, w: &PendingWrite) -> bool {
         self.write_done(w)
-            && w.posted
-                .as_ref()
-                .is_none_or(|p| p.result.is_ok() && p.slot.error.lock().unwrap_or_else(|e| e.into_inner()).is_none())
+            && w.posted.as_ref().is_none_or(|p| p.result.is_ok() && vsci_sys::signals::lock(&p.slot.error).is_none())
     }
 
     /// Would waiting for `w` never end (its peer was declared down)?
@@ -641,7 +639,7 @@ impl Inner {
             let waited = start.elapsed();
             let patient = ret == -ffi::FI_EAGAIN
                 && waited >= POST_TIMEOUT
-                && self.patient.lock().unwrap().contains(&fi_addr)
+                && vsci_sys::signals::lock(&self.patient).contains(&fi_addr)
                 && !self.is_down(fi_addr);
             if ret == -ffi::FI_EAGAIN && (waited < POST_TIMEOUT || patient) {
                 if self.progress().unwrap_or(0) == 0 {
@@ -686,7 +684,7 @@ impl Inner {
     }
 
     pub(crate) fn is_down(&self, fi_addr: u64) -> bool {
-        self.down.lock().unwrap().contains(&fi_addr)
+        vsci_sys::signals::lock(&self.down).contains(&fi_addr)
     }
 
     /// Waits until every operation posted on `slot` has completed. There is

@@ -27,6 +27,7 @@
 
 use std::cell::Cell;
 use std::io;
+use std::sync::{Mutex, MutexGuard};
 use std::thread::{Builder, JoinHandle};
 
 use crate::raw_syscall;
@@ -144,6 +145,36 @@ where
         DEPTH.with(|d| d.set(1));
         f()
     })
+}
+
+/// A lock the store path takes, held with the program's asynchronous
+/// signals blocked (see the module documentation). In the store path
+/// itself, and in threads of ours, the signals are blocked already and this
+/// costs nothing more.
+pub struct Locked<'a, T> {
+    // Dropped in this order: the lock, then the signals.
+    guard: MutexGuard<'a, T>,
+    _quiet: Quiet,
+}
+
+/// Take `m` inside [`quiet`]. A panic while it was held does not make it
+/// unusable: a later store would panic again, inside a signal handler.
+pub fn lock<T>(m: &Mutex<T>) -> Locked<'_, T> {
+    let quiet = quiet();
+    Locked { guard: m.lock().unwrap_or_else(|e| e.into_inner()), _quiet: quiet }
+}
+
+impl<T> std::ops::Deref for Locked<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> std::ops::DerefMut for Locked<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
+    }
 }
 
 /// This thread's blocked-signal mask (the kernel's 64 bits).

@@ -241,11 +241,11 @@ fn slot(key: (usize, usize)) -> usize {
     (key.0 / 64).wrapping_mul(31).wrapping_add(key.1) % LEARNED
 }
 
-fn lock() -> Option<super::Quiet<'static, Combiner>> {
+fn lock() -> Option<vsci_sys::signals::Locked<'static, Combiner>> {
     if HOLDING.with(|h| h.get()) {
         return None;
     }
-    Some(super::lock_quiet(&COMBINER))
+    Some(vsci_sys::signals::lock(&COMBINER))
 }
 
 /// Take the store of `data` at byte `off` of page `page` (of `page_size`

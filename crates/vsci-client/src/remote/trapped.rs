@@ -262,8 +262,8 @@ impl Shadow {
 }
 
 impl Shadow {
-    fn lock(&self) -> super::Quiet<'_, Pages> {
-        super::lock_quiet(&self.pages)
+    fn lock(&self) -> vsci_sys::signals::Locked<'_, Pages> {
+        vsci_sys::signals::lock(&self.pages)
     }
 
     fn fill_range(&self, off: usize, n: usize) -> &[u8] {
