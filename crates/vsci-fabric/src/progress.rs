@@ -156,8 +156,8 @@ impl Inner {
         }
     }
 
+    /// Called only from [`Inner::progress_polling`], inside its `quiet`.
     pub(crate) fn read_error(&self) -> Result<usize> {
-        let _quiet = vsci_sys::signals::quiet();
         let mut ctx = std::ptr::null_mut();
         let (mut err, mut prov_errno) = (0, 0);
         let mut msg = [0 as c_char; 256];
