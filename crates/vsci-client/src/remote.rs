@@ -309,6 +309,7 @@ fn flush_at_exit() {
         if let Err(e) = flush_all() {
             log::warn!("vsci: stores made before exit did not all arrive ({})", e.c_name());
         }
+        log::debug!("vsci: {}", combine::stats_line());
     }
     PID.store(std::process::id(), Ordering::Relaxed);
     // SAFETY: `at_exit` is a plain function taking nothing; glibc's `atexit`

@@ -14,6 +14,15 @@
 //! before the bytes stored before it, as with one write per store. Only
 //! bytes the program stored are sent (contract line 2 in docs/api.md).
 //!
+//! A window that holds one store (a *lead*: a receiver's acknowledgement,
+//! a credit, a doorbell word) carries on into another page of the same
+//! map: the message the program writes next travels in the same write,
+//! the lead's bytes first. In a ping-pong the receiver acknowledges, then
+//! replies; each was a write of its own, a TCP segment and a wake-up of the
+//! owner's engine. The lead's page comes first on the link and each page's
+//! last store last within its page, so the order is that of two windows
+//! posted one after the other.
+//!
 //! A window closes:
 //! - when its page has taken as many stores as the page's last window did
 //!   (a program sending messages of one shape closes each message's window
@@ -24,7 +33,8 @@
 //! - at a store over bytes it holds already: the next message (an
 //!   acknowledgement word stored again);
 //! - before anything else this process sends or reads on the data path (a
-//!   store the window does not take, a fetch, a shipment, a flush point, a
+//!   store the window does not take: another map's, a third page's, a
+//!   store back into the lead's page, a fetch, a shipment, a flush point, a
 //!   trigger, `post_emulated`), so the order of everything the program did
 //!   is kept;
 //! - `IDLE_NS` after its last store, by the window timer's thread (a
@@ -71,19 +81,135 @@ const RELEARN_NS: u64 = 200_000_000;
 /// after the last).
 const PROBE_NS: u64 = 20_000;
 
-/// An open window: stores into one page of one map, not posted yet.
-struct Window {
-    target: Arc<RemoteTarget>,
-    /// The map's shadow (its address) and the page.
-    key: (usize, usize),
+/// Largest lead (see the module's comment): a word or a vector register.
+const LEAD_MAX: usize = 64;
+
+/// The one store a window took into the page before its own.
+struct Lead {
+    /// Segment offset of its first byte, and its bytes.
+    offset: u64,
+    len: usize,
+    bytes: [u8; LEAD_MAX],
+}
+
+/// Runs of a write: each a range of its buffer and the segment offset it
+/// goes to.
+type Runs = Vec<(std::ops::Range<usize>, u64)>;
+
+/// The stores a window took into one page, not posted yet.
+struct PageStores {
     /// Segment offset of the page's first byte.
     base: u64,
     /// The page's stored bytes; `mask`: which (one bit a byte).
     bytes: Vec<u8>,
     mask: Vec<u64>,
-    /// The last store's bytes, and the span of all (page offsets).
+    /// The last store's bytes, and the span of all (page offsets; empty
+    /// before the first store).
     last: std::ops::Range<usize>,
     span: std::ops::Range<usize>,
+}
+
+impl PageStores {
+    /// An empty page of `base`, in the buffers `bytes` and `mask` (cleared).
+    fn new(base: u64, bytes: Vec<u8>, mask: Vec<u64>) -> Self {
+        PageStores { base, bytes, mask, last: 0..0, span: 0..0 }
+    }
+
+    /// Take the store of `data` at page offset `off`.
+    fn store(&mut self, off: usize, data: &[u8]) {
+        self.bytes[off..off + data.len()].copy_from_slice(data);
+        self.span = if self.span.is_empty() {
+            off..off + data.len()
+        } else {
+            self.span.start.min(off)..self.span.end.max(off + data.len())
+        };
+        for (i, bits) in mask_words(off, data.len()) {
+            self.mask[i] |= bits;
+        }
+        self.last = off..off + data.len();
+    }
+
+    /// Does it hold any of the bytes `off..off + len` already?
+    fn holds_any(&self, off: usize, len: usize) -> bool {
+        off < self.span.end && off + len > self.span.start && any_set(&self.mask, off, len)
+    }
+
+    /// The last store as a lead: where it goes and its bytes (at most
+    /// `LEAD_MAX`).
+    fn last_as_lead(&self) -> Option<Lead> {
+        let len = self.last.len();
+        (len <= LEAD_MAX).then(|| {
+            let mut lead = Lead { offset: self.base + self.last.start as u64, len, bytes: [0; LEAD_MAX] };
+            lead.bytes[..len].copy_from_slice(&self.bytes[self.last.clone()]);
+            lead
+        })
+    }
+
+    /// Forget every store (clearing only the mask words they touched), for
+    /// the page at `base`.
+    fn reset(&mut self, base: u64) {
+        for m in &mut self.mask[self.span.start / 64..self.span.end.div_ceil(64)] {
+            *m = 0;
+        }
+        self.base = base;
+        self.last = 0..0;
+        self.span = 0..0;
+    }
+
+    /// What a window of these stores (after `lead`, if any) posts: its
+    /// bytes in one buffer, and the runs (range of the buffer, segment
+    /// offset) in the order they are placed, as groups each placed after
+    /// the one before: the lead, then the page's stored bytes outside its
+    /// last store in address order, then its last store. `in_order`: the
+    /// provider places a write's runs in order, and one group is one write.
+    fn runs(&self, lead: Option<&Lead>, in_order: bool) -> (Vec<u8>, Vec<Runs>) {
+        let stored = |b: usize| self.mask[b / 64] & (1 << (b % 64)) != 0 && !self.last.contains(&b);
+        let mut data = Vec::with_capacity(self.span.len() + lead.map_or(0, |l| l.len));
+        let mut groups = Vec::new();
+        if let Some(l) = lead {
+            data.extend_from_slice(&l.bytes[..l.len]);
+            groups.push(vec![(0..l.len, l.offset)]);
+        }
+        let mut rest = Vec::new();
+        let mut b = self.span.start;
+        while b < self.span.end {
+            if !stored(b) {
+                b += 1;
+                continue;
+            }
+            let start = b;
+            while b < self.span.end && stored(b) {
+                b += 1;
+            }
+            let at = data.len();
+            data.extend_from_slice(&self.bytes[start..b]);
+            rest.push((at..data.len(), self.base + start as u64));
+        }
+        if !rest.is_empty() {
+            groups.push(rest);
+        }
+        let at = data.len();
+        data.extend_from_slice(&self.bytes[self.last.clone()]);
+        groups.push(vec![(at..data.len(), self.base + self.last.start as u64)]);
+        if in_order {
+            groups = vec![groups.concat()];
+        }
+        (data, groups)
+    }
+}
+
+/// An open window: stores into one page of one map, not posted yet, and
+/// maybe the one store before them in another page of the map (`lead`).
+struct Window {
+    target: Arc<RemoteTarget>,
+    /// The map's shadow (its address) and the page the window takes
+    /// stores into now.
+    key: (usize, usize),
+    /// The map and page the window opened on: its count of stores is
+    /// learned and predicted under this key.
+    first: (usize, usize),
+    lead: Option<Lead>,
+    page: PageStores,
     stores: u32,
     last_ns: u64,
     /// Quiet after which the timer posts it: `IDLE_NS`, or `PROBE_NS` once
@@ -94,10 +220,50 @@ struct Window {
     armed: bool,
 }
 
+/// What an open window does with a store (`Window::admits`).
+enum Admit {
+    /// Takes it into its page.
+    Here,
+    /// Takes it into another page, its one store so far becoming the lead.
+    Lead,
+    /// Must be posted first.
+    No,
+}
+
 impl Window {
-    /// Does the window hold any of the bytes `off..off + len` already?
-    fn holds_any(&self, off: usize, len: usize) -> bool {
-        off < self.span.end && off + len > self.span.start && any_set(&self.mask, off, len)
+    /// Can a store of `len` bytes at `off` of page `key` (map, page) going
+    /// to `target` join the window? A store over bytes it holds is the next
+    /// message (a message stores each of its words once; a receiver's
+    /// acknowledgement word stored again is the next acknowledgement, which
+    /// must not wait for the first's window). Another page's store joins
+    /// only a window of one store (which leads) into a page of the same
+    /// map, where one write places its runs in order.
+    fn admits(&self, target: &Arc<RemoteTarget>, key: (usize, usize), off: usize, len: usize) -> Admit {
+        if !Arc::ptr_eq(&self.target, target) || self.key.0 != key.0 {
+            Admit::No
+        } else if self.key == key {
+            if self.page.holds_any(off, len) {
+                Admit::No
+            } else {
+                Admit::Here
+            }
+        } else if self.lead.is_none()
+            && self.stores == 1
+            && self.page.last.len() <= LEAD_MAX
+            && self.target.fabric().info().places_runs_in_order()
+        {
+            Admit::Lead
+        } else {
+            Admit::No
+        }
+    }
+
+    /// Make the window's one store its lead and take stores into page
+    /// `key` (at segment offset `base`) from now on.
+    fn lead_on(&mut self, key: (usize, usize), base: u64) {
+        self.lead = self.page.last_as_lead();
+        self.page.reset(base);
+        self.key = key;
     }
 }
 
@@ -126,6 +292,11 @@ fn any_set(mask: &[u64], off: usize, len: usize) -> bool {
 
 struct Combiner {
     open: Option<Window>,
+    /// The last window posted at its predicted end with one store, which
+    /// could have led (its first page, when): a store into another page of
+    /// its map that follows within `PROBE_NS` shows that the page's windows
+    /// now go on, and its count is learned again at its next window.
+    lone: Option<((usize, usize), u64)>,
     /// A closed window's page buffer and mask (mask cleared), for the next.
     spare: Option<(Vec<u8>, Vec<u64>)>,
     /// How many stores each page's windows take.
@@ -147,7 +318,8 @@ struct Learned {
 
 const UNLEARNED: Learned = Learned { map: 0, page: 0, stores: 0, fewer: 0, at_ns: 0 };
 
-static COMBINER: Mutex<Combiner> = Mutex::new(Combiner { open: None, spare: None, learned: [UNLEARNED; LEARNED] });
+static COMBINER: Mutex<Combiner> =
+    Mutex::new(Combiner { open: None, lone: None, spare: None, learned: [UNLEARNED; LEARNED] });
 
 /// When the open window falls due (`last_ns + idle_ns`), 0 when none is
 /// open or being posted: `close` and the timer's thread look without the
@@ -204,6 +376,33 @@ pub(crate) fn start_timer() {
     } else {
         STARTED.store(true, Ordering::Release);
     }
+}
+
+/// Windows posted, by why they closed (see the module's comment): at their
+/// predicted end, at a store they did not take, at something else the
+/// process did (`close`), by the timer; and how many had a lead, and the
+/// stores they took. Logged at the process's exit (`VSCI_LOG=debug`).
+static POSTED_AT: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+static LED: AtomicU64 = AtomicU64::new(0);
+static STORES: AtomicU64 = AtomicU64::new(0);
+const AT_END: usize = 0;
+const AT_STORE: usize = 1;
+const AT_CLOSE: usize = 2;
+const AT_TIMER: usize = 3;
+
+/// One line on what the windows did, for the exit log.
+pub(crate) fn stats_line() -> String {
+    let n: Vec<u64> = POSTED_AT.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    format!(
+        "combined windows: {} at their predicted end, {} at a store they did not take, {} at another \
+         operation, {} by the timer; {} with a lead; {} stores",
+        n[AT_END],
+        n[AT_STORE],
+        n[AT_CLOSE],
+        n[AT_TIMER],
+        LED.load(Ordering::Relaxed),
+        STORES.load(Ordering::Relaxed)
+    )
 }
 
 /// The timer's thread runs: windows may open.
@@ -271,16 +470,26 @@ pub(crate) fn append(
     }
     let Some(mut c) = lock() else { return false };
     let key = (map, page);
-    // Another page's store, or one over bytes the window holds already:
-    // the next message (a message stores each of its words once; a
-    // receiver's acknowledgement word stored again is the next
-    // acknowledgement, which must not wait for the first's window).
-    if c.open.as_ref().is_some_and(|w| w.key != key || !Arc::ptr_eq(&w.target, target) || w.holds_any(off, data.len()))
-    {
-        close_locked(&mut c, true);
+    match c.open.as_ref().map(|w| w.admits(target, key, off, data.len())) {
+        None | Some(Admit::Here) => {}
+        Some(Admit::Lead) => {
+            let w = c.open.as_mut().expect("a window is open");
+            w.lead_on(key, base);
+        }
+        Some(Admit::No) => close_locked(&mut c, true, AT_STORE),
     }
-    let fresh = c.open.is_none();
-    if fresh {
+    if c.open.is_none() {
+        // A lone store posted at its predicted end just before, into
+        // another page of this map: it would have led this window, which
+        // its page's count does not know yet (that page's windows took one
+        // store while the program only acknowledged, say, and now it
+        // acknowledges and replies). Learned again at its next window.
+        if let Some((k, at)) = c.lone.take() {
+            let l = &mut c.learned[slot(k)];
+            if k.0 == key.0 && k != key && now.saturating_sub(at) < PROBE_NS && (l.map, l.page) == k {
+                l.at_ns = 0;
+            }
+        }
         let (bytes, mask) = match c.spare.take() {
             Some((b, m)) if b.len() == page_size => (b, m),
             _ => (vec![0; page_size], vec![0; page_size.div_ceil(64)]),
@@ -288,11 +497,9 @@ pub(crate) fn append(
         c.open = Some(Window {
             target: target.clone(),
             key,
-            base,
-            bytes,
-            mask,
-            last: 0..0,
-            span: off..off + data.len(),
+            first: key,
+            lead: None,
+            page: PageStores::new(base, bytes, mask),
             stores: 0,
             last_ns: now,
             idle_ns: IDLE_NS,
@@ -300,23 +507,19 @@ pub(crate) fn append(
         });
     }
     let w = c.open.as_mut().expect("a window is open");
-    w.bytes[off..off + data.len()].copy_from_slice(data);
-    w.span = w.span.start.min(off)..w.span.end.max(off + data.len());
-    for (i, bits) in mask_words(off, data.len()) {
-        w.mask[i] |= bits;
-    }
-    w.last = off..off + data.len();
+    w.page.store(off, data);
     w.stores += 1;
     w.last_ns = now;
     let stores = w.stores;
-    let l = c.learned[slot(key)];
+    let first = w.first;
+    let l = c.learned[slot(first)];
     let (predicted, stale) =
-        if (l.map, l.page) == key { (l.stores, now.saturating_sub(l.at_ns) >= RELEARN_NS) } else { (0, false) };
+        if (l.map, l.page) == first { (l.stores, now.saturating_sub(l.at_ns) >= RELEARN_NS) } else { (0, false) };
     let at_end = predicted > 0 && stores >= predicted;
     if stores >= MAX_STORES || (at_end && !stale) {
         // The page's messages are this long: this store ends one. The
         // prediction stays as it is.
-        close_locked(&mut c, false);
+        close_locked(&mut c, false, AT_END);
         return true;
     }
     let w = c.open.as_mut().expect("a window is open");
@@ -344,7 +547,7 @@ pub(crate) fn close() {
         return;
     }
     if let Some(mut c) = lock() {
-        close_locked(&mut c, true);
+        close_locked(&mut c, true, AT_CLOSE);
     }
 }
 
@@ -361,7 +564,7 @@ pub(crate) fn close_if_idle() -> Option<u64> {
     let mut c = lock()?;
     match &c.open {
         Some(w) if trapped::now_ns() >= w.last_ns + w.idle_ns => {
-            close_locked(&mut c, true);
+            close_locked(&mut c, true, AT_TIMER);
             None
         }
         Some(w) => Some(w.last_ns + w.idle_ns),
@@ -369,60 +572,43 @@ pub(crate) fn close_if_idle() -> Option<u64> {
     }
 }
 
-/// Post the open window: every stored byte outside the last store, in
-/// runs, then the last store's bytes after them. `learn`: remember how
-/// many stores it took, to close the page's next window at as many.
-fn close_locked(c: &mut Combiner, learn: bool) {
+/// Post the open window: its lead, every stored byte of its page outside
+/// the last store, in runs, then the last store's bytes after them.
+/// `learn`: remember how many stores it took, to close the next window
+/// that opens on its first page at as many; `why`: what closed it (`AT_*`).
+fn close_locked(c: &mut Combiner, learn: bool, why: usize) {
     let Some(mut w) = c.open.take() else { return };
+    POSTED_AT[why].fetch_add(1, Ordering::Relaxed);
+    c.lone = (why == AT_END && w.stores == 1 && w.lead.is_none() && w.page.last.len() <= LEAD_MAX)
+        .then_some((w.first, w.last_ns));
+    LED.fetch_add(u64::from(w.lead.is_some()), Ordering::Relaxed);
+    STORES.fetch_add(u64::from(w.stores), Ordering::Relaxed);
     if w.armed {
         disarm();
     }
     if learn {
         let n = w.stores;
-        let l = &mut c.learned[slot(w.key)];
-        if (l.map, l.page) != w.key || n >= l.stores || l.fewer == n {
-            *l = Learned { map: w.key.0, page: w.key.1, stores: n, fewer: 0, at_ns: w.last_ns };
-        } else {
+        let l = &mut c.learned[slot(w.first)];
+        let known = (l.map, l.page) == w.first;
+        if !known || n >= l.stores || (l.fewer == n && why != AT_CLOSE) {
+            *l = Learned { map: w.first.0, page: w.first.1, stores: n, fewer: 0, at_ns: w.last_ns };
+        } else if why != AT_CLOSE {
             l.fewer = n;
         }
+        // A window cut short by another operation (a flush, a copy across
+        // pages posted on its own, a fetch) shows only that the operation
+        // came, not that the page's messages got shorter: the next window
+        // cut short closes as soon, and one that is not keeps its
+        // prediction. Learned shorter, a ring whose acknowledgement leads
+        // its reply lost the lead whenever a reply's payload crossed a
+        // page (1 slot in 16 for 64-byte messages): the next windows
+        // posted the acknowledgement alone until learned again.
     }
-    let stored = |b: usize| w.mask[b / 64] & (1 << (b % 64)) != 0 && !w.last.contains(&b);
-    // The runs of the page's stored bytes outside the last store (page
-    // offsets), in address order, then the last store's.
-    let mut page_runs = Vec::new();
-    let mut b = w.span.start;
-    while b < w.span.end {
-        if !stored(b) {
-            b += 1;
-            continue;
-        }
-        let start = b;
-        while b < w.span.end && stored(b) {
-            b += 1;
-        }
-        page_runs.push((start..b, w.base + start as u64));
-    }
-    page_runs.push((w.last.clone(), w.base + w.last.start as u64));
-    // The bytes posted, run after run, and where each goes.
-    let mut data = Vec::with_capacity(page_runs.iter().map(|(r, _)| r.len()).sum());
-    let runs: Vec<_> = page_runs
-        .iter()
-        .map(|(r, off)| {
-            let at = data.len();
-            data.extend_from_slice(&w.bytes[r.clone()]);
-            (at..data.len(), *off)
-        })
-        .collect();
     // The last store's bytes are placed after the rest: as the last run of
     // the same operation where the provider places runs in order (one
     // write on the link, not two), else as an operation of its own.
-    let (rest, last) = runs.split_at(runs.len() - 1);
-    let groups: Vec<&[(std::ops::Range<usize>, u64)]> =
-        if rest.is_empty() || w.target.fabric().info().places_runs_in_order() {
-            vec![&runs[..]]
-        } else {
-            vec![rest, last]
-        };
+    let (data, groups) = w.page.runs(w.lead.as_ref(), w.target.fabric().info().places_runs_in_order());
+    let groups: Vec<&[(std::ops::Range<usize>, u64)]> = groups.iter().map(|g| &g[..]).collect();
     HOLDING.with(|h| h.set(true));
     match post_emulated_groups(&w.target, data, &groups, false, |_| {}) {
         Ok(()) => {
@@ -433,7 +619,8 @@ fn close_locked(c: &mut Combiner, learn: bool) {
             // down): written now, in order, or reported at the next flush
             // point.
             log::debug!("vsci: combined stores not posted ({e}); writing them");
-            if write_again(&w.target, &w.bytes, &page_runs).is_err() {
+            let (data, groups) = w.page.runs(w.lead.as_ref(), true);
+            if write_again(&w.target, &data, &groups[0]).is_err() {
                 EMULATED_LOST.store(true, Ordering::Release);
             }
         }
@@ -443,15 +630,70 @@ fn close_locked(c: &mut Combiner, learn: bool) {
     // thread that found no window while this one was posting it would go
     // on to post a later store first, or return from a flush before it.
     OPEN_DUE_NS.store(0, Ordering::Release);
-    for m in &mut w.mask[w.span.start / 64..w.span.end.div_ceil(64)] {
-        *m = 0;
-    }
-    c.spare = Some((std::mem::take(&mut w.bytes), std::mem::take(&mut w.mask)));
+    w.page.reset(0);
+    c.spare = Some((std::mem::take(&mut w.page.bytes), std::mem::take(&mut w.page.mask)));
 }
 
 #[cfg(test)]
 mod tests {
-    use super::any_set;
+    use super::{any_set, PageStores};
+
+    fn page(base: u64) -> PageStores {
+        PageStores::new(base, vec![0; 4096], vec![0; 64])
+    }
+
+    /// The runs as (segment offset, bytes), group by group.
+    fn placed(data: &[u8], groups: &[super::Runs]) -> Vec<Vec<(u64, Vec<u8>)>> {
+        groups.iter().map(|g| g.iter().map(|(r, off)| (*off, data[r.clone()].to_vec())).collect()).collect()
+    }
+
+    #[test]
+    fn a_message_goes_in_address_order_with_its_last_store_last() {
+        let mut p = page(8192);
+        p.store(4088, &[9; 8]); // a flag stored first, at the top
+        p.store(16, &[1; 4]); // the payload, below it
+        p.store(20, &[2; 4]); // its second half, adjacent: one run
+        p.store(100, &[3; 2]); // the store made last, between them
+        let (data, groups) = p.runs(None, true);
+        assert_eq!(
+            placed(&data, &groups),
+            vec![vec![(8192 + 16, vec![1, 1, 1, 1, 2, 2, 2, 2]), (8192 + 4088, vec![9; 8]), (8192 + 100, vec![3; 2])]]
+        );
+        // Where a write's runs may land in any order, the last store is an
+        // operation of its own.
+        let (data, groups) = p.runs(None, false);
+        assert_eq!(placed(&data, &groups).len(), 2);
+        assert_eq!(placed(&data, &groups)[1], vec![(8192 + 100, vec![3; 2])]);
+    }
+
+    #[test]
+    fn a_lead_goes_first_and_a_reset_page_forgets_every_store() {
+        let mut ack = page(0);
+        ack.store(0, &7u64.to_le_bytes());
+        let lead = ack.last_as_lead().expect("a word leads");
+        ack.reset(3 * 4096);
+        assert!(!ack.holds_any(0, 4096), "the reset page holds nothing");
+        ack.store(4000, &[5; 64]); // a payload
+        ack.store(4088, &[6; 8]); // its flag
+        let (data, groups) = ack.runs(Some(&lead), true);
+        assert_eq!(
+            placed(&data, &groups),
+            vec![vec![(0, 7u64.to_le_bytes().to_vec()), (3 * 4096 + 4000, vec![5; 64]), (3 * 4096 + 4088, vec![6; 8])]]
+        );
+        let (data, groups) = ack.runs(Some(&lead), false);
+        assert_eq!(
+            placed(&data, &groups),
+            vec![
+                vec![(0, 7u64.to_le_bytes().to_vec())],
+                vec![(3 * 4096 + 4000, vec![5; 64])],
+                vec![(3 * 4096 + 4088, vec![6; 8])]
+            ]
+        );
+        // A store of more than a vector register does not lead.
+        let mut big = page(0);
+        big.store(0, &[1; 65]);
+        assert!(big.last_as_lead().is_none());
+    }
 
     #[test]
     fn any_set_sees_exactly_the_bits_asked() {
