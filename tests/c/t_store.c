@@ -769,6 +769,100 @@ static int shapes(int ping, uint32_t rounds, unsigned myseg, const char *peer)
     return 0;
 }
 
+/* ---- acknowledgements that lead the replies after them, no call --------------------- */
+
+/* Each side's segment: an acknowledgement word in page ACK_PAGE (0, or the
+ * last page with "high"), messages in slots in the other pages. Round i: the
+ * ping side sends message i; the pong side, when its flag shows, checks it,
+ * stores its acknowledgement (i) into the ping side's segment and replies
+ * with message i; the ping side, when the reply's flag shows, must find the
+ * acknowledgement already there (it was stored before the reply), checks
+ * the reply, acknowledges it and sends message i + 1, and so on. A lone
+ * store followed by stores into another page of the map travels in their
+ * write (docs/design.md, "Emulated stores are combined"): it must be placed
+ * before them, whether its page lies below or above theirs, and whatever
+ * the payload's size (8 to 256 bytes here, so windows differ in shape and
+ * some payloads cross a page). */
+#define ACK_PAGES 4u
+static inline size_t acks_payload(uint32_t r) { return 8u << (r % 6u); }
+static inline size_t acks_flag_off(uint32_t m, int high)
+{
+    /* Message m: in one of two slot pages (those without the
+     * acknowledgement), its flag 56 + 64 * (m % 3) bytes into the page, so
+     * that a larger payload below it crosses into the page before. */
+    unsigned page = ((m >> 1) & 1u) + (high ? 1u : 2u);
+    return (size_t)page * PAGE + 56u + 64u * (m % 3u);
+}
+static inline uint64_t acks_word(uint32_t r, size_t w)
+{
+    return ((uint64_t)r << 32) ^ ((uint64_t)w * 0xd6e8feb86659fd93ull) ^ 0x41434b53ull;
+}
+
+static void acks_send(volatile unsigned char *base, uint32_t r, int high)
+{
+    uint64_t buf[32];
+    size_t n = acks_payload(r), flag = acks_flag_off(r, high);
+    for (size_t w = 0; w < n / 8; w++)
+        buf[w] = acks_word(r, w);
+    memcpy((void *)(base + flag - 8 - n), buf, n);
+    *(volatile uint64_t *)(base + flag - 8) = (uint64_t)n;
+    *(volatile uint64_t *)(base + flag) = r;
+}
+
+static int acks(int ping, uint32_t rounds, unsigned myseg, const char *peer, int high)
+{
+    unsigned node;
+    sci_desc_t sd = open_sd(&node);
+    struct lseg own;
+    lseg_create(sd, &own, myseg, ACK_PAGES * PAGE, 1);
+    struct rseg other;
+    rseg_connect(sd, &other, peer, 0, ACK_PAGES * PAGE);
+    size_t ack_off = high ? (ACK_PAGES - 1u) * PAGE + 128u : 128u;
+    volatile uint64_t *my_ack = (volatile uint64_t *)(own.p + ack_off);
+    volatile uint64_t *their_ack = (volatile uint64_t *)(other.p + ack_off);
+    const char *who = ping ? "ping" : "pong";
+    printf("ACKS %s READY node=%u peer=%u rounds=%u ack page %s\n", who, node, other.node,
+           rounds, high ? "high" : "low");
+    fflush(stdout);
+    /* Messages alternate: the ping side sends the odd ones, the pong side
+     * the even ones; each side acknowledges what it received, then sends. */
+    for (uint32_t r = 1; r <= rounds; r++) {
+        uint32_t out = ping ? 2u * r - 1u : 2u * r, want = ping ? 2u * r : 2u * r - 1u;
+        if (ping)
+            acks_send(other.p, out, high);
+        volatile uint64_t *flag = (volatile uint64_t *)(own.p + acks_flag_off(want, high));
+        uint64_t deadline = now_ms() + wait_ms;
+        if (!SPIN_UNTIL(*flag == want, deadline))
+            FAILF("acks %s: message %u: no flag within %" PRIu64 " ms (it holds %" PRIu64 ")",
+                  who, want, wait_ms, *flag);
+        /* The peer acknowledged the message before this one (this side's)
+         * before it stored this one. */
+        uint64_t a = *my_ack;
+        if (want > 1u && a != want - 1u)
+            FAILF("acks %s: message %u's flag showed with the acknowledgement word holding %"
+                  PRIu64 ", not %u: the acknowledgement stored before the message arrived "
+                  "after it", who, want, a, want - 1u);
+        size_t n = acks_payload(want), fo = acks_flag_off(want, high);
+        const volatile uint64_t *pay = (const volatile uint64_t *)(own.p + fo - 8 - n);
+        if (*(const volatile uint64_t *)(own.p + fo - 8) != n)
+            FAILF("acks %s: message %u: header %" PRIu64 ", not %zu", who, want,
+                  *(const volatile uint64_t *)(own.p + fo - 8), n);
+        for (size_t w = 0; w < n / 8; w++)
+            if (pay[w] != acks_word(want, w))
+                FAILF("acks %s: message %u: payload word %zu of %zu is 0x%" PRIx64 ", not 0x%"
+                      PRIx64 " when the flag showed", who, want, w, n / 8, pay[w],
+                      acks_word(want, w));
+        *their_ack = want;
+        if (!ping)
+            acks_send(other.p, out, high);
+    }
+    printf("ACKS %s DONE rounds=%u\n", who, rounds);
+    rseg_release(&other);
+    lseg_release(&own, 1);
+    close_sd(sd);
+    return 0;
+}
+
 /* ---- flag after payload through a large map ---------------------------------------- */
 
 #define ORDER_PAYLOAD 6144u
@@ -1141,7 +1235,8 @@ int main(int argc, char **argv)
                 "  stream NODE:SEG SIZE ITERS [OFFSET]\n"
                 "  lost-map NODE:SEG\n"
                 "  refused-stores ANODE:ASEG BNODE:BSEG ROUNDS\n"
-                "  shapes ping|pong ROUNDS MYSEG PEERNODE:PEERSEG\n");
+                "  shapes ping|pong ROUNDS MYSEG PEERNODE:PEERSEG\n"
+                "  acks ping|pong ROUNDS MYSEG PEERNODE:PEERSEG low|high\n");
         return 2;
     }
     const char *role = argv[1];
@@ -1190,6 +1285,10 @@ int main(int argc, char **argv)
     if (strcmp(role, "shapes") == 0)
         return shapes(parse_side(role, arg(argc, argv, 2)), (uint32_t)argu(argc, argv, 3),
                       (unsigned)argu(argc, argv, 4), arg(argc, argv, 5));
+    if (strcmp(role, "acks") == 0)
+        return acks(parse_side(role, arg(argc, argv, 2)), (uint32_t)argu(argc, argv, 3),
+                    (unsigned)argu(argc, argv, 4), arg(argc, argv, 5),
+                    strcmp(arg(argc, argv, 6), "high") == 0);
     if (strcmp(role, "refused-stores") == 0)
         return refused_stores(arg(argc, argv, 2), arg(argc, argv, 3), (unsigned)argu(argc, argv, 4));
     fprintf(stderr, "t_store: unknown role %s\n", role);

@@ -414,6 +414,35 @@ fn spinning_pingpong_with_messages() {
     pingpong_msg("16m", "0x5726", "0x5727", "1000");
 }
 
+/// A spinning ping-pong without calls in which each side stores an
+/// acknowledgement word into the peer's segment, then its reply into
+/// another page of it: the acknowledgement leads the reply's write
+/// (docs/design.md, "Emulated stores are combined") and must arrive before
+/// it, with the acknowledgement's page below the reply's and above it, and
+/// payloads of 8 to 256 bytes (some crossing a page). Combining on and off.
+/// An acknowledgement lost or held back fails it at once; one placed after
+/// its reply in the same write would land a fraction of a microsecond
+/// late, which the spinning side only sometimes sees, so the order of a
+/// window's runs is pinned by combine.rs's unit tests too.
+#[test]
+fn acknowledgements_arrive_before_the_replies_they_lead() {
+    let _g = serial();
+    let cases = [("1", "low", "0x5790", "0x5791"), ("1", "high", "0x5792", "0x5793"), ("0", "low", "0x5794", "0x5795")];
+    for (combine, ack_page, ping_seg, pong_seg) in cases {
+        let Some(c) = Cluster::start(&[1, 2]) else { return };
+        let env = [("VSCI_COMBINE", combine)];
+        let to_pong = format!("2:{pong_seg}");
+        let to_ping = format!("1:{ping_seg}");
+        let pong = spawn_env(&c, 2, &["acks", "pong", "3000", pong_seg, &to_ping, ack_page], &env);
+        let ping = spawn_env(&c, 1, &["acks", "ping", "3000", ping_seg, &to_pong, ack_page], &env);
+        let outs = run_together(vec![ping, pong], RUN);
+        outs[0].assert_contains("ACKS ping DONE rounds=3000");
+        outs[1].assert_contains("ACKS pong DONE rounds=3000");
+        c.wait_clean(1, "after the acknowledged ping-pong");
+        c.wait_clean(2, "after the acknowledged ping-pong");
+    }
+}
+
 /// A spinning ping-pong without calls whose messages change shape every
 /// round: 1 to 6 words stored one by one in an order that is not the
 /// address order, then a counter, so the number of stores the page's last
