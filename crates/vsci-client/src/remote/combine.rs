@@ -1,12 +1,13 @@
 //! Write combining of emulated stores (`trapped::Shadow::emulate`).
 //!
-//! A message is several stores into one page: its payload (`memcpy`, one
-//! string store), a header, a flag. Emulated one by one, each is an RMA
+//! A message is several stores into one page (or across into the next):
+//! its payload (`memcpy`, one string store), a header, a flag. Emulated one by one, each is an RMA
 //! write of its own: a libfabric call, a TCP segment and its headers on the
 //! link, a wake-up of the owner's engine. Combined, the stores of one page
-//! that follow each other with nothing else in between travel together: the
-//! fault handler puts each store's bytes into the process's one open
-//! *window* (a page of one map, and which of its bytes were stored) instead
+//! and the page after it that follow each other with nothing else in
+//! between travel together: the fault handler puts each store's bytes into
+//! the process's one open *window* (two pages of one map, and which of
+//! their bytes were stored) instead
 //! of posting it, and the window is posted when it closes, as one write of
 //! every stored byte but the last store's, then the last store's bytes placed
 //! after them (the last run of the same write where the provider places a
@@ -15,13 +16,13 @@
 //! bytes the program stored are sent (contract line 2 in docs/api.md).
 //!
 //! A window that holds one store (a *lead*: a receiver's acknowledgement,
-//! a credit, a doorbell word) carries on into another page of the same
+//! a credit, a doorbell word) carries on into other pages of the same
 //! map: the message the program writes next travels in the same write,
 //! the lead's bytes first. In a ping-pong the receiver acknowledges, then
 //! replies; each was a write of its own, a TCP segment and a wake-up of the
-//! owner's engine. The lead's page comes first on the link and each page's
-//! last store last within its page, so the order is that of two windows
-//! posted one after the other.
+//! owner's engine. The lead comes first on the link and the window's last
+//! store last, so the order is that of two windows posted one after the
+//! other.
 //!
 //! A window closes:
 //! - when its page has taken as many stores as the page's last window did
@@ -33,8 +34,8 @@
 //! - at a store over bytes it holds already: the next message (an
 //!   acknowledgement word stored again);
 //! - before anything else this process sends or reads on the data path (a
-//!   store the window does not take: another map's, a third page's, a
-//!   store back into the lead's page, a fetch, a shipment, a flush point, a
+//!   store the window does not take: another map's, one outside its two
+//!   pages once it has more than one store, a fetch, a shipment, a flush point, a
 //!   trigger, `post_emulated`), so the order of everything the program did
 //!   is kept;
 //! - `IDLE_NS` after its last store, by the window timer's thread (a
@@ -57,8 +58,9 @@ const IDLE_NS: u64 = 100_000;
 /// Most stores one window takes before it is posted.
 const MAX_STORES: u32 = 64;
 /// Largest string store (`memcpy` payload) a window takes: one inside a
-/// page, of at most what a posted write carries (`POSTED_MAX`). A copy
-/// across pages is posted on its own, after the window before it.
+/// page or across into the next, of at most what a posted write carries
+/// (`POSTED_MAX`). A longer copy is posted on its own, after the window
+/// before it.
 pub(crate) const COPY_MAX: usize = POSTED_MAX;
 /// Pages whose last window's store count is remembered (direct-mapped).
 const LEARNED: usize = 512;
@@ -96,11 +98,13 @@ struct Lead {
 /// goes to.
 type Runs = Vec<(std::ops::Range<usize>, u64)>;
 
-/// The stores a window took into one page, not posted yet.
+/// The stores a window took into one page and the page after it, not
+/// posted yet (a payload copied across a page boundary, then the header and
+/// flag above it, is one message).
 struct PageStores {
-    /// Segment offset of the page's first byte.
+    /// Segment offset of the first page's first byte.
     base: u64,
-    /// The page's stored bytes; `mask`: which (one bit a byte).
+    /// The two pages' stored bytes; `mask`: which (one bit a byte).
     bytes: Vec<u8>,
     mask: Vec<u64>,
     /// The last store's bytes, and the span of all (page offsets; empty
@@ -198,13 +202,15 @@ impl PageStores {
     }
 }
 
-/// An open window: stores into one page of one map, not posted yet, and
-/// maybe the one store before them in another page of the map (`lead`).
+/// An open window: stores into one page of one map and the page after it,
+/// not posted yet, and maybe the one store before them in another page of
+/// the map (`lead`).
 struct Window {
     target: Arc<RemoteTarget>,
-    /// The map's shadow (its address) and the page the window takes
-    /// stores into now.
+    /// The map's shadow (its address) and the first of the two pages the
+    /// window takes stores into now.
     key: (usize, usize),
+    page_size: usize,
     /// The map and page the window opened on: its count of stores is
     /// learned and predicted under this key.
     first: (usize, usize),
@@ -222,8 +228,8 @@ struct Window {
 
 /// What an open window does with a store (`Window::admits`).
 enum Admit {
-    /// Takes it into its page.
-    Here,
+    /// Takes it into its pages, at this offset from their start.
+    Here(usize),
     /// Takes it into another page, its one store so far becoming the lead.
     Lead,
     /// Must be posted first.
@@ -235,17 +241,23 @@ impl Window {
     /// to `target` join the window? A store over bytes it holds is the next
     /// message (a message stores each of its words once; a receiver's
     /// acknowledgement word stored again is the next acknowledgement, which
-    /// must not wait for the first's window). Another page's store joins
-    /// only a window of one store (which leads) into a page of the same
-    /// map, where one write places its runs in order.
+    /// must not wait for the first's window). A store into other pages
+    /// joins only a window of one store (which leads) into pages of the
+    /// same map, where one write places its runs in order.
     fn admits(&self, target: &Arc<RemoteTarget>, key: (usize, usize), off: usize, len: usize) -> Admit {
         if !Arc::ptr_eq(&self.target, target) || self.key.0 != key.0 {
-            Admit::No
-        } else if self.key == key {
-            if self.page.holds_any(off, len) {
+            return Admit::No;
+        }
+        let rel = match key.1.checked_sub(self.key.1) {
+            Some(0) => Some(off),
+            Some(1) => Some(self.page_size + off),
+            _ => None,
+        };
+        if let Some(rel) = rel.filter(|r| r + len <= 2 * self.page_size) {
+            if self.page.holds_any(rel, len) {
                 Admit::No
             } else {
-                Admit::Here
+                Admit::Here(rel)
             }
         } else if self.lead.is_none()
             && self.stores == 1
@@ -449,8 +461,9 @@ fn lock() -> Option<vsci_sys::signals::Locked<'static, Combiner>> {
 
 /// Take the store of `data` at byte `off` of page `page` (of `page_size`
 /// bytes, segment offset `base`) of the map whose shadow is at `map`,
-/// going to `target`. Called from the fault handler, under the map's lock.
-/// False if not taken: the caller posts the store on its own.
+/// going to `target`; it may go on into the next page (a copy), no
+/// further. Called from the fault handler, under the map's lock. False if
+/// not taken: the caller posts the store on its own.
 pub(crate) fn append(
     target: &Arc<RemoteTarget>,
     map: usize,
@@ -465,13 +478,15 @@ pub(crate) fn append(
     // write instead of three (the ring with `SCIFlush` after each flag:
     // 61-64 → 42-43 µs one way for 8 bytes).
     let now = trapped::now_ns();
-    if !STARTED.load(Ordering::Acquire) || off + data.len() > page_size {
+    if !STARTED.load(Ordering::Acquire) || off + data.len() > 2 * page_size {
         return false;
     }
     let Some(mut c) = lock() else { return false };
     let key = (map, page);
+    let mut rel = off;
     match c.open.as_ref().map(|w| w.admits(target, key, off, data.len())) {
-        None | Some(Admit::Here) => {}
+        None => {}
+        Some(Admit::Here(r)) => rel = r,
         Some(Admit::Lead) => {
             let w = c.open.as_mut().expect("a window is open");
             w.lead_on(key, base);
@@ -486,17 +501,18 @@ pub(crate) fn append(
         // acknowledges and replies). Learned again at its next window.
         if let Some((k, at)) = c.lone.take() {
             let l = &mut c.learned[slot(k)];
-            if k.0 == key.0 && k != key && now.saturating_sub(at) < PROBE_NS && (l.map, l.page) == k {
+            if k.0 == key.0 && k.1 != key.1 && now.saturating_sub(at) < PROBE_NS && (l.map, l.page) == k {
                 l.at_ns = 0;
             }
         }
         let (bytes, mask) = match c.spare.take() {
-            Some((b, m)) if b.len() == page_size => (b, m),
-            _ => (vec![0; page_size], vec![0; page_size.div_ceil(64)]),
+            Some((b, m)) if b.len() == 2 * page_size => (b, m),
+            _ => (vec![0; 2 * page_size], vec![0; (2 * page_size).div_ceil(64)]),
         };
         c.open = Some(Window {
             target: target.clone(),
             key,
+            page_size,
             first: key,
             lead: None,
             page: PageStores::new(base, bytes, mask),
@@ -507,7 +523,7 @@ pub(crate) fn append(
         });
     }
     let w = c.open.as_mut().expect("a window is open");
-    w.page.store(off, data);
+    w.page.store(rel, data);
     w.stores += 1;
     w.last_ns = now;
     let stores = w.stores;
@@ -639,7 +655,7 @@ mod tests {
     use super::{any_set, PageStores};
 
     fn page(base: u64) -> PageStores {
-        PageStores::new(base, vec![0; 4096], vec![0; 64])
+        PageStores::new(base, vec![0; 8192], vec![0; 128])
     }
 
     /// The runs as (segment offset, bytes), group by group.
@@ -689,6 +705,13 @@ mod tests {
                 vec![(3 * 4096 + 4088, vec![6; 8])]
             ]
         );
+        // A payload across the page boundary, then its flag in the second
+        // page: one run for the payload, the flag last.
+        let mut two = page(8192);
+        two.store(4000, &[1; 200]);
+        two.store(4200, &[2; 8]);
+        let (data, groups) = two.runs(None, true);
+        assert_eq!(placed(&data, &groups), vec![vec![(8192 + 4000, vec![1; 200]), (8192 + 4200, vec![2; 8])]]);
         // A store of more than a vector register does not lead.
         let mut big = page(0);
         big.store(0, &[1; 65]);
