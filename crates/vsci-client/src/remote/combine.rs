@@ -25,9 +25,9 @@
 //! other.
 //!
 //! A window closes:
-//! - when its page has taken as many stores as the page's last window did
-//!   (a program sending messages of one shape closes each message's window
-//!   at its last store, with no wait: the prediction);
+//! - when it has taken as many stores as the last window that opened on
+//!   the same page did (a program sending messages of one shape closes each
+//!   message's window at its last store, with no wait: the prediction);
 //!   Every `RELEARN_NS` a page's window goes past its predicted end, to
 //!   `PROBE_NS` of quiet, and learns its count again (a page's messages may
 //!   grow, and a window closed at its predicted end shows no growth);
