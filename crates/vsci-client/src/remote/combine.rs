@@ -162,19 +162,17 @@ impl PageStores {
 
     /// What a window of these stores (after `lead`, if any) posts: its
     /// bytes in one buffer, and the runs (range of the buffer, segment
-    /// offset) in the order they are placed, as groups each placed after
-    /// the one before: the lead, then the page's stored bytes outside its
-    /// last store in address order, then its last store. `in_order`: the
-    /// provider places a write's runs in order, and one group is one write.
-    fn runs(&self, lead: Option<&Lead>, in_order: bool) -> (Vec<u8>, Vec<Runs>) {
+    /// offset) in the order they are placed: the lead, then the page's
+    /// stored bytes outside its last store in address order, then its last
+    /// store (see [`groups`] for how they are split into operations).
+    fn runs(&self, lead: Option<&Lead>) -> (Vec<u8>, Runs) {
         let stored = |b: usize| self.mask[b / 64] & (1 << (b % 64)) != 0 && !self.last.contains(&b);
         let mut data = Vec::with_capacity(self.span.len() + lead.map_or(0, |l| l.len));
-        let mut groups = Vec::new();
+        let mut runs = Vec::new();
         if let Some(l) = lead {
             data.extend_from_slice(&l.bytes[..l.len]);
-            groups.push(vec![(0..l.len, l.offset)]);
+            runs.push((0..l.len, l.offset));
         }
-        let mut rest = Vec::new();
         let mut b = self.span.start;
         while b < self.span.end {
             if !stored(b) {
@@ -187,19 +185,26 @@ impl PageStores {
             }
             let at = data.len();
             data.extend_from_slice(&self.bytes[start..b]);
-            rest.push((at..data.len(), self.base + start as u64));
-        }
-        if !rest.is_empty() {
-            groups.push(rest);
+            runs.push((at..data.len(), self.base + start as u64));
         }
         let at = data.len();
         data.extend_from_slice(&self.bytes[self.last.clone()]);
-        groups.push(vec![(at..data.len(), self.base + self.last.start as u64)]);
-        if in_order {
-            groups = vec![groups.concat()];
-        }
-        (data, groups)
+        runs.push((at..data.len(), self.base + self.last.start as u64));
+        (data, runs)
     }
+}
+
+/// A window's `runs` (the first of them its lead when `led`) as operations
+/// each placed after the one before: one operation where the provider
+/// places a write's runs in order (`in_order`: one write on the link), else
+/// the lead, the rest and the last store each an operation of its own.
+fn groups(runs: &[(std::ops::Range<usize>, u64)], led: bool, in_order: bool) -> Vec<&[(std::ops::Range<usize>, u64)]> {
+    if in_order {
+        return vec![runs];
+    }
+    let (lead, runs) = runs.split_at(usize::from(led));
+    let (rest, last) = runs.split_at(runs.len() - 1);
+    [lead, rest, last].into_iter().filter(|g| !g.is_empty()).collect()
 }
 
 /// An open window: stores into one page of one map and the page after it,
@@ -623,8 +628,8 @@ fn close_locked(c: &mut Combiner, learn: bool, why: usize) {
     // The last store's bytes are placed after the rest: as the last run of
     // the same operation where the provider places runs in order (one
     // write on the link, not two), else as an operation of its own.
-    let (data, groups) = w.page.runs(w.lead.as_ref(), w.target.fabric().info().places_runs_in_order());
-    let groups: Vec<&[(std::ops::Range<usize>, u64)]> = groups.iter().map(|g| &g[..]).collect();
+    let (data, runs) = w.page.runs(w.lead.as_ref());
+    let groups = groups(&runs, w.lead.is_some(), w.target.fabric().info().places_runs_in_order());
     HOLDING.with(|h| h.set(true));
     match post_emulated_groups(&w.target, data, &groups, false, |_| {}) {
         Ok(()) => {
@@ -635,8 +640,8 @@ fn close_locked(c: &mut Combiner, learn: bool, why: usize) {
             // down): written now, in order, or reported at the next flush
             // point.
             log::debug!("vsci: combined stores not posted ({e}); writing them");
-            let (data, groups) = w.page.runs(w.lead.as_ref(), true);
-            if write_again(&w.target, &data, &groups[0]).is_err() {
+            let (data, runs) = w.page.runs(w.lead.as_ref());
+            if write_again(&w.target, &data, &runs).is_err() {
                 EMULATED_LOST.store(true, Ordering::Release);
             }
         }
@@ -652,14 +657,17 @@ fn close_locked(c: &mut Combiner, learn: bool, why: usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::{any_set, PageStores};
+    use super::{any_set, groups, Lead, PageStores};
 
     fn page(base: u64) -> PageStores {
         PageStores::new(base, vec![0; 8192], vec![0; 128])
     }
 
-    /// The runs as (segment offset, bytes), group by group.
-    fn placed(data: &[u8], groups: &[super::Runs]) -> Vec<Vec<(u64, Vec<u8>)>> {
+    /// What a window of `p`'s stores after `lead` posts, as (segment
+    /// offset, bytes), operation by operation.
+    fn placed(p: &PageStores, lead: Option<&Lead>, in_order: bool) -> Vec<Vec<(u64, Vec<u8>)>> {
+        let (data, runs) = p.runs(lead);
+        let groups = groups(&runs, lead.is_some(), in_order);
         groups.iter().map(|g| g.iter().map(|(r, off)| (*off, data[r.clone()].to_vec())).collect()).collect()
     }
 
@@ -670,16 +678,14 @@ mod tests {
         p.store(16, &[1; 4]); // the payload, below it
         p.store(20, &[2; 4]); // its second half, adjacent: one run
         p.store(100, &[3; 2]); // the store made last, between them
-        let (data, groups) = p.runs(None, true);
         assert_eq!(
-            placed(&data, &groups),
+            placed(&p, None, true),
             vec![vec![(8192 + 16, vec![1, 1, 1, 1, 2, 2, 2, 2]), (8192 + 4088, vec![9; 8]), (8192 + 100, vec![3; 2])]]
         );
         // Where a write's runs may land in any order, the last store is an
         // operation of its own.
-        let (data, groups) = p.runs(None, false);
-        assert_eq!(placed(&data, &groups).len(), 2);
-        assert_eq!(placed(&data, &groups)[1], vec![(8192 + 100, vec![3; 2])]);
+        assert_eq!(placed(&p, None, false).len(), 2);
+        assert_eq!(placed(&p, None, false)[1], vec![(8192 + 100, vec![3; 2])]);
     }
 
     #[test]
@@ -691,14 +697,12 @@ mod tests {
         assert!(!ack.holds_any(0, 4096), "the reset page holds nothing");
         ack.store(4000, &[5; 64]); // a payload
         ack.store(4088, &[6; 8]); // its flag
-        let (data, groups) = ack.runs(Some(&lead), true);
         assert_eq!(
-            placed(&data, &groups),
+            placed(&ack, Some(&lead), true),
             vec![vec![(0, 7u64.to_le_bytes().to_vec()), (3 * 4096 + 4000, vec![5; 64]), (3 * 4096 + 4088, vec![6; 8])]]
         );
-        let (data, groups) = ack.runs(Some(&lead), false);
         assert_eq!(
-            placed(&data, &groups),
+            placed(&ack, Some(&lead), false),
             vec![
                 vec![(0, 7u64.to_le_bytes().to_vec())],
                 vec![(3 * 4096 + 4000, vec![5; 64])],
@@ -710,8 +714,7 @@ mod tests {
         let mut two = page(8192);
         two.store(4000, &[1; 200]);
         two.store(4200, &[2; 8]);
-        let (data, groups) = two.runs(None, true);
-        assert_eq!(placed(&data, &groups), vec![vec![(8192 + 4000, vec![1; 200]), (8192 + 4200, vec![2; 8])]]);
+        assert_eq!(placed(&two, None, true), vec![vec![(8192 + 4000, vec![1; 200]), (8192 + 4200, vec![2; 8])]]);
         // A store of more than a vector register does not lead.
         let mut big = page(0);
         big.store(0, &[1; 65]);

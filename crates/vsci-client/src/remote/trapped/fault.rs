@@ -219,13 +219,10 @@ impl Shadow {
         }
         let offset = self.seg_off + start as u64;
         let page = start / self.page;
-        if n > 0
-            && n <= crate::remote::combine::COPY_MAX
-            && (start + n - 1) / self.page <= page + 1
-            && self.combine(target, page, start, &data)
-        {
+        if n > 0 && n <= crate::remote::combine::COPY_MAX && self.combine(target, page, start, &data) {
             // A short copy inside one page or across into the next (a small
-            // message's payload) joins the window.
+            // message's payload) joins the window (`combine::append` takes
+            // no more than two pages).
             // SAFETY: `start + n` lies inside the map's valid bytes, all in
             // the fill mapping; the program's pages of it are
             // write-protected or absent, so only we write them here.
