@@ -48,7 +48,31 @@ pub fn boost_current_thread() -> bool {
     if r != 0 {
         log::debug!("fabric: thread keeps normal priority ({})", std::io::Error::last_os_error());
     }
+    REALTIME.with(|c| c.set(if r == 0 { 2 } else { 0 }));
     r == 0
+}
+
+thread_local! {
+    /// Whether this thread runs under a real-time policy: 0 not known yet,
+    /// 1 no, 2 yes.
+    static REALTIME: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
+}
+
+/// Does the calling thread run under a real-time policy (ours, made by
+/// [`boost_current_thread`], or one the program gave its own thread)?
+/// Such a thread must not wait for another by `sched_yield`, which gives
+/// its core only to real-time threads: a normal thread it waits for then
+/// runs only when the kernel's real-time throttling stops it (after 0.95 s
+/// in every second).
+pub(crate) fn current_thread_realtime() -> bool {
+    REALTIME.with(|c| {
+        if c.get() == 0 {
+            // SAFETY: sched_getscheduler(0) only reads the calling thread's policy.
+            let policy = unsafe { libc::sched_getscheduler(0) };
+            c.set(if policy == libc::SCHED_FIFO || policy == libc::SCHED_RR { 2 } else { 1 });
+        }
+        c.get() == 2
+    })
 }
 
 /// Undo the signal handlers Debian's libfabric drags in.

@@ -591,7 +591,9 @@ pub(crate) fn wait_backoff(start: Instant) {
     let waited = start.elapsed();
     if waited < WAIT_POLL {
         std::hint::spin_loop();
-    } else if waited < WAIT_YIELD {
+    } else if waited < WAIT_YIELD && !crate::process::current_thread_realtime() {
+        // A real-time thread's yield gives way to no normal thread (see
+        // `Inner::wait_for_poller`): it sleeps instead.
         std::thread::yield_now();
     } else {
         std::thread::sleep(Duration::from_micros(50));
