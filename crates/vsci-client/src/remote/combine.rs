@@ -28,9 +28,11 @@
 //! - when it has taken as many stores as the last window that opened on
 //!   the same page did (a program sending messages of one shape closes each
 //!   message's window at its last store, with no wait: the prediction);
-//!   Every `RELEARN_NS` a page's window goes past its predicted end, to
-//!   `PROBE_NS` of quiet, and learns its count again (a page's messages may
-//!   grow, and a window closed at its predicted end shows no growth);
+//!   A page whose messages grew shows it at the next store: within
+//!   `PROBE_NS` of such a close, into the window's pages but outside what
+//!   it stored (the flag of a message that now takes one store more). That
+//!   store is posted at once, and the page's next window goes past its
+//!   predicted end, to `PROBE_NS` of quiet, learning its count again;
 //! - at a store over bytes it holds already: the next message (an
 //!   acknowledgement word stored again);
 //! - before anything else this process sends or reads on the data path (a
@@ -64,24 +66,36 @@ const MAX_STORES: u32 = 64;
 pub(crate) const COPY_MAX: usize = POSTED_MAX;
 /// Pages whose last window's store count is remembered (direct-mapped).
 const LEARNED: usize = 512;
-/// Age past which a page's learned store count is learned again. A count
-/// only ever shrinks by what windows show, and a window closed at its
-/// predicted end shows nothing: a page whose messages grew (a ring slot
+/// Quiet after which a window learning its page's count again is posted,
+/// and the time after a window posted at its predicted end within which a
+/// store shows that the page's messages grew (or that its one store could
+/// have led the next window): a few traps' time (a message's next store
+/// comes one trap, 6-10 µs, after the last).
+///
+/// A count only ever shrinks by what windows show, and a window closed at
+/// its predicted end shows nothing of a message that grew (a ring slot
 /// that took 8 KiB messages, header and flag, then 8-byte ones, payload,
-/// header and flag) closed every message short of its flag for good, the
-/// flag a write of its own (measured: 1.3 stores a window, `vsci bench
-/// --paths remote --sections i`, the `SCIFlush` rows after the 8 KiB ones).
-/// Learning again costs, once in this long, one window that stays open past
-/// its predicted end until `PROBE_NS` of quiet (or what the program does
-/// next: a flush, another page's store): a message that grew joins it. Left
-/// open for the full `IDLE_NS` instead, every 100 ms, a ring of 16 slots
-/// in 16 pages had one message in 84 wait 100 µs, and the ring's 99th
-/// percentile went from about 60 µs to 100-170 µs.
-const RELEARN_NS: u64 = 200_000_000;
-/// Quiet after which a window learning its page's count again is posted:
-/// a few traps' time (a message's next store comes one trap, 6-10 µs,
-/// after the last).
+/// header and flag, closed every message short of its flag: 1.3 stores a
+/// window, `vsci bench --paths remote --sections i`, the `SCIFlush` rows
+/// after the 8 KiB ones). It used to be learned again every 200 ms, each
+/// time one window past its predicted end waiting for this quiet and a
+/// timer's wake-up: an isolated store (one a millisecond into 128 pages in
+/// turn, section j) waited for it at every other visit of its page and for
+/// the 100 µs timer at its first, a median of 101 µs until the owner saw
+/// it against 32 µs for one RMA write. Now a page whose window was
+/// followed at once by a store that shows growth learns again, and every
+/// page once in `RELEARN_NS`.
 const PROBE_NS: u64 = 20_000;
+/// Age past which a page's count is learned again even though no store
+/// showed growth: what `Ended::shows_more` misses (a program preempted
+/// between the window and the store that would show it, on a busy host).
+const RELEARN_NS: u64 = 1_000_000_000;
+/// Least time between two times a page is made to learn its count again:
+/// a program that streams messages into one page stores the next message
+/// within `PROBE_NS` of the last, into the same pages, which looks like a
+/// message that grew; its page learns the stream's windows once in this
+/// long, not at every window.
+const REPROBE_NS: u64 = 10_000_000;
 
 /// Largest lead (see the module's comment): a word or a vector register.
 const LEAD_MAX: usize = 64;
@@ -309,11 +323,10 @@ fn any_set(mask: &[u64], off: usize, len: usize) -> bool {
 
 struct Combiner {
     open: Option<Window>,
-    /// The last window posted at its predicted end with one store, which
-    /// could have led (its first page, when): a store into another page of
-    /// its map that follows within `PROBE_NS` shows that the page's windows
-    /// now go on, and its count is learned again at its next window.
-    lone: Option<((usize, usize), u64)>,
+    /// The last window posted at its predicted end, if nothing was posted
+    /// after it: a store that follows within `PROBE_NS` may show that its
+    /// page's windows now go further (`Ended::shows_more`).
+    ended: Option<Ended>,
     /// A closed window's page buffer and mask (mask cleared), for the next.
     spare: Option<(Vec<u8>, Vec<u64>)>,
     /// How many stores each page's windows take.
@@ -329,14 +342,63 @@ struct Learned {
     /// A smaller count seen once: taken when seen again in a row (a window
     /// can go quiet mid-message when the program is preempted).
     fewer: u32,
+    /// Its next window goes past `stores` and learns the count again: a
+    /// store showed that its messages grew.
+    stale: bool,
+    /// When it was last made `stale` (see `REPROBE_NS`).
+    probed_ns: u64,
     /// When `stores` was learned (see `RELEARN_NS`).
     at_ns: u64,
 }
 
-const UNLEARNED: Learned = Learned { map: 0, page: 0, stores: 0, fewer: 0, at_ns: 0 };
+const UNLEARNED: Learned = Learned { map: 0, page: 0, stores: 0, fewer: 0, stale: false, probed_ns: 0, at_ns: 0 };
 
 static COMBINER: Mutex<Combiner> =
-    Mutex::new(Combiner { open: None, lone: None, spare: None, learned: [UNLEARNED; LEARNED] });
+    Mutex::new(Combiner { open: None, ended: None, spare: None, learned: [UNLEARNED; LEARNED] });
+
+/// A window posted at its predicted end (`Combiner::ended`).
+struct Ended {
+    /// The page its count is learned under, and the map and first page of
+    /// the two it took stores into.
+    first: (usize, usize),
+    key: (usize, usize),
+    /// Segment offsets of its first page and of the span of its stores.
+    base: u64,
+    span: std::ops::Range<u64>,
+    page_size: usize,
+    /// It held one store of at most `LEAD_MAX` bytes and no lead: it could
+    /// lead a window in another page of its map.
+    lone: bool,
+    /// When its posting ended.
+    at_ns: u64,
+}
+
+impl Ended {
+    /// Does a store of `len` bytes at segment offset `at` into map `map`,
+    /// at `now`, show that the windows of this one's first page go further
+    /// than it did? `Some(true)`: the message grew (the store falls in its
+    /// pages, outside the span it stored: a flag the count left out),
+    /// `Some(false)`: its one store would have led this one (another page
+    /// of the map), `None`: neither (too late, another map, or over what it
+    /// stored: the next message).
+    fn shows_more(&self, map: usize, at: u64, len: usize, now: u64) -> Option<bool> {
+        if map != self.key.0 || now.saturating_sub(self.at_ns) >= PROBE_NS {
+            return None;
+        }
+        let end = at + len as u64;
+        if end > self.span.start && at < self.span.end {
+            return None;
+        }
+        let inside = at >= self.base && end <= self.base + 2 * self.page_size as u64;
+        if inside {
+            Some(true)
+        } else if self.lone {
+            Some(false)
+        } else {
+            None
+        }
+    }
+}
 
 /// When the open window falls due (`last_ns + idle_ns`), 0 when none is
 /// open or being posted: `close` and the timer's thread look without the
@@ -402,6 +464,8 @@ pub(crate) fn start_timer() {
 static POSTED_AT: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
 static LED: AtomicU64 = AtomicU64::new(0);
 static STORES: AtomicU64 = AtomicU64::new(0);
+/// Times a page was made to learn its count again (`Ended::shows_more`).
+static PROBES: AtomicU64 = AtomicU64::new(0);
 const AT_END: usize = 0;
 const AT_STORE: usize = 1;
 const AT_CLOSE: usize = 2;
@@ -412,13 +476,14 @@ pub(crate) fn stats_line() -> String {
     let n: Vec<u64> = POSTED_AT.iter().map(|c| c.load(Ordering::Relaxed)).collect();
     format!(
         "combined windows: {} at their predicted end, {} at a store they did not take, {} at another \
-         operation, {} by the timer; {} with a lead; {} stores",
+         operation, {} by the timer; {} with a lead; {} stores; {} counts learned again",
         n[AT_END],
         n[AT_STORE],
         n[AT_CLOSE],
         n[AT_TIMER],
         LED.load(Ordering::Relaxed),
-        STORES.load(Ordering::Relaxed)
+        STORES.load(Ordering::Relaxed),
+        PROBES.load(Ordering::Relaxed)
     )
 }
 
@@ -498,16 +563,24 @@ pub(crate) fn append(
         }
         Some(Admit::No) => close_locked(&mut c, true, AT_STORE),
     }
+    let mut tail = false;
     if c.open.is_none() {
-        // A lone store posted at its predicted end just before, into
-        // another page of this map: it would have led this window, which
-        // its page's count does not know yet (that page's windows took one
-        // store while the program only acknowledged, say, and now it
-        // acknowledges and replies). Learned again at its next window.
-        if let Some((k, at)) = c.lone.take() {
-            let l = &mut c.learned[slot(k)];
-            if k.0 == key.0 && k.1 != key.1 && now.saturating_sub(at) < PROBE_NS && (l.map, l.page) == k {
-                l.at_ns = 0;
+        // The window posted at its predicted end just before is followed
+        // at once by a store that shows its page's windows go further: the
+        // rest of a message that grew (posted now, on its own: its page's
+        // count would make it wait), or a store its one store would have
+        // led (that page's windows took one store while the program only
+        // acknowledged, say, and now it acknowledges and replies). Its page
+        // learns its count again at its next window.
+        if let Some(e) = c.ended.take() {
+            if let Some(grew) = e.shows_more(map, base + off as u64, data.len(), now) {
+                let l = &mut c.learned[slot(e.first)];
+                if (l.map, l.page) == e.first && now.saturating_sub(l.probed_ns) >= REPROBE_NS {
+                    l.stale = true;
+                    l.probed_ns = now;
+                    tail = grew;
+                    PROBES.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
         let (bytes, mask) = match c.spare.take() {
@@ -533,9 +606,18 @@ pub(crate) fn append(
     w.last_ns = now;
     let stores = w.stores;
     let first = w.first;
+    if tail {
+        // Learns nothing: it is the end of the last window's message.
+        close_locked(&mut c, false, AT_END);
+        c.ended = None;
+        return true;
+    }
     let l = c.learned[slot(first)];
-    let (predicted, stale) =
-        if (l.map, l.page) == first { (l.stores, now.saturating_sub(l.at_ns) >= RELEARN_NS) } else { (0, false) };
+    let (predicted, stale) = if (l.map, l.page) == first {
+        (l.stores, l.stale || now.saturating_sub(l.at_ns) >= RELEARN_NS)
+    } else {
+        (0, false)
+    };
     let at_end = predicted > 0 && stores >= predicted;
     if stores >= MAX_STORES || (at_end && !stale) {
         // The page's messages are this long: this store ends one. The
@@ -600,8 +682,15 @@ pub(crate) fn close_if_idle() -> Option<u64> {
 fn close_locked(c: &mut Combiner, learn: bool, why: usize) {
     let Some(mut w) = c.open.take() else { return };
     POSTED_AT[why].fetch_add(1, Ordering::Relaxed);
-    c.lone = (why == AT_END && w.stores == 1 && w.lead.is_none() && w.page.last.len() <= LEAD_MAX)
-        .then_some((w.first, w.last_ns));
+    c.ended = (why == AT_END).then(|| Ended {
+        first: w.first,
+        key: w.key,
+        base: w.page.base,
+        span: w.page.base + w.page.span.start as u64..w.page.base + w.page.span.end as u64,
+        page_size: w.page_size,
+        lone: w.stores == 1 && w.lead.is_none() && w.page.last.len() <= LEAD_MAX,
+        at_ns: w.last_ns,
+    });
     LED.fetch_add(u64::from(w.lead.is_some()), Ordering::Relaxed);
     STORES.fetch_add(u64::from(w.stores), Ordering::Relaxed);
     if w.armed {
@@ -612,7 +701,16 @@ fn close_locked(c: &mut Combiner, learn: bool, why: usize) {
         let l = &mut c.learned[slot(w.first)];
         let known = (l.map, l.page) == w.first;
         if !known || n >= l.stores || (l.fewer == n && why != AT_CLOSE) {
-            *l = Learned { map: w.first.0, page: w.first.1, stores: n, fewer: 0, at_ns: w.last_ns };
+            let probed_ns = if known { l.probed_ns } else { 0 };
+            *l = Learned {
+                map: w.first.0,
+                page: w.first.1,
+                stores: n,
+                fewer: 0,
+                stale: false,
+                probed_ns,
+                at_ns: w.last_ns,
+            };
         } else if why != AT_CLOSE {
             l.fewer = n;
         }
@@ -651,13 +749,19 @@ fn close_locked(c: &mut Combiner, learn: bool, why: usize) {
     // thread that found no window while this one was posting it would go
     // on to post a later store first, or return from a flush before it.
     OPEN_DUE_NS.store(0, Ordering::Release);
+    // A store that shows more follows the window's posting at once: the
+    // posting (a libfabric write call, 8-30 µs here) is not the program's
+    // time between its stores.
+    if let Some(e) = c.ended.as_mut() {
+        e.at_ns = trapped::now_ns();
+    }
     w.page.reset(0);
     c.spare = Some((std::mem::take(&mut w.page.bytes), std::mem::take(&mut w.page.mask)));
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{any_set, groups, Lead, PageStores};
+    use super::{any_set, groups, Ended, Lead, PageStores, PROBE_NS};
 
     fn page(base: u64) -> PageStores {
         PageStores::new(base, vec![0; 8192], vec![0; 128])
@@ -737,5 +841,34 @@ mod tests {
         assert!(any_set(&mask, 128, 128));
         assert!(!any_set(&mask, 128, 127));
         assert!(!any_set(&mask, 70, 0));
+    }
+
+    #[test]
+    fn what_shows_that_a_page_s_windows_go_further() {
+        // A window of map 7 that opened on page 2 (segment offset 8192),
+        // stored bytes 8200..8216 of it and was posted at time 1000.
+        let e = |lone| Ended {
+            first: (7, 2),
+            key: (7, 2),
+            base: 8192,
+            span: 8200..8216,
+            page_size: 4096,
+            lone,
+            at_ns: 1000,
+        };
+        let soon = 1000 + PROBE_NS / 2;
+        // The flag above the message, in its page or the next: it grew.
+        assert_eq!(e(false).shows_more(7, 8216, 8, soon), Some(true));
+        assert_eq!(e(false).shows_more(7, 8192 + 4096 + 64, 8, soon), Some(true));
+        // Over what it stored: the next message, not more of this one.
+        assert_eq!(e(false).shows_more(7, 8208, 8, soon), None);
+        assert_eq!(e(true).shows_more(7, 8200, 8, soon), None);
+        // Too late, or another map: nothing shown.
+        assert_eq!(e(false).shows_more(7, 8216, 8, 1000 + PROBE_NS), None);
+        assert_eq!(e(true).shows_more(8, 8216, 8, soon), None);
+        // Another page of the map: a window of one store could have led it.
+        assert_eq!(e(true).shows_more(7, 0, 8, soon), Some(false));
+        assert_eq!(e(true).shows_more(7, 4 * 4096, 1024, soon), Some(false));
+        assert_eq!(e(false).shows_more(7, 0, 8, soon), None);
     }
 }
