@@ -26,8 +26,10 @@
 //!
 //! A window closes:
 //! - when it has taken as many stores as the last window that opened on
-//!   the same page did (a program sending messages of one shape closes each
-//!   message's window at its last store, with no wait: the prediction);
+//!   the same page did, or for a page with no window yet the last count
+//!   learned in its map (a program sending messages of one shape closes
+//!   each message's window at its last store, with no wait: the
+//!   prediction);
 //!   A page whose messages grew shows it at the next store: within
 //!   `PROBE_NS` of such a close, into the window's pages but outside what
 //!   it stored (the flag of a message that now takes one store more). That
@@ -331,6 +333,9 @@ struct Combiner {
     spare: Option<(Vec<u8>, Vec<u64>)>,
     /// How many stores each page's windows take.
     learned: [Learned; LEARNED],
+    /// The map and count of the last window whose count was learned: what
+    /// a page of that map with no count of its own is guessed to take.
+    recent: (usize, u32),
 }
 
 /// How many stores a page's messages take, as its windows showed.
@@ -349,12 +354,17 @@ struct Learned {
     probed_ns: u64,
     /// When `stores` was learned (see `RELEARN_NS`).
     at_ns: u64,
+    /// `stores` is the map's recent count, not one this page's windows
+    /// showed: the first window that closes otherwise than at it teaches
+    /// its own count at once.
+    guessed: bool,
 }
 
-const UNLEARNED: Learned = Learned { map: 0, page: 0, stores: 0, fewer: 0, stale: false, probed_ns: 0, at_ns: 0 };
+const UNLEARNED: Learned =
+    Learned { map: 0, page: 0, stores: 0, fewer: 0, stale: false, probed_ns: 0, at_ns: 0, guessed: false };
 
 static COMBINER: Mutex<Combiner> =
-    Mutex::new(Combiner { open: None, ended: None, spare: None, learned: [UNLEARNED; LEARNED] });
+    Mutex::new(Combiner { open: None, ended: None, spare: None, learned: [UNLEARNED; LEARNED], recent: (0, 0) });
 
 /// A window posted at its predicted end (`Combiner::ended`).
 struct Ended {
@@ -464,8 +474,10 @@ pub(crate) fn start_timer() {
 static POSTED_AT: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
 static LED: AtomicU64 = AtomicU64::new(0);
 static STORES: AtomicU64 = AtomicU64::new(0);
-/// Times a page was made to learn its count again (`Ended::shows_more`).
+/// Times a page was made to learn its count again (`Ended::shows_more`),
+/// and pages whose first count was their map's recent one.
 static PROBES: AtomicU64 = AtomicU64::new(0);
+static GUESSED: AtomicU64 = AtomicU64::new(0);
 const AT_END: usize = 0;
 const AT_STORE: usize = 1;
 const AT_CLOSE: usize = 2;
@@ -476,14 +488,15 @@ pub(crate) fn stats_line() -> String {
     let n: Vec<u64> = POSTED_AT.iter().map(|c| c.load(Ordering::Relaxed)).collect();
     format!(
         "combined windows: {} at their predicted end, {} at a store they did not take, {} at another \
-         operation, {} by the timer; {} with a lead; {} stores; {} counts learned again",
+         operation, {} by the timer; {} with a lead; {} stores; {} counts learned again, {} guessed",
         n[AT_END],
         n[AT_STORE],
         n[AT_CLOSE],
         n[AT_TIMER],
         LED.load(Ordering::Relaxed),
         STORES.load(Ordering::Relaxed),
-        PROBES.load(Ordering::Relaxed)
+        PROBES.load(Ordering::Relaxed),
+        GUESSED.load(Ordering::Relaxed)
     )
 }
 
@@ -582,6 +595,20 @@ pub(crate) fn append(
                     PROBES.fetch_add(1, Ordering::Relaxed);
                 }
             }
+        }
+        // A page with no count of its own takes its map's recent one: a
+        // ring's slots, or words stored one at a time into page after page
+        // of a map, take as many stores in every page. Without it, the
+        // first window of each page waited for the timer (`IDLE_NS`): an
+        // isolated store into page after page of a map waited 100 µs at
+        // the first visit of each. A guess too small shows like a message
+        // that grew (`Ended::shows_more`); one too large waits for the
+        // timer, as no guess did.
+        let (rmap, rstores) = c.recent;
+        let l = &mut c.learned[slot(key)];
+        if (l.map, l.page) != key && rmap == map && rstores > 0 {
+            *l = Learned { map, page, stores: rstores, at_ns: now, guessed: true, ..UNLEARNED };
+            GUESSED.fetch_add(1, Ordering::Relaxed);
         }
         let (bytes, mask) = match c.spare.take() {
             Some((b, m)) if b.len() == 2 * page_size => (b, m),
@@ -700,7 +727,7 @@ fn close_locked(c: &mut Combiner, learn: bool, why: usize) {
         let n = w.stores;
         let l = &mut c.learned[slot(w.first)];
         let known = (l.map, l.page) == w.first;
-        if !known || n >= l.stores || (l.fewer == n && why != AT_CLOSE) {
+        if !known || l.guessed || n >= l.stores || (l.fewer == n && why != AT_CLOSE) {
             let probed_ns = if known { l.probed_ns } else { 0 };
             *l = Learned {
                 map: w.first.0,
@@ -710,7 +737,9 @@ fn close_locked(c: &mut Combiner, learn: bool, why: usize) {
                 stale: false,
                 probed_ns,
                 at_ns: w.last_ns,
+                guessed: false,
             };
+            c.recent = (w.first.0, n);
         } else if why != AT_CLOSE {
             l.fewer = n;
         }
