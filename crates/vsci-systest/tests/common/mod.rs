@@ -71,8 +71,77 @@ pub struct TempDir {
     pub path: PathBuf,
 }
 
+/// What `Drop` would have cleaned up, when the test process is told to stop
+/// (SIGTERM from a runner's timeout, SIGINT, SIGHUP) and so never runs it:
+/// every network namespace it made (`vsci-st{pid}c…`, see netns/mod.rs),
+/// with the processes in them, and every temporary directory
+/// (`vsci-st-{pid}-…`). Then it dies of the signal, as it would have.
+/// Installed with the first temporary directory, which every test makes.
+pub fn clean_up_on_termination() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP]) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("warning: no clean-up on SIGTERM ({e})");
+                return;
+            }
+        };
+        thread::spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                let pid = std::process::id();
+                eprintln!("test process got signal {sig}: removing its namespaces and files");
+                let ns_prefix = format!("vsci-st{pid}c");
+                let list = Command::new("ip").args(["netns", "list"]).output();
+                let names: Vec<String> = list
+                    .map(|o| {
+                        String::from_utf8_lossy(&o.stdout)
+                            .lines()
+                            .filter_map(|l| l.split_whitespace().next().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let ours: Vec<&String> = names.iter().filter(|n| n.starts_with(&ns_prefix)).collect();
+                for ns in &ours {
+                    if let Ok(o) = Command::new("ip").args(["netns", "pids", ns]).output() {
+                        for p in
+                            String::from_utf8_lossy(&o.stdout).split_whitespace().filter_map(|p| p.parse::<i32>().ok())
+                        {
+                            // SAFETY: kill has no memory effects; the pid came from the kernel's list.
+                            unsafe { libc::kill(p, libc::SIGKILL) };
+                        }
+                    }
+                }
+                for ns in &ours {
+                    let deadline = Instant::now() + Duration::from_secs(5);
+                    while Instant::now() < deadline {
+                        let out = Command::new("ip").args(["netns", "pids", ns]).output();
+                        if out.map_or(true, |o| o.stdout.iter().all(|b| b.is_ascii_whitespace())) {
+                            break;
+                        }
+                        thread::sleep(Duration::from_millis(20));
+                    }
+                    let _ = Command::new("ip").args(["netns", "del", ns]).output();
+                }
+                let dir_prefix = format!("vsci-st-{pid}-");
+                if let Ok(rd) = fs::read_dir(std::env::temp_dir()) {
+                    for e in rd.flatten() {
+                        if e.file_name().to_string_lossy().starts_with(&dir_prefix) {
+                            let _ = fs::remove_dir_all(e.path());
+                        }
+                    }
+                }
+                let _ = signal_hook::low_level::emulate_default_handler(sig);
+                std::process::exit(128 + sig);
+            }
+        });
+    });
+}
+
 impl TempDir {
     pub fn new(tag: &str) -> TempDir {
+        clean_up_on_termination();
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let path = std::env::temp_dir().join(format!("vsci-st-{}-{}-{}", std::process::id(), n, tag));

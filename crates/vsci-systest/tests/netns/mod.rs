@@ -170,6 +170,7 @@ impl Cluster {
         let tag = format!("vsci-st{pid}c{k}");
         let bridge_ns = format!("{tag}-br");
 
+        clean_up_on_termination();
         // Can we make namespaces at all?
         let probe = Command::new("ip").args(["netns", "add", &bridge_ns]).stdin(Stdio::null()).output();
         match probe {
