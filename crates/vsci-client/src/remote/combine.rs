@@ -709,15 +709,6 @@ pub(crate) fn close_if_idle() -> Option<u64> {
 fn close_locked(c: &mut Combiner, learn: bool, why: usize) {
     let Some(mut w) = c.open.take() else { return };
     POSTED_AT[why].fetch_add(1, Ordering::Relaxed);
-    c.ended = (why == AT_END).then(|| Ended {
-        first: w.first,
-        key: w.key,
-        base: w.page.base,
-        span: w.page.base + w.page.span.start as u64..w.page.base + w.page.span.end as u64,
-        page_size: w.page_size,
-        lone: w.stores == 1 && w.lead.is_none() && w.page.last.len() <= LEAD_MAX,
-        at_ns: w.last_ns,
-    });
     LED.fetch_add(u64::from(w.lead.is_some()), Ordering::Relaxed);
     STORES.fetch_add(u64::from(w.stores), Ordering::Relaxed);
     if w.armed {
@@ -778,12 +769,18 @@ fn close_locked(c: &mut Combiner, learn: bool, why: usize) {
     // thread that found no window while this one was posting it would go
     // on to post a later store first, or return from a flush before it.
     OPEN_DUE_NS.store(0, Ordering::Release);
-    // A store that shows more follows the window's posting at once: the
-    // posting (a libfabric write call, 8-30 µs here) is not the program's
-    // time between its stores.
-    if let Some(e) = c.ended.as_mut() {
-        e.at_ns = trapped::now_ns();
-    }
+    // Timed from the end of the posting: a store that shows more follows
+    // it at once, and the posting (a libfabric write call, 8-30 µs here)
+    // is not the program's time between its stores.
+    c.ended = (why == AT_END).then(|| Ended {
+        first: w.first,
+        key: w.key,
+        base: w.page.base,
+        span: w.page.base + w.page.span.start as u64..w.page.base + w.page.span.end as u64,
+        page_size: w.page_size,
+        lone: w.stores == 1 && w.lead.is_none() && w.page.last.len() <= LEAD_MAX,
+        at_ns: trapped::now_ns(),
+    });
     w.page.reset(0);
     c.spare = Some((std::mem::take(&mut w.page.bytes), std::mem::take(&mut w.page.mask)));
 }

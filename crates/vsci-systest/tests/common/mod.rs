@@ -71,6 +71,17 @@ pub struct TempDir {
     pub path: PathBuf,
 }
 
+/// The processes in network namespace `ns` (`ip netns pids`; none once it
+/// is gone). Panics if `ip` cannot be run.
+pub fn netns_pids(ns: &str) -> Vec<i32> {
+    let out = Command::new("ip")
+        .args(["netns", "pids", ns])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run ip netns pids {ns}: {e}"));
+    String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|p| p.parse().ok()).collect()
+}
+
 /// What `Drop` would have cleaned up, when the test process is told to stop
 /// (SIGTERM from a runner's timeout, SIGINT, SIGHUP) and so never runs it:
 /// every network namespace it made (`vsci-st{pid}c…`, see netns/mod.rs),
@@ -104,22 +115,14 @@ pub fn clean_up_on_termination() {
                     .unwrap_or_default();
                 let ours: Vec<&String> = names.iter().filter(|n| n.starts_with(&ns_prefix)).collect();
                 for ns in &ours {
-                    if let Ok(o) = Command::new("ip").args(["netns", "pids", ns]).output() {
-                        for p in
-                            String::from_utf8_lossy(&o.stdout).split_whitespace().filter_map(|p| p.parse::<i32>().ok())
-                        {
-                            // SAFETY: kill has no memory effects; the pid came from the kernel's list.
-                            unsafe { libc::kill(p, libc::SIGKILL) };
-                        }
+                    for p in netns_pids(ns) {
+                        // SAFETY: kill has no memory effects; the pid came from the kernel's list.
+                        unsafe { libc::kill(p, libc::SIGKILL) };
                     }
                 }
                 for ns in &ours {
                     let deadline = Instant::now() + Duration::from_secs(5);
-                    while Instant::now() < deadline {
-                        let out = Command::new("ip").args(["netns", "pids", ns]).output();
-                        if out.map_or(true, |o| o.stdout.iter().all(|b| b.is_ascii_whitespace())) {
-                            break;
-                        }
+                    while !netns_pids(ns).is_empty() && Instant::now() < deadline {
                         thread::sleep(Duration::from_millis(20));
                     }
                     let _ = Command::new("ip").args(["netns", "del", ns]).output();

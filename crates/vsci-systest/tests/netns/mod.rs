@@ -449,18 +449,12 @@ impl Cluster {
         c
     }
 
-    /// Pids of every process in a namespace.
-    fn ns_pids(ns: &str) -> Vec<i32> {
-        let out = ip_cmd(&["netns", "pids", ns]);
-        String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|p| p.parse().ok()).collect()
-    }
-
     /// Crash member `id` as a machine crashes: SIGKILL its vscid and every
     /// client in its namespace at once.
     pub fn kill_node(&mut self, id: u32) {
         let i = self.idx(id);
         let ns = self.nodes[i].ns.clone();
-        for p in Cluster::ns_pids(&ns) {
+        for p in netns_pids(&ns) {
             signal(p as u32, libc::SIGKILL);
         }
         if let Some(mut c) = self.nodes[i].child.take() {
@@ -528,7 +522,7 @@ impl Cluster {
     /// `d`.  Nothing may panic in between (that would leave them stopped
     /// until the drop kills them).
     pub fn pause_nodes(&self, ids: &[u32], d: Duration) {
-        let pids: Vec<i32> = ids.iter().flat_map(|&id| Cluster::ns_pids(&self.node(id).ns)).collect();
+        let pids: Vec<i32> = ids.iter().flat_map(|&id| netns_pids(&self.node(id).ns)).collect();
         for &p in &pids {
             signal(p as u32, libc::SIGSTOP);
         }
@@ -581,7 +575,7 @@ impl Drop for Cluster {
     fn drop(&mut self) {
         // Every process in our namespaces: daemons and clients alike.
         for ns in &self.namespaces {
-            for p in Cluster::ns_pids(ns) {
+            for p in netns_pids(ns) {
                 signal(p as u32, libc::SIGKILL);
             }
         }
@@ -600,7 +594,7 @@ impl Drop for Cluster {
         // namespace whose last process is gone disappears with its veths.
         let deadline = Instant::now() + Duration::from_secs(10);
         for ns in &self.namespaces {
-            while !Cluster::ns_pids(ns).is_empty() && Instant::now() < deadline {
+            while !netns_pids(ns).is_empty() && Instant::now() < deadline {
                 thread::sleep(Duration::from_millis(20));
             }
         }
