@@ -45,6 +45,10 @@
  *       below the counter word (vector stores) and checks the whole message
  *       it receives when the counter shows; pong echoes it.
  *
+ *   t_store runs ping|pong ROUNDS MYSEG PEERNODE:PEERSEG
+ *       Runs of adjacent store instructions of every width into the peer's
+ *       two-page segment, then a flag in its highest word (see runs()).
+ *
  *   t_store order-recv ROUNDS SIZE MYSEG SENDERNODE:SENDERSEG
  *   t_store order-send ROUNDS MYSEG RECVNODE:RECVSEG [noflush-down]
  *       Flag after payload through a large map.  The receiver creates MYSEG
@@ -110,6 +114,9 @@
  */
 #include <signal.h>
 #include <sys/resource.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #include "common/proc.h"
 #include "common/roles.h"
@@ -769,6 +776,162 @@ static int shapes(int ping, uint32_t rounds, unsigned myseg, const char *peer)
     return 0;
 }
 
+/* ---- runs of stores side by side, no call ------------------------------------------ */
+
+/* The ping side stores runs of adjacent store instructions of every width
+ * into the pong side's two-page segment: a byte, a 16-bit and a 32-bit word,
+ * a 64-bit word, a 16-byte vector store, one into the other page, and one
+ * into its own private memory between them, then the flag (round number) in
+ * the highest word, last. The library makes a run of such stores at one
+ * fault (docs/design.md, "Single stores are emulated"), stopping at the
+ * private store, which the CPU makes, and after three into a page (the rest
+ * takes the page's twin). Even rounds take the mixed run, odd rounds five
+ * stores into one page in a row. The pong side starts with every byte of its
+ * segment RUNS_FILL; when the flag shows, every stored byte must be this
+ * round's and every other byte still RUNS_FILL (only bytes stored travel);
+ * then it answers with one store. The ping side checks its private word (the
+ * thread resumed after the right instructions). */
+#define RUNS_FILL 0xeeu
+#define RUNS_FLAG (2u * PAGE - 8u)
+struct runs_store { unsigned off, len; };
+static const struct runs_store runs_even[] = {
+    { 100, 1 }, { 102, 2 }, { 104, 4 }, { PAGE + 200, 8 }, { PAGE + 256, 16 }, { 160, 8 },
+};
+static const struct runs_store runs_odd[] = {
+    { 40, 8 }, { 48, 8 }, { 56, 4 }, { 64, 16 }, { 80, 8 },
+};
+static inline uint8_t runs_byte(uint32_t r, unsigned off) { return (uint8_t)(r * 29u + off * 13u + 3u); }
+
+/* Round r's value of the `len` bytes at `off`, little-endian. */
+static inline uint64_t runs_word(uint32_t r, unsigned off, unsigned len)
+{
+    uint64_t v = 0;
+    for (unsigned i = 0; i < len && i < 8; i++)
+        v |= (uint64_t)runs_byte(r, off + i) << (8 * i);
+    return v;
+}
+
+static void runs_send(volatile unsigned char *p, uint32_t r, volatile uint64_t *own)
+{
+    uint64_t q = runs_word(r, 0, 8);
+#if defined(__x86_64__)
+    if (r % 2 == 0) {
+        __m128i x = _mm_set_epi64x((long long)runs_word(r, PAGE + 264, 8),
+                                   (long long)runs_word(r, PAGE + 256, 8));
+        /* The pointer operand is "r", and every offset a displacement of it,
+         * so that the stores sit side by side as the CPU runs them. */
+        __asm__ volatile("movb %b[b], 100(%[p])\n\t"
+                         "movw %w[w], 102(%[p])\n\t"
+                         "movq %[q], (%[own])\n\t"
+                         "movl %k[l], 104(%[p])\n\t"
+                         "movq %[d], 4296(%[p])\n\t"
+                         "movdqu %[x], 4352(%[p])\n\t"
+                         "movq %[e], 160(%[p])\n\t"
+                         "movq %[f], 8184(%[p])\n\t"
+                         :
+                         : [p] "r"(p), [b] "r"(runs_word(r, 100, 1)), [w] "r"(runs_word(r, 102, 2)),
+                           [own] "r"(own), [q] "r"(q), [l] "r"(runs_word(r, 104, 4)),
+                           [d] "r"(runs_word(r, PAGE + 200, 8)), [x] "x"(x),
+                           [e] "r"(runs_word(r, 160, 8)), [f] "r"((uint64_t)r)
+                         : "memory");
+    } else {
+        __m128i x = _mm_set_epi64x((long long)runs_word(r, 72, 8), (long long)runs_word(r, 64, 8));
+        __asm__ volatile("movq %[a], 40(%[p])\n\t"
+                         "movq %[b], 48(%[p])\n\t"
+                         "movl %k[c], 56(%[p])\n\t"
+                         "movdqu %[x], 64(%[p])\n\t"
+                         "movq %[d], 80(%[p])\n\t"
+                         "movq %[q], (%[own])\n\t"
+                         "movq %[f], 8184(%[p])\n\t"
+                         :
+                         : [p] "r"(p), [a] "r"(runs_word(r, 40, 8)), [b] "r"(runs_word(r, 48, 8)),
+                           [c] "r"(runs_word(r, 56, 4)), [x] "x"(x), [d] "r"(runs_word(r, 80, 8)),
+                           [own] "r"(own), [q] "r"(q), [f] "r"((uint64_t)r)
+                         : "memory");
+    }
+#else
+    const struct runs_store *st = r % 2 == 0 ? runs_even : runs_odd;
+    size_t n = r % 2 == 0 ? sizeof runs_even / sizeof *st : sizeof runs_odd / sizeof *st;
+    for (size_t k = 0; k < n; k++)
+        for (unsigned i = 0; i < st[k].len; i++)
+            p[st[k].off + i] = runs_byte(r, st[k].off + i);
+    *own = q;
+    *(volatile uint64_t *)(p + RUNS_FLAG) = r;
+#endif
+}
+
+/* Round r stored byte `off` (the flag aside). */
+static int runs_stored(uint32_t r, unsigned off)
+{
+    const struct runs_store *st = r % 2 == 0 ? runs_even : runs_odd;
+    size_t n = r % 2 == 0 ? sizeof runs_even / sizeof *st : sizeof runs_odd / sizeof *st;
+    for (size_t k = 0; k < n; k++)
+        if (off >= st[k].off && off < st[k].off + st[k].len)
+            return 1;
+    return 0;
+}
+
+static int runs(int ping, uint32_t rounds, unsigned myseg, const char *peer)
+{
+    unsigned node;
+    sci_desc_t sd = open_sd(&node);
+    /* Filled before it is made available: the peer stores at once. */
+    struct lseg own = { .size = 2 * PAGE, .segid = myseg };
+    sci_error_t err;
+    EXPECT(SCI_ERR_OK, SCICreateSegment(sd, &own.seg, myseg, own.size, NULL, NULL, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, own.p = SCIMapLocalSegment(own.seg, &own.map, 0, own.size, NULL, NO_FLAGS,
+                                                  &err));
+    for (unsigned i = 0; i < 2 * PAGE; i++)
+        own.p[i] = ping ? 0 : RUNS_FILL;
+    EXPECT(SCI_ERR_OK, SCIPrepareSegment(own.seg, 0, NO_FLAGS, &err));
+    EXPECT(SCI_ERR_OK, SCISetSegmentAvailable(own.seg, 0, NO_FLAGS, &err));
+    struct rseg other;
+    rseg_connect(sd, &other, peer, 0, 2 * PAGE);
+    volatile uint64_t *flag = (volatile uint64_t *)(own.p + RUNS_FLAG);
+    const char *who = ping ? "ping" : "pong";
+    printf("RUNS %s READY node=%u peer=%u rounds=%u\n", who, node, other.node, rounds);
+    fflush(stdout);
+    volatile uint64_t priv = 0;
+    for (uint32_t i = 1; i <= rounds; i++) {
+        if (ping) {
+            runs_send(other.p, i, &priv);
+            if (priv != runs_word(i, 0, 8))
+                FAILF("runs ping: round %u: the private word between the stores holds 0x%" PRIx64
+                      ", not 0x%" PRIx64, i, (uint64_t)priv, runs_word(i, 0, 8));
+        }
+        uint64_t v;
+        uint64_t deadline = now_ms() + wait_ms;
+        int ok = SPIN_UNTIL((v = *flag) == i, deadline);
+        v = *flag;
+        if (!ok)
+            FAILF("runs %s: round %u of %u: no flag %u within %" PRIu64 " ms (it holds %" PRIu64 ")",
+                  who, i, rounds, i, wait_ms, v);
+        if (!ping) {
+            for (unsigned off = 0; off < RUNS_FLAG; off++) {
+                /* A byte stored in some round keeps its last value until a
+                 * later round stores it again. */
+                uint32_t last = 0;
+                for (uint32_t r = i; r >= 1 && r + 2 > i; r--)
+                    if (runs_stored(r, off)) {
+                        last = r;
+                        break;
+                    }
+                unsigned want = last ? runs_byte(last, off) : RUNS_FILL;
+                unsigned got = own.p[off];
+                if (got != want)
+                    FAILF("runs pong: round %u: byte %u is 0x%02x, not 0x%02x (%s) when the flag showed",
+                          i, off, got, want, last ? "stored" : "never stored");
+            }
+            *(volatile uint64_t *)(other.p + RUNS_FLAG) = i;
+        }
+    }
+    printf("RUNS %s DONE rounds=%u\n", who, rounds);
+    rseg_release(&other);
+    lseg_release(&own, 1);
+    close_sd(sd);
+    return 0;
+}
+
 /* ---- acknowledgements that lead the replies after them, no call --------------------- */
 
 /* Each side's segment: an acknowledgement word in page ACK_PAGE (0, or the
@@ -1224,6 +1387,7 @@ int main(int argc, char **argv)
                 "  mbox-owner calls|nocalls ROUNDS SEG W1NODE:W1SEG W2NODE:W2SEG\n"
                 "  mbox-writer calls|nocalls ROUNDS K OWNERNODE:OWNERSEG MYSEG\n"
                 "  pingpong ping|pong ROUNDS SIZE MYSEG PEERNODE:PEERSEG [MSG]\n"
+                "  runs ping|pong ROUNDS MYSEG PEERNODE:PEERSEG\n"
                 "  order-recv ROUNDS SIZE MYSEG SENDERNODE:SENDERSEG\n"
                 "  order-send ROUNDS MYSEG RECVNODE:RECVSEG [noflush-down]\n"
                 "  words-owner ROUNDS SEG WRITERNODE:WRITERSEG [narrow]\n"
@@ -1285,6 +1449,9 @@ int main(int argc, char **argv)
     if (strcmp(role, "shapes") == 0)
         return shapes(parse_side(role, arg(argc, argv, 2)), (uint32_t)argu(argc, argv, 3),
                       (unsigned)argu(argc, argv, 4), arg(argc, argv, 5));
+    if (strcmp(role, "runs") == 0)
+        return runs(parse_side(role, arg(argc, argv, 2)), (uint32_t)argu(argc, argv, 3),
+                    (unsigned)argu(argc, argv, 4), arg(argc, argv, 5));
     if (strcmp(role, "acks") == 0)
         return acks(parse_side(role, arg(argc, argv, 2)), (uint32_t)argu(argc, argv, 3),
                     (unsigned)argu(argc, argv, 4), arg(argc, argv, 5),

@@ -443,6 +443,32 @@ fn acknowledgements_arrive_before_the_replies_they_lead() {
     }
 }
 
+/// Runs of adjacent store instructions (a byte, 16-, 32- and 64-bit words,
+/// a 16-byte vector store, into both pages of a two-page map, with a store
+/// into private memory in the middle), then a flag in the highest word: the
+/// library makes a run at one fault and leaves the private store and the
+/// stores past a burst of three to the CPU. The pong side finds every byte
+/// stored with its round's value and every other byte as it was, whenever
+/// the flag shows; the ping side finds its private word stored (its thread
+/// resumed after the right instructions). With combining on and off.
+#[test]
+fn runs_of_adjacent_stores_arrive_exactly() {
+    let _g = serial();
+    for (combine, ping_seg, pong_seg) in [("1", "0x5750", "0x5751"), ("0", "0x5752", "0x5753")] {
+        let Some(c) = Cluster::start(&[1, 2]) else { return };
+        let env = [("VSCI_COMBINE", combine)];
+        let to_pong = format!("2:{pong_seg}");
+        let to_ping = format!("1:{ping_seg}");
+        let pong = spawn_env(&c, 2, &["runs", "pong", "2000", pong_seg, &to_ping], &env);
+        let ping = spawn_env(&c, 1, &["runs", "ping", "2000", ping_seg, &to_pong], &env);
+        let outs = run_together(vec![ping, pong], RUN);
+        outs[0].assert_contains("RUNS ping DONE rounds=2000");
+        outs[1].assert_contains("RUNS pong DONE rounds=2000");
+        c.wait_clean(1, "after the runs of adjacent stores");
+        c.wait_clean(2, "after the runs of adjacent stores");
+    }
+}
+
 /// A spinning ping-pong without calls whose messages change shape every
 /// round: 1 to 6 words stored one by one in an order that is not the
 /// address order, then a counter, so the number of stores the page's last

@@ -142,7 +142,17 @@ const VECTOR_STORES: [Mnemonic; 36] = [
 /// always hold it). `None` unless it is a store this module emulates whose
 /// bytes lie in one page of `page` bytes and contain `fault_addr`.
 pub fn decode_store(code: &[u8], regs: &dyn Registers, fault_addr: usize, page: usize) -> Option<Store> {
-    let mut d = Decoder::with_ip(64, code, regs.rip(), DecoderOptions::NONE);
+    let st = decode_store_at(code, regs, regs.rip(), page)?;
+    (fault_addr >= st.addr && fault_addr < st.addr + st.len).then_some(st)
+}
+
+/// Decode the instruction at `ip`, whose bytes `code` holds, as a store
+/// this module emulates whose bytes lie in one page of `page` bytes, with
+/// the registers `regs`: the faulting instruction (`decode_store`) or one
+/// that follows it with only such stores in between, which change no
+/// register (`vsci_trap::trap::Fault::decode_store_after`).
+pub fn decode_store_at(code: &[u8], regs: &dyn Registers, ip: u64, page: usize) -> Option<Store> {
+    let mut d = Decoder::with_ip(64, code, ip, DecoderOptions::NONE);
     let insn = d.decode();
     if insn.is_invalid() || insn.op0_kind() != OpKind::Memory || insn.op_count() != 2 {
         return None;
@@ -169,7 +179,7 @@ pub fn decode_store(code: &[u8], regs: &dyn Registers, fault_addr: usize, page: 
     }
     let ea = ea as usize;
     let end = ea.checked_add(len)?;
-    if fault_addr < ea || fault_addr >= end || ea / page != (end - 1) / page {
+    if ea / page != (end - 1) / page {
         return None;
     }
     let mut bytes = [0u8; 64];

@@ -75,6 +75,36 @@ impl Fault {
         }
     }
 
+    /// The instruction `after` bytes past the one that faulted, if it is a
+    /// store [`crate::emulate`] understands exactly (x86-64 only), for a
+    /// handler that has made the faulting store and every store up to that
+    /// point (plain moves to memory, which change no register and no flag,
+    /// so the registers are those the CPU would see there). `None` while
+    /// the thread is single-stepped (the trap flag: a debugger expects one
+    /// instruction per step).
+    pub fn decode_store_after(&self, after: usize, page: usize) -> Option<crate::emulate::Store> {
+        if self.ctx.is_null() {
+            return None;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            use crate::emulate::Registers;
+            let uc = crate::emulate::Ucontext(self.ctx);
+            if uc.eflags() & 0x100 != 0 {
+                return None;
+            }
+            let ip = uc.rip().wrapping_add(after as u64);
+            let mut code = [0u8; 15];
+            let n = read_code(ip as usize, &mut code);
+            crate::emulate::decode_store_at(&code[..n], &uc, ip, page)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (after, page);
+            None
+        }
+    }
+
     /// The `REP MOVSB` / `REP STOSB` that faulted, if it is one
     /// [`crate::emulate::decode_rep`] understands (x86-64 only).
     pub fn decode_rep(&self) -> Option<crate::emulate::RepString> {
@@ -771,8 +801,8 @@ mod code_tests {
         let mut code = [0u8; 15];
         // Inside the page: all 15 bytes (a plain load).
         assert_eq!(read_code(m.addr() + 100, &mut code), 15);
-        assert_eq!(code[0], 100 % 251);
-        assert_eq!(code[14], 114 % 251);
+        assert_eq!(code[0], 100);
+        assert_eq!(code[14], 114);
         // Ten bytes before an inaccessible page: only those ten, without a
         // fault (through the kernel).
         let mut code = [0u8; 15];

@@ -45,6 +45,56 @@ impl Shadow {
                 _ => false,
             };
         };
+        if !self.emulate_store(g, &targets, &here, &st, p) {
+            return false;
+        }
+        let mut len = st.insn_len;
+        if let ([(None, _)], true) = (&targets[..], here.is_empty()) {
+            // The stores that follow it, up to the next instruction that
+            // is not one (a header, then a flag: compilers put them side
+            // by side), are made here too, as the fault of each would make
+            // them: no page of any map is dirty while stores are emulated
+            // (`may_emulate`), so each would trap. One trap instead of one
+            // per store, and the registers need nothing but skipping: a
+            // plain store changes no register and no flag. Stores
+            // elsewhere, or that this path would not emulate, are left to
+            // the CPU.
+            let base = (f.addr & !(self.page - 1)) - f.page;
+            for _ in 0..EMULATE_BURST {
+                let Some(next) = f.decode_store_after(len, self.page) else { break };
+                let Some(q) = next.addr.checked_sub(base).filter(|&o| o < self.len).map(|o| o / self.page) else {
+                    break;
+                };
+                // One past a burst is the CPU's to store: its fault then
+                // takes the twin's way, as without this loop.
+                let burst_full = g.burst.0 == q && g.burst.1 >= EMULATE_BURST;
+                if burst_full
+                    || bit(&g.dirty, q)
+                    || !self.may_emulate(g, q)
+                    || !self.emulate_store(g, &targets, &here, &next, q)
+                {
+                    break;
+                }
+                len += next.insn_len;
+            }
+        }
+        // SAFETY: the effect of the `len` bytes of stores is made (shadow
+        // and owner); the thread resumes after them.
+        unsafe { f.skip_store(len) };
+        true
+    }
+
+    /// Make the decoded store `st` into page `p` as `emulate` says: into
+    /// the window (one owner) or posted to every target, and into the
+    /// shadow. False, with nothing made, when it must take the twin's way.
+    fn emulate_store(
+        &self,
+        g: &mut Pages,
+        targets: &[(Option<usize>, Arc<crate::remote::RemoteTarget>)],
+        here: &[Arc<crate::dma::SegMem>],
+        st: &vsci_trap::emulate::Store,
+        p: usize,
+    ) -> bool {
         // Stores that trap back to back into one page are one copy (a
         // message being written): the first few are emulated, a longer
         // one takes the twin's way, where every store after the fetch is free.
@@ -66,7 +116,7 @@ impl Shadow {
         if st.len > 8 && g.long_copies.0 == p && now_ns() < g.long_copies.1 {
             return false;
         }
-        let Some(off) = self.store_offset(&st, p) else { return false };
+        let Some(off) = self.store_offset(st, p) else { return false };
         // An absent page stays absent: the store needs none of the owner's
         // bytes, and the program's next load of the page traps and fetches
         // it, with a read the owner serves after this write (FI_ORDER_RAW).
@@ -75,7 +125,7 @@ impl Shadow {
         let offset = self.seg_off + off as u64;
         // One owner: the store joins the process's open window of stores
         // into this page (see `combine`), posted with the stores around it.
-        let combined = match (&targets[..], here.is_empty()) {
+        let combined = match (targets, here.is_empty()) {
             ([(None, target)], true) => self.combine(target, p, off, &st.bytes[..st.len]),
             _ => false,
         };
@@ -104,7 +154,7 @@ impl Shadow {
             // wake-up.
             t.fabric().progress();
         }
-        for mem in &here {
+        for mem in here {
             // SAFETY: `off + len` lies inside the group's size, which no
             // member is smaller than; the mapping covers the member's whole
             // segment.
@@ -117,9 +167,6 @@ impl Shadow {
         g.count_emulated(p);
         g.burst.2 = now_ns();
         self.stored.store(true, Ordering::Release);
-        // SAFETY: the store's effect is made (shadow and owner); the thread
-        // resumes after it.
-        unsafe { f.skip_store(st.insn_len) };
         true
     }
 
