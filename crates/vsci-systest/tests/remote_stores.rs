@@ -453,19 +453,32 @@ fn acknowledgements_arrive_before_the_replies_they_lead() {
 /// resumed after the right instructions). With combining on and off.
 #[test]
 fn runs_of_adjacent_stores_arrive_exactly() {
+    ping_pong_combined_and_not(
+        "runs",
+        "2000",
+        [("0x5750", "0x5751"), ("0x5752", "0x5753")],
+        ["RUNS ping DONE rounds=2000", "RUNS pong DONE rounds=2000"],
+        "after the runs of adjacent stores",
+    );
+}
+
+/// `t_store ROLE ping|pong ROUNDS` between nodes 1 and 2 of a fresh
+/// cluster, once with combining on (segments `segs[0]`, ping's then
+/// pong's) and once off (`segs[1]`): each side must print its `done` line.
+fn ping_pong_combined_and_not(role: &str, rounds: &str, segs: [(&str, &str); 2], done: [&str; 2], what: &str) {
     let _g = serial();
-    for (combine, ping_seg, pong_seg) in [("1", "0x5750", "0x5751"), ("0", "0x5752", "0x5753")] {
+    for (combine, (ping_seg, pong_seg)) in ["1", "0"].into_iter().zip(segs) {
         let Some(c) = Cluster::start(&[1, 2]) else { return };
         let env = [("VSCI_COMBINE", combine)];
         let to_pong = format!("2:{pong_seg}");
         let to_ping = format!("1:{ping_seg}");
-        let pong = spawn_env(&c, 2, &["runs", "pong", "2000", pong_seg, &to_ping], &env);
-        let ping = spawn_env(&c, 1, &["runs", "ping", "2000", ping_seg, &to_pong], &env);
+        let pong = spawn_env(&c, 2, &[role, "pong", rounds, pong_seg, &to_ping], &env);
+        let ping = spawn_env(&c, 1, &[role, "ping", rounds, ping_seg, &to_pong], &env);
         let outs = run_together(vec![ping, pong], RUN);
-        outs[0].assert_contains("RUNS ping DONE rounds=2000");
-        outs[1].assert_contains("RUNS pong DONE rounds=2000");
-        c.wait_clean(1, "after the runs of adjacent stores");
-        c.wait_clean(2, "after the runs of adjacent stores");
+        outs[0].assert_contains(done[0]);
+        outs[1].assert_contains(done[1]);
+        c.wait_clean(1, what);
+        c.wait_clean(2, what);
     }
 }
 
@@ -480,20 +493,13 @@ fn runs_of_adjacent_stores_arrive_exactly() {
 /// too. Run with combining on (the default) and off.
 #[test]
 fn messages_of_changing_shape_arrive_without_calls() {
-    let _g = serial();
-    for (combine, ping_seg, pong_seg) in [("1", "0x5728", "0x5729"), ("0", "0x572a", "0x572b")] {
-        let Some(c) = Cluster::start(&[1, 2]) else { return };
-        let env = [("VSCI_COMBINE", combine)];
-        let to_pong = format!("2:{pong_seg}");
-        let to_ping = format!("1:{ping_seg}");
-        let pong = spawn_env(&c, 2, &["shapes", "pong", "3000", pong_seg, &to_ping], &env);
-        let ping = spawn_env(&c, 1, &["shapes", "ping", "3000", ping_seg, &to_pong], &env);
-        let outs = run_together(vec![ping, pong], RUN);
-        outs[0].assert_contains("SHAPES ping EXITING after 3000 rounds");
-        outs[1].assert_contains("SHAPES pong DONE rounds=3000 and the message stored before exit");
-        c.wait_clean(1, "after the ping-pong of changing shapes");
-        c.wait_clean(2, "after the ping-pong of changing shapes");
-    }
+    ping_pong_combined_and_not(
+        "shapes",
+        "3000",
+        [("0x5728", "0x5729"), ("0x572a", "0x572b")],
+        ["SHAPES ping EXITING after 3000 rounds", "SHAPES pong DONE rounds=3000 and the message stored before exit"],
+        "after the ping-pong of changing shapes",
+    );
 }
 
 // ---- flag after payload -----------------------------------------------------------------
