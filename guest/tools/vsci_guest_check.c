@@ -66,13 +66,19 @@ static long long now_ms(void)
 	return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
 }
 
-/* wait until PATH exists (want=1) or is gone (want=0) */
+/*
+ * Wait until a device node can be opened for reading and writing (want 1)
+ * or until a path is gone (want 0). Existing is not enough: devtmpfs makes a
+ * node with its mode less the kernel's umask (0644) and only then sets the
+ * driver's 0666, so a --user open between the two failed with EACCES (a
+ * guest under software emulation on a loaded host, once).
+ */
 static int wait_path(const char *path, int want, int ms)
 {
 	long long end = now_ms() + ms;
 
 	while (now_ms() < end) {
-		if ((access(path, F_OK) == 0) == want)
+		if (want ? access(path, R_OK | W_OK) == 0 : access(path, F_OK) != 0)
 			return 0;
 		usleep(5000);
 	}
