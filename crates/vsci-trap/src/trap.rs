@@ -65,7 +65,7 @@ impl Fault {
             use crate::emulate::Registers;
             let uc = crate::emulate::Ucontext(self.ctx);
             let mut code = [0u8; 15];
-            let n = read_code(uc.rip() as usize, &mut code);
+            let n = read_code(uc.rip() as usize, uc.rip() as usize, &mut code);
             crate::emulate::decode_store(&code[..n], &uc, self.addr, page)
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -95,7 +95,7 @@ impl Fault {
             }
             let ip = uc.rip().wrapping_add(after as u64);
             let mut code = [0u8; 15];
-            let n = read_code(ip as usize, &mut code);
+            let n = read_code(ip as usize, uc.rip() as usize, &mut code);
             crate::emulate::decode_store_at(&code[..n], &uc, ip, page)
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -116,7 +116,7 @@ impl Fault {
             use crate::emulate::Registers;
             let uc = crate::emulate::Ucontext(self.ctx);
             let mut code = [0u8; 15];
-            let n = read_code(uc.rip() as usize, &mut code);
+            let n = read_code(uc.rip() as usize, uc.rip() as usize, &mut code);
             crate::emulate::decode_rep(&code[..n], &uc, self.addr)
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -155,9 +155,10 @@ impl Fault {
     }
 }
 
-/// The bytes of the instruction at `rip` that faulted (at most 15, fewer
-/// where the bytes after it are not mapped: a short read only ever cuts
-/// bytes the decoder does not need), for the decoder.
+/// The bytes of the instruction at `ip` (at most 15, fewer where the bytes
+/// after it are not mapped: a short read only ever cuts bytes the decoder
+/// does not need), for the decoder: the one that faulted at `rip`, or one
+/// after it.
 ///
 /// Read with a plain load where that cannot fault, else through the kernel
 /// (`read_own`, a `process_vm_readv` of about 1.2 µs here, which was a
@@ -165,12 +166,13 @@ impl Fault {
 /// posts aside: `perf` over `vsci bench --paths remote --sections i`).
 /// A plain load cannot fault when:
 /// - the 15 bytes lie in the 4 KiB block of `rip`, so in the page that
-///   holds the instruction, which the CPU has just fetched to run it: that
-///   page is mapped and executable;
+///   holds the faulting instruction, which the CPU has just fetched to run
+///   it: that page is mapped and executable (an instruction after it in
+///   the next page may not be: the CPU has not fetched it yet);
 /// - executable implies readable: on x86-64 a page can be execute-only
 ///   only through memory protection keys, so not when CPUID says the
 ///   kernel has not enabled them (OSPKE clear);
-/// - `rip` is outside every trapped range: a remote map's pages may be
+/// - `ip` is outside every trapped range: a remote map's pages may be
 ///   dropped by the flusher at any time, and a load there would fault
 ///   into this handler again.
 ///
@@ -178,16 +180,17 @@ impl Fault {
 /// running while that thread stores faults here instead of at its return
 /// to the instruction, with the same signal.
 #[cfg(target_arch = "x86_64")]
-fn read_code(rip: usize, code: &mut [u8; 15]) -> usize {
-    if rip % 4096 <= 4096 - code.len() && !may_be_trapped(rip, code.len()) && code_is_readable() {
+fn read_code(ip: usize, rip: usize, code: &mut [u8; 15]) -> usize {
+    let in_fetched_block = ip / 4096 == rip / 4096 && ip % 4096 <= 4096 - code.len();
+    if in_fetched_block && !may_be_trapped(ip, code.len()) && code_is_readable() {
         // SAFETY: the 15 bytes lie in a mapped, readable page (see above);
         // a byte array has no alignment. Volatile, as the program may
         // rewrite its code (a JIT) concurrently: any bytes read are taken
         // as an instruction, as with `read_own`.
-        *code = unsafe { std::ptr::read_volatile(rip as *const [u8; 15]) };
+        *code = unsafe { std::ptr::read_volatile(ip as *const [u8; 15]) };
         return code.len();
     }
-    vsci_sys::mman::read_own(rip, code)
+    vsci_sys::mman::read_own(ip, code)
 }
 
 /// No page can be execute-only: the kernel has not enabled memory
@@ -800,13 +803,17 @@ mod code_tests {
         m.protect(4096, 4096, Prot::None).unwrap();
         let mut code = [0u8; 15];
         // Inside the page: all 15 bytes (a plain load).
-        assert_eq!(read_code(m.addr() + 100, &mut code), 15);
+        assert_eq!(read_code(m.addr() + 100, m.addr() + 100, &mut code), 15);
         assert_eq!(code[0], 100);
         assert_eq!(code[14], 114);
         // Ten bytes before an inaccessible page: only those ten, without a
         // fault (through the kernel).
         let mut code = [0u8; 15];
-        assert_eq!(read_code(m.addr() + 4086, &mut code), 10);
+        assert_eq!(read_code(m.addr() + 4086, m.addr() + 4086, &mut code), 10);
         assert_eq!(code[9], (4095 % 251) as u8);
+        // The instruction after one at the end of a page starts in the
+        // next page, which the CPU has not fetched: inaccessible here, read
+        // as nothing rather than faulting.
+        assert_eq!(read_code(m.addr() + 4096, m.addr() + 4090, &mut code), 0);
     }
 }
