@@ -52,77 +52,6 @@ pub struct Fault {
 }
 
 impl Fault {
-    /// The store that faulted, if it is one [`crate::emulate`] understands
-    /// exactly (x86-64 only).
-    pub fn decode_store(&self, page: usize) -> Option<crate::emulate::Store> {
-        if self.ctx.is_null() {
-            // Delivered to the fault thread: the faulting thread's registers
-            // are not ours to read or change.
-            return None;
-        }
-        #[cfg(target_arch = "x86_64")]
-        {
-            use crate::emulate::Registers;
-            let uc = crate::emulate::Ucontext(self.ctx);
-            let mut code = [0u8; 15];
-            let n = read_code(uc.rip() as usize, uc.rip() as usize, &mut code);
-            crate::emulate::decode_store(&code[..n], &uc, self.addr, page)
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            let _ = page;
-            None
-        }
-    }
-
-    /// The instruction `after` bytes past the one that faulted, if it is a
-    /// store [`crate::emulate`] understands exactly (x86-64 only), for a
-    /// handler that has made the faulting store and every store up to that
-    /// point (plain moves to memory, which change no register and no flag,
-    /// so the registers are those the CPU would see there). `None` while
-    /// the thread is single-stepped (the trap flag: a debugger expects one
-    /// instruction per step).
-    pub fn decode_store_after(&self, after: usize, page: usize) -> Option<crate::emulate::Store> {
-        if self.ctx.is_null() {
-            return None;
-        }
-        #[cfg(target_arch = "x86_64")]
-        {
-            use crate::emulate::Registers;
-            let uc = crate::emulate::Ucontext(self.ctx);
-            if uc.eflags() & 0x100 != 0 {
-                return None;
-            }
-            let ip = uc.rip().wrapping_add(after as u64);
-            let mut code = [0u8; 15];
-            let n = read_code(ip as usize, uc.rip() as usize, &mut code);
-            crate::emulate::decode_store_at(&code[..n], &uc, ip, page)
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            let _ = (after, page);
-            None
-        }
-    }
-
-    /// The `REP MOVSB` / `REP STOSB` that faulted, if it is one
-    /// [`crate::emulate::decode_rep`] understands (x86-64 only).
-    pub fn decode_rep(&self) -> Option<crate::emulate::RepString> {
-        if self.ctx.is_null() {
-            return None;
-        }
-        #[cfg(target_arch = "x86_64")]
-        {
-            use crate::emulate::Registers;
-            let uc = crate::emulate::Ucontext(self.ctx);
-            let mut code = [0u8; 15];
-            let n = read_code(uc.rip() as usize, uc.rip() as usize, &mut code);
-            crate::emulate::decode_rep(&code[..n], &uc, self.addr)
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        None
-    }
-
     /// Account `done` bytes of `r` as executed (see
     /// [`crate::emulate::Ucontext::advance_rep`]).
     ///
@@ -152,6 +81,74 @@ impl Fault {
         };
         #[cfg(not(target_arch = "x86_64"))]
         let _ = len;
+    }
+}
+
+/// Decoding the faulting thread's instructions: x86-64 only.
+#[cfg(target_arch = "x86_64")]
+impl Fault {
+    /// Read the instruction `after` bytes past the faulting one and hand
+    /// its bytes, the interrupted thread's registers and its address to
+    /// `decode`. `None` for a fault delivered to the fault thread (the
+    /// faulting thread's registers are not ours to read or change).
+    fn decode_with<R>(
+        &self,
+        after: usize,
+        decode: impl FnOnce(&[u8], &crate::emulate::Ucontext, u64) -> Option<R>,
+    ) -> Option<R> {
+        use crate::emulate::Registers;
+        if self.ctx.is_null() {
+            return None;
+        }
+        let uc = crate::emulate::Ucontext(self.ctx);
+        let ip = uc.rip().wrapping_add(after as u64);
+        let mut code = [0u8; 15];
+        let n = read_code(ip as usize, uc.rip() as usize, &mut code);
+        decode(&code[..n], &uc, ip)
+    }
+
+    /// The store that faulted, if it is one [`crate::emulate`] understands
+    /// exactly (x86-64 only).
+    pub fn decode_store(&self, page: usize) -> Option<crate::emulate::Store> {
+        self.decode_with(0, |code, uc, _| crate::emulate::decode_store(code, uc, self.addr, page))
+    }
+
+    /// The instruction `after` bytes past the one that faulted, if it is a
+    /// store [`crate::emulate`] understands exactly (x86-64 only), for a
+    /// handler that has made the faulting store and every store up to that
+    /// point (plain moves to memory, which change no register and no flag,
+    /// so the registers are those the CPU would see there). `None` while
+    /// the thread is single-stepped (the trap flag: a debugger expects one
+    /// instruction per step).
+    pub fn decode_store_after(&self, after: usize, page: usize) -> Option<crate::emulate::Store> {
+        self.decode_with(after, |code, uc, ip| {
+            use crate::emulate::Registers;
+            if uc.eflags() & 0x100 != 0 {
+                return None;
+            }
+            crate::emulate::decode_store_at(code, uc, ip, page)
+        })
+    }
+
+    /// The `REP MOVSB` / `REP STOSB` that faulted, if it is one
+    /// [`crate::emulate::decode_rep`] understands (x86-64 only).
+    pub fn decode_rep(&self) -> Option<crate::emulate::RepString> {
+        self.decode_with(0, |code, uc, _| crate::emulate::decode_rep(code, uc, self.addr))
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+impl Fault {
+    pub fn decode_store(&self, _page: usize) -> Option<crate::emulate::Store> {
+        None
+    }
+
+    pub fn decode_store_after(&self, _after: usize, _page: usize) -> Option<crate::emulate::Store> {
+        None
+    }
+
+    pub fn decode_rep(&self) -> Option<crate::emulate::RepString> {
+        None
     }
 }
 

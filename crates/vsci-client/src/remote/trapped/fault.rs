@@ -59,7 +59,7 @@ impl Shadow {
             // plain store changes no register and no flag. Stores
             // elsewhere, or that this path would not emulate, are left to
             // the CPU.
-            let base = (f.addr & !(self.page - 1)) - f.page;
+            let base = self.map_start(f);
             for _ in 0..EMULATE_BURST {
                 let Some(next) = f.decode_store_after(len, self.page) else { break };
                 let Some(q) = next.addr.checked_sub(base).filter(|&o| o < self.len).map(|o| o / self.page) else {
@@ -207,6 +207,12 @@ impl Shadow {
         unsafe { f.skip_store(st.insn_len) };
     }
 
+    /// The map's first byte in the program's address space, from a fault
+    /// inside it.
+    fn map_start(&self, f: &Fault) -> usize {
+        (f.addr & !(self.page - 1)) - f.page
+    }
+
     /// A `REP MOVSB` / `REP STOSB` (glibc's `memcpy` and `memset` of 2 KiB
     /// to 1 MiB) into this map, done in one go: the bytes it has left to
     /// store inside the map go into the shadow and out to the owner as one
@@ -218,8 +224,7 @@ impl Shadow {
     /// write in them).
     fn emulate_rep(&self, g: &mut Pages, f: &Fault, p: usize, target: &Arc<crate::remote::RemoteTarget>) -> bool {
         let Some(r) = f.decode_rep() else { return false };
-        // The map's first byte in the program's address space.
-        let base = (f.addr & !(self.page - 1)) - f.page;
+        let base = self.map_start(f);
         let n = self.emulate_copy(g, base, &r, p, target);
         if n > 0 {
             // SAFETY: those `n` bytes are stored (shadow and owner, or the
