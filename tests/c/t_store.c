@@ -708,9 +708,21 @@ static int pingpong(int ping, uint32_t rounds, size_t size, unsigned myseg, cons
  * three stores take the page's twin instead. The pong side checks every
  * word whenever the counter shows, and answers with one store. After the
  * last round the ping side stores one more message and calls exit() at
- * once, with no call and no unmap: it must still arrive. */
+ * once, with no call and no unmap: it must still arrive.
+ *
+ * With HOLD, each shape is kept for HOLD rounds instead, two words then
+ * one, in turn: a page whose windows ended at their predicted count for
+ * many rounds in a row then gets a message one store shorter, which only
+ * the window timer's longer wait posts (docs/design.md, "The timer is not
+ * free either"). */
 #define SHAPE_SLOTS 12u
-static inline unsigned shape_words(uint32_t r) { return 1u + (r * 7u + r / 3u) % 6u; }
+static uint32_t shape_hold;
+static inline unsigned shape_words(uint32_t r)
+{
+    if (shape_hold)
+        return 2u - ((r - 1u) / shape_hold) % 2u;
+    return 1u + (r * 7u + r / 3u) % 6u;
+}
 static inline unsigned shape_slot(uint32_t r, unsigned j) { return (j * 5u + r) % SHAPE_SLOTS; }
 static inline uint64_t shape_word(uint32_t r, unsigned j)
 {
@@ -1399,7 +1411,7 @@ int main(int argc, char **argv)
                 "  stream NODE:SEG SIZE ITERS [OFFSET]\n"
                 "  lost-map NODE:SEG\n"
                 "  refused-stores ANODE:ASEG BNODE:BSEG ROUNDS\n"
-                "  shapes ping|pong ROUNDS MYSEG PEERNODE:PEERSEG\n"
+                "  shapes ping|pong ROUNDS MYSEG PEERNODE:PEERSEG [HOLD]\n"
                 "  acks ping|pong ROUNDS MYSEG PEERNODE:PEERSEG low|high\n");
         return 2;
     }
@@ -1446,9 +1458,11 @@ int main(int argc, char **argv)
         return idle_map(arg(argc, argv, 2), (unsigned)argu(argc, argv, 3));
     if (strcmp(role, "lost-map") == 0)
         return lost_map(arg(argc, argv, 2));
-    if (strcmp(role, "shapes") == 0)
+    if (strcmp(role, "shapes") == 0) {
+        shape_hold = argc > 6 ? (uint32_t)argu(argc, argv, 6) : 0;
         return shapes(parse_side(role, arg(argc, argv, 2)), (uint32_t)argu(argc, argv, 3),
                       (unsigned)argu(argc, argv, 4), arg(argc, argv, 5));
+    }
     if (strcmp(role, "runs") == 0)
         return runs(parse_side(role, arg(argc, argv, 2)), (uint32_t)argu(argc, argv, 3),
                     (unsigned)argu(argc, argv, 4), arg(argc, argv, 5));

@@ -59,6 +59,20 @@ use nix::sys::timerfd::{ClockId, Expiration, TimerFd, TimerFlags, TimerSetTimeFl
 /// bytes on the link per 8-byte message instead of 355 (`vsci bench --paths
 /// remote --sections i`).
 const IDLE_NS: u64 = 100_000;
+/// The same quiet for a window whose page's last `SURE_STREAK` windows all
+/// ended at their predicted count: the timer is then only a safety net (a
+/// program that stops in the middle of a message), and a window that does
+/// need it waits longer, once, before its page goes back to `IDLE_NS`.
+/// Why: arming a timer that becomes the CPU's next event and disarming it
+/// reprograms the hardware timer twice, which in these VMs is an exit each
+/// (`timerfd_settime` 100 µs ahead, then off: 8.9-14 µs a pair, about a
+/// fifth of a message's one-way time in the ring), while a timer due after
+/// the next scheduler tick (HZ=250: at most 4 ms away) is only queued
+/// (3 ms ahead and off: 0.6 µs a pair).
+const SURE_IDLE_NS: u64 = 4_000_000;
+/// Windows in a row closed at their page's predicted count after which the
+/// next ones wait `SURE_IDLE_NS` (see there).
+const SURE_STREAK: u32 = 16;
 /// Most stores one window takes before it is posted.
 const MAX_STORES: u32 = 64;
 /// Largest string store (`memcpy` payload) a window takes: one inside a
@@ -358,10 +372,24 @@ struct Learned {
     /// showed: the first window that closes otherwise than at it teaches
     /// its own count at once.
     guessed: bool,
+    /// Windows in a row that ended at `stores` (see `SURE_IDLE_NS`).
+    streak: u32,
+}
+
+impl Learned {
+    /// Its windows have ended at their predicted count long enough that
+    /// the next one waits for `SURE_IDLE_NS` of quiet, not `IDLE_NS`.
+    fn sure(&self, key: (usize, usize), now: u64) -> bool {
+        (self.map, self.page) == key
+            && !self.guessed
+            && !self.stale
+            && self.streak >= SURE_STREAK
+            && now.saturating_sub(self.at_ns) < RELEARN_NS
+    }
 }
 
 const UNLEARNED: Learned =
-    Learned { map: 0, page: 0, stores: 0, fewer: 0, stale: false, probed_ns: 0, at_ns: 0, guessed: false };
+    Learned { map: 0, page: 0, stores: 0, fewer: 0, stale: false, probed_ns: 0, at_ns: 0, guessed: false, streak: 0 };
 
 static COMBINER: Mutex<Combiner> =
     Mutex::new(Combiner { open: None, ended: None, spare: None, learned: [UNLEARNED; LEARNED], recent: (0, 0) });
@@ -610,6 +638,7 @@ pub(crate) fn append(
             *l = Learned { map, page, stores: rstores, at_ns: now, guessed: true, ..UNLEARNED };
             GUESSED.fetch_add(1, Ordering::Relaxed);
         }
+        let idle_ns = if c.learned[slot(key)].sure(key, now) { SURE_IDLE_NS } else { IDLE_NS };
         let (bytes, mask) = match c.spare.take() {
             Some((b, m)) if b.len() == 2 * page_size => (b, m),
             _ => (vec![0; 2 * page_size], vec![0; (2 * page_size).div_ceil(64)]),
@@ -623,7 +652,7 @@ pub(crate) fn append(
             page: PageStores::new(base, bytes, mask),
             stores: 0,
             last_ns: now,
-            idle_ns: IDLE_NS,
+            idle_ns,
             armed: false,
         });
     }
@@ -649,6 +678,10 @@ pub(crate) fn append(
     if stores >= MAX_STORES || (at_end && !stale) {
         // The page's messages are this long: this store ends one. The
         // prediction stays as it is.
+        if at_end {
+            let l = &mut c.learned[slot(first)];
+            l.streak = l.streak.saturating_add(1);
+        }
         close_locked(&mut c, false, AT_END);
         return true;
     }
@@ -720,6 +753,9 @@ fn close_locked(c: &mut Combiner, learn: bool, why: usize) {
         let known = (l.map, l.page) == w.first;
         if !known || l.guessed || n >= l.stores || (l.fewer == n && why != AT_CLOSE) {
             let probed_ns = if known { l.probed_ns } else { 0 };
+            // A count confirmed (a page learning again that its messages
+            // did not grow) keeps its streak.
+            let streak = if known && !l.guessed && n == l.stores { l.streak } else { 0 };
             *l = Learned {
                 map: w.first.0,
                 page: w.first.1,
@@ -729,10 +765,13 @@ fn close_locked(c: &mut Combiner, learn: bool, why: usize) {
                 probed_ns,
                 at_ns: w.last_ns,
                 guessed: false,
+                streak,
             };
             c.recent = (w.first.0, n);
         } else if why != AT_CLOSE {
             l.fewer = n;
+            // The timer had to end it: its page waits `IDLE_NS` again.
+            l.streak = 0;
         }
         // A window cut short by another operation (a flush, a copy across
         // pages posted on its own, a fetch) shows only that the operation
