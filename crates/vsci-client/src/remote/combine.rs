@@ -44,7 +44,8 @@
 //!   is kept;
 //! - `IDLE_NS` after its last store, by the window timer's thread (a
 //!   message shorter than its page's last one, a program that stopped
-//!   storing);
+//!   storing); `SURE_IDLE_NS` in a page whose windows have long ended at
+//!   their predicted count;
 //! - at the process's exit (`remote::flush_at_exit`).
 
 use super::*;
