@@ -94,12 +94,16 @@
  *       writer that shipped its stale view of the other's half, or lost a
  *       store equal to what it stored two rounds ago, shows as a wrong byte.
  *
- *   t_store stream NODE:SEG SIZE ITERS [OFFSET]
+ *   t_store stream NODE:SEG SIZE ITERS [OFFSET [guarded]]
  *       memcpy (or memmove, every other time) SIZE bytes of new data into the map of NODE:SEG at OFFSET
  *       (default 0) and SCIFlush, ITERS times, then memset its middle half
  *       and memmove it all one byte up;
  *       the segment must read back as that (SCI_FLAG_BLOCK_READ), and its
- *       bytes around the copy as they were before.
+ *       bytes around the copy as they were before.  With "guarded", the
+ *       source is made PROT_NONE before each copy and the program's own
+ *       SIGSEGV handler makes it readable again: every copy must reach that
+ *       handler (the copy reads its source as the C library's would) and
+ *       still arrive.
  *
  *   t_store big-owner SEG SIZE
  *       Creates segment SEG of SIZE bytes (1 GiB in the test; memfd pages
@@ -113,6 +117,7 @@
  *       SCI_FLAG_BLOCK_READ SCIMemCpy, and releases everything.
  */
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #if defined(__x86_64__)
 #include <emmintrin.h>
@@ -1221,7 +1226,25 @@ static int idle_map(const char *target, unsigned seconds)
  * and SCIFlush (the thesis's bandwidth method). Then read the segment back
  * with SCI_FLAG_BLOCK_READ: it must hold the last copy, and the bytes of
  * the pages around it that no copy covered must be what they were. */
-static int stream_copies(const char *target, size_t size, unsigned iters, size_t off)
+/* Row "guarded": the source pages, and how often the program's SIGSEGV
+ * handler made them readable again. */
+static uint8_t *guarded_src;
+static size_t guarded_len;
+static volatile sig_atomic_t guarded_faults;
+
+static void on_guarded_segv(int sig, siginfo_t *si, void *ctx)
+{
+    (void)ctx;
+    uintptr_t a = (uintptr_t)si->si_addr, lo = (uintptr_t)guarded_src;
+    if (guarded_src && a >= lo && a < lo + guarded_len &&
+        mprotect(guarded_src, guarded_len, PROT_READ | PROT_WRITE) == 0) {
+        guarded_faults++;
+        return;
+    }
+    signal(sig, SIG_DFL); /* a fault of another kind: die of it */
+}
+
+static int stream_copies(const char *target, size_t size, unsigned iters, size_t off, int guarded)
 {
     sci_error_t err;
     unsigned node;
@@ -1236,6 +1259,19 @@ static int stream_copies(const char *target, size_t size, unsigned iters, size_t
         hi = r.size;
     uint8_t *buf = malloc(size), *back = malloc(hi - lo), *before = malloc(hi - lo);
     CHECK_MSG(buf && back && before, "out of memory");
+    if (guarded) {
+        free(buf);
+        guarded_len = (size + 4095) & ~(size_t)4095;
+        void *m = mmap(NULL, guarded_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        CHECK_MSG(m != MAP_FAILED, "mmap of the guarded source failed");
+        buf = guarded_src = m;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_guarded_segv;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        CHECK_MSG(sigaction(SIGSEGV, &sa, NULL) == 0, "sigaction SIGSEGV failed");
+    }
     EXPECT(SCI_ERR_OK, SCIMemCpy(NULL, before, r.map, (unsigned)lo, (unsigned)(hi - lo), SCI_FLAG_BLOCK_READ, &err));
     uint64_t t0 = now_us(), copy_us = 0, flush_us = 0;
     for (unsigned i = 1; i <= iters; i++) {
@@ -1244,6 +1280,8 @@ static int stream_copies(const char *target, size_t size, unsigned iters, size_t
             uint64_t v = (i * 0x0101010101010101ull) ^ (w * 0x9e3779b97f4a7c15ull);
             memcpy(buf + w, &v, 8);
         }
+        if (guarded)
+            CHECK_MSG(mprotect(buf, guarded_len, PROT_NONE) == 0, "mprotect PROT_NONE failed");
         uint64_t c0 = now_us();
         /* Every other copy a memmove (C++'s std::copy of plain data). */
         if (i & 1)
@@ -1256,6 +1294,9 @@ static int stream_copies(const char *target, size_t size, unsigned iters, size_t
         flush_us += now_us() - c1;
     }
     uint64_t us = now_us() - t0;
+    if (guarded)
+        CHECK_MSG(guarded_faults == (sig_atomic_t)iters, "the source faulted to the program's handler %d times in %u copies",
+                  (int)guarded_faults, iters);
     /* And a memset (REP STOSB from 2 KiB on) over the middle half. */
     memset((void *)(r.p + off + size / 4), 0x5a, size / 2);
     memset(buf + size / 4, 0x5a, size / 2);
@@ -1271,7 +1312,10 @@ static int stream_copies(const char *target, size_t size, unsigned iters, size_t
     printf("STREAM DONE size=%zu iters=%u %.1f MB/s (per copy: memcpy %.1f us, SCIFlush %.1f us)\n",
            size, iters, us ? (double)size * iters / (double)us : 0.0,
            (double)copy_us / iters, (double)flush_us / iters);
-    free(buf);
+    if (guarded)
+        munmap(buf, guarded_len);
+    else
+        free(buf);
     free(back);
     free(before);
     rseg_release(&r);
@@ -1408,7 +1452,7 @@ int main(int argc, char **argv)
                 "  halves-writer ROUNDS K OWNERNODE:OWNERSEG MYSEG\n"
                 "  big-owner SEG SIZE\n"
                 "  idle-map NODE:SEG SECONDS\n"
-                "  stream NODE:SEG SIZE ITERS [OFFSET]\n"
+                "  stream NODE:SEG SIZE ITERS [OFFSET [guarded]]\n"
                 "  lost-map NODE:SEG\n"
                 "  refused-stores ANODE:ASEG BNODE:BSEG ROUNDS\n"
                 "  shapes ping|pong ROUNDS MYSEG PEERNODE:PEERSEG [HOLD]\n"
@@ -1453,7 +1497,8 @@ int main(int argc, char **argv)
         return big_owner((unsigned)argu(argc, argv, 2), (size_t)argu(argc, argv, 3));
     if (strcmp(role, "stream") == 0)
         return stream_copies(arg(argc, argv, 2), (size_t)argu(argc, argv, 3),
-                             (unsigned)argu(argc, argv, 4), argc > 5 ? (size_t)argu(argc, argv, 5) : 0);
+                             (unsigned)argu(argc, argv, 4), argc > 5 ? (size_t)argu(argc, argv, 5) : 0,
+                             argc > 6 && strcmp(arg(argc, argv, 6), "guarded") == 0);
     if (strcmp(role, "idle-map") == 0)
         return idle_map(arg(argc, argv, 2), (unsigned)argu(argc, argv, 3));
     if (strcmp(role, "lost-map") == 0)

@@ -634,25 +634,34 @@ fn stores_beside_refused_ones_arrive() {
 /// the same with the C library's `memcpy` (`VSCI_MEMCPY=0`) and as a string
 /// store left to fault (`VSCI_MEMCPY=trap`), and small copies: across a page
 /// boundary, and ending at the segment's last byte. The bytes around each
-/// copy are left as they were.
+/// copy are left as they were. And copies whose source is `PROT_NONE` until
+/// the program's own `SIGSEGV` handler makes it readable: each copy reaches
+/// that handler once and still arrives (libsisci reads a small copy's
+/// source where the program's `memcpy` would, before anything of its own).
 #[test]
 fn streaming_copies_arrive() {
     let _g = serial();
     let Some(c) = Cluster::start(&[1, 2]) else { return };
     let mut owner = spawn(&c, 2, &["big-owner", "0x5760", "4m"]);
     owner.wait_line("BIG READY", LINE_TIMEOUT);
-    for (size, iters, off, memcpy) in [
-        ("1m", "100", "0", "1"),
-        ("256k", "200", "0", "1"),
-        ("8k", "500", "0", "1"),
-        ("3m", "20", "4093", "1"),
-        ("3m", "20", "4093", "0"),
-        ("3m", "20", "4093", "trap"),
-        ("100", "300", "4050", "1"),
-        ("64", "300", "4194240", "1"),
-        ("100", "300", "4050", "trap"),
+    for (size, iters, off, memcpy, source) in [
+        ("1m", "100", "0", "1", ""),
+        ("256k", "200", "0", "1", ""),
+        ("8k", "500", "0", "1", ""),
+        ("3m", "20", "4093", "1", ""),
+        ("3m", "20", "4093", "0", ""),
+        ("3m", "20", "4093", "trap", ""),
+        ("100", "300", "4050", "1", ""),
+        ("64", "300", "4194240", "1", ""),
+        ("100", "300", "4050", "trap", ""),
+        ("100", "300", "4050", "1", "guarded"),
+        ("4k", "100", "8", "1", "guarded"),
+        ("64k", "50", "0", "1", "guarded"),
+        ("100", "300", "4050", "0", "guarded"),
     ] {
-        let out = spawn_env(&c, 1, &["stream", "2:0x5760", size, iters, off], &[("VSCI_MEMCPY", memcpy)]).wait(RUN);
+        let args = ["stream", "2:0x5760", size, iters, off, source];
+        let n = if source.is_empty() { 5 } else { 6 };
+        let out = spawn_env(&c, 1, &args[..n], &[("VSCI_MEMCPY", memcpy)]).wait(RUN);
         show(&out);
         out.assert_success().assert_contains("STREAM DONE");
         let line = out.stdout.lines().find(|l| l.contains("STREAM DONE")).unwrap_or_default();

@@ -59,6 +59,11 @@ pub struct RepString {
     pub value: u8,
     /// Length of the instruction, to skip it once `count` is done.
     pub insn_len: usize,
+    /// `src` is the library's own copy of the program's source bytes, at
+    /// least `count` of them (a small `memcpy` handed over by
+    /// `trap::copy_in`): a plain load reads it. Otherwise the source is the
+    /// program's memory, read through the kernel (it may fault).
+    pub src_staged: bool,
 }
 
 /// Decode a `REP MOVSB` / `REP STOSB` at the instruction pointer that
@@ -89,7 +94,7 @@ pub fn decode_rep(code: &[u8], regs: &dyn Registers, fault_addr: usize) -> Optio
     }
     let src = if movs { Some(regs.gpr(Register::RSI)? as usize) } else { None };
     let value = regs.gpr(Register::RAX)? as u8;
-    Some(RepString { dst, count, src, value, insn_len: insn.len() })
+    Some(RepString { dst, count, src, value, insn_len: insn.len(), src_staged: false })
 }
 
 /// Stores of a general register that are plain moves.
@@ -536,7 +541,10 @@ mod tests {
         r.0[7] = 0x1_0010; // rdi
                            // rep movsb
         let m = decode_rep(&[0xf3, 0xa4], &r, 0x1_0010).unwrap();
-        assert_eq!(m, RepString { dst: 0x1_0010, count: 100, src: Some(0x2_0000), value: 0x88, insn_len: 2 });
+        assert_eq!(
+            m,
+            RepString { dst: 0x1_0010, count: 100, src: Some(0x2_0000), value: 0x88, insn_len: 2, src_staged: false }
+        );
         // rep stosb (al = 0x88)
         let st = decode_rep(&[0xf3, 0xaa], &r, 0x1_0050).unwrap();
         assert_eq!((st.src, st.value, st.count), (None, 0x88, 100));

@@ -254,6 +254,12 @@ impl Shadow {
         let n = r.count.min(self.valid - start).min(REP_MAX);
         let mut data = crate::remote::spare_buffer(n);
         match r.src {
+            Some(src) if r.src_staged => {
+                // SAFETY: a staged source is the library's own buffer of at
+                // least `r.count >= n` bytes (`RepString::src_staged`),
+                // readable and untouched while this copy runs.
+                unsafe { std::ptr::copy_nonoverlapping(src as *const u8, data.as_mut_ptr(), n) };
+            }
             // The source is read through the kernel, never directly: this
             // runs in the fault handler with the map's lock held, and a
             // source page that faults (another remote map's page not
