@@ -119,38 +119,35 @@ fn guest_and_host_process() {
     let data2 =
         host(&d, &example("datainterrupt"), &["-client", "-loops", "3", "-intno", "0x7120", "-timeout", WAIT_MS]);
 
-    let go = g.wait(GUEST_TIMEOUT);
     // An interrupt wake-up lost on its way between the guest and the host
     // is survived (interrupt waits look again every 50 ms) but told: show
     // whose it was (seen once in about 40 runs as a 1 s stall a round).
-    let lost = |o: &Output| {
+    let ended = |p: Proc, timeout: Duration| {
+        let o = p.wait(timeout);
         if o.stderr.contains("with no wake-up") {
             eprintln!("lost interrupt wake-up in this run:");
-            show(o);
+            show(&o);
         }
+        o
     };
-    lost(&go);
-    go.assert_success()
+    ended(g, GUEST_TIMEOUT)
+        .assert_success()
         .assert_contains("server verified every byte")
         .assert_contains("client: success")
         .assert_contains("all echoes correct")
         .assert_contains("all 262144 bytes are correct")
         .assert_contains("server: success")
         .assert_contains("received and echoed, all correct");
-    shmem.wait(LINE_TIMEOUT).assert_success().assert_contains("all 1048576 bytes are correct");
-    let io = intr.wait(LINE_TIMEOUT);
-    lost(&io);
-    io.assert_success().assert_contains("server: success");
-    let do1 = data.wait(LINE_TIMEOUT);
-    lost(&do1);
-    do1.assert_success().assert_contains("all correct");
-    shmem2.wait(LINE_TIMEOUT).assert_success().assert_contains("server verified every byte");
-    let io2 = intr2.wait(LINE_TIMEOUT);
-    lost(&io2);
-    io2.assert_success().assert_contains("client: success");
-    let do2 = data2.wait(LINE_TIMEOUT);
-    lost(&do2);
-    do2.assert_success().assert_contains("all echoes correct");
+    for (p, says) in [
+        (shmem, "all 1048576 bytes are correct"),
+        (intr, "server: success"),
+        (data, "all correct"),
+        (shmem2, "server verified every byte"),
+        (intr2, "client: success"),
+        (data2, "all echoes correct"),
+    ] {
+        ended(p, LINE_TIMEOUT).assert_success().assert_contains(says);
+    }
     d.wait_counts(base, "after the guest and the host processes");
 }
 
