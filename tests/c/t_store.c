@@ -1244,6 +1244,18 @@ static void on_guarded_segv(int sig, siginfo_t *si, void *ctx)
     signal(sig, SIG_DFL); /* a fault of another kind: die of it */
 }
 
+/* The optional last word of the stream role: "guarded" or nothing. */
+static int stream_guarded(const char *word)
+{
+    if (!word)
+        return 0;
+    if (strcmp(word, "guarded") != 0) {
+        fprintf(stderr, "t_store stream: the last word must be \"guarded\", not \"%s\"\n", word);
+        exit(2);
+    }
+    return 1;
+}
+
 static int stream_copies(const char *target, size_t size, unsigned iters, size_t off, int guarded)
 {
     sci_error_t err;
@@ -1498,7 +1510,7 @@ int main(int argc, char **argv)
     if (strcmp(role, "stream") == 0)
         return stream_copies(arg(argc, argv, 2), (size_t)argu(argc, argv, 3),
                              (unsigned)argu(argc, argv, 4), argc > 5 ? (size_t)argu(argc, argv, 5) : 0,
-                             argc > 6 && strcmp(arg(argc, argv, 6), "guarded") == 0);
+                             stream_guarded(argc > 6 ? arg(argc, argv, 6) : NULL));
     if (strcmp(role, "idle-map") == 0)
         return idle_map(arg(argc, argv, 2), (unsigned)argu(argc, argv, 3));
     if (strcmp(role, "lost-map") == 0)

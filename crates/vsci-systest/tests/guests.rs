@@ -120,7 +120,7 @@ fn guest_and_host_process() {
         host(&d, &example("datainterrupt"), &["-client", "-loops", "3", "-intno", "0x7120", "-timeout", WAIT_MS]);
 
     // An interrupt wake-up lost on its way between the guest and the host
-    // is survived (interrupt waits look again every 50 ms) but told: show
+    // is survived (interrupt waits look again after 50 ms) but told: show
     // whose it was (seen once in about 40 runs as a 1 s stall a round).
     let ended = |p: Proc, timeout: Duration| {
         let o = p.wait(timeout);

@@ -260,7 +260,9 @@ pub trait TrapHandler: Send + Sync {
     /// make a `REP MOVSB` / `REP STOSB` that faulted there, and say how
     /// many it made: 0 leaves the whole copy to the CPU (which faults as
     /// usual). Called by [`copy_in`] in the copying thread, on a stack of
-    /// the trap's own; under the same rules as `on_fault`.
+    /// the trap's own; under the same rules as `on_fault`. `copy.src` is
+    /// the program's source, or with `copy.src_staged` the library's copy
+    /// of it, which a plain load may read.
     fn on_copy(&self, trap: &Trap, copy: &crate::emulate::RepString) -> usize {
         let _ = (trap, copy);
         0
@@ -651,7 +653,9 @@ thread_local! {
 /// handler. The fault handler then reads the bytes with a plain load where
 /// it would otherwise read the program's memory through the kernel
 /// (`process_vm_readv`, 1.3-2.3 µs here, a twentieth of a message's one-way
-/// time in the ring).
+/// time in the ring). A program `SIGSEGV` handler that leaves a faulting
+/// copy with `siglongjmp` leaves the buffer marked held: that thread's
+/// later copies go without it (the kernel read), no less correct.
 struct Staged(usize);
 
 impl Staged {
@@ -666,12 +670,15 @@ impl Staged {
             if held.replace(true) {
                 return None;
             }
+            // The flag is set before the first byte is copied: a signal
+            // handler's `copy_in` in the middle of the copy must find it.
+            std::sync::atomic::compiler_fence(Ordering::SeqCst);
             let at = buf.get() as *mut u8;
             // SAFETY: the buffer is this thread's, held by us alone (the
             // flag) and STAGE_MAX >= count bytes long; `src..src + count`
             // is the program's source, which its `memcpy` reads all the
             // same (a fault here is the one the C library's would take).
-            unsafe { std::ptr::copy_nonoverlapping(src as *const u8, at, count) };
+            unsafe { copy_bytes(at, src as *const u8, count) };
             Some(Staged(at as usize))
         })
     }
@@ -683,8 +690,40 @@ impl Staged {
 
 impl Drop for Staged {
     fn drop(&mut self) {
+        // Every read of the buffer comes before it is let go.
+        std::sync::atomic::compiler_fence(Ordering::SeqCst);
         STAGE.with(|(_, held)| held.set(false));
     }
+}
+
+/// Copy `n` bytes from `src` to `dst` with one string store, never through
+/// `memcpy`: libsisci exports its own, which sends a copy whose
+/// destination may lie in a trapped range (the bounds of all of them, a
+/// coarse test) through `copy_in` again.
+///
+/// # Safety
+/// As `memcpy`: `src` readable and `dst` writable for `n` bytes, not
+/// overlapping.
+#[inline(always)]
+pub unsafe fn copy_bytes(dst: *mut u8, src: *const u8, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the caller's contract; the direction flag is clear at every
+    // call (the ABI), so the string store runs forward over exactly those
+    // bytes, and changes no flag.
+    unsafe {
+        std::arch::asm!(
+            "rep movsb",
+            inout("rcx") n => _,
+            inout("rdi") dst => _,
+            inout("rsi") src => _,
+            options(nostack, preserves_flags)
+        )
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: the caller's contract.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src, dst, n)
+    };
 }
 
 extern "C" fn copy_call(p: *mut libc::c_void) {

@@ -379,7 +379,9 @@ struct Learned {
 
 impl Learned {
     /// Its windows have ended at their predicted count long enough that
-    /// the next one waits for `SURE_IDLE_NS` of quiet, not `IDLE_NS`.
+    /// the next one waits for `SURE_IDLE_NS` of quiet, not `IDLE_NS`. Only
+    /// a count the page's own windows taught counts (not one `guessed`
+    /// from its map, until the page learns it again).
     fn sure(&self, key: (usize, usize), now: u64) -> bool {
         (self.map, self.page) == key
             && !self.guessed

@@ -258,7 +258,7 @@ impl Shadow {
                 // SAFETY: a staged source is the library's own buffer of at
                 // least `r.count >= n` bytes (`RepString::src_staged`),
                 // readable and untouched while this copy runs.
-                unsafe { std::ptr::copy_nonoverlapping(src as *const u8, data.as_mut_ptr(), n) };
+                unsafe { vsci_trap::trap::copy_bytes(data.as_mut_ptr(), src as *const u8, n) };
             }
             // The source is read through the kernel, never directly: this
             // runs in the fault handler with the map's lock held, and a
